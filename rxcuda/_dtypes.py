@@ -1,0 +1,68 @@
+"""Scalar types: the names used in sidecars, their NumPy dtypes, C spellings and PTX parameter types."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# sidecar / user spelling -> numpy dtype
+_BY_NAME: dict[str, np.dtype] = {
+    "f16": np.dtype(np.float16),
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+    "i8": np.dtype(np.int8),
+    "i16": np.dtype(np.int16),
+    "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+    "u8": np.dtype(np.uint8),
+    "u16": np.dtype(np.uint16),
+    "u32": np.dtype(np.uint32),
+    "u64": np.dtype(np.uint64),
+}
+_ALIASES = {
+    "float": "f32", "float32": "f32", "double": "f64", "float64": "f64", "half": "f16", "float16": "f16",
+    "int": "i32", "int32": "i32", "int64": "i64", "int16": "i16", "int8": "i8",
+    "uint": "u32", "unsigned": "u32", "uint32": "u32", "uint64": "u64", "uint16": "u16", "uint8": "u8",
+    "s8": "i8", "s16": "i16", "s32": "i32", "s64": "i64",
+}
+_C_NAMES = {
+    "f16": "__half", "f32": "float", "f64": "double", "i8": "signed char", "i16": "short", "i32": "int",
+    "i64": "long long", "u8": "unsigned char", "u16": "unsigned short", "u32": "unsigned int",
+    "u64": "unsigned long long",
+}
+TYPE_NAMES: tuple[str, ...] = tuple(_BY_NAME)
+
+
+def dtype_name(dtype) -> str:
+    """Canonical short name ('f32', 'i32', ...) of a dtype-like or a name. Raises ValueError with the choices."""
+    if isinstance(dtype, str):
+        key = dtype.strip().lower()
+        key = _ALIASES.get(key, key)
+        if key in _BY_NAME:
+            return key
+        raise ValueError(f"unknown scalar type {dtype!r}; use one of {', '.join(TYPE_NAMES)}")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise ValueError(f"unknown scalar type {dtype!r}; use one of {', '.join(TYPE_NAMES)}") from e
+    for name, candidate in _BY_NAME.items():
+        if candidate == dt:
+            return name
+    raise ValueError(f"unsupported dtype {dt}; use one of {', '.join(TYPE_NAMES)}")
+
+
+def to_numpy(dtype) -> np.dtype:
+    """NumPy dtype of a name or dtype-like."""
+    return _BY_NAME[dtype_name(dtype)]
+
+
+def c_name(dtype) -> str:
+    """C/CUDA spelling of a scalar type."""
+    return _C_NAMES[dtype_name(dtype)]
+
+
+def is_float(dtype) -> bool:
+    return dtype_name(dtype).startswith("f")
+
+
+def itemsize(dtype) -> int:
+    return to_numpy(dtype).itemsize

@@ -1,0 +1,58 @@
+"""Exceptions. Each subclasses the builtin it refines and names the thing that failed and the fix."""
+
+from __future__ import annotations
+
+
+class RxcudaError(Exception):
+    """Base class of every error rxcuda raises on purpose."""
+
+
+class ValidationError(RxcudaError, ValueError):
+    """A pipeline description is inconsistent (ports, dtypes, sizes, cycles, missing inputs).
+
+    ``subject`` names the block, port or file concerned, so a caller can mark it.
+    """
+
+    def __init__(self, message: str, subject: str | None = None):
+        super().__init__(message)
+        self.subject = subject
+
+
+class KernelFileError(RxcudaError, ValueError):
+    """A kernel file or its JSON sidecar is missing, malformed, or disagrees with the kernel."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class CompileError(RxcudaError, RuntimeError):
+    """Run-time compilation failed. ``diagnostics`` holds (file, line, column, message) records."""
+
+    def __init__(self, message: str, diagnostics: tuple = (), log: str = ""):
+        super().__init__(message)
+        self.diagnostics = tuple(diagnostics)
+        self.log = log
+
+
+class CudaError(RxcudaError, RuntimeError):
+    """A CUDA driver call failed. Carries the call, the error name and the driver's explanation."""
+
+    def __init__(self, call: str, name: str, explanation: str, code: int | None = None):
+        super().__init__(f"{call} failed with {name}: {explanation}")
+        self.call = call
+        self.name = name
+        self.explanation = explanation
+        self.code = code
+
+
+class NoDeviceError(RxcudaError, RuntimeError):
+    """No usable CUDA device (no driver, no GPU, or the driver refused). ``reason`` says which."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"no CUDA device: {reason}")
+        self.reason = reason
+
+
+class EngineClosedError(RxcudaError, RuntimeError):
+    """The engine was closed; create a new one."""

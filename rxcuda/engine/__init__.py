@@ -1,0 +1,1 @@
+"""Descriptions, planner, CUDA layer and the engine. Import public names from ``rxcuda``."""

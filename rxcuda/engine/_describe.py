@@ -1,0 +1,360 @@
+"""Descriptions: immutable, pure data. What a kernel takes, what a block declares, what a pipeline is.
+
+Nothing here imports CUDA. The planner turns a :class:`PipelineDescription` into a graph plan; the CUDA
+layer builds that plan. Equality is structural, so "did the structure change?" is a comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import Literal
+
+import attrs
+
+from .. import _dtypes
+
+ParamKind = Literal["pointer", "scalar"]
+Direction = Literal["in", "out", "inout", "counter"]
+CodeFormat = Literal["ptx", "cubin", "fatbin"]
+DIRECTIONS: tuple[str, ...] = ("in", "out", "inout", "counter")
+
+
+def _positive(name: str):
+    def check(_inst, _attr, value):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"'{name}' must be a positive int (got {value!r})")
+
+    return check
+
+
+@attrs.frozen
+class KernelParam:
+    """One parameter of a kernel entry point, as the kernel sees it.
+
+    ``dtype`` is the element type for a pointer and the value type for a scalar; it is ``None`` when only
+    the PTX signature is known and nothing says what a pointer points to. ``default`` for a scalar is a
+    number or the string ``"size"`` (the block's element count).
+    """
+
+    name: str
+    kind: ParamKind
+    size: int
+    dtype: str | None = None
+    direction: Direction = "in"
+    default: float | int | str | None = None
+    align: int = 0
+
+    @property
+    def is_pointer(self) -> bool:
+        return self.kind == "pointer"
+
+    def describe(self) -> str:
+        if self.is_pointer:
+            return f"{self.dtype or 'void'}* {self.name} ({self.direction})"
+        return f"{self.dtype or f'{self.size}-byte'} {self.name}"
+
+
+@attrs.frozen
+class KernelSignature:
+    """The ordered parameters of an entry point."""
+
+    entry: str
+    params: tuple[KernelParam, ...] = ()
+
+    def index(self, name: str) -> int:
+        for i, p in enumerate(self.params):
+            if p.name == name:
+                return i
+        names = ", ".join(p.name for p in self.params) or "none"
+        raise KeyError(f"kernel '{self.entry}' has no parameter '{name}' (it has: {names})")
+
+    def layout(self) -> tuple[tuple[int, int], ...]:
+        """(size, kind) per parameter: what must match for an in-place function swap."""
+        return tuple((p.size, 0 if p.is_pointer else 1) for p in self.params)
+
+    def same_layout(self, other: KernelSignature) -> bool:
+        return self.layout() == other.layout()
+
+
+@attrs.frozen
+class Launch:
+    """Launch geometry of one kernel: grid and block dimensions and dynamic shared memory."""
+
+    grid: tuple[int, int, int] = attrs.field(converter=lambda v: _dim3(v, "grid"))
+    block: tuple[int, int, int] = attrs.field(default=(256, 1, 1), converter=lambda v: _dim3(v, "block"))
+    shared_mem: int = 0
+
+    def __attrs_post_init__(self):
+        if math.prod(self.block) > 1024:
+            raise ValueError(f"'block' has {math.prod(self.block)} threads; a CUDA block holds at most 1024")
+        if not isinstance(self.shared_mem, int) or self.shared_mem < 0:
+            raise ValueError(f"'shared_mem' must be a non-negative int (got {self.shared_mem!r})")
+
+    @classmethod
+    def for_threads(cls, threads: int, block: int = 256, shared_mem: int = 0) -> Launch:
+        """Enough blocks of ``block`` threads to cover ``threads`` (1-D)."""
+        if not isinstance(threads, int) or threads <= 0:
+            raise ValueError(f"'threads' must be a positive int (got {threads!r})")
+        return cls(grid=(-(-threads // block),), block=(block,), shared_mem=shared_mem)
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.grid) * math.prod(self.block)
+
+
+def _dim3(value, what: str) -> tuple[int, int, int]:
+    if isinstance(value, int):
+        value = (value,)
+    value = tuple(value)
+    if not 1 <= len(value) <= 3:
+        raise ValueError(f"'{what}' must have 1 to 3 dimensions (got {value!r})")
+    for v in value:
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"'{what}' must hold positive ints (got {value!r})")
+    return value + (1,) * (3 - len(value))
+
+
+@attrs.frozen
+class KernelCode:
+    """Loadable code for one entry point: a PTX/cubin/fatbin image plus its signature.
+
+    ``key`` identifies the content (image and entry) for the module cache; ``origin`` names where it came
+    from (a path, or a label for generated code) for messages.
+    """
+
+    entry: str
+    image: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
+    format: CodeFormat
+    signature: KernelSignature
+    origin: str = "<memory>"
+    block_size: int = 256
+    shared_mem: int = 0
+    key: str = attrs.field(default="")
+
+    def __attrs_post_init__(self):
+        if self.format not in ("ptx", "cubin", "fatbin"):
+            raise ValueError(f"'format' must be 'ptx', 'cubin' or 'fatbin' (got {self.format!r})")
+        if not self.key:
+            digest = hashlib.sha256(self.image + b"\0" + self.entry.encode()).hexdigest()
+            object.__setattr__(self, "key", digest)
+
+
+@attrs.frozen
+class CaptureArgs:
+    """What a library call's ``record`` function gets while the engine captures it.
+
+    ``stream``: the capturing stream as an int (CUstream handle value); issue every call on it.
+    ``pointers``: device pointer (int) per pointer parameter name, and per device scalar name.
+    ``values``: current value per host scalar parameter name.
+    ``state``: what the call's ``setup`` returned (handles, plans, workspaces), created once per engine.
+    """
+
+    stream: int
+    pointers: Mapping[str, int]
+    values: Mapping[str, float | int]
+    state: object = None
+
+
+@attrs.frozen(eq=False)
+class CallSpec:
+    """A chain of library calls inside a block, captured into one child-graph node.
+
+    ``params`` declare its buffers (pointers with dtype and direction) and scalars, like a kernel
+    signature, so ports and connections work the same. ``key`` is its structural identity (operation,
+    shapes, dtypes): when it changes, the graph is rebuilt. ``device_scalars`` name scalars that live in
+    device memory (cuBLAS alpha/beta in device pointer mode): changing one is a small copy, no recapture;
+    changing any other scalar recaptures. ``setup(device_ordinal)`` runs once per engine before any
+    capture and returns the state handed to ``record`` (handles, plans, workspaces); ``teardown(state)``
+    releases it when the engine closes.
+    """
+
+    name: str
+    params: tuple[KernelParam, ...]
+    record: object  # Callable[[CaptureArgs], None]
+    key: tuple = ()
+    device_scalars: tuple[str, ...] = ()
+    setup: object = None  # Callable[[int], object] | None
+    teardown: object = None  # Callable[[object], None] | None
+
+    def index(self, name: str) -> int:
+        for i, p in enumerate(self.params):
+            if p.name == name:
+                return i
+        names = ", ".join(p.name for p in self.params) or "none"
+        raise KeyError(f"call '{self.name}' has no parameter '{name}' (it has: {names})")
+
+
+@attrs.frozen
+class Pin:
+    """A parameter of a kernel inside a block: (kernel name, parameter index)."""
+
+    kernel: str
+    param: int
+
+
+@attrs.frozen
+class PortSpec:
+    """A buffer port of a block. ``count`` is the element count; ``pins`` the kernel parameters it feeds.
+
+    An append port (``counter`` set) carries a u32 counter that the graph zeroes every frame before the
+    kernels that append run; ``count`` is then the capacity.
+    """
+
+    name: str
+    direction: Literal["in", "out"]
+    dtype: str | None
+    count: int
+    pins: tuple[Pin, ...]
+    required: bool = True
+    counter: Pin | None = None
+
+
+@attrs.frozen
+class ScalarSpec:
+    """A scalar parameter of a block, feeding one or more kernel parameters."""
+
+    name: str
+    dtype: str
+    default: float | int
+    pins: tuple[Pin, ...]
+
+
+@attrs.frozen
+class InternalBuffer:
+    """A buffer between kernels of one block (an internal connection)."""
+
+    name: str
+    dtype: str | None
+    count: int
+    writer: Pin
+    readers: tuple[Pin, ...]
+
+
+@attrs.frozen
+class KernelSpec:
+    """A kernel inside a block: its name there, its code, and its launch geometry."""
+
+    name: str
+    code: KernelCode
+    launch: Launch
+
+
+Step = KernelSpec | CallSpec
+
+
+def step_params(step: Step) -> tuple[KernelParam, ...]:
+    """The parameters of a kernel or a library call."""
+    return step.code.signature.params if isinstance(step, KernelSpec) else step.params
+
+
+@attrs.frozen
+class BlockDescription:
+    """Everything the engine needs to build a block's nodes. Steps (kernels and library calls) run in
+    declaration order; ``kernels`` holds both kinds."""
+
+    name: str
+    kernels: tuple[Step, ...] = ()
+    ports: tuple[PortSpec, ...] = ()
+    scalars: tuple[ScalarSpec, ...] = ()
+    internals: tuple[InternalBuffer, ...] = ()
+
+    def port(self, name: str) -> PortSpec:
+        for p in self.ports:
+            if p.name == name:
+                return p
+        names = ", ".join(p.name for p in self.ports) or "none"
+        raise KeyError(f"block '{self.name}' has no port '{name}' (ports: {names})")
+
+    def kernel(self, name: str) -> Step:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        names = ", ".join(k.name for k in self.kernels) or "none"
+        raise KeyError(f"block '{self.name}' has no kernel '{name}' (kernels: {names})")
+
+    def structure(self) -> tuple:
+        """What a change of forces a rebuild: everything but code images, launches and scalar values.
+
+        Kernel signatures count (a new layout cannot be swapped in place); their images do not.
+        """
+        return (
+            tuple(
+                (k.name, k.code.signature.layout()) if isinstance(k, KernelSpec) else (k.name, "call", k.key)
+                for k in self.kernels
+            ),
+            self.ports,
+            tuple((s.name, s.dtype, s.pins) for s in self.scalars),
+            self.internals,
+        )
+
+
+@attrs.frozen
+class PortRef:
+    """A port of a block in a pipeline."""
+
+    block: int
+    port: str
+
+
+@attrs.frozen
+class Connection:
+    """An edge from an output port to an input port."""
+
+    src: PortRef
+    dst: PortRef
+
+
+@attrs.frozen
+class ExternalBinding:
+    """A user array bound to a port: its dtype and element count, for validation."""
+
+    dtype: str
+    count: int
+
+
+@attrs.frozen
+class BlockEntry:
+    """A block in a pipeline with its current kernels, launches and scalar values."""
+
+    id: int
+    desc: BlockDescription
+    values: Mapping[str, float | int] = attrs.field(factory=dict, converter=lambda m: dict(m))
+    launches: Mapping[str, Launch] = attrs.field(factory=dict, converter=lambda m: dict(m))
+
+    def label(self) -> str:
+        return self.desc.name
+
+    def value(self, name: str):
+        if name in self.values:
+            return self.values[name]
+        for s in self.desc.scalars:
+            if s.name == name:
+                return s.default
+        raise KeyError(name)
+
+    def launch(self, kernel: str) -> Launch:
+        return self.launches.get(kernel) or self.desc.kernel(kernel).launch
+
+
+@attrs.frozen
+class PipelineDescription:
+    """A whole pipeline: blocks in insertion order, connections, which ports hold user arrays (bindings),
+    and which inputs the user fills from the host (``fed``: they get an engine-owned buffer)."""
+
+    blocks: tuple[BlockEntry, ...] = ()
+    connections: tuple[Connection, ...] = ()
+    bindings: Mapping[PortRef, ExternalBinding] = attrs.field(factory=dict, converter=lambda m: dict(m))
+    fed: frozenset[PortRef] = frozenset()
+
+    def block(self, block_id: int) -> BlockEntry:
+        for b in self.blocks:
+            if b.id == block_id:
+                return b
+        raise KeyError(f"no block with id {block_id}")
+
+
+def check_dtype(value: str | None) -> str | None:
+    """Canonical dtype name, or None for 'any'."""
+    return None if value is None else _dtypes.dtype_name(value)

@@ -1,0 +1,95 @@
+"""Device and context: the primary context of one GPU, streams and events on it."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from .._errors import NoDeviceError
+from ._driver import check, require_driver
+
+
+class Device:
+    """The primary context of GPU ``ordinal``, made current on the calling thread.
+
+    Sharing the primary context is what lets CuPy, PyTorch and rxcuda exchange pointers freely.
+    """
+
+    def __init__(self, ordinal: int = 0):
+        drv = require_driver()
+        count = check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
+        if not isinstance(ordinal, int) or not 0 <= ordinal < count:
+            raise NoDeviceError(f"device {ordinal!r} does not exist; this machine has {count} "
+                                f"(use 0..{count - 1})")
+        self._drv = drv
+        self.ordinal = ordinal
+        self.handle = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+        self.context = check(drv.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
+        self._closed = False
+        self.make_current()
+        self.name = check(drv.cuDeviceGetName(256, self.handle), "cuDeviceGetName").split(b"\0")[0].decode()
+        a = drv.CUdevice_attribute
+        major = check(drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.handle), "attr")
+        minor = check(drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.handle), "attr")
+        self.compute_capability = (major, minor)
+        self.sm_count = check(drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle),
+                              "attr")
+        self.total_memory = check(drv.cuDeviceTotalMem(self.handle), "cuDeviceTotalMem")
+
+    @property
+    def arch(self) -> str:
+        """'sm_90' style architecture name, for compilers."""
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    def make_current(self) -> None:
+        check(self._drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    def create_stream(self):
+        return check(self._drv.cuStreamCreate(self._drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+
+    def create_event(self, timing: bool = True):
+        flags = 0 if timing else self._drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        return check(self._drv.cuEventCreate(flags), "cuEventCreate")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            check(self._drv.cuDevicePrimaryCtxRelease(self.handle), "cuDevicePrimaryCtxRelease")
+
+    def __repr__(self) -> str:
+        return f"<Device {self.ordinal}: {self.name} ({self.arch})>"
+
+
+def versions() -> dict[str, str]:
+    """Versions of the CUDA Python stack as installed."""
+    out = {}
+    for dist in ("cuda-bindings", "cuda-core", "cupy-cuda13x", "nvmath-python", "nvidia-cuda-nvrtc",
+                 "reactivex", "watchdog", "numpy"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def device_info() -> dict:
+    """Driver, devices and stack versions; ``error`` says why there is no device. Never raises."""
+    info: dict = {"versions": versions()}
+    try:
+        drv = require_driver()
+    except NoDeviceError as e:
+        info["error"] = e.reason
+        return info
+    v = check(drv.cuDriverGetVersion(), "cuDriverGetVersion")
+    info["driver_cuda"] = f"{v // 1000}.{(v % 1000) // 10}"
+    devices = []
+    for i in range(check(drv.cuDeviceGetCount(), "cuDeviceGetCount")):
+        h = check(drv.cuDeviceGet(i), "cuDeviceGet")
+        a = drv.CUdevice_attribute
+        name = check(drv.cuDeviceGetName(256, h), "cuDeviceGetName").split(b"\0")[0].decode()
+        ma = check(drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, h), "attr")
+        mi = check(drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, h), "attr")
+        mem = check(drv.cuDeviceTotalMem(h), "cuDeviceTotalMem")
+        devices.append({"ordinal": i, "name": name, "compute_capability": f"{ma}.{mi}",
+                        "memory_gib": round(mem / 2**30, 1)})
+    info["devices"] = devices
+    return info

@@ -1,0 +1,267 @@
+"""The compiled graph: build a GraphPlan into a CUDA graph, instantiate, launch, update in place.
+
+Every kernel node keeps its arguments in one persistent native buffer with a pointer array into it
+(what the driver reads at add/update time). A hot update writes the new value into that buffer through a
+typed NumPy view made at build time and calls cuGraphExecKernelNodeSetParams once per touched node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from .. import _dtypes
+from .._errors import CudaError
+from ._describe import CaptureArgs, Launch
+from ._driver import check, drv
+from ._plan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, MemsetNodePlan, ScalarArg
+
+
+class KernelNode:
+    """Driver-side state of one kernel node: node handle, params struct, argument storage and views."""
+
+    __slots__ = ("plan", "handle", "params", "storage", "ptrs", "views", "buffer_args")
+
+    def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int]):
+        self.plan = plan
+        sizes = [8 if isinstance(a, BufferArg) else max(a.size, 1) for a in plan.args]
+        offsets, off = [], 0
+        for s in sizes:
+            offsets.append(off)
+            off += -(-s // 8) * 8
+        # uint64 backing keeps every slot 8-byte aligned
+        self.storage = np.zeros(max(off // 8, 1), dtype=np.uint64).view(np.uint8)
+        base = self.storage.ctypes.data
+        self.ptrs = np.array([base + o for o in offsets], dtype=np.uint64)
+        self.views = []
+        self.buffer_args: dict[int, list[int]] = {}
+        for i, (a, o, s) in enumerate(zip(plan.args, offsets, sizes, strict=True)):
+            if isinstance(a, BufferArg):
+                view = self.storage[o:o + 8].view(np.uint64)
+                view[0] = pointers[a.buffer]
+                self.buffer_args.setdefault(a.buffer, []).append(i)
+            else:
+                dt = _dtypes.to_numpy(a.dtype) if a.dtype else None
+                if dt is None or dt.itemsize != s:
+                    dt = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(s, np.uint8)
+                view = self.storage[o:o + s].view(dt)
+                view[0] = a.value
+            self.views.append(view)
+        p = drv.CUDA_KERNEL_NODE_PARAMS()
+        p.func = function
+        la = plan.launch
+        p.gridDimX, p.gridDimY, p.gridDimZ = la.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = la.block
+        p.sharedMemBytes = la.shared_mem
+        p.kernelParams = int(self.ptrs.ctypes.data) if plan.args else 0
+        self.params = p
+        self.handle = None
+
+    def set_launch(self, la: Launch) -> None:
+        p = self.params
+        p.gridDimX, p.gridDimY, p.gridDimZ = la.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = la.block
+        p.sharedMemBytes = la.shared_mem
+
+
+class CallNode:
+    """A captured library call: a child graph node and what is needed to capture it again."""
+
+    __slots__ = ("plan", "handle", "child", "args")
+
+    def __init__(self, plan: CallNodePlan, child, args: CaptureArgs):
+        self.plan = plan
+        self.child = child
+        self.args = args
+        self.handle = None
+
+
+class MemsetNode:
+    __slots__ = ("plan", "handle", "params")
+
+    def __init__(self, plan: MemsetNodePlan, ptr: int):
+        self.plan = plan
+        p = drv.CUDA_MEMSET_NODE_PARAMS()
+        p.dst = ptr
+        p.value = plan.value
+        p.elementSize = 4
+        p.width = plan.count
+        p.height = 1
+        p.pitch = 0
+        self.params = p
+        self.handle = None
+
+
+Capture = Callable[[CallNodePlan, Mapping[int, int]], tuple[object, CaptureArgs]]
+
+
+def capture_graph(stream, record: Callable[[CaptureArgs], None], args: CaptureArgs):
+    """Capture what ``record`` issues on ``stream`` into a new CUDA graph (thread-local capture mode)."""
+    mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    check(drv.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+    try:
+        record(args)
+    except BaseException:
+        err, g = drv.cuStreamEndCapture(stream)
+        if not err and g is not None:
+            drv.cuGraphDestroy(g)
+        raise
+    graph = check(drv.cuStreamEndCapture(stream), "cuStreamEndCapture")
+    _refuse_memory_nodes(graph)
+    return graph
+
+
+def _refuse_memory_nodes(graph) -> None:
+    nodes, count = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
+    if not count:
+        return
+    nodes, _ = check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
+    t = drv.CUgraphNodeType
+    for n in nodes:
+        kind = check(drv.cuGraphNodeGetType(n), "cuGraphNodeGetType")
+        if kind in (t.CU_GRAPH_NODE_TYPE_MEM_ALLOC, t.CU_GRAPH_NODE_TYPE_MEM_FREE):
+            drv.cuGraphDestroy(graph)
+            raise CudaError("capture", "MEMORY_NODE_IN_CAPTURE",
+                            "the captured library call allocates memory inside the graph, which a child graph "
+                            "node cannot hold; give the library a preallocated workspace before capture")
+
+
+class CompiledGraph:
+    """An instantiated CUDA graph built from a plan, with in-place update operations.
+
+    Updates are staged (``set_*``) and applied with one exec-node update per touched node (``flush``).
+    """
+
+    def __init__(self, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
+                 ctx, capture: Capture | None = None):
+        self.plan = plan
+        self.pointers = dict(pointers)
+        self.nodes: list = []
+        self.graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
+        self.exec = None
+        self._dirty: set[int] = set()
+        try:
+            for n in plan.nodes:
+                deps = [self.nodes[d].handle for d in plan.deps[n.id]]
+                if isinstance(n, KernelNodePlan):
+                    node = KernelNode(n, functions[n.code_key], pointers)
+                    node.handle = check(drv.cuGraphAddKernelNode(self.graph, deps, len(deps), node.params),
+                                        f"cuGraphAddKernelNode ({n.label})")
+                elif isinstance(n, MemsetNodePlan):
+                    node = MemsetNode(n, pointers[n.buffer])
+                    node.handle = check(drv.cuGraphAddMemsetNode(self.graph, deps, len(deps), node.params, ctx),
+                                        f"cuGraphAddMemsetNode ({n.label})")
+                else:
+                    if capture is None:
+                        raise RuntimeError("this graph has library calls but no capture function was given")
+                    child, args = capture(n, pointers)
+                    node = CallNode(n, child, args)
+                    node.handle = check(drv.cuGraphAddChildGraphNode(self.graph, deps, len(deps), child),
+                                        f"cuGraphAddChildGraphNode ({n.label})")
+                self.nodes.append(node)
+        except BaseException:
+            self._destroy_graphs()
+            raise
+
+        # (block, parameter) -> [(node id, typed view)]: the hot path writes through these
+        self.scalar_views: dict[tuple[int, str], list] = {}
+        for key, slots in plan.slots.items():
+            self.scalar_views[key] = [(nid, self.nodes[nid].views[arg]) for nid, arg in slots]
+
+    def instantiate(self) -> None:
+        try:
+            self.exec = check(drv.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate")
+        except BaseException:
+            self._destroy_graphs()
+            raise
+
+    def adopt_exec(self, old: CompiledGraph) -> bool:
+        """Take over ``old``'s executable graph through cuGraphExecUpdate when the topology is the same.
+
+        On success this graph uses old's exec and old's node handles (exec-node updates must name nodes of
+        the graph the exec was instantiated from) and old must not destroy them. Returns False if the
+        driver refuses, leaving both graphs as they were.
+        """
+        if old.exec is None or old.plan.topology() != self.plan.topology():
+            return False
+        err, _info = drv.cuGraphExecUpdate(old.exec, self.graph)
+        if err:
+            return False
+        for mine, theirs in zip(self.nodes, old.nodes, strict=True):
+            mine.handle = theirs.handle
+        check(drv.cuGraphDestroy(self.graph), "cuGraphDestroy")
+        self.graph, old.graph = old.graph, None
+        self.exec, old.exec = old.exec, None
+        return True
+
+    # -- per frame -------------------------------------------------------------------------------------
+    def launch(self, stream) -> None:
+        err, = drv.cuGraphLaunch(self.exec, stream)
+        if err:
+            check((err,), "cuGraphLaunch")
+
+    # -- staged updates --------------------------------------------------------------------------------
+    def set_scalar(self, node_id: int, arg: int, value) -> None:
+        self.nodes[node_id].views[arg][0] = value
+        self._dirty.add(node_id)
+
+    def set_buffer(self, buffer_id: int, ptr: int) -> None:
+        """Point every argument that uses a buffer at new memory (a warm rebind)."""
+        self.pointers[buffer_id] = ptr
+        for nid, node in enumerate(self.nodes):
+            if isinstance(node, KernelNode):
+                for i in node.buffer_args.get(buffer_id, ()):
+                    node.views[i][0] = ptr
+                    self._dirty.add(nid)
+            elif isinstance(node, MemsetNode) and node.plan.buffer == buffer_id:
+                node.params.dst = ptr
+                check(drv.cuGraphExecMemsetNodeSetParams(self.exec, node.handle, node.params, None),
+                      "cuGraphExecMemsetNodeSetParams")
+
+    def set_launch(self, node_id: int, launch: Launch) -> None:
+        self.nodes[node_id].set_launch(launch)
+        self._dirty.add(node_id)
+
+    def set_function(self, node_id: int, function) -> None:
+        self.nodes[node_id].params.func = function
+        self._dirty.add(node_id)
+
+    def flush(self) -> None:
+        """Apply staged kernel-node changes: one cuGraphExecKernelNodeSetParams per touched node."""
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, set()
+        for nid in sorted(dirty):
+            node = self.nodes[nid]
+            err, = drv.cuGraphExecKernelNodeSetParams(self.exec, node.handle, node.params)
+            if err:
+                check((err,), f"cuGraphExecKernelNodeSetParams ({node.plan.label})")
+
+    def recapture(self, node_id: int, capture: Capture) -> None:
+        node: CallNode = self.nodes[node_id]
+        child, args = capture(node.plan, self.pointers)
+        try:
+            check(drv.cuGraphExecChildGraphNodeSetParams(self.exec, node.handle, child),
+                  f"cuGraphExecChildGraphNodeSetParams ({node.plan.label})")
+        except BaseException:
+            drv.cuGraphDestroy(child)
+            raise
+        drv.cuGraphDestroy(node.child)
+        node.child, node.args = child, args
+
+    # -- lifetime --------------------------------------------------------------------------------------
+    def _destroy_graphs(self) -> None:
+        for node in self.nodes:
+            if isinstance(node, CallNode) and node.child is not None:
+                drv.cuGraphDestroy(node.child)
+                node.child = None
+        if self.graph is not None:
+            drv.cuGraphDestroy(self.graph)
+            self.graph = None
+
+    def close(self) -> None:
+        if self.exec is not None:
+            drv.cuGraphExecDestroy(self.exec)
+            self.exec = None
+        self._destroy_graphs()

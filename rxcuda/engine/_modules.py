@@ -1,0 +1,96 @@
+"""Loading kernel code into the context: modules cached by content, signatures checked against the kernel."""
+
+from __future__ import annotations
+
+import attrs
+
+from .._errors import CudaError, KernelFileError
+from ._describe import KernelCode
+from ._driver import check, drv
+
+_STATIC_SHARED_LIMIT = 48 * 1024
+
+
+@attrs.define(eq=False)
+class LoadedKernel:
+    code: KernelCode
+    module: object
+    function: object  # CUfunction
+
+
+class ModuleCache:
+    """Loaded modules keyed by KernelCode.key; ``prune`` unloads what the current graph no longer uses."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, LoadedKernel] = {}
+        self.loads = 0
+        self.hits = 0
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._loaded
+
+    def keys(self) -> frozenset[str]:
+        return frozenset(self._loaded)
+
+    def load(self, code: KernelCode) -> LoadedKernel:
+        hit = self._loaded.get(code.key)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        image = code.image
+        if code.format == "ptx" and not image.endswith(b"\0"):
+            image = image + b"\0"
+        try:
+            module = check(drv.cuModuleLoadData(image), "cuModuleLoadData")
+        except CudaError as e:
+            raise KernelFileError(f"{code.origin}: the driver could not load this {code.format} "
+                                  f"({e.name}: {e.explanation}); rebuild it for this GPU or toolkit",
+                                  path=code.origin) from e
+        try:
+            function = check(drv.cuModuleGetFunction(module, code.entry.encode()), "cuModuleGetFunction")
+        except CudaError as e:
+            drv.cuModuleUnload(module)
+            raise KernelFileError(f"{code.origin}: no kernel '{code.entry}' in the loaded module ({e.name}); "
+                                  "check the sidecar's 'entry' (a C++ kernel needs extern \"C\" or its mangled "
+                                  "name)", path=code.origin) from e
+        try:
+            _check_params(code, function)
+            if code.shared_mem > _STATIC_SHARED_LIMIT:
+                attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                check(drv.cuFuncSetAttribute(function, attr, code.shared_mem), "cuFuncSetAttribute")
+        except Exception:
+            drv.cuModuleUnload(module)
+            raise
+        loaded = LoadedKernel(code, module, function)
+        self._loaded[code.key] = loaded
+        self.loads += 1
+        return loaded
+
+    def prune(self, keep: frozenset[str] | set[str]) -> int:
+        """Unload every module whose key is not in ``keep``; returns how many were unloaded."""
+        gone = [k for k in self._loaded if k not in keep]
+        for k in gone:
+            check(drv.cuModuleUnload(self._loaded.pop(k).module), "cuModuleUnload")
+        return len(gone)
+
+    def close(self) -> None:
+        self.prune(frozenset())
+
+
+def _check_params(code: KernelCode, function) -> None:
+    """The signature we were told must match the kernel's real parameter layout, one by one."""
+    params = code.signature.params
+    for i, p in enumerate(params):
+        err, _offset, size = drv.cuFuncGetParamInfo(function, i)
+        if err:
+            raise KernelFileError(f"{code.origin}: the description lists {len(params)} parameters but kernel "
+                                  f"'{code.entry}' has only {i}; parameter {i} ('{p.name}') does not exist — "
+                                  "fix the sidecar", path=code.origin)
+        if size != p.size:
+            raise KernelFileError(f"{code.origin}: parameter {i} ('{p.name}') is described as {p.describe()} "
+                                  f"({p.size} bytes) but kernel '{code.entry}' takes {size} bytes there — fix "
+                                  "the sidecar", path=code.origin)
+    err, _o, _s = drv.cuFuncGetParamInfo(function, len(params))
+    if not err:
+        raise KernelFileError(f"{code.origin}: kernel '{code.entry}' takes more than the {len(params)} parameters "
+                              "described; add the missing ones to the sidecar", path=code.origin)

@@ -1,0 +1,255 @@
+"""Loading a kernel file (``.ptx``, ``.cubin``, ``.fatbin``) and its JSON sidecar into a :class:`KernelCode`.
+
+The kernel's real parameters come from the code itself: the ``.entry`` list of a PTX file, or the
+``EIATTR_KPARAM_INFO`` records of a cubin's ``.nv.info.<entry>`` section (the same records the driver's
+``cuFuncGetParamInfo`` reads). The sidecar ``<stem>.json`` beside the file adds names and meaning and is
+checked against them. Only a fatbin whose cubins are compressed (or absent) cannot be read without the
+driver; it then needs a sidecar with ``params``, and the engine should check those against
+``Kernel.arguments_info`` once the module is loaded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import struct
+from pathlib import Path
+
+from .._errors import KernelFileError
+from ..engine._describe import CodeFormat, KernelCode, KernelParam, KernelSignature
+from ._ptx import parse_ptx, signature_from_ptx
+from ._sidecar import Sidecar, merge, read_sidecar
+
+_FORMATS: dict[str, CodeFormat] = {".ptx": "ptx", ".cubin": "cubin", ".fatbin": "fatbin"}
+
+
+def find_sidecar(path: str | Path) -> Path | None:
+    """The sidecar ``<stem>.json`` beside a kernel file, or ``None`` when there is none."""
+    candidate = Path(path).with_suffix(".json")
+    return candidate if candidate.is_file() else None
+
+
+def load_kernel_file(path: str | Path, entry: str | None = None) -> KernelCode:
+    """Load one entry point of a ``.ptx``/``.cubin``/``.fatbin`` file, with its sidecar if there is one.
+
+    The entry is the sidecar's ``entry``, else ``entry``, else the file's only entry point; asking for an
+    entry other than the sidecar's is an error (its parameters would not match). ``block_size`` and
+    ``shared_mem`` come from the sidecar (256 and 0 without one).
+
+    >>> code = load_kernel_file("kernels/vector_add.ptx")
+    >>> [p.describe() for p in code.signature.params]
+    ['f32* a (in)', 'f32* b (in)', 'f32* out (out)', 'i32 n']
+
+    Raises :class:`KernelFileError` (``.path`` set) when the file is missing or malformed, the entry is
+    ambiguous or absent, or the sidecar disagrees with the kernel.
+    """
+    path = Path(path)
+    fmt = _FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        hint = " (a .cu source is compiled at run time, not loaded as a file)" if path.suffix == ".cu" else ""
+        kind = path.suffix or "(none)"
+        raise KernelFileError(
+            f"{path}: unsupported kernel file type {kind!r}{hint}; use .ptx, .cubin or .fatbin",
+            path=str(path),
+        )
+    image = _read(path)
+    sidecar_path = find_sidecar(path)
+    sidecar = read_sidecar(sidecar_path) if sidecar_path else None
+    if fmt == "ptx":
+        signature = _ptx_signature(path, image, sidecar, entry)
+    else:
+        signature = _binary_signature(path, image, fmt, sidecar, entry)
+    return KernelCode(
+        entry=signature.entry,
+        image=image,
+        format=fmt,
+        signature=signature,
+        origin=str(path),
+        block_size=sidecar.block_size if sidecar else 256,
+        shared_mem=sidecar.shared_mem if sidecar else 0,
+    )
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise KernelFileError(_missing_message(path), path=str(path)) from None
+    except IsADirectoryError:
+        raise KernelFileError(f"{path}: is a folder, not a kernel file", path=str(path)) from None
+    except OSError as e:
+        raise KernelFileError(f"{path}: cannot read: {e.strerror or e}", path=str(path)) from None
+
+
+def _missing_message(path: Path) -> str:
+    folder = path.parent
+    if not folder.is_dir():
+        return f"{path}: no such file (the folder {folder} does not exist)"
+    names = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in _FORMATS)
+    msg = f"{path}: no such file"
+    close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.6)
+    if close:
+        msg += f"; did you mean {', '.join(close)}?"
+    source = path.with_suffix(".cu")
+    if source.is_file():
+        msg += f" ({source.name} is there: build it with nvcc -ptx -arch=compute_75 {source.name})"
+    return msg
+
+
+def _choose_entry(path: Path, names: list[str], sidecar: Sidecar | None, entry: str | None) -> str:
+    if sidecar is not None and sidecar.entry is not None:
+        if entry is not None and entry != sidecar.entry:
+            raise KernelFileError(
+                f"{path}: entry '{entry}' was asked for, but the sidecar {sidecar.path} describes "
+                f"'{sidecar.entry}'; load '{sidecar.entry}', or give '{entry}' a kernel file of its own",
+                path=str(path),
+            )
+        return sidecar.entry
+    if entry is not None:
+        return entry
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise KernelFileError(f"{path}: the file has no kernel entry point (no __global__ function)",
+                              path=str(path))
+    raise KernelFileError(
+        f"{path}: the file has {len(names)} entry points ({', '.join(names)}); pass entry=... or set "
+        "'entry' in the sidecar",
+        path=str(path),
+    )
+
+
+def _ptx_signature(path: Path, image: bytes, sidecar: Sidecar | None, entry: str | None) -> KernelSignature:
+    try:
+        text = image.decode("utf-8")
+    except UnicodeDecodeError:
+        raise KernelFileError(f"{path}: not a text file; a .ptx file is PTX assembly text",
+                              path=str(path)) from None
+    names = list(parse_ptx(text, str(path)))
+    chosen = _choose_entry(path, names, sidecar, entry)
+    signature = signature_from_ptx(text, chosen, str(path))
+    return merge(sidecar, signature) if sidecar else signature
+
+
+def _binary_signature(
+    path: Path, image: bytes, fmt: CodeFormat, sidecar: Sidecar | None, entry: str | None
+) -> KernelSignature:
+    kernels = cubin_params(image) if fmt == "cubin" else fatbin_params(image)
+    if kernels is None:
+        raise KernelFileError(f"{path}: not a cubin (no 64-bit ELF header); build it with nvcc -cubin",
+                              path=str(path))
+    names = list(kernels)
+    chosen = _choose_entry(path, names, sidecar, entry) if names else None
+    if chosen is not None and chosen not in kernels:
+        raise KernelFileError(f"{path}: no entry '{chosen}'; entries: {', '.join(names)}", path=str(path))
+    sizes = kernels.get(chosen) if chosen is not None else None
+    if sizes is None:
+        # A compressed fatbin (or records we cannot read): only the driver can tell the parameters.
+        if sidecar is None or sidecar.params is None:
+            raise KernelFileError(
+                f"{path}: the kernel parameters in this {fmt} cannot be read without loading it (it is "
+                f"compressed, or holds only PTX); write a sidecar {path.stem}.json with 'entry' and "
+                "'params', or load the .ptx or .cubin instead",
+                path=str(path),
+            )
+        chosen = chosen or entry or sidecar.entry
+        if chosen is None:
+            raise KernelFileError(f"{path}: cannot list the entry points of this {fmt}; set 'entry' in the "
+                                  "sidecar or pass entry=...", path=str(path))
+        return sidecar.signature(chosen)
+    signature = _signature_from_sizes(chosen, sizes)
+    return merge(sidecar, signature) if sidecar else signature
+
+
+def _signature_from_sizes(entry: str, sizes: tuple[int, ...]) -> KernelSignature:
+    # Read as PTX is read: 8 bytes may be a pointer; anything else is a value of unknown type.
+    out = []
+    for i, size in enumerate(sizes):
+        if size == 8:
+            out.append(KernelParam(name=f"arg{i}", kind="pointer", size=8, direction="inout", align=8))
+        else:
+            align = size if size in (1, 2, 4) else 0  # 0: unknown (a struct's alignment is not recorded)
+            out.append(KernelParam(name=f"arg{i}", kind="scalar", size=size, align=align))
+    return KernelSignature(entry=entry, params=tuple(out))
+
+
+# --- cubin (ELF) -----------------------------------------------------------------------------------------
+# .nv.info.<entry> holds records: u8 format, u8 attribute, then a value. Format 4 (EIFMT_SVAL) is followed
+# by a u16 length; attribute 0x17 (EIATTR_KPARAM_INFO) is one per parameter: u32 index, u16 ordinal,
+# u16 offset, u32 flags with the size in bits 18..31. The layout is NVIDIA's, undocumented but stable
+# (cuobjdump -elf prints it); anything unexpected makes the kernel "unreadable", never misread.
+_EIFMT_NVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 3, 4
+_EIATTR_KPARAM_INFO = 0x17
+
+
+def cubin_params(image: bytes) -> dict[str, tuple[int, ...] | None] | None:
+    """Each kernel of a cubin mapped to its parameter sizes in order (``None`` for a kernel whose records
+    cannot be read); ``None`` if the image is not a 64-bit ELF file."""
+    sections = _elf_sections(image)
+    if sections is None:
+        return None
+    kernels: dict[str, tuple[int, ...] | None] = {}
+    for name, data in sections.items():
+        # Every kernel has .nv.info.<name> (even one without parameters); device functions have none.
+        entry = name[len(".nv.info.") :]
+        if name.startswith(".nv.info.") and ".text." + entry in sections:
+            kernels[entry] = _kparam_sizes(data)
+    return kernels
+
+
+def fatbin_params(image: bytes) -> dict[str, tuple[int, ...] | None]:
+    """The kernels of every uncompressed cubin inside a fatbin (empty when all are compressed)."""
+    kernels: dict[str, tuple[int, ...] | None] = {}
+    start = image.find(b"\x7fELF")
+    while start >= 0:
+        for name, sizes in (cubin_params(image[start:]) or {}).items():
+            if kernels.get(name) is None:
+                kernels[name] = sizes
+        start = image.find(b"\x7fELF", start + 4)
+    return kernels
+
+
+def _elf_sections(image: bytes) -> dict[str, bytes] | None:
+    if len(image) < 64 or image[:4] != b"\x7fELF" or image[4] != 2 or image[5] != 1:
+        return None  # not a 64-bit little-endian ELF
+    try:
+        shoff = struct.unpack_from("<Q", image, 0x28)[0]
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 0x3A)
+        headers = []
+        for i in range(shnum):
+            name, _typ, _flags, _addr, off, size = struct.unpack_from("<IIQQQQ", image, shoff + i * shentsize)
+            headers.append((name, off, size))
+        str_off = headers[shstrndx][1]
+        sections = {}
+        for name_off, off, size in headers:
+            end = image.index(b"\0", str_off + name_off)
+            sections[image[str_off + name_off : end].decode("ascii", "replace")] = image[off : off + size]
+        return sections
+    except (struct.error, IndexError, ValueError):
+        return None
+
+
+def _kparam_sizes(info: bytes) -> tuple[int, ...] | None:
+    """Parameter sizes from one .nv.info.<entry> section, by ordinal; ``None`` if it cannot be read."""
+    by_ordinal: dict[int, int] = {}
+    i = 0
+    while i + 2 <= len(info):
+        fmt, attr = info[i], info[i + 1]
+        if fmt == _EIFMT_SVAL:
+            if i + 4 > len(info):
+                return None
+            (length,) = struct.unpack_from("<H", info, i + 2)
+            if attr == _EIATTR_KPARAM_INFO:
+                if length < 12 or i + 4 + length > len(info):
+                    return None
+                _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", info, i + 4)
+                by_ordinal[ordinal] = (flags >> 18) & 0x3FFF
+            i += 4 + length
+        elif fmt == _EIFMT_HVAL:
+            i += 4
+        elif fmt == _EIFMT_NVAL:
+            i += 2
+        else:
+            return None  # a record format we do not know the length of: stop rather than misread
+    if sorted(by_ordinal) != list(range(len(by_ordinal))):
+        return None
+    return tuple(by_ordinal[k] for k in range(len(by_ordinal)))

@@ -1,0 +1,51 @@
+"""Streams: every change to a running pipeline is an Observable of typed events, coalesced into plans.
+
+Producers (parameter bindings, file watchers, structure edits) emit from any thread; their events are
+folded into a :class:`PendingPlan` under a lock in O(1), and the engine drains one :class:`UpdatePlan`
+per frame, applying its tiers highest first (Structure > Code > Recapture > Parameters).
+"""
+
+from ._bind import bind_parameter
+from ._coalesce import PendingPlan, UpdatePlan
+from ._events import (
+    BlockAdded,
+    BlockChanged,
+    BlockRemoved,
+    ChangeEvent,
+    CodeChanged,
+    Connected,
+    Disconnected,
+    FileChanged,
+    LaunchChanged,
+    ParameterChanged,
+    PortRebound,
+    RecaptureRequested,
+    Tier,
+)
+from ._files import DEFAULT_PATTERNS, watch_files
+from ._operators import coalesce_into, debounce_by_content, file_digest, sample_every
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "BlockAdded",
+    "BlockChanged",
+    "BlockRemoved",
+    "ChangeEvent",
+    "CodeChanged",
+    "Connected",
+    "Disconnected",
+    "FileChanged",
+    "LaunchChanged",
+    "ParameterChanged",
+    "PendingPlan",
+    "PortRebound",
+    "RecaptureRequested",
+    "Tier",
+    "UpdatePlan",
+    "bind_parameter",
+    "coalesce_into",
+    "debounce_by_content",
+    "file_digest",
+    "sample_every",
+    "watch_files",
+]

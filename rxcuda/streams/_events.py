@@ -1,0 +1,129 @@
+"""Typed change events. Every change to a running pipeline is one of these, whatever thread made it.
+
+Each event knows its update tier. The tiers, cheapest last:
+
+- ``STRUCTURE``: a block or connection added or removed, a kernel signature changed -> rebuild the graph
+- ``CODE``: a kernel's code changed with the same signature -> swap the function in the exec node
+- ``RECAPTURE``: a library call's non-device parameters changed -> capture it again
+- ``PARAMETERS``: a scalar value, a rebound buffer, a launch geometry -> patch the exec node's arguments
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from ..engine._describe import KernelCode, Launch, PortRef
+
+
+class Tier(enum.IntEnum):
+    """Update tiers; a higher value wins and subsumes lower ones."""
+
+    PARAMETERS = 0
+    RECAPTURE = 1
+    CODE = 2
+    STRUCTURE = 3
+
+
+@attrs.frozen
+class ParameterChanged:
+    """A block's scalar parameter got a new value."""
+
+    block: int
+    name: str
+    value: Any
+    tier = Tier.PARAMETERS
+
+
+@attrs.frozen(eq=False)
+class PortRebound:
+    """A port was bound to another user array (same dtype and size: no rebuild)."""
+
+    block: int
+    port: str
+    array: Any = attrs.field(repr=False)
+    tier = Tier.PARAMETERS
+
+
+@attrs.frozen
+class LaunchChanged:
+    """A kernel's grid, block or shared memory changed."""
+
+    block: int
+    kernel: str
+    launch: Launch
+    tier = Tier.PARAMETERS
+
+
+@attrs.frozen
+class RecaptureRequested:
+    """A library call must be captured again (its plan-level parameters changed)."""
+
+    block: int
+    call: str
+    tier = Tier.RECAPTURE
+
+
+@attrs.frozen
+class CodeChanged:
+    """A kernel got new code with the same signature."""
+
+    block: int
+    kernel: str
+    code: KernelCode
+    tier = Tier.CODE
+
+
+@attrs.frozen
+class BlockAdded:
+    block: int
+    name: str
+    tier = Tier.STRUCTURE
+
+
+@attrs.frozen
+class BlockRemoved:
+    block: int
+    name: str
+    tier = Tier.STRUCTURE
+
+
+@attrs.frozen
+class BlockChanged:
+    """A block's description changed in a way that needs a rebuild (ports, a kernel signature)."""
+
+    block: int
+    name: str
+    reason: str = ""
+    tier = Tier.STRUCTURE
+
+
+@attrs.frozen
+class Connected:
+    src: PortRef
+    dst: PortRef
+    tier = Tier.STRUCTURE
+
+
+@attrs.frozen
+class Disconnected:
+    src: PortRef
+    dst: PortRef
+    tier = Tier.STRUCTURE
+
+
+@attrs.frozen
+class FileChanged:
+    """A watched file's content changed (deduplicated by content digest)."""
+
+    path: str
+    digest: str
+
+
+ChangeEvent = (
+    ParameterChanged | PortRebound | LaunchChanged | RecaptureRequested | CodeChanged | BlockAdded
+    | BlockRemoved | BlockChanged | Connected | Disconnected
+)
+STRUCTURE_EVENTS = (BlockAdded, BlockRemoved, BlockChanged, Connected, Disconnected)

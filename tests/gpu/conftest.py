@@ -1,0 +1,39 @@
+"""GPU tests: skipped, with the reason, where no CUDA device is usable."""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from rxcuda.engine._driver import probe
+
+KERNELS = pathlib.Path(__file__).resolve().parents[2] / "kernels"
+
+_ok, _why = probe()
+
+
+def pytest_collection_modifyitems(config, items):
+    if _ok:
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA device: {_why}")
+    for item in items:
+        if "tests/gpu" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def engine():
+    import rxcuda
+
+    with rxcuda.Engine() as e:
+        yield e
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+@pytest.fixture
+def kernels():
+    return KERNELS
