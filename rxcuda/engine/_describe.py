@@ -121,7 +121,8 @@ class KernelCode:
     """Loadable code for one entry point: a PTX/cubin/fatbin image plus its signature.
 
     ``key`` identifies the content (image and entry) for the module cache; ``origin`` names where it came
-    from (a path, or a label for generated code) for messages.
+    from (a path, or a label for generated code) for messages. ``items_per_thread`` > 1 (composed
+    elementwise kernels) means a launch for n elements needs only ceil(n / items_per_thread) threads.
     """
 
     entry: str
@@ -132,6 +133,7 @@ class KernelCode:
     block_size: int = 256
     shared_mem: int = 0
     key: str = attrs.field(default="")
+    items_per_thread: int = 1  # elements each thread handles: launch ceil(n / items_per_thread) threads
 
     def __attrs_post_init__(self):
         if self.format not in ("ptx", "cubin", "fatbin"):

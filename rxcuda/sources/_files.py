@@ -177,7 +177,7 @@ def _signature_from_sizes(entry: str, sizes: tuple[int, ...]) -> KernelSignature
 # by a u16 length; attribute 0x17 (EIATTR_KPARAM_INFO) is one per parameter: u32 index, u16 ordinal,
 # u16 offset, u32 flags with the size in bits 18..31. The layout is NVIDIA's, undocumented but stable
 # (cuobjdump -elf prints it); anything unexpected makes the kernel "unreadable", never misread.
-_EIFMT_NVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 3, 4
+_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 _EIATTR_KPARAM_INFO = 0x17
 
 
@@ -244,10 +244,8 @@ def _kparam_sizes(info: bytes) -> tuple[int, ...] | None:
                 _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", info, i + 4)
                 by_ordinal[ordinal] = (flags >> 18) & 0x3FFF
             i += 4 + length
-        elif fmt == _EIFMT_HVAL:
-            i += 4
-        elif fmt == _EIFMT_NVAL:
-            i += 2
+        elif fmt in (_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL):
+            i += 4  # fixed-size records are 4 bytes (format, attribute, 2 value/pad bytes)
         else:
             return None  # a record format we do not know the length of: stop rather than misread
     if sorted(by_ordinal) != list(range(len(by_ordinal))):

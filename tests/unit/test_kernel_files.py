@@ -253,7 +253,12 @@ def test_cubin_params_from_nv_info():
 
 
 def test_cubin_with_unknown_record_format_is_unreadable_not_misread():
-    assert cubin_params(fake_cubin({"k": (8, 4)}, extra_info=b"\x02\x10\x00")) == {"k": None}
+    assert cubin_params(fake_cubin({"k": (8, 4)}, extra_info=b"\x07\x10\x00\x00")) == {"k": None}
+
+
+def test_cubin_bval_records_are_four_bytes():
+    # NVRTC 13.5 ends .nv.info.<kernel> with a 4-byte EIFMT_BVAL (0x02) record
+    assert cubin_params(fake_cubin({"k": (8, 4)}, extra_info=b"\x02\x10\x01\x00")) == {"k": (8, 4)}
 
 
 def test_not_an_elf():

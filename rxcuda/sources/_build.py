@@ -1,0 +1,424 @@
+"""``rxcuda kernels build [DIR]``: rebuild a kernels folder from its sources, with sidecars.
+
+For each ``*.cu`` in the folder (sorted by name):
+
+* ``<stem>.ptx``: ``nvcc -ptx -arch=compute_75`` where nvcc is on PATH (CUDA 13 dropped Volta; compute_75
+  PTX JITs on Turing and every newer GPU), NVRTC with the same target otherwise (NVRTC's PTX carries its
+  own ISA version, which a driver older than that NVRTC cannot JIT - prefer nvcc, or cubins);
+* ``<stem>.cubin`` for ``cubin_arch`` (``--cubin sm_90``), when asked;
+* ``<stem>.json``, the sidecar: entry, parameter names, types and directions read from the
+  ``extern "C" __global__`` declaration (``_nvrtc.parse_declarations``: ``const T*`` is ``in``, ``T*``
+  ``out``, ``RX_INOUT``/``/*inout*/`` and friends say otherwise; ``RX_DEFAULT(v)``/``/*= v*/`` and
+  ``RX_SIZE``/``/*size*/`` give scalar defaults). What the source does not say explicitly is kept from
+  an existing sidecar (a default written by hand, an ``append`` pair, ``block_size``), so rebuilding an
+  unchanged folder reproduces its sidecars byte for byte. Sidecars are written in one canonical layout
+  (fixed key order, two-space indent, one parameter per line, trailing newline) and validated with the
+  sidecar parser before they are written. A source with several kernels gets no sidecar (one entry per
+  sidecar); split it to get one.
+
+Where triton is importable, ``<stem>.triton.py`` files build to PTX + sidecar too (see
+:func:`build_triton`); without triton they are skipped with a note.
+
+Outputs are only rewritten when their bytes change, so file watchers see real changes only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._errors import CompileError, KernelFileError
+from ._nvrtc import (
+    ANNOTATION_FLAGS,
+    KernelDeclaration,
+    cache_info,
+    compile_module,
+    parse_declarations,
+)
+from ._nvrtc import (
+    clear_cache as _clear_nvrtc_cache,
+)
+
+PTX_ARCH = "compute_75"
+_TOP_ORDER = ("entry", "block_size", "shared_mem", "params", "append")
+_PARAM_ORDER = ("name", "type", "direction", "default")
+
+
+def _say(verbose: bool, message: str) -> None:
+    if verbose:
+        print(message)
+
+
+def find_nvcc() -> str | None:
+    """Path of nvcc (PATH, then ``$CUDA_HOME/bin``), or ``None``."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(env)
+        if root and (Path(root) / "bin" / "nvcc").is_file():
+            return str(Path(root) / "bin" / "nvcc")
+    return None
+
+
+def _write_if_changed(path: Path, data: bytes) -> bool:
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return True
+
+
+def _nvcc(nvcc: str, src: Path, out: Path, mode: str, arch: str) -> bytes:
+    cmd = [nvcc, f"-{mode}", f"-arch={arch}", *ANNOTATION_FLAGS, src.name, "-o", out.name + ".nvcc"]
+    proc = subprocess.run(cmd, cwd=src.parent, capture_output=True, text=True)
+    produced = out.with_name(out.name + ".nvcc")
+    if proc.returncode != 0:
+        produced.unlink(missing_ok=True)
+        from ._nvrtc import _compile_error
+
+        log = proc.stderr or proc.stdout
+        raise _compile_error(str(src), log) from None
+    data = produced.read_bytes()
+    produced.unlink()
+    return data
+
+
+def compile_file(src: Path, target: str, arch: str, nvcc: str | None) -> bytes:
+    """PTX or a cubin of one .cu file, with nvcc when given, NVRTC otherwise."""
+    if nvcc is not None:
+        return _nvcc(nvcc, src, src.with_suffix("." + target), target, arch)
+    module = compile_module(src, arch=arch, target=target, name=src.name)
+    return module.image
+
+
+# ---------------------------------------------------------------------------------------------------
+# sidecars
+# ---------------------------------------------------------------------------------------------------
+def format_sidecar(data: dict[str, Any]) -> str:
+    """The canonical text of a sidecar: keys in a fixed order (entry, block_size, shared_mem, params,
+    append, then any other key sorted), two-space indent, each parameter on one line, a final newline."""
+    keys = [k for k in _TOP_ORDER if k in data] + sorted(k for k in data if k not in _TOP_ORDER)
+    lines = []
+    for k in keys:
+        v = data[k]
+        if k == "params":
+            if not v:
+                lines.append('  "params": []')
+                continue
+            rows = []
+            for p in v:
+                pkeys = [x for x in _PARAM_ORDER if x in p] + sorted(x for x in p if x not in _PARAM_ORDER)
+                rows.append("    {" + ", ".join(f"{json.dumps(x)}: {json.dumps(p[x])}" for x in pkeys) + "}")
+            lines.append('  "params": [\n' + ",\n".join(rows) + "\n  ]")
+        elif isinstance(v, dict):
+            inner = ", ".join(f"{json.dumps(x)}: {json.dumps(y)}" for x, y in v.items())
+            lines.append(f"  {json.dumps(k)}: {{{inner}}}")
+        else:
+            lines.append(f"  {json.dumps(k)}: {json.dumps(v)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def sidecar_for(decl: KernelDeclaration, existing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The sidecar of a declared kernel. Explicit annotations in the source win; otherwise what
+    ``existing`` (the sidecar already there) says is kept; otherwise what the declaration implies."""
+    existing = dict(existing or {})
+    if existing.get("entry") not in (None, decl.entry):
+        existing = {}  # a sidecar for another kernel: start over
+    old_params = {p.get("name"): p for p in existing.get("params") or () if isinstance(p, dict)}
+    params = []
+    for p in decl.params:
+        old = old_params.get(p.name, {})
+        if p.pointer or p.dtype is not None:
+            spelled = p.spelled()
+        elif "type" in old:
+            spelled = old["type"]
+        else:
+            raise KernelFileError(f"{decl.file}: parameter '{p.name}' of '{decl.entry}' has type '{p.ctype}', "
+                                  f"which a sidecar cannot describe; use a plain scalar or pointer type")
+        entry: dict[str, Any] = {"name": p.name, "type": spelled}
+        if p.pointer:
+            entry["direction"] = p.direction if p.direction_explicit or "direction" not in old else old["direction"]
+        elif "direction" in old:
+            entry["direction"] = old["direction"]
+        if not p.pointer:
+            if p.default_explicit:
+                entry["default"] = p.default
+            elif old:
+                if "default" in old:
+                    entry["default"] = old["default"]
+            elif p.default is not None:
+                entry["default"] = p.default
+        params.append(entry)
+    out: dict[str, Any] = {k: v for k, v in existing.items() if k not in ("entry", "params", "append")}
+    if not existing:
+        out.update(block_size=256, shared_mem=0)
+    if decl.block_size is not None:
+        out["block_size"] = decl.block_size
+    out["entry"] = decl.entry
+    out["params"] = params
+    counters = [p["name"] for p in params if p.get("direction") == "counter"]
+    old_append = existing.get("append")
+    names = {p["name"] for p in params}
+    if isinstance(old_append, dict) and old_append.get("data") in names and old_append.get("counter") in names:
+        out["append"] = old_append
+    elif len(counters) == 1:
+        data = [p["name"] for p in params if p.get("direction") in ("out", "inout") and p["type"] != "u32*"]
+        data = data or [p["name"] for p in params if p.get("direction") in ("out", "inout")]
+        if len(data) == 1:
+            out["append"] = {"data": data[0], "counter": counters[0]}
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        print(f"rxcuda: ignoring unreadable sidecar {path}: {e}", file=sys.stderr)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_sidecar(path: Path, data: dict[str, Any]) -> bool:
+    """Validate and write (when changed) a sidecar; returns whether the file changed."""
+    from ._sidecar import parse_sidecar
+
+    text = format_sidecar(data)
+    parse_sidecar(text, str(path))  # never write a sidecar the loader would reject
+    return _write_if_changed(path, text.encode())
+
+
+# ---------------------------------------------------------------------------------------------------
+# building
+# ---------------------------------------------------------------------------------------------------
+def build_cu(src: Path, *, cubin_arch: str | None = None, nvcc: str | None = None,
+             verbose: bool = False) -> list[Path]:
+    """Build one .cu file: its PTX, optionally a cubin, and (single kernel) its sidecar."""
+    text = src.read_text(encoding="utf-8")
+    decls = parse_declarations(text, src.name)
+    outputs = []
+    ptx = src.with_suffix(".ptx")
+    changed = _write_if_changed(ptx, compile_file(src, "ptx", PTX_ARCH, nvcc))
+    outputs.append(ptx)
+    _say(verbose, f"{'built' if changed else 'unchanged'} {ptx}")
+    if cubin_arch:
+        cubin = src.with_suffix(".cubin")
+        changed = _write_if_changed(cubin, compile_file(src, "cubin", cubin_arch, nvcc))
+        outputs.append(cubin)
+        _say(verbose, f"{'built' if changed else 'unchanged'} {cubin}")
+    if len(decls) == 1:
+        (decl,) = decls.values()
+        side = src.with_suffix(".json")
+        changed = write_sidecar(side, sidecar_for(decl, _read_json(side)))
+        outputs.append(side)
+        _say(verbose, f"{'wrote' if changed else 'unchanged'} {side}")
+    elif not decls:
+        print(f"rxcuda: {src}: no extern \"C\" __global__ kernel, so no sidecar", file=sys.stderr)
+    else:
+        print(f"rxcuda: {src}: {len(decls)} kernels ({', '.join(decls)}); a sidecar describes one entry, so "
+              f"none was written - put each kernel in its own file to get one", file=sys.stderr)
+    return outputs
+
+
+_TRITON_TYPES = {
+    "fp16": "f16", "fp32": "f32", "fp64": "f64", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64",
+    "u8": "u8", "u16": "u16", "u32": "u32", "u64": "u64",
+}
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def build_triton(src: Path, *, verbose: bool = False) -> list[Path]:
+    """Build a ``<stem>.triton.py`` file to ``<stem>.ptx`` + ``<stem>.json``.
+
+    The file defines a ``@triton.jit`` kernel and says how to compile it in ``RXCUDA_KERNEL``::
+
+        RXCUDA_KERNEL = {
+            "kernel": scale,                                   # the @triton.jit function
+            "signature": {"x": "*fp32", "out": "*fp32", "s": "fp32", "n": "i32"},
+            "constexprs": {"BLOCK": 1024},
+            "directions": {"out": "out"},                      # pointers default to "in"
+            "defaults": {"s": 1.0, "n": "size"},
+            "num_warps": 4,                                    # block_size = 32 * num_warps
+            "arch": 75,                                        # PTX target (compute capability)
+        }
+
+    Parameters Triton adds to the PTX entry (scratch pointers) are named ``triton_scratch<k>``
+    (``void*``, in); bind them to a small buffer (or a null pointer where the kernel does not use them).
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from ._ptx import parse_ptx
+
+    spec_mod = importlib.util.spec_from_file_location(f"rxcuda_triton_{src.stem.replace('.', '_')}", src)
+    module = importlib.util.module_from_spec(spec_mod)
+    spec_mod.loader.exec_module(module)
+    spec = getattr(module, "RXCUDA_KERNEL", None)
+    if not isinstance(spec, dict) or "kernel" not in spec or "signature" not in spec:
+        raise KernelFileError(f"{src}: define RXCUDA_KERNEL = {{'kernel': fn, 'signature': {{...}}, ...}}",
+                              path=str(src))
+    sig = dict(spec["signature"])
+    constexprs = dict(spec.get("constexprs", {}))
+    full_sig = {**sig, **{k: "constexpr" for k in constexprs}}
+    num_warps = int(spec.get("num_warps", 4))
+    arch = int(spec.get("arch", 75))
+    compiled = triton.compile(ASTSource(fn=spec["kernel"], signature=full_sig, constexprs=constexprs),
+                              target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    ptx_text = compiled.asm["ptx"]
+    entry = compiled.metadata.name
+    stem = src.name[: -len(".triton.py")]
+    ptx = src.with_name(stem + ".ptx")
+    outputs = [ptx]
+    _say(verbose, f"{'built' if _write_if_changed(ptx, ptx_text.encode()) else 'unchanged'} {ptx}")
+    real = parse_ptx(ptx_text)[entry]
+    directions = spec.get("directions", {})
+    defaults = spec.get("defaults", {})
+    params = []
+    for name, t in sig.items():
+        pointer = t.startswith("*")
+        base = _TRITON_TYPES.get(t.lstrip("*"))
+        if base is None:
+            raise KernelFileError(f"{src}: Triton type {t!r} of '{name}' has no sidecar spelling", path=str(src))
+        p: dict[str, Any] = {"name": name, "type": base + ("*" if pointer else "")}
+        if pointer:
+            p["direction"] = directions.get(name, "in")
+        elif name in defaults:
+            p["default"] = defaults[name]
+        params.append(p)
+    for k in range(len(real) - len(params)):
+        params.append({"name": f"triton_scratch{k}", "type": "void*", "direction": "in"})
+    side = src.with_name(stem + ".json")
+    data = {"entry": entry, "block_size": 32 * num_warps, "shared_mem": int(compiled.metadata.shared),
+            "params": params}
+    _say(verbose, f"{'wrote' if write_sidecar(side, data) else 'unchanged'} {side}")
+    outputs.append(side)
+    return outputs
+
+
+def build_kernels(directory: str | os.PathLike = "kernels", cubin_arch: str | None = None, *,
+                  use_nvcc: bool | None = None, triton: bool = True, verbose: bool = False) -> list[Path]:
+    """Build every ``*.cu`` (and, with triton, ``*.triton.py``) in ``directory``; returns the output paths.
+
+    ``use_nvcc``: ``None`` uses nvcc when it is found, ``False`` forces NVRTC, ``True`` requires nvcc.
+    Raises :class:`CompileError` (with diagnostics) on the first source that does not compile.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such kernels directory")
+    nvcc = None if use_nvcc is False else find_nvcc()
+    if use_nvcc and nvcc is None:
+        raise CompileError("nvcc was asked for but is not on PATH (nor in $CUDA_HOME/bin)")
+    _say(verbose, f"compiling with {'nvcc (' + nvcc + ')' if nvcc else 'NVRTC'}; PTX for {PTX_ARCH}"
+         + (f", cubins for {cubin_arch}" if cubin_arch else ""))
+    outputs: list[Path] = []
+    for src in sorted(root.glob("*.cu")):
+        outputs += build_cu(src, cubin_arch=cubin_arch, nvcc=nvcc, verbose=verbose)
+    tritons = sorted(root.glob("*.triton.py"))
+    if tritons and triton:
+        if triton_available():
+            for src in tritons:
+                outputs += build_triton(src, verbose=verbose)
+        else:
+            _say(verbose, f"skipped {len(tritons)} Triton kernel(s): triton is not installed")
+    return outputs
+
+
+def clear_cache() -> Path | None:
+    """Empty rxcuda's compile cache (memory and disk); returns its directory."""
+    from ._compose import _clear_code_memo
+
+    _clear_code_memo()
+    return _clear_nvrtc_cache()
+
+
+# ---------------------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------------------
+def _cmd_build(args: argparse.Namespace) -> int:
+    try:
+        outputs = build_kernels(args.directory, args.cubin, use_nvcc=False if args.nvrtc else None,
+                                triton=not args.no_triton, verbose=not args.quiet)
+    except (CompileError, KernelFileError, FileNotFoundError) as e:
+        print(f"rxcuda kernels build: {e}", file=sys.stderr)
+        return 1
+    if args.quiet:
+        return 0
+    print(f"{len(outputs)} file(s) up to date in {args.directory}")
+    return 0
+
+
+def _cmd_cache_clear(args: argparse.Namespace) -> int:
+    d = clear_cache()
+    print(f"cleared {d}" if d else "the compile cache is disabled")
+    return 0
+
+
+def _cmd_cache_info(args: argparse.Namespace) -> int:
+    info = cache_info()
+    print(f"directory: {info['directory']}")
+    print(f"entries:   {info['entries']}")
+    print(f"size:      {info['bytes'] / 1024:.1f} KiB")
+    print("override with RXCUDA_CACHE_DIR")
+    return 0
+
+
+def add_cli(subparsers: Any) -> None:
+    """Register ``kernels build`` and ``cache clear``/``cache info`` on an argparse subparsers object.
+    Each command sets ``func(args) -> int``."""
+    kernels = subparsers.add_parser("kernels", help="build kernel files (.cu -> .ptx + .json sidecar)")
+    ksub = kernels.add_subparsers(title="kernels commands", metavar="COMMAND")
+    build = ksub.add_parser("build", help="compile each .cu in DIR to .ptx (and .cubin) with a .json sidecar")
+    build.add_argument("directory", nargs="?", default="kernels", help="kernels folder (default: ./kernels)")
+    build.add_argument("--cubin", metavar="ARCH", default=None, help="also build cubins, e.g. --cubin sm_90")
+    build.add_argument("--nvrtc", action="store_true", help="compile with NVRTC even where nvcc is present")
+    build.add_argument("--no-triton", action="store_true", help="skip *.triton.py files")
+    build.add_argument("-q", "--quiet", action="store_true", help="print errors only")
+    build.set_defaults(func=_cmd_build)
+    kernels.set_defaults(func=_help(kernels))
+
+    cache = subparsers.add_parser("cache", help="the compile cache (RXCUDA_CACHE_DIR)")
+    csub = cache.add_subparsers(title="cache commands", metavar="COMMAND")
+    csub.add_parser("clear", help="delete every cached compile").set_defaults(func=_cmd_cache_clear)
+    csub.add_parser("info", help="where the cache is and how big").set_defaults(func=_cmd_cache_info)
+    cache.set_defaults(func=_help(cache))
+
+
+def _help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    def show(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    return show
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rxcuda.sources._build kernels build ...`` (for use before the CLI is wired)."""
+    parser = argparse.ArgumentParser(prog="rxcuda")
+    add_cli(parser.add_subparsers(metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""One entry for every kernel source: a KernelCode, a .ptx/.cubin/.fatbin file, a .cu file, or a composed
+kernel. Blocks and hot reload call this, so every source is the same kind of kernel node."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..engine._describe import KernelCode
+
+
+def load_source(source, entry: str | None = None, *, arch: str | None = None) -> KernelCode:
+    """Load or compile ``source`` into a KernelCode. ``.cu`` files compile with NVRTC (cached)."""
+    if isinstance(source, KernelCode):
+        return source
+    if hasattr(source, "kernel_code") and callable(source.kernel_code):
+        return source.kernel_code(arch=arch)
+    if isinstance(source, str | os.PathLike):
+        if Path(source).suffix in (".cu", ".cuh"):
+            from ._nvrtc import compile_cuda
+
+            return compile_cuda(source, entry, arch=arch)
+        from ._files import load_kernel_file
+
+        return load_kernel_file(source, entry=entry)
+    raise TypeError(f"a kernel source must be a KernelCode, a composed kernel, or a path to a "
+                    f".ptx/.cubin/.fatbin/.cu file (got {type(source).__name__})")
