@@ -17,17 +17,22 @@ _BY_NAME: dict[str, np.dtype] = {
     "u16": np.dtype(np.uint16),
     "u32": np.dtype(np.uint32),
     "u64": np.dtype(np.uint64),
+    # complex (FFT ports) and bfloat16 (stored as raw 16-bit words; NumPy has no bf16)
+    "c64": np.dtype(np.complex64),
+    "c128": np.dtype(np.complex128),
+    "bf16": np.dtype(np.uint16),
 }
 _ALIASES = {
     "float": "f32", "float32": "f32", "double": "f64", "float64": "f64", "half": "f16", "float16": "f16",
     "int": "i32", "int32": "i32", "int64": "i64", "int16": "i16", "int8": "i8",
     "uint": "u32", "unsigned": "u32", "uint32": "u32", "uint64": "u64", "uint16": "u16", "uint8": "u8",
     "s8": "i8", "s16": "i16", "s32": "i32", "s64": "i64",
+    "complex64": "c64", "complex128": "c128", "bfloat16": "bf16",
 }
 _C_NAMES = {
     "f16": "__half", "f32": "float", "f64": "double", "i8": "signed char", "i16": "short", "i32": "int",
     "i64": "long long", "u8": "unsigned char", "u16": "unsigned short", "u32": "unsigned int",
-    "u64": "unsigned long long",
+    "u64": "unsigned long long", "c64": "float2", "c128": "double2", "bf16": "__nv_bfloat16",
 }
 TYPE_NAMES: tuple[str, ...] = tuple(_BY_NAME)
 
