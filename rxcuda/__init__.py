@@ -6,6 +6,9 @@ graph and launches it every frame; every change is applied with the cheapest leg
 >>> import rxcuda
 >>> engine = rxcuda.Engine()
 >>> add = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024))
+
+Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (cuBLAS, cuFFT, cuRAND,
+cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators).
 """
 
 from ._errors import (
@@ -21,38 +24,51 @@ from .engine._blocks import Block, BlockBuilder, Parameter, PortHandle
 from .engine._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from .engine._device import device_info
 from .engine._driver import probe
-from .engine._engine import Diagnostic, Engine, Frame
+from .engine._engine import AppliedUpdate, Diagnostic, Engine, Frame
 from .engine._plan import GraphPlan, plan
+from .sources._compose import ComposeError, In, InOut, Out, compose, elementwise, kernel
 from .sources._files import load_kernel_file
+from .sources._load import load_source
+from .sources._nvrtc import compile_cuda
 from .streams._events import Tier
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AppliedUpdate",
     "Block",
     "BlockBuilder",
     "CallSpec",
     "CaptureArgs",
     "CompileError",
+    "ComposeError",
     "CudaError",
     "Diagnostic",
     "Engine",
     "EngineClosedError",
     "Frame",
     "GraphPlan",
+    "In",
+    "InOut",
     "KernelCode",
     "KernelFileError",
     "KernelParam",
     "KernelSignature",
     "Launch",
     "NoDeviceError",
+    "Out",
     "Parameter",
     "PortHandle",
     "RxcudaError",
     "Tier",
     "ValidationError",
+    "compile_cuda",
+    "compose",
     "device_info",
+    "elementwise",
+    "kernel",
     "load_kernel_file",
+    "load_source",
     "plan",
     "probe",
 ]

@@ -37,14 +37,9 @@ _ids = itertools.count(1)
 
 
 def _load_code(source) -> KernelCode:
-    if isinstance(source, KernelCode):
-        return source
-    if isinstance(source, (str, os.PathLike)):
-        from ..sources._files import load_kernel_file
+    from ..sources._load import load_source
 
-        return load_kernel_file(source)
-    raise TypeError(f"a kernel source must be a KernelCode or a path to a .ptx/.cubin/.fatbin file "
-                    f"(got {type(source).__name__})")
+    return load_source(source)
 
 
 @attrs.frozen
@@ -113,6 +108,24 @@ class Parameter:
         if sink is not None:
             sink.set_parameter(self._block.id, self.name, v)
 
+    def bind(self, source):
+        """Take values from an Observable, on whatever thread it emits; returns a disposable.
+
+        Values are coalesced: the latest before a frame wins. A bad value is reported as a diagnostic
+        (when the block is in an engine) and the binding stays alive; disposing ends it.
+
+        >>> sub = block.params["gravity"].bind(midi_knob.pipe(ops.map(lambda v: v / 127 * 9.81)))
+        >>> sub.dispose()
+        """
+        from ..streams._bind import bind_parameter
+
+        def setter(v):
+            self.value = v
+
+        d = bind_parameter(source, setter, lambda e: self._block._binding_error(self.name, e))
+        self._block._subscriptions.add(d)
+        return d
+
     def __repr__(self) -> str:
         return f"<parameter {self._block.name}.{self.name}: {self.dtype} = {self._value!r}>"
 
@@ -150,8 +163,11 @@ class Block:
         self._desc = description
         self._lock = threading.Lock()
         self._launches: dict[str, Launch] = {}
-        self._sink = None  # the engine's pending plan, set while the block is in an engine
+        self._sink = None  # the engine's change hub, set while the block is in an engine
         self._engine = None
+        from reactivex.disposable import CompositeDisposable
+
+        self._subscriptions = CompositeDisposable()  # parameter bindings, disposed on removal
         self.state = "not built"
         self.message = ""
         self.params = Parameters({s.name: Parameter(self, s.name, s.dtype, s.default) for s in description.scalars})
@@ -185,6 +201,25 @@ class Block:
         if defaults:
             raise TypeError(f"{b.name}: unknown parameter(s) {', '.join(defaults)}; the kernel's scalars are "
                             f"{', '.join(p.name for p in code.signature.params if not p.is_pointer) or 'none'}")
+        return b.build()
+
+    @classmethod
+    def from_call(cls, spec: CallSpec, *, name: str | None = None, **defaults) -> Block:
+        """A one-call block from a library call (see ``rxcuda.libraries``): its input buffers become input
+        ports, written buffers output ports, scalars parameters (``alpha=2.0`` sets a default).
+
+        >>> mm = Block.from_call(rxcuda.libraries.gemm(256, 256, 256), alpha=1.0)
+        """
+        b = BlockBuilder(name or spec.name)
+        k = b.add_call(spec)
+        for i, p in enumerate(spec.params):
+            if p.is_pointer:
+                b.input(p.name, k[i]) if p.direction == "in" else b.output(p.name, k[i])
+            else:
+                b.scalar(p.name, k[i], default=defaults.pop(p.name, None))
+        if defaults:
+            raise TypeError(f"{b.name}: unknown parameter(s) {', '.join(defaults)}; the call's scalars are "
+                            f"{', '.join(p.name for p in spec.params if not p.is_pointer) or 'none'}")
         return b.build()
 
     # -- description ---------------------------------------------------------------------------------
@@ -266,16 +301,28 @@ class Block:
         return "code" if same else "structure"
 
     def reload(self) -> list[str]:
-        """Re-read every file kernel of this block; returns the tiers of the kernels that changed."""
-        from ..sources._files import load_kernel_file
+        """Re-read (or recompile) every file kernel of this block; returns the tiers of those that changed."""
+        from ..sources._load import load_source
 
         changed = []
         for k in self._desc.kernels:
             if isinstance(k, KernelSpec) and os.path.isfile(k.code.origin):
-                code = load_kernel_file(k.code.origin, entry=k.code.entry)
+                code = load_source(k.code.origin, entry=k.code.entry)
                 if code.key != k.code.key:
                     changed.append(self.set_code(k.name, code))
         return changed
+
+    def _binding_error(self, name: str, err: Exception) -> None:
+        engine = self._engine
+        if engine is not None:
+            engine._warn(f"{self.name}.{name}", f"parameter binding: {err}", self)
+
+    def dispose_bindings(self) -> None:
+        """End every parameter binding of this block."""
+        from reactivex.disposable import CompositeDisposable
+
+        subs, self._subscriptions = self._subscriptions, CompositeDisposable()
+        subs.dispose()
 
     def _kernel_name(self, kernel: str | None) -> str:
         if kernel is None:
@@ -387,6 +434,8 @@ class BlockBuilder:
             n = threads if threads is not None else self.size
             if n is None:
                 raise ValueError(f"{self.name}: give 'threads' or 'grid' for kernel '{name}', or a builder size")
+            if threads is None:  # a size counts elements; a kernel may handle several per thread
+                n = -(-n // code.items_per_thread)
             launch = Launch.for_threads(n, block=math.prod(_as_tuple(bs)), shared_mem=sm)
         self._steps.append(KernelSpec(name, code, launch))
         return KernelHandle(name, code.signature.params)
@@ -439,12 +488,12 @@ class BlockBuilder:
                 raise ValidationError(f"{self.name}: port '{name}' feeds parameters of different types "
                                       f"({inferred}, {prm.dtype})", subject=self.name)
             inferred = inferred or prm.dtype
-            self._claim(pin, name)
+            self._check_free(pin)
         dtype = check_dtype(dtype) or inferred
         if inferred and dtype != inferred:
             raise ValidationError(f"{self.name}: port '{name}' is declared {dtype} but the kernel parameter is "
                                   f"{inferred}", subject=self.name)
-        count = count if count is not None else self.size
+        count = count if count is not None else (self._call_count(pins[0]) or self.size)
         if not isinstance(count, int) or count <= 0:
             raise ValueError(f"{self.name}: port '{name}' needs a positive element 'count' (or a builder size)")
         if counter is not None:
@@ -452,6 +501,11 @@ class BlockBuilder:
             if not cp.is_pointer or (cp.dtype not in (None, "u32", "i32")):
                 raise ValidationError(f"{self.name}: the counter of append output '{name}' must be a u32* "
                                       f"parameter (got {cp.describe()})", subject=self.name)
+            self._check_free(counter)
+        # claim only once every check passed: a refused declaration leaves the builder as it was
+        for pin in pins:
+            self._claim(pin, name)
+        if counter is not None:
             self._claim(counter, f"{name} counter")
         self._ports.append(PortSpec(name, direction, dtype, count, pins, required, counter))
 
@@ -464,7 +518,7 @@ class BlockBuilder:
             if prm.is_pointer:
                 raise ValidationError(f"{self.name}: parameter '{name}' maps to '{prm.name}' of '{pin.kernel}', "
                                       "which is a pointer; declare a port instead", subject=self.name)
-            self._claim(pin, name)
+            self._check_free(pin)
         dtype = check_dtype(dtype) or params[0].dtype
         if dtype is None:
             raise ValidationError(f"{self.name}: the type of parameter '{name}' is unknown (no sidecar); "
@@ -478,6 +532,8 @@ class BlockBuilder:
             default = self.size
         if default is None:
             default = 0
+        for pin in pins:
+            self._claim(pin, name)
         self._scalars.append(ScalarSpec(name, dtype, default, pins))
 
     def connect(self, src: Pin, dst, *, count: int | None = None, name: str | None = None) -> None:
@@ -500,6 +556,8 @@ class BlockBuilder:
         if count is None:
             raise ValueError(f"{self.name}: give the internal buffer a 'count' (or the builder a size)")
         name = name or f"{src.kernel}.{sp.name}"
+        for pin in (src, *dsts):
+            self._check_free(pin)
         self._claim(src, name)
         for d in dsts:
             self._claim(d, name)
@@ -520,6 +578,14 @@ class BlockBuilder:
         return Block(desc)
 
     # -- helpers ---------------------------------------------------------------------------------------
+    def _call_count(self, pin: Pin) -> int | None:
+        """Element count a library call declares for one of its buffers (LibraryCall.counts)."""
+        for st in self._steps:
+            if st.name == pin.kernel and isinstance(st, CallSpec):
+                counts = getattr(st, "counts", None) or {}
+                return counts.get(step_params(st)[pin.param].name)
+        return None
+
     def _param(self, pin: Pin) -> KernelParam:
         if not isinstance(pin, Pin):
             raise TypeError(f"expected a kernel parameter such as kernel['name'] (got {pin!r})")
@@ -528,10 +594,13 @@ class BlockBuilder:
                 return step_params(s)[pin.param]
         raise KeyError(f"{self.name}: no kernel '{pin.kernel}' in this builder")
 
-    def _claim(self, pin: Pin, what: str) -> None:
+    def _check_free(self, pin: Pin) -> None:
         if pin in self._used:
             raise ValidationError(f"{self.name}: parameter {pin.param} of '{pin.kernel}' is already used by "
                                   f"'{self._used[pin]}'", subject=self.name)
+
+    def _claim(self, pin: Pin, what: str) -> None:
+        self._check_free(pin)
         self._used[pin] = what
 
     def _check_name(self, name: str) -> None:
@@ -548,4 +617,6 @@ def _pins(pins) -> tuple[Pin, ...]:
     pins = tuple(pins)
     if not pins:
         raise ValueError("give at least one kernel parameter")
+    if len(set(pins)) != len(pins):
+        raise ValueError(f"a kernel parameter is listed twice ({pins!r})")
     return pins

@@ -14,11 +14,18 @@ from collections.abc import Callable
 
 import attrs
 import numpy as np
+import reactivex
+from reactivex import Observable
+from reactivex.subject import Subject
 
 from .. import _dtypes
 from .._errors import EngineClosedError, KernelFileError, ValidationError
 from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound
+from ..streams._hub import ChangeHub
+from ..streams._ports import InputFeed, OutputTap
+from ..streams._reload import HotReload
+from ..streams._scheduler import FrameLoop
 from ._blocks import Block, PortHandle
 from ._describe import (
     BlockEntry,
@@ -32,6 +39,7 @@ from ._describe import (
 )
 from ._device import Device
 from ._driver import check, drv
+from ._fast import FastDriver
 from ._graph import CompiledGraph, capture_graph
 from ._memory import BufferPool, DeviceBuffer, ExternalArray, as_cupy, resolve_device_array
 from ._modules import ModuleCache
@@ -40,13 +48,26 @@ from ._plan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, order_blo
 
 @attrs.frozen
 class Frame:
-    """What one tick did: its index, host time, tiers applied, and the engine state after it."""
+    """What one tick did: its index, host time, GPU time (when the frame was timed and waited for),
+    tiers applied, and the engine state after it."""
 
     index: int
     host_us: float
     tiers: tuple[str, ...]
     state: str
     launched: bool
+    gpu_us: float | None = None
+
+
+@attrs.frozen
+class AppliedUpdate:
+    """An update plan the scheduler applied: which tiers ran, for which blocks, and how long it took."""
+
+    frame: int
+    tiers: tuple[str, ...]
+    blocks: tuple[str, ...]
+    seconds: float
+    events: int
 
 
 @attrs.frozen
@@ -58,6 +79,7 @@ class Diagnostic:
     message: str
     frame: int
     block: int | None = None
+    details: tuple = ()  # e.g. compiler diagnostics (file, line, column, message)
 
 
 class Engine:
@@ -77,11 +99,17 @@ class Engine:
     def __init__(self, device: int = 0, *, sync: bool = True):
         self.device = Device(device)
         self.sync = sync
+        from ..sources._nvrtc import warm_up
+
+        warm_up(self.device.arch)  # NVRTC's ~200 ms first call, paid off the frame path (background thread)
         self._stream = self.device.create_stream()
+        self._fast = FastDriver()
+        self._stream_h = int(self._stream)
         self._capture_stream = self.device.create_stream()
         self._pool = BufferPool()
         self._modules = ModuleCache()
         self._pending = PendingPlan()
+        self._hub = ChangeHub(self._pending)  # every change notification goes through here
         self._lock = threading.RLock()  # the model; never held while waiting for the GPU
         self._blocks: dict[int, Block] = {}
         self._connections: list[Connection] = []
@@ -95,9 +123,18 @@ class Engine:
         self._frame = 0
         self._closed = False
         self._gpu_thread = threading.get_ident()
-        self.diagnostics: collections.deque[Diagnostic] = collections.deque(maxlen=1000)
-        self._diagnostic_listeners: list[Callable[[Diagnostic], None]] = []
-        self._applied_listeners: list[Callable[[UpdatePlan, tuple[str, ...], float], None]] = []
+        self.diagnostic_log: collections.deque[Diagnostic] = collections.deque(maxlen=1000)
+        self._diagnostics = Subject()
+        self._updates = Subject()
+        self._frames = Subject()
+        self._file_changes = Subject()
+        self._loop: FrameLoop | None = None
+        self._reload: HotReload | None = None
+        self._feeds: dict[PortRef, tuple[InputFeed, object]] = {}
+        self._taps: list[tuple[PortRef, OutputTap]] = []
+        self._ev_start = self.device.create_event()
+        self._ev_end = self.device.create_event()
+        self._ev_start_h, self._ev_end_h = int(self._ev_start), int(self._ev_end)
         self.last_frame: Frame | None = None
         self._state = "ok"  # "error" while any block is in error; kept current by _set_state
         self._staged: dict[PortRef, np.ndarray] = {}  # host data written before its port had a buffer
@@ -121,16 +158,21 @@ class Engine:
                 block._desc = attrs.evolve(block._desc, name=f"{block.name}_{i}")
             self._blocks[block.id] = block
             block._engine = self
-            block._sink = self._pending
+            block._sink = self._hub
             block.state, block.message = "not built", ""
-        self._pending.add(BlockAdded(block.id, block.name))
+        self._hub.add(BlockAdded(block.id, block.name))
+        if self._reload is not None:
+            self._reload.refresh()
         return block
 
     def remove(self, block: Block) -> None:
         """Remove a block with its connections and bindings; the next tick rebuilds without it."""
+        if self._blocks.get(block.id) is not block:
+            raise ValueError(f"{block.name} is not in this engine")
+        block.dispose_bindings()  # before the removal event, so no late value recreates its entries
+        for ref in [r for r in self._feeds if r.block == block.id]:
+            self._close_feed(ref)
         with self._lock:
-            if self._blocks.get(block.id) is not block:
-                raise ValueError(f"{block.name} is not in this engine")
             del self._blocks[block.id]
             self._connections = [c for c in self._connections if block.id not in (c.src.block, c.dst.block)]
             for ref in [r for r in self._bindings if r.block == block.id]:
@@ -140,7 +182,7 @@ class Engine:
             block._engine = None
             block._sink = None
             block.state, block.message = "removed", ""
-        self._pending.add(BlockRemoved(block.id, block.name))
+        self._hub.add(BlockRemoved(block.id, block.name))
 
     @property
     def blocks(self) -> tuple[Block, ...]:
@@ -166,7 +208,8 @@ class Engine:
             order_blocks(trial)
             self._connections.append(conn)
             self._fed.discard(conn.dst)
-        self._pending.add(Connected(conn.src, conn.dst))
+            self._staged.pop(conn.dst, None)
+        self._hub.add(Connected(conn.src, conn.dst))
 
     def disconnect(self, src: PortHandle, dst: PortHandle) -> None:
         conn = Connection(self._ref(src), self._ref(dst))
@@ -174,7 +217,7 @@ class Engine:
             if conn not in self._connections:
                 raise ValueError(f"{src!r} is not connected to {dst!r}")
             self._connections.remove(conn)
-        self._pending.add(Disconnected(conn.src, conn.dst))
+        self._hub.add(Disconnected(conn.src, conn.dst))
 
     def bind(self, port: PortHandle, array) -> None:
         """Use a device array (CuPy, PyTorch, anything with __cuda_array_interface__ or DLPack) as a port's
@@ -201,10 +244,11 @@ class Engine:
             was_bound = ref in self._bindings
             self._bindings[ref] = ext
             self._fed.discard(ref)
+            self._staged.pop(ref, None)
         if was_bound:
-            self._pending.add(PortRebound(ref.block, ref.port, ext))
+            self._hub.add(PortRebound(ref.block, ref.port, ext))
         else:
-            self._pending.add(BlockChanged(ref.block, port.block.name, f"port {port.name} bound to an array"))
+            self._hub.add(BlockChanged(ref.block, port.block.name, f"port {port.name} bound to an array"))
 
     def unbind(self, port: PortHandle) -> None:
         """Give a port its own engine-owned buffer again (a rebuild)."""
@@ -212,7 +256,7 @@ class Engine:
         with self._lock:
             if self._bindings.pop(ref, None) is None:
                 raise ValueError(f"{port!r} is not bound")
-        self._pending.add(BlockChanged(ref.block, port.block.name, f"port {port.name} unbound"))
+        self._hub.add(BlockChanged(ref.block, port.block.name, f"port {port.name} unbound"))
 
     def _ref(self, port: PortHandle) -> PortRef:
         if not isinstance(port, PortHandle):
@@ -239,6 +283,12 @@ class Engine:
         """Apply pending changes, launch the graph once, and (by default) wait for it."""
         if self._closed:
             raise EngineClosedError("the engine is closed; create a new one")
+        if self._loop is not None and threading.current_thread() is not self._loop.thread:
+            raise RuntimeError("engine.run(...) drives the frames on its own thread; dispose it before calling "
+                               "tick() yourself")
+        return self._tick(self.sync if sync is None else sync)
+
+    def _tick(self, sync: bool) -> Frame:
         t0 = time.perf_counter_ns()
         if threading.get_ident() != self._gpu_thread:
             self.device.make_current()
@@ -246,27 +296,89 @@ class Engine:
         tiers: tuple[str, ...] = ()
         pending = self._pending
         if pending._count:
-            if pending.only_parameters and self._graph is not None and not self._applied_listeners:
+            if pending.only_parameters and self._graph is not None and not self._updates.observers:
                 self._apply_hot(pending.take_parameters())
                 tiers = _HOT
             else:
                 tiers = self._apply(pending.drain())
         g = self._graph
+        gpu_us = None
         if g is not None:
-            g.launch(self._stream)
-            if self.sync if sync is None else sync:
-                err, = drv.cuStreamSynchronize(self._stream)
-                if err:
-                    check((err,), "cuStreamSynchronize")
+            if self._feeds:
+                self._stage_feeds(g)
+            timed = bool(self._frames.observers)
+            fast, stream = self._fast, self._stream_h
+            if timed:
+                fast.record(self._ev_start_h, stream)
+            g.launch(stream)
+            if timed:
+                fast.record(self._ev_end_h, stream)
+            if sync:
+                fast.wait(stream)
+                if timed:
+                    gpu_us = fast.elapsed_us(self._ev_start_h, self._ev_end_h)
         self._frame += 1
+        if g is not None and self._taps:
+            self._run_taps(g, sync)
         frame = Frame(self._frame, (time.perf_counter_ns() - t0) / 1e3, tiers,
-                      "idle" if g is None else self._state, g is not None)
+                      "idle" if g is None else self._state, g is not None, gpu_us)
         self.last_frame = frame
+        if self._frames.observers:
+            self._frames.on_next(frame)
         return frame
+
+    def run(self, clock, *, sync: bool | None = None):
+        """Produce a frame each time ``clock`` (any Observable) emits, on the engine's own thread.
+
+        Returns a disposable; disposing stops the clock and joins the thread. While running, reads and
+        writes from other threads are carried out on the engine thread between frames.
+
+        >>> running = engine.run(reactivex.interval(1 / 60))
+        >>> ...
+        >>> running.dispose()
+        """
+        self._check_open()
+        if self._loop is not None:
+            raise RuntimeError("the engine is already running; dispose the previous run() first")
+        sync_ = self.sync if sync is None else sync
+
+        def on_error(e: Exception) -> None:
+            self._report(e, None, False, "frame")
+
+        loop = FrameLoop(lambda: self._tick(sync_), self.device.make_current, on_error)
+        self._loop = loop
+        stop = loop.start(clock)
+
+        def dispose() -> None:
+            stop.dispose()
+            if self._loop is loop:
+                self._loop = None
+            self._gpu_thread = None
+
+        from reactivex.disposable import Disposable
+
+        return Disposable(dispose)
+
+    @property
+    def running(self) -> bool:
+        return self._loop is not None
+
+    def _gpu(self, fn, *args):
+        """Run ``fn`` where the GPU may be touched: here, or on the engine thread while run() drives frames."""
+        loop = self._loop
+        if loop is not None and threading.current_thread() is not loop.thread:
+            return loop.call(fn, *args)
+        if threading.get_ident() != self._gpu_thread:
+            self.device.make_current()
+            self._gpu_thread = threading.get_ident()
+        return fn(*args)
 
     def rebuild(self) -> None:
         """Apply pending changes now and rebuild the graph, raising the first error instead of reporting it."""
         self._check_open()
+        self._gpu(self._rebuild_now)
+
+    def _rebuild_now(self) -> None:
         plan_ = self._pending.drain()
         if plan_:
             self._apply(plan_, raise_errors=True)
@@ -274,7 +386,8 @@ class Engine:
             self._build(raise_errors=True)
 
     def synchronize(self) -> None:
-        check(drv.cuStreamSynchronize(self._stream), "cuStreamSynchronize")
+        """Wait for every frame in flight."""
+        self._gpu(lambda: check(drv.cuStreamSynchronize(self._stream), "cuStreamSynchronize"))
 
     @property
     def frame(self) -> int:
@@ -289,13 +402,18 @@ class Engine:
     def _apply(self, up: UpdatePlan, raise_errors: bool = False) -> tuple[str, ...]:
         t0 = time.perf_counter_ns()
         done: list[str] = []
-        if up.structure or self._graph is None:
-            if self._build(raise_errors):
-                done.append("structure")
-                self._notify_applied(up, done, t0)
-                return tuple(done)  # the rebuild read every current value: lower tiers are subsumed
+        if (up.structure or self._graph is None) and self._build(raise_errors):
+            done.append("structure")
+            self._notify_applied(up, done, t0)
+            return tuple(done)  # the rebuild read every current value: lower tiers are subsumed
         g = self._graph
         if g is None:
+            self._notify_applied(up, done, t0)
+            return tuple(done)
+        # new code for a block that is not in the running graph (its first build failed): rebuild
+        missing = any(k not in g.plan.kernel_nodes and k[0] in self._blocks for k in up.code)
+        if missing and self._build(raise_errors):
+            done.append("structure")
             self._notify_applied(up, done, t0)
             return tuple(done)
         for (bid, kernel), code in up.code.items():
@@ -390,6 +508,7 @@ class Engine:
         desc = self._snapshot()
         if not desc.blocks:
             self._retire(None, {})
+            self._release_library_state(keep=set())
             return True
         acquired: list[DeviceBuffer] = []
         new: CompiledGraph | None = None
@@ -420,7 +539,8 @@ class Engine:
             for (bid, name), sid in gp.device_scalars.items():
                 host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
                 check(drv.cuMemcpyHtoD(pointers[sid], host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
-            new = CompiledGraph(gp, functions, pointers, self.device.context, capture=self._capture)
+            new = CompiledGraph(gp, functions, pointers, self.device.context, capture=self._capture,
+                                fast=self._fast)
             if self._graph is None or not new.adopt_exec(self._graph):
                 new.instantiate()
         except Exception as e:
@@ -434,6 +554,7 @@ class Engine:
             self._report(err, block, raise_errors, "rebuild")
             return False
         self._retire(new, buffers)
+        self._release_library_state(keep={b.id for b in desc.blocks})
         self._node_code = node_code
         self._modules.prune(set(node_code.values()))
         self.rebuilds += 1
@@ -470,10 +591,19 @@ class Engine:
             self._node_code = {}
             self._modules.prune(set())
 
+    def _release_library_state(self, keep: set[int]) -> None:
+        """Tear down handles/plans/workspaces of calls whose block left (the old graph is already retired)."""
+        for skey in [k for k in self._library_state if k[0] not in keep]:
+            state = self._library_state.pop(skey)
+            teardown = self._library_teardown.pop(skey, None)
+            if teardown is not None:
+                teardown(state)
+
     def _capture(self, node: CallNodePlan, pointers) -> tuple[object, CaptureArgs]:
         block = self._blocks[node.block]
         spec: CallSpec = block.description.kernel(node.call)
-        skey = (spec.name, spec.key, id(spec.setup))
+        # per block and call: two blocks never share a workspace; a rebuild reuses the handles
+        skey = (block.id, spec.name, spec.key)
         if skey not in self._library_state:
             self._library_state[skey] = spec.setup(self.device.ordinal) if spec.setup else None
             if spec.teardown:
@@ -485,6 +615,9 @@ class Engine:
             else:
                 values[prm.name] = block.params[arg.name].value if arg.name else arg.value
         args = CaptureArgs(int(self._capture_stream), ptrs, values, self._library_state[skey])
+        prepare = getattr(spec, "prepare", None)
+        if prepare is not None:  # outside the capture: e.g. re-seeding a cuRAND generator
+            prepare(args)
         return capture_graph(self._capture_stream, spec.record, args), args
 
     # -- data in and out ------------------------------------------------------------------------------
@@ -492,7 +625,7 @@ class Engine:
         if self._pending._count or self._graph is None:
             self._apply(self._pending.drain() or UpdatePlan())
         if self._graph is None:
-            why = self.diagnostics[-1].message if self.diagnostics else "nothing was built"
+            why = self.diagnostic_log[-1].message if self.diagnostic_log else "nothing was built"
             raise RuntimeError(f"the pipeline has no working graph yet: {why}")
         return self._graph
 
@@ -510,6 +643,9 @@ class Engine:
 
         Writing to an input that is neither connected nor bound makes it host-fed: it gets its own buffer
         (the first write rebuilds; later writes only copy)."""
+        return self._gpu(self._write, port, data)
+
+    def _write(self, port: PortHandle, data) -> None:
         ref = self._ref(port)
         with self._lock:
             newly_fed = (port.spec.direction == "in" and ref not in self._fed and ref not in self._bindings
@@ -525,7 +661,7 @@ class Engine:
             raise ValidationError(f"{arr.size} elements do not fit {port.block.name}.{port.name} "
                                   f"({spec.count} elements)", subject=port.block.name)
         if newly_fed:
-            self._pending.add(BlockChanged(ref.block, port.block.name, f"input {port.name} fed from the host"))
+            self._hub.add(BlockChanged(ref.block, port.block.name, f"input {port.name} fed from the host"))
         g = self._graph
         if g is None or self._pending._structure or ref not in g.plan.port_buffers:
             # no buffer yet (or one about to change): upload right after the next successful build
@@ -537,20 +673,26 @@ class Engine:
     def read(self, port: PortHandle) -> np.ndarray:
         """The port's data as a new NumPy array (waits for the frames in flight). For an append output, only
         the elements appended this frame (up to its capacity)."""
+        return self._gpu(self._read, port)
+
+    def _read(self, port: PortHandle) -> np.ndarray:
         bid, ptr = self._port_buffer(port)
         spec = port.spec
         count = spec.count
         if spec.counter is not None:
-            count = min(self.count(port), spec.count)
+            count = min(self._count(port), spec.count)
         out = np.empty(count, dtype=_dtypes.to_numpy(spec.dtype) if spec.dtype else np.uint8)
         if count:
             DeviceBuffer(ptr, out.nbytes).download(out, self._stream)
         else:
-            self.synchronize()
+            check(drv.cuStreamSynchronize(self._stream), "cuStreamSynchronize")
         return out
 
     def count(self, port: PortHandle) -> int:
         """The raw counter of an append output after the last frame (may exceed the capacity: overflow)."""
+        return self._gpu(self._count, port)
+
+    def _count(self, port: PortHandle) -> int:
         ref = self._ref(port)
         g = self._ensure_built()
         cid = g.plan.counters.get(ref)
@@ -561,6 +703,9 @@ class Engine:
 
     def array(self, port: PortHandle):
         """A CuPy view of the port's device buffer (no copy). Valid until the next rebuild that drops it."""
+        return self._gpu(self._array, port)
+
+    def _array(self, port: PortHandle):
         bid, ptr = self._port_buffer(port)
         spec = port.spec
         return as_cupy(ptr, self._graph.plan.buffers[bid].nbytes, spec.dtype, (spec.count,), self,
@@ -568,6 +713,9 @@ class Engine:
 
     def counter_array(self, port: PortHandle):
         """A CuPy view (one uint32) of an append output's counter."""
+        return self._gpu(self._counter_array, port)
+
+    def _counter_array(self, port: PortHandle):
         ref = self._ref(port)
         g = self._ensure_built()
         cid = g.plan.counters.get(ref)
@@ -576,21 +724,173 @@ class Engine:
         return as_cupy(g.pointers[cid], 4, "u32", (1,), self, self.device.ordinal)
 
     # -- diagnostics ---------------------------------------------------------------------------------------
-    def on_diagnostic(self, fn: Callable[[Diagnostic], None]) -> Callable[[], None]:
-        """Call ``fn`` for every diagnostic; returns a function that stops it."""
-        self._diagnostic_listeners.append(fn)
-        return lambda: self._diagnostic_listeners.remove(fn) if fn in self._diagnostic_listeners else None
+    # -- streams -----------------------------------------------------------------------------------------
+    @property
+    def diagnostics(self) -> Observable:
+        """Errors and warnings (Diagnostic), each naming its block, port or file. Past ones: diagnostic_log."""
+        return self._diagnostics
 
-    def on_applied(self, fn: Callable[[UpdatePlan, tuple[str, ...], float], None]) -> Callable[[], None]:
-        """Call ``fn(plan, tiers_done, seconds)`` after each update plan is applied."""
-        self._applied_listeners.append(fn)
-        return lambda: self._applied_listeners.remove(fn) if fn in self._applied_listeners else None
+    @property
+    def frames(self) -> Observable:
+        """One Frame per tick (index, host and GPU time, tiers applied, state), on the engine thread."""
+        return self._frames
+
+    @property
+    def updates(self) -> Observable:
+        """One AppliedUpdate per applied update plan (tiers, blocks, seconds). Subscribing turns off the
+        allocation-free hot path, so parameter-only frames are reported too."""
+        return self._updates
+
+    @property
+    def changes(self) -> Observable:
+        """Every change event (ParameterChanged, CodeChanged, Connected, BlockAdded, ...) as it is made."""
+        return self._hub.events
+
+    @property
+    def parameter_changes(self) -> Observable:
+        return self._hub.parameters
+
+    @property
+    def structure_changes(self) -> Observable:
+        """Blocks added, removed or changed, connections made or removed."""
+        return self._hub.structure
+
+    @property
+    def code_changes(self) -> Observable:
+        return self._hub.code
+
+    @property
+    def file_changes(self) -> Observable:
+        """FileChanged events from watch() (debounced, deduplicated by content)."""
+        return self._file_changes
+
+    def watch(self, *, debounce: float = 0.05, scheduler=None):
+        """Reload kernels when their files (.ptx/.cubin/.fatbin/.cu and .json sidecars) are saved.
+
+        Reloading or recompiling happens on the watcher's thread; the new code is swapped in before a
+        following frame (in place when the signature is unchanged). A broken save produces one diagnostic
+        with the loader's or compiler's message and the old kernel keeps running. Returns a disposable.
+        """
+        self._check_open()
+        if self._reload is None:
+            self._reload = HotReload(lambda: self.blocks, self._reload_failed, self._file_changes.on_next,
+                                     debounce=debounce, scheduler=scheduler)
+        self._reload.refresh()
+        from reactivex.disposable import Disposable
+
+        return Disposable(self._stop_watch)
+
+    def _stop_watch(self) -> None:
+        if self._reload is not None:
+            self._reload.close()
+            self._reload = None
+
+    def _reload_failed(self, err: Exception, block, what: str) -> None:
+        details = tuple(getattr(err, "diagnostics", ()))
+        if block is not None:
+            block.state, block.message = "warning", f"{what} failed, the previous kernel keeps running: {err}"
+        self._publish(Diagnostic("error", block.name if block else "watch",
+                                 f"{what} failed, the previous kernel keeps running: {err}", self._frame,
+                                 block.id if block else None, details))
+
+    def feed(self, port: PortHandle, source) -> object:
+        """Stream arrays into an input port: each frame uses the newest array ``source`` emitted (NumPy
+        through pinned staging, CuPy by a device copy), with no rebuild. Returns a disposable."""
+        self._check_open()
+        ref = self._ref(port)
+        spec = port.spec
+        if spec.direction != "in":
+            raise ValueError(f"{port.block.name}.{port.name} is an output; feed() takes an input port")
+        feed = InputFeed(f"{port.block.name}.{port.name}", spec.dtype, spec.count)
+        with self._lock:
+            if ref in self._feeds:
+                raise ValueError(f"{port.block.name}.{port.name} is already fed by a stream; dispose that first")
+            if any(c.dst == ref for c in self._connections) or ref in self._bindings:
+                raise ValidationError(f"{port.block.name}.{port.name} is connected or bound; a fed input needs "
+                                      "its own buffer", subject=port.block.name)
+            newly = ref not in self._fed
+            self._fed.add(ref)
+
+        def on_next(arr) -> None:
+            try:
+                feed.push(arr)
+            except (TypeError, ValueError) as e:
+                self._warn(feed.label, str(e), port.block)
+
+        sub = source.subscribe(on_next, lambda e: self._warn(feed.label, f"input stream failed: {e}", port.block))
+        self._feeds[ref] = (feed, sub)
+        if newly:
+            self._hub.add(BlockChanged(ref.block, port.block.name, f"input {port.name} fed from a stream"))
+        from reactivex.disposable import Disposable
+
+        return Disposable(lambda: self._close_feed(ref))
+
+    def _close_feed(self, ref: PortRef) -> None:
+        entry = self._feeds.pop(ref, None)
+        if entry is not None:
+            feed, sub = entry
+            sub.dispose()
+            if self._closed:
+                return
+            self._gpu(feed.close)
+
+    def _stage_feeds(self, g: CompiledGraph) -> None:
+        for ref, (feed, _sub) in self._feeds.items():
+            if feed.dirty:
+                bid = g.plan.port_buffers.get(ref)
+                if bid is not None:
+                    feed.stage(g.pointers[bid], self._stream)
+
+    def observe(self, port: PortHandle, *, every: int = 1, kind: str = "numpy") -> Observable:
+        """An output (or any) port as an Observable emitting after every ``every``-th frame.
+
+        ``kind="numpy"``: a NumPy copy, read back asynchronously (emitted once its copy finished: with
+        ``sync=False`` frames that is a frame or two later, with no per-frame wait). ``kind="cupy"``: a
+        CuPy array, a zero-copy view when the frame was waited for (valid until the next frame: copy it to
+        keep it), else a device copy ordered after the frame. Append outputs emit only appended elements.
+        Items are emitted on the engine thread; hop with ``observe_on`` if the consumer is slow.
+        """
+        if kind not in ("numpy", "cupy"):
+            raise ValueError(f"'kind' must be 'numpy' or 'cupy' (got {kind!r})")
+        ref = self._ref(port)
+        spec = port.spec
+
+        def subscribe(observer, scheduler=None):
+            tap = OutputTap(observer.on_next, dtype=spec.dtype, count=spec.count, every=every,
+                            as_numpy=kind == "numpy", append=spec.counter is not None)
+            entry = (ref, tap)
+            self._taps = self._taps + [entry]
+
+            def dispose() -> None:
+                self._taps = [t for t in self._taps if t is not entry]
+                tap.closed = True
+                if not self._closed:
+                    self._gpu(tap.close)
+
+            from reactivex.disposable import Disposable
+
+            return Disposable(dispose)
+
+        return reactivex.create(subscribe)
+
+    def _run_taps(self, g: CompiledGraph, synced: bool) -> None:
+        for ref, tap in self._taps:
+            bid = g.plan.port_buffers.get(ref)
+            if bid is None:
+                continue
+            cid = g.plan.counters.get(ref)
+            try:
+                tap.after_launch(self._frame, g.pointers[bid], g.pointers[cid] if cid is not None else None,
+                                 self._stream, synced, self, self.device.ordinal)
+            except Exception as e:  # a subscriber's error must not stop the frames
+                self._warn(f"observe {self._blocks[ref.block].name}.{ref.port}", str(e), None)
 
     def _notify_applied(self, up: UpdatePlan, done, t0) -> None:
-        if self._applied_listeners:
+        if self._updates.observers:
             dt = (time.perf_counter_ns() - t0) / 1e9
-            for fn in list(self._applied_listeners):
-                fn(up, tuple(done), dt)
+            names = tuple(sorted(self._blocks[b].name if b in self._blocks else f"#{b}" for b in up.blocks()))
+            self._updates.on_next(AppliedUpdate(self._frame + 1, tuple(dict.fromkeys(done)), names, dt,
+                                                up.events))
 
     def _block_for(self, err: Exception) -> Block | None:
         subject = getattr(err, "subject", None)
@@ -607,12 +907,17 @@ class Engine:
             self._state = "error"
         subject = block.name if block else (getattr(err, "subject", None) or getattr(err, "path", None) or "engine")
         d = Diagnostic("error", subject, f"{what} failed, the last good graph keeps running: {err}", self._frame,
-                       block.id if block else None)
-        self.diagnostics.append(d)
-        for fn in list(self._diagnostic_listeners):
-            fn(d)
+                       block.id if block else None, tuple(getattr(err, "diagnostics", ())))
+        self._publish(d)
         if raise_errors:
             raise err
+
+    def _warn(self, subject: str, message: str, block: Block | None) -> None:
+        self._publish(Diagnostic("warning", subject, message, self._frame, block.id if block else None))
+
+    def _publish(self, d: Diagnostic) -> None:
+        self.diagnostic_log.append(d)
+        self._diagnostics.on_next(d)
 
     # -- lifetime ------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -623,17 +928,33 @@ class Engine:
         """Wait for the GPU, then free graphs, modules, buffers, library state and streams."""
         if self._closed:
             return
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
+        self._stop_watch()
+        for b in list(self._blocks.values()):
+            b.dispose_bindings()
         self._closed = True
+        for ref in list(self._feeds):
+            feed, sub = self._feeds.pop(ref)
+            sub.dispose()
+            feed.close()
+        for _ref, tap in self._taps:
+            tap.close()
+        self._taps = []
         self.device.make_current()
         drv.cuStreamSynchronize(self._stream)
         self._retire(None, {})
-        for key, fn in self._library_teardown.items():
-            fn(self._library_state.get(key))
-        self._library_state.clear()
+        self._release_library_state(keep=set())
         self._modules.close()
         self._pool.close()
+        drv.cuEventDestroy(self._ev_start)
+        drv.cuEventDestroy(self._ev_end)
         drv.cuStreamDestroy(self._stream)
         drv.cuStreamDestroy(self._capture_stream)
+        for subject in (self._diagnostics, self._updates, self._frames, self._file_changes):
+            subject.on_completed()
+        self._hub.close()
         for b in self._blocks.values():
             b._sink = None
             b._engine = None

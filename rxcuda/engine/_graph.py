@@ -15,13 +15,14 @@ from .. import _dtypes
 from .._errors import CudaError
 from ._describe import CaptureArgs, Launch
 from ._driver import check, drv
-from ._plan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, MemsetNodePlan, ScalarArg
+from ._fast import FastDriver
+from ._plan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, MemsetNodePlan
 
 
 class KernelNode:
     """Driver-side state of one kernel node: node handle, params struct, argument storage and views."""
 
-    __slots__ = ("plan", "handle", "params", "storage", "ptrs", "views", "buffer_args")
+    __slots__ = ("plan", "handle", "params", "storage", "ptrs", "views", "buffer_args", "handle_int")
 
     def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int]):
         self.plan = plan
@@ -134,8 +135,10 @@ class CompiledGraph:
     """
 
     def __init__(self, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
-                 ctx, capture: Capture | None = None):
+                 ctx, capture: Capture | None = None, fast: FastDriver | None = None):
         self.plan = plan
+        self.fast = fast or FastDriver()
+        self._exec_h = 0
         self.pointers = dict(pointers)
         self.nodes: list = []
         self.graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
@@ -148,6 +151,7 @@ class CompiledGraph:
                     node = KernelNode(n, functions[n.code_key], pointers)
                     node.handle = check(drv.cuGraphAddKernelNode(self.graph, deps, len(deps), node.params),
                                         f"cuGraphAddKernelNode ({n.label})")
+                    node.handle_int = int(node.handle)
                 elif isinstance(n, MemsetNodePlan):
                     node = MemsetNode(n, pointers[n.buffer])
                     node.handle = check(drv.cuGraphAddMemsetNode(self.graph, deps, len(deps), node.params, ctx),
@@ -175,6 +179,7 @@ class CompiledGraph:
         except BaseException:
             self._destroy_graphs()
             raise
+        self._exec_h = int(self.exec)
 
     def adopt_exec(self, old: CompiledGraph) -> bool:
         """Take over ``old``'s executable graph through cuGraphExecUpdate when the topology is the same.
@@ -190,16 +195,18 @@ class CompiledGraph:
             return False
         for mine, theirs in zip(self.nodes, old.nodes, strict=True):
             mine.handle = theirs.handle
+            if isinstance(mine, KernelNode):
+                mine.handle_int = int(theirs.handle)
         check(drv.cuGraphDestroy(self.graph), "cuGraphDestroy")
         self.graph, old.graph = old.graph, None
         self.exec, old.exec = old.exec, None
+        self._exec_h = int(self.exec)
         return True
 
     # -- per frame -------------------------------------------------------------------------------------
-    def launch(self, stream) -> None:
-        err, = drv.cuGraphLaunch(self.exec, stream)
-        if err:
-            check((err,), "cuGraphLaunch")
+    def launch(self, stream: int) -> None:
+        """``stream``: the raw CUstream handle as an int."""
+        self.fast.launch(self._exec_h, stream)
 
     # -- staged updates --------------------------------------------------------------------------------
     def set_scalar(self, node_id: int, arg: int, value) -> None:
@@ -232,11 +239,10 @@ class CompiledGraph:
         if not self._dirty:
             return
         dirty, self._dirty = self._dirty, set()
-        for nid in sorted(dirty):
+        set_params = self.fast.set_kernel_params
+        for nid in dirty:
             node = self.nodes[nid]
-            err, = drv.cuGraphExecKernelNodeSetParams(self.exec, node.handle, node.params)
-            if err:
-                check((err,), f"cuGraphExecKernelNodeSetParams ({node.plan.label})")
+            set_params(self._exec_h, node.handle_int, node.params)
 
     def recapture(self, node_id: int, capture: Capture) -> None:
         node: CallNode = self.nodes[node_id]

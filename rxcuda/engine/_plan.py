@@ -20,8 +20,8 @@ from ._describe import (
     CallSpec,
     KernelSpec,
     Launch,
-    PipelineDescription,
     Pin,
+    PipelineDescription,
     PortRef,
     step_params,
 )
@@ -237,10 +237,14 @@ def order_blocks(desc: PipelineDescription) -> tuple[BlockEntry, ...]:
             if indeg[nxt] == 0:
                 heapq.heappush(ready, (index[nxt], nxt))
     if len(out) != len(desc.blocks):
-        stuck = [desc.block(b).label() for b, d in indeg.items() if d > 0]
-        _fail(f"the connections form a cycle through blocks {', '.join(sorted(stuck))}; a frame must be "
+        # blocks downstream of a cycle are stuck too: peel off those that feed no stuck block
+        stuck = {b for b, d in indeg.items() if d > 0}
+        while leaves := {b for b in stuck if not succ[b] & stuck}:
+            stuck -= leaves
+        names = sorted(desc.block(b).label() for b in stuck)
+        _fail(f"the connections form a cycle through blocks {', '.join(names)}; a frame must be "
               "a DAG: remove one of the connections (feed state back through a buffer the block owns)",
-              subject=stuck[0])
+              subject=names[0])
     return tuple(out)
 
 

@@ -271,7 +271,7 @@ def test_failed_rebuild_keeps_last_results(engine, rng, kernels, tmp_path):
     engine.connect(mul["out"], broken["a"])
     engine.connect(mul["out"], broken["b"])
     seen = []
-    engine.on_diagnostic(seen.append)
+    engine.diagnostics.subscribe(seen.append)
     for _ in range(3):
         f = engine.tick()
         assert f.launched

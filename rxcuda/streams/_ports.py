@@ -1,0 +1,206 @@
+"""Data in and out of ports as streams.
+
+In: the newest array a source emitted is copied into the port's buffer before the next frame — a NumPy
+array through pinned staging (double-buffered, asynchronous), a device array by a device-to-device copy —
+ordered on the engine's stream, so the frame sees it, with no rebuild.
+
+Out: after each frame (or every n-th), a port's content is emitted on the engine thread — as a CuPy
+array (a zero-copy view when the frame was synchronised, else a device copy ordered after the frame), or
+as a NumPy array read back asynchronously through a ring of pinned buffers (emitted when its copy has
+finished; no per-frame sync unless asked).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .. import _dtypes
+from ..engine._driver import check, drv
+
+
+class PinnedBuffer:
+    """Page-locked host memory viewed as a NumPy array, with an event marking its last async copy."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+        self.ptr = int(check(drv.cuMemHostAlloc(max(nbytes, 1), 0), "cuMemHostAlloc"))
+        self.event = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        self.busy = False
+
+    def view(self, dtype, count: int) -> np.ndarray:
+        import ctypes
+
+        buf = (ctypes.c_char * self.nbytes).from_address(self.ptr)
+        return np.frombuffer(buf, dtype=dtype, count=count)
+
+    def done(self) -> bool:
+        if not self.busy:
+            return True
+        err, = drv.cuEventQuery(self.event)
+        if err == drv.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        check((err,), "cuEventQuery")
+        self.busy = False
+        return True
+
+    def wait(self) -> None:
+        if self.busy:
+            check(drv.cuEventSynchronize(self.event), "cuEventSynchronize")
+            self.busy = False
+
+    def record(self, stream) -> None:
+        check(drv.cuEventRecord(self.event, stream), "cuEventRecord")
+        self.busy = True
+
+    def close(self) -> None:
+        self.wait()
+        drv.cuEventDestroy(self.event)
+        drv.cuMemFreeHost(self.ptr)
+
+
+class InputFeed:
+    """Holds the newest array from a source; ``stage`` copies it into the port buffer on the engine thread."""
+
+    def __init__(self, label: str, dtype: str | None, count: int):
+        self.label = label
+        self.dtype = _dtypes.to_numpy(dtype) if dtype else None
+        self.count = count
+        self._latest = None
+        self._lock = threading.Lock()
+        self._slots: list[PinnedBuffer] = []
+        self._next = 0
+        self.staged = 0
+
+    def push(self, array) -> None:
+        """Accept an array from any thread (checked here, so a bad one is reported at its source)."""
+        shape_ok = getattr(array, "size", None)
+        if shape_ok is None:
+            raise TypeError(f"{self.label}: stream items must be arrays (got {type(array).__name__})")
+        if self.dtype is not None and np.dtype(array.dtype) != self.dtype:
+            raise TypeError(f"{self.label}: expected {self.dtype} arrays, got {array.dtype}")
+        if array.size > self.count:
+            raise ValueError(f"{self.label}: an array of {array.size} elements does not fit {self.count}")
+        with self._lock:
+            self._latest = array
+
+    @property
+    def dirty(self) -> bool:
+        return self._latest is not None
+
+    def stage(self, ptr: int, stream) -> None:
+        with self._lock:
+            arr, self._latest = self._latest, None
+        if arr is None:
+            return
+        if isinstance(arr, np.ndarray):
+            arr = np.ascontiguousarray(arr)
+            if len(self._slots) < 2:
+                self._slots = [PinnedBuffer(self.count * arr.itemsize) for _ in range(2)]
+            slot = self._slots[self._next]
+            self._next ^= 1
+            slot.wait()  # its previous copy must be done before we overwrite it (rarely waits)
+            slot.view(arr.dtype, arr.size)[:] = arr.ravel()
+            check(drv.cuMemcpyHtoDAsync(ptr, slot.ptr, arr.nbytes, stream), "cuMemcpyHtoDAsync")
+            slot.record(stream)
+        else:
+            cai = arr.__cuda_array_interface__
+            nbytes = int(arr.size) * np.dtype(cai["typestr"]).itemsize
+            # the source array must stay valid until the copy ran: keep it until the next stage
+            self._keep = arr
+            check(drv.cuMemcpyDtoDAsync(ptr, int(cai["data"][0]), nbytes, stream), "cuMemcpyDtoDAsync")
+        self.staged += 1
+
+    def close(self) -> None:
+        for s in self._slots:
+            s.close()
+        self._slots = []
+
+
+class OutputTap:
+    """Emits a port's content after every ``every``-th frame to ``emit`` (called on the engine thread)."""
+
+    def __init__(self, emit, *, dtype: str | None, count: int, every: int, as_numpy: bool, append: bool,
+                 depth: int = 3):
+        if not isinstance(every, int) or every <= 0:
+            raise ValueError(f"'every' must be a positive int (got {every!r})")
+        self.emit = emit
+        self.dtype = _dtypes.to_numpy(dtype) if dtype else np.dtype(np.uint8)
+        self.count = count
+        self.every = every
+        self.as_numpy = as_numpy
+        self.append = append
+        self._depth = depth
+        self._ring: list[PinnedBuffer] = []
+        self._pending: list[tuple[PinnedBuffer, PinnedBuffer | None]] = []
+        self._counters: list[PinnedBuffer] = []
+        self._i = 0
+        self.closed = False
+
+    def after_launch(self, frame: int, ptr: int, counter_ptr: int | None, stream, synced: bool, owner,
+                     device_id: int) -> None:
+        if frame % self.every:
+            self.poll()  # earlier readbacks may have finished meanwhile
+            return
+        if not self.as_numpy:
+            self._emit_cupy(ptr, counter_ptr, stream, synced, owner, device_id)
+            return
+        if not self._ring:
+            nbytes = self.count * self.dtype.itemsize
+            self._ring = [PinnedBuffer(nbytes) for _ in range(self._depth)]
+            if self.append:
+                self._counters = [PinnedBuffer(4) for _ in range(self._depth)]
+        slot = self._ring[self._i]
+        cslot = self._counters[self._i] if self.append else None
+        if slot.busy:  # the ring is full: wait for the oldest copy and emit it first
+            self.poll(block_until=slot)
+        self._i = (self._i + 1) % self._depth
+        check(drv.cuMemcpyDtoHAsync(slot.ptr, ptr, slot.nbytes, stream), "cuMemcpyDtoHAsync")
+        if cslot is not None:
+            check(drv.cuMemcpyDtoHAsync(cslot.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
+        slot.record(stream)
+        self._pending.append((slot, cslot))
+        self.poll()
+
+    def poll(self, block_until: PinnedBuffer | None = None) -> None:
+        """Emit every finished readback, oldest first."""
+        while self._pending:
+            slot, cslot = self._pending[0]
+            if block_until is not None:
+                slot.wait()
+            elif not slot.done():
+                return
+            self._pending.pop(0)
+            n = self.count
+            if cslot is not None:
+                n = min(int(cslot.view(np.uint32, 1)[0]), self.count)
+            if not self.closed:
+                self.emit(slot.view(self.dtype, self.count)[:n].copy())
+            if slot is block_until:
+                return
+
+    def _emit_cupy(self, ptr, counter_ptr, stream, synced, owner, device_id) -> None:
+        import cupy
+
+        from ..engine._memory import as_cupy
+
+        n = self.count
+        if self.append:
+            host = np.empty(1, np.uint32)
+            check(drv.cuMemcpyDtoHAsync(host.ctypes.data, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
+            check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+            n = min(int(host[0]), self.count)
+        view = as_cupy(ptr, max(self.count * self.dtype.itemsize, 1), self.dtype, (self.count,), owner,
+                       device_id)[:n]
+        if synced:
+            self.emit(view)  # valid until the next frame; copy it to keep it
+        else:
+            with cupy.cuda.ExternalStream(int(stream), device_id):
+                self.emit(view.copy())  # ordered after this frame on the engine stream
+
+    def close(self) -> None:
+        self.closed = True
+        for s in self._ring + self._counters:
+            s.close()
+        self._ring, self._counters, self._pending = [], [], []
