@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The GPU batch (run on the device machine, not in CI): install the wheels the machine lacks, then
+# tests/gpu, the demo and the benchmarks, logging everything under $OUT.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/card.txt"
+what=${1:-all}
+if [[ $what == all || $what == tests ]]; then
+  timeout 400 python3 -m pytest -q -rfE tests/gpu 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+fi
+if [[ $what == all || $what == demo ]]; then
+  timeout 120 python3 -m rxcuda demo 2>&1 | tee "$OUT/demo.log" | tail -25
+fi
+if [[ $what == all || $what == bench ]]; then
+  for b in ${BENCHES:-frame streams libraries compile generated}; do
+    [[ -f bench/$b.py ]] || continue
+    timeout 200 python3 bench/$b.py 2>&1 | tee "$OUT/bench-$b.log" | tail -30
+  done
+fi

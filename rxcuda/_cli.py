@@ -1,0 +1,312 @@
+"""The ``rxcuda`` command: ``rxcuda info`` and ``rxcuda demo`` (also ``python -m rxcuda``).
+
+``demo`` runs the quickstart pipeline on the GPU; without one it prints the pipeline the planner would
+build, so what the engine does can be read on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+# The quickstart pipeline: (a + b) -> vector_add -> scalar_mul(scale) -> append_above(threshold).
+SCALES = (3.0, 0.5, -2.0, 1.25, 10.0, 0.1)
+THRESHOLD = 2.0
+SEGMENT = 50  # frames between hot updates of 'scale'
+MAX_REL_ERROR = 1e-6
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rxcuda`` console script; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="rxcuda",
+        description="Reactive dataflow runtime for CUDA: one CUDA graph per frame, cheapest-legal updates.",
+    )
+    parser.add_argument("--version", action="version", version=f"rxcuda {__version__}")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    info = sub.add_parser("info", help="driver, devices and versions of the CUDA Python stack")
+    info.set_defaults(func=_cmd_info)
+
+    demo = sub.add_parser(
+        "demo",
+        help="run the quickstart pipeline and check it against NumPy (without a GPU: print its plan)",
+        description="vector_add -> scalar_mul(scale) -> append_above(threshold), run for a few hundred "
+        f"frames; 'scale' changes every {SEGMENT} frames through hot updates. Without a CUDA device, "
+        "prints the planned graph instead.",
+    )
+    demo.add_argument("--frames", type=_positive_int, default=300, help="frames to run (default 300)")
+    demo.add_argument("--size", type=_positive_int, default=1 << 16,
+                      help="elements per buffer (default 65536)")
+    demo.add_argument("--plan", action="store_true", help="only print the planned pipeline, even with a GPU")
+    demo.add_argument("--kernels", type=Path, default=None,
+                      help="folder with the shipped kernels (default: the repository's kernels/)")
+    demo.set_defaults(func=_cmd_demo)
+
+    _add_optional_commands(sub)
+    return parser
+
+
+def _add_optional_commands(subparsers) -> None:
+    """Commands other modules provide (``kernels build``, ``cache clear``), when they are present.
+
+    ``add_cli(subparsers)`` registers its parsers and gives each ``set_defaults(func=...)``, a function of
+    the parsed arguments returning the exit status.
+    """
+    try:
+        from .sources._build import add_cli
+    except ImportError as e:
+        if getattr(e, "name", None) != f"{__package__}.sources._build":
+            # the module exists but failed to import: say so rather than hide its commands silently
+            print(f"rxcuda: optional commands unavailable ({type(e).__name__}: {e})", file=sys.stderr)
+        return
+    add_cli(subparsers)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive int (got {text!r})") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive int (got {value})")
+    return value
+
+
+# -- info ---------------------------------------------------------------------------------------------------
+def _cmd_info(args, out: TextIO | None = None) -> int:
+    from . import __version__, device_info
+
+    out = out or sys.stdout
+    info = device_info()
+    print(f"rxcuda {__version__} on Python {platform.python_version()} ({sys.platform})", file=out)
+    if "error" in info:
+        print(f"no CUDA device: {info['error']}", file=out)
+    else:
+        print(f"driver: CUDA {info['driver_cuda']}", file=out)
+        for d in info["devices"]:
+            print(f"device {d['ordinal']}: {d['name']}, compute capability {d['compute_capability']}, "
+                  f"{d['memory_gib']} GiB", file=out)
+    print("CUDA Python stack:", file=out)
+    width = max(len(k) for k in info["versions"])
+    for dist, version in info["versions"].items():
+        print(f"  {dist:<{width}}  {version}", file=out)
+    return 0
+
+
+# -- demo ---------------------------------------------------------------------------------------------------
+def find_kernels(explicit: Path | None = None) -> Path:
+    """The folder holding the shipped kernels: ``explicit``, else ``$RXCUDA_KERNELS``, else the repository's
+    ``kernels/`` (an editable install or a checkout) or ``./kernels``."""
+    if explicit is not None:
+        candidates = [explicit]
+    elif os.environ.get("RXCUDA_KERNELS"):
+        candidates = [Path(os.environ["RXCUDA_KERNELS"])]
+    else:
+        candidates = [Path(__file__).resolve().parents[1] / "kernels", Path.cwd() / "kernels"]
+    for c in candidates:
+        if (c / "vector_add.ptx").is_file():
+            return c
+    tried = ", ".join(str(c) for c in candidates)
+    raise FileNotFoundError(f"the shipped kernels (vector_add.ptx, ...) are not in {tried}; run from a "
+                            "checkout of rxcuda or pass --kernels DIR")
+
+
+def demo_blocks(kernels: Path, size: int):
+    """The quickstart blocks and their connections: (add, mul, above), [(src port, dst port), ...]."""
+    from .engine._blocks import Block
+
+    add = Block.from_kernel(kernels / "vector_add.ptx", size=size)
+    mul = Block.from_kernel(kernels / "scalar_mul.ptx", size=size, scale=SCALES[0])
+    above = Block.from_kernel(kernels / "append_above.ptx", size=size, threshold=THRESHOLD)
+    connections = [(add["out"], mul["x"]), (mul["out"], above["values"])]
+    return (add, mul, above), connections
+
+
+def plan_demo(kernels: Path, size: int):
+    """The demo pipeline as the planner sees it: (blocks, PipelineDescription, GraphPlan).
+
+    Built the way the engine snapshots its model; the inputs the demo writes from the host are 'fed'."""
+    from .engine._describe import BlockEntry, Connection, PipelineDescription, PortRef
+    from .engine._plan import plan
+
+    blocks, connections = demo_blocks(kernels, size)
+    add = blocks[0]
+    desc = PipelineDescription(
+        blocks=tuple(BlockEntry(b.id, b.description, b.values(), b.launches()) for b in blocks),
+        connections=tuple(Connection(PortRef(s.block.id, s.name), PortRef(d.block.id, d.name))
+                          for s, d in connections),
+        bindings={},
+        fed=frozenset(PortRef(add.id, p) for p in ("a", "b")),
+    )
+    return blocks, desc, plan(desc)
+
+
+def format_plan(blocks, gp, fed=frozenset()) -> str:
+    """A person's view of a graph plan: blocks, nodes with dependencies, buffers, parameter tiers."""
+    lines = ["blocks:"]
+    for b in blocks:
+        ports = ", ".join(f"{p.direction} {p.name}: {p.dtype}[{p.count}]" + (" (append)" if p.counter else "")
+                          for p in b.description.ports)
+        lines.append(f"  {b.name}: {ports}")
+    lines.append(f"graph nodes ({len(gp.nodes)}, in launch order):")
+    for n in gp.nodes:
+        after = ", ".join(f"#{d} {gp.nodes[d].label}" for d in gp.deps[n.id]) or "nothing"
+        kind = type(n).__name__.removesuffix("NodePlan").lower()
+        extra = ""
+        if hasattr(n, "launch"):
+            extra = f", grid {n.launch.grid[0]} x block {n.launch.block[0]}"
+        lines.append(f"  #{n.id} {kind} {n.label}{extra}; after {after}")
+    names = {b.id: b.name for b in blocks}
+    ports: dict[int, list[str]] = {}
+    for ref, bid in gp.port_buffers.items():
+        ports.setdefault(bid, []).append(f"{names.get(ref.block, ref.block)}.{ref.port}")
+    lines.append(f"buffers ({len(gp.buffers)}, {sum(b.nbytes for b in gp.buffers)} bytes in all):")
+    for buf in gp.buffers:
+        shared = ports.get(buf.id, [])
+        kind = _BUFFER_KINDS.get(buf.kind, buf.kind)
+        if any(ref in fed for ref, bid in gp.port_buffers.items() if bid == buf.id):
+            kind += ", written from the host (engine.write)"
+        if len(shared) > 1:
+            kind += f", shared by {' and '.join(shared)}"
+        lines.append(f"  {buf.label}: {buf.dtype}[{buf.count}], {buf.nbytes} bytes, {kind}")
+    lines.append("parameters (how a change reaches the GPU):")
+    for b in blocks:
+        for name, prm in b.params.items():
+            lines.append(f"  {b.name}.{name} = {prm.value!r} ({prm.dtype}): {gp.tier_of(b.id, name)}")
+    return "\n".join(lines)
+
+
+_BUFFER_KINDS = {
+    "port": "engine-owned",
+    "external": "the user's array",
+    "zeros": "engine-owned, zeroed (optional input left open)",
+    "counter": "append counter, zeroed every frame",
+    "internal": "engine-owned, inside the block",
+    "device_scalar": "device scalar",
+}
+
+
+def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        kernels = find_kernels(args.kernels)
+    except FileNotFoundError as e:
+        print(f"rxcuda demo: {e}", file=out)
+        return 1
+    if engine_factory is None:
+        from .engine._driver import probe
+
+        ok, why = probe()
+        if args.plan or not ok:
+            blocks, desc, gp = plan_demo(kernels, args.size)
+            print(f"The quickstart pipeline, {args.size} float32 elements per buffer, as the planner builds it:",
+                  file=out)
+            print(format_plan(blocks, gp, desc.fed), file=out)
+            if not ok:
+                print(f"Running it needs a CUDA device, and this machine has none: {why}", file=out)
+            return 0
+        from .engine._engine import Engine
+
+        engine_factory = Engine
+    return run_demo(kernels, args.frames, args.size, engine_factory, out)
+
+
+def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, out: TextIO) -> int:
+    """Run the pipeline for ``frames`` frames, hot-updating 'scale' every SEGMENT frames, and check the last
+    frame of each segment against NumPy. Returns 0 when every check passed, 1 otherwise."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(size).astype(np.float32)
+    b = rng.standard_normal(size).astype(np.float32)
+    (add, mul, above), connections = demo_blocks(kernels, size)
+    ticks, hot_ticks, hot_tiers, worst, failures = [], [], set(), 0.0, []
+    with engine_factory() as engine:
+        for blk in (add, mul, above):
+            engine.add(blk)
+        for src, dst in connections:
+            engine.connect(src, dst)
+        engine.write(add["a"], a)
+        engine.write(add["b"], b)
+        print(f"rxcuda demo on {engine.device.name}: vector_add -> scalar_mul -> append_above(> {THRESHOLD}), "
+              f"{size} elements, {frames} frames, scale changes every {SEGMENT} frames", file=out)
+        for i in range(frames):
+            if i and i % SEGMENT == 0:
+                mul.params["scale"].value = SCALES[(i // SEGMENT) % len(SCALES)]
+            frame = engine.tick()
+            if i == 0:
+                if engine.plan is None or not frame.launched:
+                    log = list(getattr(engine, "diagnostic_log", ()))
+                    why = log[-1].message if log else "nothing was built"
+                    print(f"the pipeline did not build: {why}", file=out)
+                    return 1
+            elif i % SEGMENT == 0:
+                hot_ticks.append(frame.host_us)
+                hot_tiers.add(frame.tiers)
+            else:
+                ticks.append(frame.host_us)
+            if (i + 1) % SEGMENT == 0 or i == frames - 1:
+                scale = mul.params["scale"].value
+                err, problem = _check(engine, mul, above, a, b, scale)
+                worst = max(worst, err)
+                count = engine.count(above["out"])
+                print(f"  frames {i // SEGMENT * SEGMENT:>4}-{i:<4} scale {scale:>6}: out[:3] = "
+                      f"{np.array2string(engine.read(mul['out'])[:3], precision=4)}, {count} of {size} values "
+                      f"above {THRESHOLD}; {problem or 'matches NumPy'}", file=out)
+                if problem:
+                    failures.append(problem)
+        rebuilds = getattr(engine, "rebuilds", None)
+    print(f"per frame (tick with sync): median {_median(ticks)}; with a hot update of 'scale': median "
+          f"{_median(hot_ticks)}", file=out)
+    if hot_ticks:
+        applied = " / ".join(sorted("+".join(t) or "none" for t in hot_tiers))
+        print(f"{len(hot_ticks)} hot updates applied through: {applied}"
+              + (f"; graph builds in all: {rebuilds}" if rebuilds is not None else ""), file=out)
+    print(f"check against NumPy: max relative error {worst:.2e} (limit {MAX_REL_ERROR:.0e}), append counts "
+          f"{'exact' if not any('count' in f for f in failures) else 'WRONG'}", file=out)
+    if failures:
+        print(f"FAILED: {len(failures)} check(s) disagree with NumPy", file=out)
+        return 1
+    print("OK", file=out)
+    return 0
+
+
+def _check(engine, mul, above, a, b, scale) -> tuple[float, str]:
+    """(max relative error of mul.out, a problem description or '') for the frame just run."""
+    expect = (a + b) * np.float32(scale)
+    got = engine.read(mul["out"])
+    # relative to |expected|, floored so that values near zero are judged by their absolute error
+    denom = np.maximum(np.abs(expect.astype(np.float64)), 1e-3)
+    err = float(np.max(np.abs(got.astype(np.float64) - expect) / denom)) if got.shape == expect.shape else np.inf
+    if not err <= MAX_REL_ERROR:  # NaN fails too
+        return err, f"scalar_mul.out differs from NumPy (max relative error {err:.2e})"
+    want = np.sort(expect[expect > np.float32(THRESHOLD)])
+    count = engine.count(above["out"])
+    if count != want.size:
+        return err, f"append count {count}, NumPy counts {want.size}"
+    appended = np.sort(engine.read(above["out"]))
+    if not np.array_equal(appended, want):
+        return err, "appended values differ from NumPy's selection"
+    return err, ""
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} us" if values else "n/a"

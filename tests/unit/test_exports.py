@@ -1,0 +1,95 @@
+"""The public facade: every exported name imports, nothing private leaks, the planner stays pure."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pathlib
+import tomllib
+
+import pytest
+
+import rxcuda
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_all_names_are_importable():
+    for name in rxcuda.__all__:
+        assert getattr(rxcuda, name) is not None, name
+
+
+def test_all_has_no_private_names_or_duplicates():
+    assert not [n for n in rxcuda.__all__ if n.startswith("_")]
+    assert len(set(rxcuda.__all__)) == len(rxcuda.__all__)
+
+
+def test_star_import_gives_exactly_all():
+    ns: dict = {}
+    exec("from rxcuda import *", ns)
+    assert set(ns) - {"__builtins__"} == set(rxcuda.__all__)
+
+
+def test_public_objects_live_in_private_modules():
+    # the facade re-exports; implementations sit behind it in _modules
+    for name in rxcuda.__all__:
+        obj = getattr(rxcuda, name)
+        module = getattr(obj, "__module__", "")
+        assert module.startswith("rxcuda."), (name, module)
+        assert any(part.startswith("_") for part in module.split(".")[1:]), (name, module)
+
+
+def test_public_names_have_docstrings():
+    undocumented = [n for n in rxcuda.__all__ if not inspect.getdoc(getattr(rxcuda, n))]
+    assert undocumented == []
+
+
+def test_public_modules_of_the_facade_are_not_exported():
+    assert "engine" not in rxcuda.__all__ and "streams" not in rxcuda.__all__
+
+
+def test_errors_refine_builtins():
+    assert issubclass(rxcuda.ValidationError, ValueError)
+    assert issubclass(rxcuda.KernelFileError, ValueError)
+    assert issubclass(rxcuda.CudaError, RuntimeError) and issubclass(rxcuda.NoDeviceError, RuntimeError)
+    for name in (
+        "ValidationError",
+        "KernelFileError",
+        "CudaError",
+        "NoDeviceError",
+        "CompileError",
+        "EngineClosedError",
+    ):
+        assert issubclass(getattr(rxcuda, name), rxcuda.RxcudaError)
+
+
+def test_version_matches_pyproject():
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert rxcuda.__version__ == meta["project"]["version"]
+
+
+def test_console_script_points_at_the_cli():
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    module, func = meta["project"]["scripts"]["rxcuda"].split(":")
+    assert callable(getattr(importlib.import_module(module), func))
+
+
+@pytest.mark.parametrize("package", ["rxcuda.sources", "rxcuda.streams"])
+def test_subpackage_exports_resolve(package):
+    mod = importlib.import_module(package)
+    for name in getattr(mod, "__all__", ()):
+        assert hasattr(mod, name), f"{package}.{name}"
+
+
+@pytest.mark.parametrize("module", ["_plan.py", "_describe.py"])
+def test_planner_imports_nothing_from_cuda(module):
+    tree = ast.parse((ROOT / "rxcuda" / "engine" / module).read_text())
+    imported = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            imported.append(("." * node.level) + (node.module or ""))
+    forbidden = ("cuda", "cupy", "._driver", "._device", "._memory", "._graph", "._engine", "._modules")
+    assert [m for m in imported if m.startswith(forbidden)] == []

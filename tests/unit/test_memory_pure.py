@@ -1,0 +1,98 @@
+"""The pure parts of the memory layer: size classes, pool bookkeeping errors, array-interface parsing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rxcuda.engine._memory import BufferPool, DeviceBuffer, resolve_device_array, size_class
+
+SIZES = list(range(1, 5000)) + [2**k + d for k in range(12, 34, 3) for d in (-1, 0, 1)]
+
+
+def test_minimum_class_is_256_bytes():
+    assert {size_class(n) for n in (1, 4, 100, 256)} == {256}
+
+
+def test_class_is_never_smaller_than_the_request():
+    assert all(size_class(n) >= n for n in SIZES)
+
+
+def test_classes_are_monotone():
+    classes = [size_class(n) for n in sorted(SIZES)]
+    assert classes == sorted(classes)
+
+
+def test_slack_is_at_most_25_percent_above_256_bytes():
+    worst = max((size_class(n) - n) / n for n in SIZES if n > 256)
+    assert worst <= 0.25
+
+
+def test_a_class_fits_its_own_size_exactly():
+    for n in SIZES:
+        c = size_class(n)
+        assert size_class(c) == c
+
+
+def test_four_classes_per_power_of_two():
+    classes = {size_class(n) for n in range(4097, 8193)}
+    assert sorted(classes) == [5120, 6144, 7168, 8192]
+
+
+@pytest.mark.parametrize(("n", "cls"), [(257, 320), (1000, 1024), (1025, 1280), (3 << 20, 3 << 20)])
+def test_known_classes(n, cls):
+    assert size_class(n) == cls
+
+
+def test_pool_refuses_empty_requests():
+    with pytest.raises(ValueError, match=r"'nbytes' must be positive \(got 0\)"):
+        BufferPool().acquire(0)
+
+
+def test_pool_refuses_foreign_buffers():
+    pool = BufferPool()
+    with pytest.raises(ValueError, match="does not belong to this pool or was released twice"):
+        pool.release(DeviceBuffer(0x1000, 64))
+    assert pool.stats.in_use == 0 and pool.stats.allocations == 0
+
+
+class FakeDeviceArray:
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=0xDEAD000):
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (ptr, False),
+            "strides": strides,
+            "version": 3,
+        }
+
+
+def test_device_array_interface_is_read_zero_copy():
+    arr = FakeDeviceArray((4, 8))
+    ext = resolve_device_array(arr)
+    assert (ext.ptr, ext.dtype, ext.count, ext.shape) == (0xDEAD000, "f32", 32, (4, 8))
+    assert ext.owner is arr
+
+
+def test_explicit_c_strides_are_accepted():
+    ext = resolve_device_array(FakeDeviceArray((4, 8), typestr="<i4", strides=(32, 4)))
+    assert ext.dtype == "i32" and ext.count == 32
+
+
+def test_non_contiguous_device_array_is_refused():
+    with pytest.raises(TypeError, match="not C-contiguous; pass a contiguous copy"):
+        resolve_device_array(FakeDeviceArray((4, 8), strides=(4, 16)))
+
+
+def test_host_array_is_refused_with_the_fix():
+    with pytest.raises(TypeError, match=r"ndarray is not a device array .*engine\.write\(port, array\)"):
+        resolve_device_array(np.zeros(4, np.float32))
+
+
+def test_unsupported_element_type_is_refused():
+    with pytest.raises(ValueError, match="unsupported dtype bool"):
+        resolve_device_array(FakeDeviceArray((4,), typestr="|b1"))
+
+
+def test_complex_arrays_resolve_for_fft_ports():
+    assert resolve_device_array(FakeDeviceArray((4,), typestr="<c8")).dtype == "c64"
