@@ -31,6 +31,22 @@ def _median_us(fn, frames: int, repeats: int = 5) -> float:
     return statistics.median(runs)
 
 
+def _call_paths(engine, drv, stream, frames: int) -> list[tuple[str, float]]:
+    """The same graph, the two ways to call the driver on the frame path (before/after engine/_fast.py)."""
+    g = engine._graph
+    node = g.nodes[0]
+    fast, sh = engine._fast, int(stream)
+    calls = {
+        "exec-node update, cuda.bindings": lambda: drv.cuGraphExecKernelNodeSetParams(g.exec, node.handle,
+                                                                                      node.params),
+        "exec-node update, ctypes (GIL kept)": lambda: fast.set_kernel_params(g._exec_h, node.handle_int,
+                                                                             node.params),
+        "launch + sync, cuda.bindings": lambda: (drv.cuGraphLaunch(g.exec, stream), drv.cuStreamSynchronize(stream)),
+        "launch + wait, ctypes (GIL kept)": lambda: (fast.launch(g._exec_h, sh), fast.wait(sh)),
+    }
+    return [(label, _median_us(fn, frames)) for label, fn in calls.items()]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=2000, help="frames per timing run (median of 5 runs)")
@@ -140,6 +156,9 @@ def main(argv=None) -> int:
             check(drv.cuGraphDestroy(graph), "d")
             check(drv.cuModuleUnload(mod), "d")
             rows.append((chain, t_tick, t_raw, t_eager, t_cupy, t_hot - t_tick, t_update))
+            if chain == min(args.sizes):
+                # the same graph, the two ways to call the driver on the frame path (before/after _fast.py)
+                call_rows = _call_paths(engine, drv, stream, args.frames)
 
     print(f"\nbench/frame.py — per-frame time with sync, median of 5 runs ({name}, {n} elements/kernel)\n")
     hdr = (f"{'kernels':>7} | {'tick() us':>10} | {'raw graph us':>12} | {'tick/raw':>8} | {'eager us':>9} | "
@@ -151,6 +170,9 @@ def main(argv=None) -> int:
         print(f"{chain:>7} | {tt:>10.2f} | {tr:>12.2f} | {tt / tr:>8.3f} | {te:>9.2f} | {te / tt:>10.2f} | "
               f"{tc:>9.2f} | {tc / tt:>9.2f} | {th:>17.2f} | {tu:>13.2f}")
     print("\n'tick+hot -tick' is the difference of two noisy medians; 'hot update' times the update alone.")
+    print(f"\ndriver-call paths on the same {min(args.sizes)}-kernel graph, same run:")
+    for label, t in call_rows:
+        print(f"  {label:<38} {t:8.2f} us")
     print("targets: tick/raw <= 1.10 at 100 kernels; eager/tick >= 5 at 100; hot update adds < 3 us")
     return 0
 

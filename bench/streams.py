@@ -38,7 +38,7 @@ class _Stamped:
         self.index = f.index
 
 
-def bench_parameters(engine, rxcuda, reactivex, np, seconds: float) -> list[tuple]:
+def bench_parameters(engine, rxcuda, reactivex, np, seconds: float, switch_interval: float) -> list[tuple]:
     from reactivex.subject import Subject
 
     n = 1 << 16
@@ -48,7 +48,7 @@ def bench_parameters(engine, rxcuda, reactivex, np, seconds: float) -> list[tupl
     for producers in (0, 1, 4):
         frames: list = []
         sub = engine.frames.subscribe(lambda f, frames=frames: frames.append(_Stamped(f)))
-        running = engine.run(reactivex.interval(1 / 60))
+        running = engine.run(reactivex.interval(1 / 60), switch_interval=switch_interval)
         subjects = [Subject() for _ in range(producers)]
         binds = [blk.params["scale"].bind(s) for s in subjects]
         stop = threading.Event()
@@ -156,8 +156,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=2.0, help="seconds of producing per row")
     ap.add_argument("--edits", type=int, default=20, help="file edits per hot-reload row")
-    ap.add_argument("--switch-interval", type=float, nargs="+", default=[0.005],
-                    help="interpreter switch intervals (s) to run table 1 under (CPython's default: 0.005)")
+    ap.add_argument("--switch-interval", type=float, nargs="+", default=[0.005, 0.0002],
+                    help="engine.run(switch_interval=...) values for table 1 (CPython's default: 0.005)")
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -174,14 +174,8 @@ def main(argv=None) -> int:
     _nvrtc.warm_up(background=False)
     with rxcuda.Engine() as engine:
         name = engine.device.name
-        prows = {}
-        default = sys.getswitchinterval()
-        for si in args.switch_interval:
-            sys.setswitchinterval(si)
-            try:
-                prows[si] = bench_parameters(engine, rxcuda, reactivex, np, args.seconds)
-            finally:
-                sys.setswitchinterval(default)
+        prows = {si: bench_parameters(engine, rxcuda, reactivex, np, args.seconds, si)
+                 for si in args.switch_interval}
         rrow = bench_reload(engine, rxcuda, reactivex, np, args.edits)
 
     print(f"\nbench/streams.py — parameter events through bind() under a 60 Hz engine.run ({name})\n")

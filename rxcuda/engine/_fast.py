@@ -53,6 +53,13 @@ class FastDriver:
         if err:
             _raise(err, "cuGraphExecKernelNodeSetParams")
 
+    def set_kernel_params_raw(self, graph_exec: int, node: int, params_ptr: int, params) -> None:
+        """As set_kernel_params, with the struct's address computed once at build time (the hot path)."""
+        err = (self._set_params(graph_exec, node, params_ptr) if self.native
+               else drv.cuGraphExecKernelNodeSetParams(graph_exec, node, params)[0])
+        if err:
+            _raise(err, "cuGraphExecKernelNodeSetParams")
+
     def record(self, event: int, stream: int) -> None:
         err = self._record(event, stream) if self.native else drv.cuEventRecord(event, stream)[0]
         if err:

@@ -22,7 +22,8 @@ from ._plan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, MemsetNod
 class KernelNode:
     """Driver-side state of one kernel node: node handle, params struct, argument storage and views."""
 
-    __slots__ = ("plan", "handle", "params", "storage", "ptrs", "views", "buffer_args", "handle_int")
+    __slots__ = ("plan", "handle", "params", "storage", "ptrs", "views", "buffer_args", "handle_int",
+                 "params_ptr")
 
     def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int]):
         self.plan = plan
@@ -57,6 +58,7 @@ class KernelNode:
         p.sharedMemBytes = la.shared_mem
         p.kernelParams = int(self.ptrs.ctypes.data) if plan.args else 0
         self.params = p
+        self.params_ptr = p.getPtr()  # the struct's address, for the GIL-keeping exec-node update
         self.handle = None
 
     def set_launch(self, la: Launch) -> None:
@@ -239,10 +241,10 @@ class CompiledGraph:
         if not self._dirty:
             return
         dirty, self._dirty = self._dirty, set()
-        set_params = self.fast.set_kernel_params
+        set_params = self.fast.set_kernel_params_raw
         for nid in dirty:
             node = self.nodes[nid]
-            set_params(self._exec_h, node.handle_int, node.params)
+            set_params(self._exec_h, node.handle_int, node.params_ptr, node.params)
 
     def recapture(self, node_id: int, capture: Capture) -> None:
         node: CallNode = self.nodes[node_id]

@@ -21,7 +21,10 @@ class ChangeHub:
         self._subject: Subject = Subject()
 
     def set_parameter(self, block: int, name: str, value) -> None:
-        self.pending.set_parameter(block, name, value)
+        pending = self.pending  # PendingPlan.set_parameter, inlined: this is the hottest call there is
+        with pending._lock:
+            pending._params[(block, name)] = value
+            pending._count += 1
         if self._subject.observers:
             self._subject.on_next(ParameterChanged(block, name, value))
 

@@ -136,15 +136,23 @@ class OutputTap:
         self._pending: list[tuple[PinnedBuffer, PinnedBuffer | None]] = []
         self._counters: list[PinnedBuffer] = []
         self._i = 0
+        self._due = None
         self.closed = False
 
-    def after_launch(self, frame: int, ptr: int, counter_ptr: int | None, stream, synced: bool, owner,
-                     device_id: int) -> None:
+    def enqueue(self, frame: int, ptr: int, counter_ptr: int | None, stream) -> None:
+        """After the launch, before any sync: queue this frame's readback (every ``every``-th frame)."""
+        self._due = None
         if frame % self.every:
-            self.poll()  # earlier readbacks may have finished meanwhile
             return
         if not self.as_numpy:
-            self._emit_cupy(ptr, counter_ptr, stream, synced, owner, device_id)
+            self._due = (ptr, counter_ptr)
+            if self.append:
+                if not self._counters:
+                    self._counters = [PinnedBuffer(4)]
+                c = self._counters[0]
+                c.wait()
+                check(drv.cuMemcpyDtoHAsync(c.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
+                c.record(stream)
             return
         if not self._ring:
             nbytes = self.count * self.dtype.itemsize
@@ -161,7 +169,15 @@ class OutputTap:
             check(drv.cuMemcpyDtoHAsync(cslot.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
         slot.record(stream)
         self._pending.append((slot, cslot))
-        self.poll()
+
+    def deliver(self, stream, synced: bool, owner, device_id: int) -> None:
+        """After the frame (and its sync, if any): emit what has arrived."""
+        if self.as_numpy:
+            self.poll()
+        elif self._due is not None:
+            ptr, _ = self._due
+            self._due = None
+            self._emit_cupy(ptr, stream, synced, owner, device_id)
 
     def poll(self, block_until: PinnedBuffer | None = None) -> None:
         """Emit every finished readback, oldest first."""
@@ -180,17 +196,16 @@ class OutputTap:
             if slot is block_until:
                 return
 
-    def _emit_cupy(self, ptr, counter_ptr, stream, synced, owner, device_id) -> None:
+    def _emit_cupy(self, ptr, stream, synced, owner, device_id) -> None:
         import cupy
 
         from ..engine._memory import as_cupy
 
         n = self.count
         if self.append:
-            host = np.empty(1, np.uint32)
-            check(drv.cuMemcpyDtoHAsync(host.ctypes.data, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
-            check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
-            n = min(int(host[0]), self.count)
+            c = self._counters[0]
+            c.wait()
+            n = min(int(c.view(np.uint32, 1)[0]), self.count)
         view = as_cupy(ptr, max(self.count * self.dtype.itemsize, 1), self.dtype, (self.count,), owner,
                        device_id)[:n]
         if synced:
