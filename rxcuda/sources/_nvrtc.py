@@ -803,38 +803,26 @@ class Compiler:
 
         from cuda.core import ProgramOptions
 
-        opts = ProgramOptions(name=name, arch=arch, include_path=list(includes) or None,
-                              define_macro=list(macros) or None, **({"std": std} if std else {}), **extra_opts)
+        kwargs = dict(name=name, arch=arch, include_path=list(includes) or None, define_macro=list(macros) or None,
+                      **({"std": std} if std else {}), **extra_opts)
+        opts = ProgramOptions(**kwargs)
         compiled_text = _with_annotation_macros(text)
         cache = self._disk_cache()
-        # -minimal first (5x faster on NVRTC 13.0); a source that needs what it leaves out (textures,
-        # device-runtime calls, CUDA runtime types) compiles again without it
-        variants = [opts]
-        if "minimal" not in extra_opts and minimal_supported():
-            variants.insert(0, ProgramOptions(**{**_fields(opts), "minimal": True}))
-        seconds = 0.0
-        for k, o in enumerate(variants):
-            key = _disk_key(compiled_text, target, o, hdigest) if cache is not None else None
-            image = cache.get(key) if cache is not None else None
-            log, how = "", "disk"
-            if image is not None:
-                break
+        key = _disk_key(compiled_text, target, opts, hdigest) if cache is not None else None
+        image = cache.get(key) if cache is not None else None
+        log, how, seconds = "", "disk", 0.0
+        if image is None:
             how = "miss"
             t0 = time.perf_counter()
             try:
-                image, log = _compile(compiled_text, name, o, target)
-            except CompileError:
-                seconds += time.perf_counter() - t0
-                if k == len(variants) - 1:
-                    raise
-                continue
-            seconds += time.perf_counter() - t0
+                image, log = _compile(compiled_text, name, opts, target)
+            finally:
+                seconds = time.perf_counter() - t0
             if cache is not None:
                 try:
                     cache[key] = image
                 except OSError as e:
                     print(f"rxcuda: could not write the compile cache: {e}", file=sys.stderr)
-            break
         self._count("misses" if how == "miss" else "disk_hits", seconds)
         kernels = _signatures(text, name, image, target)
         module = CompiledModule(image=bytes(image), format=target, arch=arch, name=name, kernels=kernels,
@@ -856,28 +844,6 @@ class Compiler:
         return module.kernel_code(chosen, block_size=block_size, shared_mem=shared_mem)
 
 
-def _fields(opts) -> dict[str, object]:
-    import dataclasses
-
-    return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
-
-
-_minimal: list[bool] = []
-
-
-def minimal_supported() -> bool:
-    """Whether NVRTC (12.4+) and cuda.core's ProgramOptions know ``-minimal``."""
-    if not _minimal:
-        try:
-            from cuda.core import ProgramOptions
-
-            known = "minimal" in getattr(ProgramOptions, "__dataclass_fields__", {})
-            _minimal.append(known and nvrtc_version() >= (12, 4))
-        except Exception:
-            _minimal.append(False)
-    return _minimal[0]
-
-
 _ANNOTATION_PRELUDE = "".join(
     f"#ifndef {name.split('(')[0]}\n#define {name}{(' ' + value) if value else ''}\n#endif\n"
     for name, value in ANNOTATION_MACROS
@@ -886,8 +852,8 @@ _ANNOTATION_PRELUDE = "".join(
 
 def _with_annotation_macros(text: str) -> str:
     """The source with the empty ``RX_*`` annotation macros defined in front when it uses any (``#line 1``
-    keeps line numbers). Not as ``-D`` flags: on NVRTC 13.0 command-line macros (and an explicit
-    ``--std``) made a small compile ~6x slower (H200: 6 ms with ``-minimal`` alone, ~36 ms with them)."""
+    keeps line numbers). Defined in the source rather than as ``-D`` flags so that a source without them
+    compiles (and is cached) exactly as the user wrote it."""
     return _ANNOTATION_PRELUDE + text if "RX_" in text else text
 
 

@@ -298,11 +298,12 @@ def test_fallback_file_cache_when_cuda_core_has_none(tmp_path, monkeypatch):
     assert nv.Compiler(tmp_path / "c").compile_module(SCALE, arch="sm_90").cached == "miss"
 
 
-def test_minimal_first_then_a_full_compile_for_sources_that_need_it(compiler):
+def test_runtime_types_compile_and_real_errors_are_reported(compiler):
     tex = ('extern "C" __global__ void fetch(cudaTextureObject_t t, float* out)\n'
            '{ out[threadIdx.x] = tex1Dfetch<float>(t, threadIdx.x); }\n')
-    code = nv.compile_cuda(tex, arch="sm_90")  # cudaTextureObject_t is left out by -minimal
+    code = nv.compile_cuda(tex, arch="sm_90")
     assert [p.size for p in code.signature.params] == [8, 8] and code.signature.params[0].dtype is None
     assert compiler.stats().misses == 1
-    with pytest.raises(CompileError, match="undefined_x"):  # a real error is reported from the full compile
+    with pytest.raises(CompileError, match="undefined_x"):
         nv.compile_cuda('extern "C" __global__ void k(float* a) { a[0] = undefined_x; }', arch="sm_90")
+
