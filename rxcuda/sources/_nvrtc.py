@@ -46,7 +46,8 @@ import attrs
 
 from .. import _dtypes
 from .._errors import CompileError
-from ..engine._describe import KernelCode, KernelParam, KernelSignature
+from ..engine._describe import KernelCode, KernelSignature
+from ._sidecar import kernel_param
 
 Target = Literal["cubin", "ptx"]
 
@@ -173,17 +174,7 @@ class KernelDeclaration:
                     diagnostics=(Diagnostic(self.file, self.line, 0, f"unknown type of '{p.name}'"),),
                 )
             align = 8 if p.pointer else (size & -size if size < 8 else 8)
-            params.append(
-                KernelParam(
-                    name=p.name,
-                    kind="pointer" if p.pointer else "scalar",
-                    size=size,
-                    dtype=p.dtype,
-                    direction=p.direction if p.pointer else "in",
-                    default=p.default,
-                    align=align,
-                )
-            )
+            params.append(kernel_param(p, size, align))
         return KernelSignature(entry=self.entry, params=tuple(params))
 
 

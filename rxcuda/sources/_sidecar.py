@@ -84,7 +84,7 @@ class Sidecar:
                 f"{self.path}: 'params' is required: the kernel's parameters cannot be read from its code",
                 path=self.path,
             )
-        params = tuple(_to_kernel_param(p, p.size, p.size) for p in self.params)
+        params = tuple(kernel_param(p, p.size, p.size) for p in self.params)
         return KernelSignature(entry=name, params=params)
 
 
@@ -297,11 +297,13 @@ def merge(sidecar: Sidecar, kernel: KernelSignature) -> KernelSignature:
             raise fail(f"{prefix}; use {_suggest(real)}, or fix the kernel")
         if typed and mine.pointer and _dtypes.is_float(real.dtype):
             raise fail(f"{prefix}; use '{real.dtype}', or fix the kernel")
-        out.append(_to_kernel_param(mine, real.size, real.align))
+        out.append(kernel_param(mine, real.size, real.align))
     return KernelSignature(entry=kernel.entry, params=tuple(out))
 
 
-def _to_kernel_param(p: SidecarParam, size: int, align: int) -> KernelParam:
+def kernel_param(p, size: int, align: int) -> KernelParam:
+    """A KernelParam from a declared parameter (a SidecarParam or a source declaration: anything with
+    name, pointer, dtype, direction and default)."""
     return KernelParam(
         name=p.name,
         kind="pointer" if p.pointer else "scalar",
