@@ -13,6 +13,11 @@ fi
 if [[ $what == all || $what == demo ]]; then
   timeout 120 python3 -m rxcuda demo 2>&1 | tee "$OUT/demo.log" | tail -25
 fi
+if [[ $what == all || $what == examples ]]; then
+  (cd "$(mktemp -d)" && for ex in quickstart "sensor_params 2" "hot_reload 2"; do
+     echo "== examples/$ex"; timeout 60 python3 "$OLDPWD/examples/${ex%% *}.py" ${ex#* } 2>&1 | tail -12
+   done) | tee "$OUT/examples.log"
+fi
 if [[ $what == all || $what == bench ]]; then
   for b in ${BENCHES:-frame streams libraries compile generated}; do
     [[ -f bench/$b.py ]] || continue

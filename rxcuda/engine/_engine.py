@@ -446,6 +446,15 @@ class Engine:
         """Scalar values only: write each into its nodes' argument storage, one exec update per node."""
         g = self._graph
         views = g.scalar_views
+        if len(params) == 1 and not g._dirty:  # the common case: one value, each node updated once
+            (key, value), = params.items()
+            targets = views.get(key)
+            if targets is not None:
+                update = g.update_node
+                for nid, view in targets:
+                    view[0] = value
+                    update(nid)
+                return
         dirty = g._dirty
         for key, value in params.items():
             targets = views.get(key)

@@ -236,6 +236,11 @@ class CompiledGraph:
         self.nodes[node_id].params.func = function
         self._dirty.add(node_id)
 
+    def update_node(self, node_id: int) -> None:
+        """Apply one kernel node's staged arguments now (one cuGraphExecKernelNodeSetParams)."""
+        node = self.nodes[node_id]
+        self.fast.set_kernel_params_raw(self._exec_h, node.handle_int, node.params_ptr, node.params)
+
     def flush(self) -> None:
         """Apply staged kernel-node changes: one cuGraphExecKernelNodeSetParams per touched node."""
         if not self._dirty:
