@@ -34,7 +34,6 @@ from ._describe import (
     CaptureArgs,
     Connection,
     ExternalBinding,
-    KernelSpec,
     PipelineDescription,
     PortRef,
 )
@@ -1020,4 +1019,4 @@ class _BlockFailure(Exception):
         self.error = error
 
 
-__all__ = ["Engine", "Frame", "Diagnostic", "KernelSpec"]
+__all__ = ["AppliedUpdate", "Diagnostic", "Engine", "Frame"]

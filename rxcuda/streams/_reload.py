@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from reactivex.disposable import CompositeDisposable, Disposable
+from reactivex.disposable import CompositeDisposable
 
 from ._events import FileChanged
 from ._files import watch_files
@@ -79,7 +79,3 @@ class HotReload:
 
     def close(self) -> None:
         self._subs.dispose()
-
-
-def no_reload() -> Disposable:
-    return Disposable()
