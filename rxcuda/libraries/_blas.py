@@ -23,6 +23,7 @@ from ._common import (
     positive_int,
     real_number,
     scalar,
+    scaled_output,
 )
 
 # cudaDataType values (library_types.h) and cuBLAS enum values, as plain ints so construction needs no
@@ -167,16 +168,8 @@ def gemm(
                 compute, GEMM_DEFAULT_ALGO,
             )  # fmt: skip
 
-    params = [
-        pointer("a", dt, "in"),
-        pointer("b", dt, "in"),
-        pointer("c", out, "inout" if has_beta else "out"),
-        scalar("alpha", st, alpha),
-    ]
-    dscalars = ["alpha"]
-    if has_beta:
-        params.append(scalar("beta", st, beta))
-        dscalars.append("beta")
+    params, dscalars = scaled_output([pointer("a", dt, "in"), pointer("b", dt, "in")], "c", out, st, alpha, beta,
+                                     has_beta)
     counts = {"a": batch * m * k, "b": batch * k * n, "c": batch * m * n}
     key = ("gemm", m, n, k, batch, dt, out, bool(trans_a), bool(trans_b), has_beta, bool(tf32), ws)
     summary = f"gemm {dt}->{out} ({m}x{k})@({k}x{n})" + (f" x{batch}" if batch > 1 else "")
@@ -227,16 +220,8 @@ def gemv(
             h, cop, n, m, p["alpha"], p["a"], n, p["x"], 1, _beta_ptr(args, s, has_beta), p["y"], 1
         )
 
-    params = [
-        pointer("a", dt, "in"),
-        pointer("x", dt, "in"),
-        pointer("y", dt, "inout" if has_beta else "out"),
-        scalar("alpha", dt, alpha),
-    ]
-    dscalars = ["alpha"]
-    if has_beta:
-        params.append(scalar("beta", dt, beta))
-        dscalars.append("beta")
+    params, dscalars = scaled_output([pointer("a", dt, "in"), pointer("x", dt, "in")], "y", dt, dt, alpha, beta,
+                                     has_beta)
     counts = {"a": m * n, "x": x_len, "y": y_len}
     key = ("gemv", m, n, dt, bool(trans), has_beta, ws)
     return _spec(

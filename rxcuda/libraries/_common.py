@@ -131,6 +131,18 @@ def scalar(name: str, dtype: str, default) -> KernelParam:
     return KernelParam(name=name, kind="scalar", size=ITEMSIZE[dtype], dtype=dtype, default=default)
 
 
+def scaled_output(inputs: list[KernelParam], out: str, out_dtype: str, scalar_dtype: str, alpha, beta,
+                  has_beta: bool) -> tuple[list[KernelParam], list[str]]:
+    """Params and device scalars of ``out = alpha * f(inputs) (+ beta * out)``, the BLAS/SpMV shape:
+    ``out`` is read too when there is a beta, and alpha/beta live in device memory."""
+    params = [*inputs, pointer(out, out_dtype, "inout" if has_beta else "out"), scalar("alpha", scalar_dtype, alpha)]
+    dscalars = ["alpha"]
+    if has_beta:
+        params.append(scalar("beta", scalar_dtype, beta))
+        dscalars.append("beta")
+    return params, dscalars
+
+
 def _freeze_counts(value) -> Mapping[str, int]:
     return dict(value)
 

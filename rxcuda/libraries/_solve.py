@@ -50,6 +50,18 @@ def _copy(dst: int, src: int, nbytes: int, stream: int) -> None:
     H.check(H.driver().cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
 
 
+def _prelude(args, copy: tuple[str, str] | None, nbytes: int):
+    """cuSOLVER bound to the capturing stream; first copy ``copy[1]`` into ``copy[0]`` when the call must
+    not overwrite its input. Returns (bindings, handle, pointers)."""
+    cusolver = H.binding("cusolverDn")
+    h = args.state.extra["handle"]
+    cusolver.set_stream(h, args.stream)
+    p = args.pointers
+    if copy is not None:
+        _copy(p[copy[0]], p[copy[1]], nbytes, args.stream)
+    return cusolver, h, p
+
+
 def lu_factor(n: int, *, dtype="f32", overwrite_a: bool = False, name: str = "lu_factor") -> LibraryCall:
     """LU factorisation with partial pivoting of a C-order ``(n, n)`` matrix ``a``.
 
@@ -70,14 +82,8 @@ def lu_factor(n: int, *, dtype="f32", overwrite_a: bool = False, name: str = "lu
     target = "a" if overwrite_a else "lu"
 
     def record(args):
-        st = args.state
-        cusolver = H.binding("cusolverDn")
-        h = st.extra["handle"]
-        cusolver.set_stream(h, args.stream)
-        p = args.pointers
-        if not overwrite_a:
-            _copy(p["lu"], p["a"], nbytes, args.stream)
-        getattr(cusolver, fn)(h, n, n, p[target], n, st.extra["workspace"].ptr, p["piv"], p["info"])
+        cusolver, h, p = _prelude(args, None if overwrite_a else ("lu", "a"), nbytes)
+        getattr(cusolver, fn)(h, n, n, p[target], n, args.state.extra["workspace"].ptr, p["piv"], p["info"])
 
     if overwrite_a:
         params = (pointer("a", dt, "inout"),)
@@ -119,13 +125,7 @@ def lu_solve(n: int, nrhs: int = 1, *, dtype="f32", overwrite_b: bool = False, n
     target = "b" if overwrite_b else "x"
 
     def record(args):
-        st = args.state
-        cusolver = H.binding("cusolverDn")
-        h = st.extra["handle"]
-        cusolver.set_stream(h, args.stream)
-        p = args.pointers
-        if not overwrite_b:
-            _copy(p["x"], p["b"], nbytes, args.stream)
+        cusolver, h, p = _prelude(args, None if overwrite_b else ("x", "b"), nbytes)
         getattr(cusolver, fn)(h, OP_T, n, nrhs, p["lu"], n, p["piv"], p[target], n, p["info"])
 
     params = (pointer("lu", dt, "in"), pointer("piv", "i32", "in"))

@@ -21,7 +21,7 @@ from ._common import (
     pointer,
     positive_int,
     real_number,
-    scalar,
+    scaled_output,
 )
 
 _VALUE_TYPE = {"f32": 0, "f64": 1}  # CUDA_R_32F, CUDA_R_64F
@@ -140,18 +140,9 @@ def spmv(
         finally:
             _destroy(cusparse, mat, vx, vy)
 
-    params = [
-        pointer("indptr", it, "in"),
-        pointer("indices", it, "in"),
-        pointer("data", dt, "in"),
-        pointer("x", dt, "in"),
-        pointer("y", dt, "inout" if has_beta else "out"),
-        scalar("alpha", dt, alpha),
-    ]
-    dscalars = ["alpha"]
-    if has_beta:
-        params.append(scalar("beta", dt, beta))
-        dscalars.append("beta")
+    inputs = [pointer("indptr", it, "in"), pointer("indices", it, "in"), pointer("data", dt, "in"),
+              pointer("x", dt, "in")]
+    params, dscalars = scaled_output(inputs, "y", dt, dt, alpha, beta, has_beta)
     return LibraryCall(
         name=name,
         params=tuple(params),
