@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     from cuda.bindings import driver as drv
 
     import rxcuda
-    from rxcuda.engine._driver import check
+    from rxcuda.cuda._driver import check
 
     ok, why = rxcuda.probe()
     if not ok:

@@ -123,7 +123,7 @@ class Bench:
         return exe, node, child, parent
 
     def run_call(self, label, spec, arrays, cupy_fn):
-        from rxcuda.engine._describe import CaptureArgs
+        from rxcuda.model._describe import CaptureArgs
 
         cp, drv = self.cp, self.drv
         state = spec.setup(self.ordinal)
@@ -238,7 +238,7 @@ def bench_pipeline(b: Bench, size: str, tf32: bool):
 
     import rxcuda
     from rxcuda import libraries as lib
-    from rxcuda.engine._describe import CaptureArgs
+    from rxcuda.model._describe import CaptureArgs
 
     cp, drv = b.cp, b.drv
     m = 64 if size == "small" else 1024

@@ -11,7 +11,13 @@ Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (
 cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators).
 """
 
-from ._errors import (
+from .cuda._device import device_info
+from .cuda._driver import probe
+from .engine._blocks import Block, BlockBuilder, Parameter, PortHandle
+from .engine._engine import AppliedUpdate, Diagnostic, Engine, Frame
+from .engine.plan._plan import GraphPlan, plan
+from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
+from .model._errors import (
     CompileError,
     CudaError,
     EngineClosedError,
@@ -20,17 +26,11 @@ from ._errors import (
     RxcudaError,
     ValidationError,
 )
-from .engine._blocks import Block, BlockBuilder, Parameter, PortHandle
-from .engine._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
-from .engine._device import device_info
-from .engine._driver import probe
-from .engine._engine import AppliedUpdate, Diagnostic, Engine, Frame
-from .engine._plan import GraphPlan, plan
+from .model._events import Tier
 from .sources._compose import ComposeError, In, InOut, Out, compose, elementwise, kernel
 from .sources._files import load_kernel_file
 from .sources._load import load_source
 from .sources._nvrtc import compile_cuda
-from .streams._events import Tier
 
 __version__ = "0.1.0"
 

@@ -146,8 +146,8 @@ def plan_demo(kernels: Path, size: int):
     """The demo pipeline as the planner sees it: (blocks, PipelineDescription, GraphPlan).
 
     Built the way the engine snapshots its model; the inputs the demo writes from the host are 'fed'."""
-    from .engine._describe import BlockEntry, Connection, PipelineDescription, PortRef
-    from .engine._plan import plan
+    from .engine.plan._plan import plan
+    from .model._describe import BlockEntry, Connection, PipelineDescription, PortRef
 
     blocks, connections = demo_blocks(kernels, size)
     add = blocks[0]
@@ -214,7 +214,7 @@ def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None =
         print(f"rxcuda demo: {e}", file=out)
         return 1
     if engine_factory is None:
-        from .engine._driver import probe
+        from .cuda._driver import probe
 
         ok, why = probe()
         if args.plan or not ok:

@@ -16,9 +16,8 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .. import _dtypes
-from .._errors import ValidationError
-from ._describe import (
+from ..model import _dtypes
+from ..model._describe import (
     BlockDescription,
     CallSpec,
     InternalBuffer,
@@ -32,6 +31,7 @@ from ._describe import (
     check_dtype,
     step_params,
 )
+from ..model._errors import ValidationError
 
 _ids = itertools.count(1)
 
@@ -262,7 +262,7 @@ class Block:
     def set_launch(self, kernel: str | None = None, *, threads: int | None = None, grid=None, block=None,
                    shared_mem: int | None = None) -> Launch:
         """Change a kernel's launch geometry (warm update, no rebuild). Returns the new Launch."""
-        from ..streams._events import LaunchChanged
+        from ..model._events import LaunchChanged
 
         kernel = self._kernel_name(kernel)
         old = self.launch(kernel)
@@ -282,7 +282,7 @@ class Block:
     def set_code(self, kernel: str | None, code) -> str:
         """Give a kernel new code. Same parameter layout: swapped in place (Code tier); otherwise the block
         is rebuilt (Structure tier) — its ports must still fit. Returns the tier name."""
-        from ..streams._events import BlockChanged, CodeChanged
+        from ..model._events import BlockChanged, CodeChanged
 
         kernel = self._kernel_name(kernel)
         code = _load_code(code)

@@ -19,16 +19,14 @@ import reactivex
 from reactivex import Observable
 from reactivex.subject import Subject
 
-from .. import _dtypes
-from .._errors import EngineClosedError, KernelFileError, ValidationError
-from ..streams._coalesce import PendingPlan, UpdatePlan
-from ..streams._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound
-from ..streams._hub import ChangeHub
-from ..streams._ports import InputFeed, OutputTap
-from ..streams._reload import HotReload
-from ..streams._scheduler import FrameLoop
-from ._blocks import Block, PortHandle
-from ._describe import (
+from ..cuda._device import Device
+from ..cuda._driver import check, drv
+from ..cuda._fast import FastDriver
+from ..cuda._graph import CompiledGraph, capture_graph
+from ..cuda._memory import BufferPool, DeviceBuffer, ExternalArray, as_cupy, resolve_device_array
+from ..cuda._modules import ModuleCache
+from ..model import _dtypes
+from ..model._describe import (
     BlockEntry,
     CallSpec,
     CaptureArgs,
@@ -37,13 +35,15 @@ from ._describe import (
     PipelineDescription,
     PortRef,
 )
-from ._device import Device
-from ._driver import check, drv
-from ._fast import FastDriver
-from ._graph import CompiledGraph, capture_graph
-from ._memory import BufferPool, DeviceBuffer, ExternalArray, as_cupy, resolve_device_array
-from ._modules import ModuleCache
-from ._plan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, order_blocks, plan
+from ..model._errors import EngineClosedError, KernelFileError, ValidationError
+from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound
+from ..streams._coalesce import PendingPlan, UpdatePlan
+from ..streams._hub import ChangeHub
+from ..streams._scheduler import FrameLoop
+from ._blocks import Block, PortHandle
+from ._ports import InputFeed, OutputTap
+from ._reload import HotReload
+from .plan._plan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, order_blocks, plan
 
 
 @attrs.frozen
@@ -202,7 +202,7 @@ class Engine:
         conn = Connection(self._ref(src), self._ref(dst))
         with self._lock:
             trial = self._snapshot(extra=conn)
-            from ._plan import _validate_connections
+            from .plan._plan import _validate_connections
 
             _validate_connections(trial)
             order_blocks(trial)

@@ -1,6 +1,6 @@
 """Library calls as graph blocks: cuBLAS, cuFFT, cuRAND, cuSPARSE and cuSOLVER, captured into the graph.
 
-Each factory returns a :class:`LibraryCall` (a :class:`~rxcuda.engine._describe.CallSpec`): its ``params``
+Each factory returns a :class:`LibraryCall` (a :class:`~rxcuda.model._describe.CallSpec`): its ``params``
 are the block's ports (buffers with dtype, direction and element count in ``counts``) and scalars;
 the engine sets it up once (handles, plans, workspaces), captures its ``record`` into a child-graph node,
 and recaptures only when a host scalar changes. ``alpha``/``beta``-like scalars (``device_scalars``) live

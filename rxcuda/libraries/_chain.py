@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from ..engine._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, Launch
+from ..model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, Launch
 from . import _handles as H
 from ._common import ITEMSIZE, LibraryCall, check_name, invalid, param_counts
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 
-from .._errors import ValidationError
-from ..engine._describe import CallSpec, KernelParam
+from ..model._describe import CallSpec, KernelParam
+from ..model._errors import ValidationError
 
 # dtype names of library calls: the engine's short names plus the two complex types and bfloat16,
 # which only library calls use (NumPy has no bfloat16; its elements travel as 16-bit words).
@@ -149,7 +149,7 @@ def _freeze_counts(value) -> Mapping[str, int]:
 
 @attrs.frozen(eq=False)
 class LibraryCall(CallSpec):
-    """A :class:`~rxcuda.engine._describe.CallSpec` that also knows its buffers' element counts.
+    """A :class:`~rxcuda.model._describe.CallSpec` that also knows its buffers' element counts.
 
     ``counts`` maps every pointer parameter to its element count (elements of its dtype), so the engine can
     size ports and check connections; ``workspace_bytes`` is the device memory ``setup`` allocates for the

@@ -29,7 +29,7 @@ import threading
 
 import numpy as np
 
-from .._errors import CudaError, NoDeviceError
+from ..model._errors import CudaError, NoDeviceError
 
 MiB = 1 << 20
 DEFAULT_GEMM_WORKSPACE = 64 * MiB  # measured: no memory nodes for 64/512/2048 GEMMs (32 MiB was not enough)

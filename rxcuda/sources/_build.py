@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._errors import CompileError, KernelFileError
+from ..model._errors import CompileError, KernelFileError
 from ._nvrtc import (
     ANNOTATION_FLAGS,
     KernelDeclaration,

@@ -47,8 +47,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from .. import _dtypes
-from ..engine._describe import KernelCode, KernelParam, KernelSignature
+from ..model import _dtypes
+from ..model._describe import KernelCode, KernelParam, KernelSignature
 from . import _ir
 from ._ir import (
     BOOL,

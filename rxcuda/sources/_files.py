@@ -14,8 +14,8 @@ import difflib
 import struct
 from pathlib import Path
 
-from .._errors import KernelFileError
-from ..engine._describe import CodeFormat, KernelCode, KernelParam, KernelSignature
+from ..model._describe import CodeFormat, KernelCode, KernelParam, KernelSignature
+from ..model._errors import KernelFileError
 from ._ptx import parse_ptx, signature_from_ptx
 from ._sidecar import Sidecar, merge, read_sidecar
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from .._errors import RxcudaError
+from ..model._errors import RxcudaError
 
 BOOL = "bool"
 INTS = ("i32", "i64", "u32", "u64")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..engine._describe import KernelCode
+from ..model._describe import KernelCode
 
 
 def load_source(source, entry: str | None = None, *, arch: str | None = None) -> KernelCode:

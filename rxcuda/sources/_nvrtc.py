@@ -44,9 +44,9 @@ from typing import Literal, NamedTuple
 
 import attrs
 
-from .. import _dtypes
-from .._errors import CompileError
-from ..engine._describe import KernelCode, KernelSignature
+from ..model import _dtypes
+from ..model._describe import KernelCode, KernelSignature
+from ..model._errors import CompileError
 from ._sidecar import kernel_param
 
 Target = Literal["cubin", "ptx"]

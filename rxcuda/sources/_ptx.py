@@ -16,8 +16,8 @@ import re
 
 import attrs
 
-from .._errors import KernelFileError
-from ..engine._describe import KernelParam, KernelSignature
+from ..model._describe import KernelParam, KernelSignature
+from ..model._errors import KernelFileError
 
 # bytes per PTX fundamental type; texture/sampler/surface references are 64-bit opaque handles
 _TYPE_SIZES: dict[str, int] = {

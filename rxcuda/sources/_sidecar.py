@@ -23,9 +23,9 @@ from typing import Any
 
 import attrs
 
-from .. import _dtypes
-from .._errors import KernelFileError
-from ..engine._describe import DIRECTIONS, Direction, KernelParam, KernelSignature
+from ..model import _dtypes
+from ..model._describe import DIRECTIONS, Direction, KernelParam, KernelSignature
+from ..model._errors import KernelFileError
 
 _TOP_KEYS = ("entry", "block_size", "shared_mem", "params", "append")
 _PARAM_KEYS = ("name", "type", "direction", "default")

@@ -5,9 +5,7 @@ folded into a :class:`PendingPlan` under a lock in O(1), and the engine drains o
 per frame, applying its tiers highest first (Structure > Code > Recapture > Parameters).
 """
 
-from ._bind import bind_parameter
-from ._coalesce import PendingPlan, UpdatePlan
-from ._events import (
+from ..model._events import (
     BlockAdded,
     BlockChanged,
     BlockRemoved,
@@ -22,6 +20,8 @@ from ._events import (
     RecaptureRequested,
     Tier,
 )
+from ._bind import bind_parameter
+from ._coalesce import PendingPlan, UpdatePlan
 from ._files import DEFAULT_PATTERNS, watch_files
 from ._operators import coalesce_into, debounce_by_content, file_digest, sample_every
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import attrs
 
-from ..engine._describe import KernelCode, Launch
-from ._events import (
+from ..model._describe import KernelCode, Launch
+from ..model._events import (
     STRUCTURE_EVENTS,
     BlockRemoved,
     CodeChanged,

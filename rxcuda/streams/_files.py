@@ -27,7 +27,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from ._events import FileChanged
+from ..model._events import FileChanged
 from ._operators import debounce_by_content, file_digest
 
 __all__ = ["DEFAULT_PATTERNS", "file_digest", "watch_files"]

@@ -11,8 +11,8 @@ from reactivex import Observable
 from reactivex import operators as ops
 from reactivex.subject import Subject
 
+from ..model._events import STRUCTURE_EVENTS, CodeChanged, ParameterChanged
 from ._coalesce import PendingPlan
-from ._events import STRUCTURE_EVENTS, CodeChanged, ParameterChanged
 
 
 class ChangeHub:

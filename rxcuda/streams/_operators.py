@@ -24,7 +24,7 @@ from reactivex.disposable import (
 )
 from reactivex.scheduler import TimeoutScheduler
 
-from ._events import FileChanged
+from ..model._events import FileChanged
 
 _T = TypeVar("_T")
 

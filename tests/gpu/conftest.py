@@ -5,7 +5,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from rxcuda.engine._driver import probe
+from rxcuda.cuda._driver import probe
 
 KERNELS = pathlib.Path(__file__).resolve().parents[2] / "kernels"
 

@@ -48,9 +48,9 @@ from cuda.bindings import driver as drv  # noqa: E402
 from cuda.core import Device  # noqa: E402
 
 from rxcuda import libraries as lib  # noqa: E402
-from rxcuda._errors import ValidationError  # noqa: E402
-from rxcuda.engine._describe import CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch  # noqa: E402
 from rxcuda.libraries._handles import DeviceLibraries  # noqa: E402
+from rxcuda.model._describe import CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch  # noqa: E402
+from rxcuda.model._errors import ValidationError  # noqa: E402
 
 NP = {
     "f16": np.float16, "bf16": np.uint16, "f32": np.float32, "f64": np.float64, "c64": np.complex64,

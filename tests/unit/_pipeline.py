@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rxcuda import Block, BlockBuilder
-from rxcuda.engine._describe import (
+from rxcuda.model._describe import (
     BlockEntry,
     Connection,
     ExternalBinding,

@@ -10,7 +10,7 @@ import pytest
 from _pipeline import ADD, APPEND, MUL, builder, kcode, ptr, scalar
 
 from rxcuda import Block, BlockBuilder, CallSpec, Launch, ValidationError
-from rxcuda.engine._describe import Pin
+from rxcuda.model._describe import Pin
 from rxcuda.streams import BlockChanged, PendingPlan
 
 KERNELS = pathlib.Path(__file__).resolve().parents[2] / "kernels"

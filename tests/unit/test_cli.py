@@ -14,7 +14,7 @@ import pytest
 
 import rxcuda
 from rxcuda import _cli
-from rxcuda.engine._describe import PortRef
+from rxcuda.model._describe import PortRef
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HAS_GPU, _ = rxcuda.probe()

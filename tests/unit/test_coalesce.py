@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from rxcuda.engine._describe import KernelCode, KernelSignature, Launch, PortRef
+from rxcuda.model._describe import KernelCode, KernelSignature, Launch, PortRef
 from rxcuda.streams import (
     BlockAdded,
     BlockChanged,

@@ -7,7 +7,7 @@ import pytest
 from _pipeline import ADD, MUL, builder, kcode, ptr, scalar
 
 from rxcuda import KernelCode, KernelSignature, Launch
-from rxcuda.engine._describe import check_dtype
+from rxcuda.model._describe import check_dtype
 
 
 # -- Launch -----------------------------------------------------------------------------------------------

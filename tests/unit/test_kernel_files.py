@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rxcuda._errors import KernelFileError
+from rxcuda.model._errors import KernelFileError
 from rxcuda.sources import find_sidecar, load_kernel_file, parse_ptx, read_sidecar, signature_from_ptx
 from rxcuda.sources._files import cubin_params, fatbin_params
 

@@ -12,9 +12,9 @@ import attrs
 import pytest
 
 from rxcuda import libraries as lib
-from rxcuda._errors import ValidationError
-from rxcuda.engine._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from rxcuda.libraries import _handles
+from rxcuda.model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
+from rxcuda.model._errors import ValidationError
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rxcuda.engine._memory import BufferPool, DeviceBuffer, resolve_device_array, size_class
+from rxcuda.cuda._memory import BufferPool, DeviceBuffer, resolve_device_array, size_class
 
 SIZES = list(range(1, 5000)) + [2**k + d for k in range(12, 34, 3) for d in (-1, 0, 1)]
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from rxcuda._errors import CompileError
+from rxcuda.model._errors import CompileError
 from rxcuda.sources import _nvrtc as nv
 from rxcuda.sources._ptx import parse_ptx
 

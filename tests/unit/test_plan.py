@@ -22,7 +22,16 @@ from _pipeline import (
 )
 
 from rxcuda import Block, CallSpec, ValidationError, plan
-from rxcuda.engine._describe import (
+from rxcuda.engine.plan._plan import (
+    BufferArg,
+    KernelNodePlan,
+    MemsetNodePlan,
+    ScalarArg,
+    _hazard_deps,
+    order_blocks,
+    validate,
+)
+from rxcuda.model._describe import (
     BlockDescription,
     Connection,
     KernelSpec,
@@ -31,15 +40,6 @@ from rxcuda.engine._describe import (
     PipelineDescription,
     PortRef,
     PortSpec,
-)
-from rxcuda.engine._plan import (
-    BufferArg,
-    KernelNodePlan,
-    MemsetNodePlan,
-    ScalarArg,
-    _hazard_deps,
-    order_blocks,
-    validate,
 )
 
 
@@ -357,7 +357,7 @@ def test_internal_connection_gets_its_own_buffer():
 
 
 def test_tiny_buffers_take_at_least_four_bytes():
-    from rxcuda.engine._plan import BufferPlan
+    from rxcuda.engine.plan._plan import BufferPlan
 
     assert BufferPlan(0, ("k",), "b", "u8", 1, "port").nbytes == 4
     assert BufferPlan(0, ("k",), "b", "f64", 3, "port").nbytes == 24

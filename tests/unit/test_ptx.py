@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rxcuda._errors import KernelFileError
+from rxcuda.model._errors import KernelFileError
 from rxcuda.sources import PtxParam, parse_ptx, ptx_target, ptx_version, signature_from_ptx
 from rxcuda.sources._ptx import strip_comments
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from rxcuda._errors import KernelFileError
-from rxcuda.engine._describe import KernelParam, KernelSignature
+from rxcuda.model._describe import KernelParam, KernelSignature
+from rxcuda.model._errors import KernelFileError
 from rxcuda.sources import merge, parse_sidecar, read_sidecar, signature_from_ptx
 from rxcuda.sources._sidecar import Append, Sidecar, SidecarParam
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from .._errors import CudaError, KernelFileError
-from ._describe import KernelCode
+from ..model._describe import KernelCode
+from ..model._errors import CudaError, KernelFileError
 from ._driver import check, drv
 
 _STATIC_SHARED_LIMIT = 48 * 1024

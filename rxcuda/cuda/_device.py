@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from .._errors import NoDeviceError
+from ..model._errors import NoDeviceError
 from ._driver import check, require_driver
 
 

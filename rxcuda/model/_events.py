@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from ..engine._describe import KernelCode, Launch, PortRef
+from ._describe import KernelCode, Launch, PortRef
 
 
 class Tier(enum.IntEnum):

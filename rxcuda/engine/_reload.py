@@ -15,13 +15,13 @@ from pathlib import Path
 
 from reactivex.disposable import CompositeDisposable
 
-from ._events import FileChanged
-from ._files import watch_files
+from ..model._events import FileChanged
+from ..streams._files import watch_files
 
 
 def kernel_files(blocks) -> dict[str, list[tuple[object, str]]]:
     """path -> [(block, kernel name)] for every kernel that came from a file (and its .json sidecar)."""
-    from ..engine._describe import KernelSpec
+    from ..model._describe import KernelSpec
 
     out: dict[str, list] = {}
     for b in blocks:

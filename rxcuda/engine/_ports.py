@@ -16,8 +16,8 @@ import threading
 
 import numpy as np
 
-from .. import _dtypes
-from ..engine._driver import check, drv
+from ..cuda._driver import check, drv
+from ..model import _dtypes
 
 
 class PinnedBuffer:
@@ -199,7 +199,7 @@ class OutputTap:
     def _emit_cupy(self, ptr, stream, synced, owner, device_id) -> None:
         import cupy
 
-        from ..engine._memory import as_cupy
+        from ..cuda._memory import as_cupy
 
         n = self.count
         if self.append:

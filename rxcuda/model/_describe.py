@@ -13,7 +13,7 @@ from typing import Literal
 
 import attrs
 
-from .. import _dtypes
+from . import _dtypes
 
 ParamKind = Literal["pointer", "scalar"]
 Direction = Literal["in", "out", "inout", "counter"]

@@ -8,133 +8,30 @@ buffer hazards -> map parameters to argument slots. Imports nothing from CUDA; e
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
-from typing import Literal
 
-import attrs
-
-from .. import _dtypes
-from .._errors import ValidationError
-from ._describe import (
+from ...model import _dtypes
+from ...model._describe import (
     BlockEntry,
     CallSpec,
     KernelSpec,
-    Launch,
     Pin,
     PipelineDescription,
     PortRef,
     step_params,
 )
-
-BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar"]
-
-
-@attrs.frozen
-class BufferPlan:
-    """A device buffer the graph uses. ``key`` is stable across rebuilds for the same port."""
-
-    id: int
-    key: tuple
-    label: str
-    dtype: str | None
-    count: int
-    kind: BufferKind
-
-    @property
-    def nbytes(self) -> int:
-        size = _dtypes.itemsize(self.dtype) if self.dtype else 1
-        return max(size * self.count, 4)
-
-
-@attrs.frozen
-class BufferArg:
-    buffer: int
-
-
-@attrs.frozen
-class ScalarArg:
-    block: int
-    name: str | None  # the block parameter feeding it; None: fixed at its default
-    dtype: str | None
-    size: int
-    value: float | int
-
-
-Arg = BufferArg | ScalarArg
-
-
-@attrs.frozen
-class KernelNodePlan:
-    id: int
-    block: int
-    kernel: str
-    code_key: str
-    launch: Launch
-    args: tuple[Arg, ...]
-    reads: frozenset[int]
-    writes: frozenset[int]
-    label: str
-
-
-@attrs.frozen
-class CallNodePlan:
-    id: int
-    block: int
-    call: str
-    args: tuple[Arg, ...]
-    reads: frozenset[int]
-    writes: frozenset[int]
-    label: str
-
-
-@attrs.frozen
-class MemsetNodePlan:
-    id: int
-    buffer: int
-    value: int
-    count: int
-    label: str
-    reads: frozenset[int] = frozenset()
-
-    @property
-    def writes(self) -> frozenset[int]:
-        return frozenset((self.buffer,))
-
-
-NodePlan = KernelNodePlan | CallNodePlan | MemsetNodePlan
-
-
-@attrs.frozen
-class GraphPlan:
-    """What to build: nodes in a valid order, their dependencies, buffers, and update slots."""
-
-    nodes: tuple[NodePlan, ...]
-    deps: tuple[tuple[int, ...], ...]
-    buffers: tuple[BufferPlan, ...]
-    port_buffers: Mapping[PortRef, int]
-    counters: Mapping[PortRef, int]
-    # (block, parameter) -> ((node id, arg index), ...) for kernel nodes
-    slots: Mapping[tuple[int, str], tuple[tuple[int, int], ...]]
-    # (block, parameter) -> device-scalar buffer id (library alpha/beta)
-    device_scalars: Mapping[tuple[int, str], int]
-    # (block, parameter) -> call node ids that must be recaptured when it changes
-    recapture: Mapping[tuple[int, str], tuple[int, ...]]
-    # (block, kernel) -> node id
-    kernel_nodes: Mapping[tuple[int, str], int]
-
-    def topology(self) -> tuple:
-        """Node kinds and dependencies: equal topologies allow cuGraphExecUpdate instead of instantiating."""
-        return tuple((type(n).__name__, self.deps[n.id]) for n in self.nodes), len(self.nodes)
-
-    def tier_of(self, block: int, name: str) -> str:
-        """How a change of this parameter reaches the GPU (for summaries)."""
-        if (block, name) in self.device_scalars:
-            return "parameters (device scalar copy)"
-        if (block, name) in self.recapture:
-            return "recapture"
-        if (block, name) in self.slots:
-            return "parameters (exec-node update)"
-        return "unused"
+from ...model._errors import ValidationError
+from ...model._graphplan import (
+    Arg,
+    BufferArg,
+    BufferKind,
+    BufferPlan,
+    CallNodePlan,
+    GraphPlan,
+    KernelNodePlan,
+    MemsetNodePlan,
+    NodePlan,
+    ScalarArg,
+)
 
 
 def _fail(msg: str, subject: str) -> None:

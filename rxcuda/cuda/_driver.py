@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._errors import CudaError, NoDeviceError
+from ..model._errors import CudaError, NoDeviceError
 
 try:  # cuda.bindings imports without a driver; calls fail later, which probe() reports
     from cuda.bindings import driver as drv

@@ -11,12 +11,12 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from .. import _dtypes
-from .._errors import CudaError
-from ._describe import CaptureArgs, Launch
+from ..model import _dtypes
+from ..model._describe import CaptureArgs, Launch
+from ..model._errors import CudaError
+from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, MemsetNodePlan
 from ._driver import check, drv
 from ._fast import FastDriver
-from ._plan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, MemsetNodePlan
 
 
 class KernelNode:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from .. import _dtypes
+from ..model import _dtypes
 from ._driver import check, drv
 
 _MIN_CLASS = 256

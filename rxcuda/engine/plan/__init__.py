@@ -1,0 +1,1 @@
+"""The pure planner: validate, order, size buffers, map parameters to argument slots -> an immutable GraphPlan."""

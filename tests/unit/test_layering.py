@@ -1,0 +1,72 @@
+"""Folders import only downward (DESIGN.md, "Layout"): a folder may use the ones below it, never one above.
+
+Lazy imports inside functions count too: an upward import is an upward import wherever it is written.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "rxcuda"
+
+# each folder and what it may import from rxcuda (besides itself)
+ALLOWED = {
+    "model": set(),
+    "cuda": {"model"},
+    "streams": {"model"},  # the Rx side: no CUDA, no compiling
+    "sources": {"model", "cuda"},
+    "libraries": {"model", "cuda", "sources"},
+    "engine": {"model", "cuda", "streams", "sources", "libraries"},
+}
+FACADE = {"__init__.py", "__main__.py", "_cli.py", "lang.py", "lowlevel.py"}
+
+
+def _imports(path: pathlib.Path) -> list[str]:
+    """Absolute rxcuda module names imported by a file (relative imports resolved)."""
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    package = list(rel.parts[:-1])
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith("rxcuda")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+                if node.module is None:  # from .. import x: x may be a module
+                    out += [f"{mod}.{a.name}" for a in node.names]
+                    continue
+            else:
+                mod = node.module or ""
+            if mod.startswith("rxcuda"):
+                out.append(mod)
+    return out
+
+
+def _folder(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else None
+
+
+FILES = sorted(p for p in ROOT.rglob("*.py") if p.relative_to(ROOT).parts[0] in ALLOWED)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_folders_import_only_downward(path):
+    own = path.relative_to(ROOT).parts[0]
+    upward = [m for m in _imports(path) if (f := _folder(m)) and f != own and f not in ALLOWED[own]]
+    assert upward == [], f"{path.relative_to(ROOT)} imports {upward}; {own}/ may use only {sorted(ALLOWED[own])}"
+
+
+def test_nothing_but_the_facade_sits_at_the_top():
+    loose = sorted(p.name for p in ROOT.glob("*.py") if p.name not in FACADE)
+    assert loose == []
+
+
+@pytest.mark.parametrize("module", ["plan/_plan.py"])
+def test_planner_imports_nothing_from_cuda(module):
+    imported = _imports(ROOT / "engine" / module)
+    assert [m for m in imported if _folder(m) == "cuda" or m.startswith(("cupy", "cuda"))] == []
