@@ -71,3 +71,24 @@ def is_float(dtype) -> bool:
 
 def itemsize(dtype) -> int:
     return to_numpy(dtype).itemsize
+
+
+# C/CUDA spellings a kernel declaration may use (sizes as on every CUDA platform, LP64) -> short name
+_FROM_C: dict[str, str] = {
+    "float": "f32", "double": "f64", "half": "f16", "__half": "f16", "__nv_bfloat16": "bf16",
+    "int": "i32", "signed": "i32", "signed int": "i32", "int32_t": "i32",
+    "unsigned": "u32", "unsigned int": "u32", "uint32_t": "u32", "uint": "u32",
+    "short": "i16", "short int": "i16", "signed short": "i16", "int16_t": "i16",
+    "unsigned short": "u16", "unsigned short int": "u16", "uint16_t": "u16",
+    "char": "i8", "signed char": "i8", "int8_t": "i8", "unsigned char": "u8", "uint8_t": "u8",
+    "long long": "i64", "long long int": "i64", "signed long long": "i64", "int64_t": "i64",
+    "long": "i64", "long int": "i64", "ptrdiff_t": "i64",
+    "unsigned long long": "u64", "unsigned long long int": "u64", "uint64_t": "u64",
+    "unsigned long": "u64", "size_t": "u64",
+}
+
+
+def from_c_name(ctype: str) -> str | None:
+    """Short name of a C/CUDA scalar type as a declaration spells it (``'unsigned int'`` -> ``'u32'``);
+    ``None`` for a type rxcuda does not know (a struct, ``bool``, a template)."""
+    return _FROM_C.get(" ".join(ctype.split()))

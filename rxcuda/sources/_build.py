@@ -7,7 +7,7 @@ For each ``*.cu`` in the folder (sorted by name):
   own ISA version, which a driver older than that NVRTC cannot JIT - prefer nvcc, or cubins);
 * ``<stem>.cubin`` for ``cubin_arch`` (``--cubin sm_90``), when asked;
 * ``<stem>.json``, the sidecar: entry, parameter names, types and directions read from the
-  ``extern "C" __global__`` declaration (``_nvrtc.parse_declarations``: ``const T*`` is ``in``, ``T*``
+  ``extern "C" __global__`` declaration (``_cdecl.parse_declarations``: ``const T*`` is ``in``, ``T*``
   ``out``, ``RX_INOUT``/``/*inout*/`` and friends say otherwise; ``RX_DEFAULT(v)``/``/*= v*/`` and
   ``RX_SIZE``/``/*size*/`` give scalar defaults). What the source does not say explicitly is kept from
   an existing sidecar (a default written by hand, an ``append`` pair, ``block_size``), so rebuilding an
@@ -19,7 +19,9 @@ For each ``*.cu`` in the folder (sorted by name):
 Where triton is importable, ``<stem>.triton.py`` files build to PTX + sidecar too (see
 :func:`build_triton`); without triton they are skipped with a note.
 
-Outputs are only rewritten when their bytes change, so file watchers see real changes only.
+Outputs are only rewritten when their bytes change, so file watchers see real changes only. A source
+that fails (a compile error, a file that is not UTF-8) does not stop the others: every source is tried,
+and each failure is reported (:class:`BuildReport`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -35,26 +38,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from ..model._errors import CompileError, KernelFileError
-from ._nvrtc import (
-    ANNOTATION_FLAGS,
-    KernelDeclaration,
-    cache_info,
-    compile_module,
-    parse_declarations,
-)
-from ._nvrtc import (
-    clear_cache as _clear_nvrtc_cache,
-)
+from ._cdecl import ANNOTATION_FLAGS, KernelDeclaration, parse_declarations
+from ._diagnostics import compile_error
+from ._nvrtc import cache_info, compile_module
+from ._nvrtc import clear_cache as _clear_nvrtc_cache
+from ._paths import read_text
+
+log = logging.getLogger("rxcuda")
+Report = Callable[[str], None]
 
 PTX_ARCH = "compute_75"
 _TOP_ORDER = ("entry", "block_size", "shared_mem", "params", "append")
 _PARAM_ORDER = ("name", "type", "direction", "default")
 
 
-def _say(verbose: bool, message: str) -> None:
-    if verbose:
-        print(message)
+def _say(report: Report | None, message: str) -> None:
+    if report is not None:
+        report(message)
 
 
 def find_nvcc() -> str | None:
@@ -87,10 +90,7 @@ def _nvcc(nvcc: str, src: Path, out: Path, mode: str, arch: str) -> bytes:
     produced = out.with_name(out.name + ".nvcc")
     if proc.returncode != 0:
         produced.unlink(missing_ok=True)
-        from ._nvrtc import _compile_error
-
-        log = proc.stderr or proc.stdout
-        raise _compile_error(str(src), log) from None
+        raise compile_error(str(src), proc.stderr or proc.stdout, "nvcc") from None
     data = produced.read_bytes()
     produced.unlink()
     return data
@@ -188,7 +188,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        print(f"rxcuda: ignoring unreadable sidecar {path}: {e}", file=sys.stderr)
+        log.warning("ignoring unreadable sidecar %s: %s", path, e)
         return None
     return data if isinstance(data, dict) else None
 
@@ -206,31 +206,36 @@ def write_sidecar(path: Path, data: dict[str, Any]) -> bool:
 # building
 # ---------------------------------------------------------------------------------------------------
 def build_cu(src: Path, *, cubin_arch: str | None = None, nvcc: str | None = None,
-             verbose: bool = False) -> list[Path]:
-    """Build one .cu file: its PTX, optionally a cubin, and (single kernel) its sidecar."""
-    text = src.read_text(encoding="utf-8")
+             report: Report | None = None) -> list[Path]:
+    """Build one .cu file: its PTX, optionally a cubin, and (single kernel) its sidecar. ``report`` gets a
+    line per output (and the notes, which also go to the ``rxcuda`` logger)."""
+    text = read_text(src, (".cu", ".cuh"), "CUDA source file", lambda m: KernelFileError(m, path=str(src)))
     decls = parse_declarations(text, src.name)
     outputs = []
     ptx = src.with_suffix(".ptx")
     changed = _write_if_changed(ptx, compile_file(src, "ptx", PTX_ARCH, nvcc))
     outputs.append(ptx)
-    _say(verbose, f"{'built' if changed else 'unchanged'} {ptx}")
+    _say(report, f"{'built' if changed else 'unchanged'} {ptx}")
     if cubin_arch:
         cubin = src.with_suffix(".cubin")
         changed = _write_if_changed(cubin, compile_file(src, "cubin", cubin_arch, nvcc))
         outputs.append(cubin)
-        _say(verbose, f"{'built' if changed else 'unchanged'} {cubin}")
+        _say(report, f"{'built' if changed else 'unchanged'} {cubin}")
+    note = None
     if len(decls) == 1:
         (decl,) = decls.values()
         side = src.with_suffix(".json")
         changed = write_sidecar(side, sidecar_for(decl, _read_json(side)))
         outputs.append(side)
-        _say(verbose, f"{'wrote' if changed else 'unchanged'} {side}")
+        _say(report, f"{'wrote' if changed else 'unchanged'} {side}")
     elif not decls:
-        print(f"rxcuda: {src}: no extern \"C\" __global__ kernel, so no sidecar", file=sys.stderr)
+        note = f"{src}: no extern \"C\" __global__ kernel, so no sidecar"
     else:
-        print(f"rxcuda: {src}: {len(decls)} kernels ({', '.join(decls)}); a sidecar describes one entry, so "
-              f"none was written - put each kernel in its own file to get one", file=sys.stderr)
+        note = (f"{src}: {len(decls)} kernels ({', '.join(decls)}); a sidecar describes one entry, so none was "
+                f"written - put each kernel in its own file to get one")
+    if note is not None:
+        log.warning("%s", note)
+        _say(report, f"note: {note}")
     return outputs
 
 
@@ -244,7 +249,7 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def build_triton(src: Path, *, verbose: bool = False) -> list[Path]:
+def build_triton(src: Path, *, report: Report | None = None) -> list[Path]:
     """Build a ``<stem>.triton.py`` file to ``<stem>.ptx`` + ``<stem>.json``.
 
     The file defines a ``@triton.jit`` kernel and says how to compile it in ``RXCUDA_KERNEL``::
@@ -287,7 +292,7 @@ def build_triton(src: Path, *, verbose: bool = False) -> list[Path]:
     stem = src.name[: -len(".triton.py")]
     ptx = src.with_name(stem + ".ptx")
     outputs = [ptx]
-    _say(verbose, f"{'built' if _write_if_changed(ptx, ptx_text.encode()) else 'unchanged'} {ptx}")
+    _say(report, f"{'built' if _write_if_changed(ptx, ptx_text.encode()) else 'unchanged'} {ptx}")
     real = parse_ptx(ptx_text)[entry]
     directions = spec.get("directions", {})
     defaults = spec.get("defaults", {})
@@ -308,37 +313,95 @@ def build_triton(src: Path, *, verbose: bool = False) -> list[Path]:
     side = src.with_name(stem + ".json")
     data = {"entry": entry, "block_size": 32 * num_warps, "shared_mem": int(compiled.metadata.shared),
             "params": params}
-    _say(verbose, f"{'wrote' if write_sidecar(side, data) else 'unchanged'} {side}")
+    _say(report, f"{'wrote' if write_sidecar(side, data) else 'unchanged'} {side}")
     outputs.append(side)
     return outputs
 
 
-def build_kernels(directory: str | os.PathLike = "kernels", cubin_arch: str | None = None, *,
-                  use_nvcc: bool | None = None, triton: bool = True, verbose: bool = False) -> list[Path]:
-    """Build every ``*.cu`` (and, with triton, ``*.triton.py``) in ``directory``; returns the output paths.
+@attrs.frozen
+class BuildFailure:
+    """A source that did not build, and why."""
 
-    ``use_nvcc``: ``None`` uses nvcc when it is found, ``False`` forces NVRTC, ``True`` requires nvcc.
-    Raises :class:`CompileError` (with diagnostics) on the first source that does not compile.
-    """
+    source: Path
+    error: Exception
+
+    def summary(self) -> str:
+        """One line: the first compiler error (and how many more), or the error's first line."""
+        diags = [d for d in getattr(self.error, "diagnostics", ()) if d.severity == "error"]
+        if diags:
+            more = f" (and {len(diags) - 1} more error(s))" if len(diags) > 1 else ""
+            first = diags[0]
+            where = Path(first.file) if Path(first.file).is_absolute() else self.source.parent / first.file
+            col = f":{first.column}" if first.column else ""
+            return f"{where}:{first.line}{col}: error: {first.message}{more}"
+        text = str(self.error).strip().splitlines()[0] if str(self.error).strip() else type(self.error).__name__
+        return text if str(self.source) in text else f"{self.source}: {text}"
+
+
+@attrs.frozen
+class BuildReport:
+    """What :func:`build_folder` did: the outputs up to date, and each source that failed."""
+
+    outputs: tuple[Path, ...]
+    failures: tuple[BuildFailure, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def build_folder(directory: str | os.PathLike = "kernels", cubin_arch: str | None = None, *,
+                 use_nvcc: bool | None = None, triton: bool = True, report: Report | None = None) -> BuildReport:
+    """Build every ``*.cu`` (and, with triton, ``*.triton.py``) in ``directory``. A source that fails is
+    recorded and the others are still built. ``use_nvcc``: ``None`` uses nvcc when it is found, ``False``
+    forces NVRTC, ``True`` requires nvcc. Raises only for the folder itself (missing; nvcc asked for but
+    absent)."""
     root = Path(directory)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such kernels directory")
     nvcc = None if use_nvcc is False else find_nvcc()
     if use_nvcc and nvcc is None:
-        raise CompileError("nvcc was asked for but is not on PATH (nor in $CUDA_HOME/bin)")
-    _say(verbose, f"compiling with {'nvcc (' + nvcc + ')' if nvcc else 'NVRTC'}; PTX for {PTX_ARCH}"
+        raise CompileError("nvcc was asked for but is not on PATH (nor in $CUDA_HOME/bin); drop --nvcc or "
+                           "install the CUDA toolkit")
+    _say(report, f"compiling with {'nvcc (' + nvcc + ')' if nvcc else 'NVRTC'}; PTX for {PTX_ARCH}"
          + (f", cubins for {cubin_arch}" if cubin_arch else ""))
     outputs: list[Path] = []
+    failures: list[BuildFailure] = []
+
+    def attempt(src: Path, build: Callable[[], list[Path]]) -> None:
+        try:
+            outputs.extend(build())
+        except (CompileError, KernelFileError, ValueError, OSError) as e:
+            failures.append(BuildFailure(src, e))
+            log.warning("could not build %s: %s", src, e)
+
     for src in sorted(root.glob("*.cu")):
-        outputs += build_cu(src, cubin_arch=cubin_arch, nvcc=nvcc, verbose=verbose)
+        attempt(src, lambda src=src: build_cu(src, cubin_arch=cubin_arch, nvcc=nvcc, report=report))
     tritons = sorted(root.glob("*.triton.py"))
     if tritons and triton:
         if triton_available():
             for src in tritons:
-                outputs += build_triton(src, verbose=verbose)
+                attempt(src, lambda src=src: build_triton(src, report=report))
         else:
-            _say(verbose, f"skipped {len(tritons)} Triton kernel(s): triton is not installed")
-    return outputs
+            _say(report, f"skipped {len(tritons)} Triton kernel(s): triton is not installed")
+    return BuildReport(tuple(outputs), tuple(failures))
+
+
+def build_kernels(directory: str | os.PathLike = "kernels", cubin_arch: str | None = None, *,
+                  use_nvcc: bool | None = None, triton: bool = True, report: Report | None = None) -> list[Path]:
+    """Build a kernels folder like :func:`build_folder`; returns the output paths. When sources failed,
+    raises :class:`CompileError` after building the others: its message lists every failure, its
+    ``diagnostics`` are theirs in order, and ``failures`` holds the :class:`BuildFailure` records."""
+    result = build_folder(directory, cubin_arch, use_nvcc=use_nvcc, triton=triton, report=report)
+    if result.failures:
+        n = len(result.failures)
+        lines = "\n".join(f"  {f.summary()}" for f in result.failures)
+        error = CompileError(f"{n} kernel source(s) in {directory} did not build:\n{lines}",
+                             diagnostics=tuple(d for f in result.failures
+                                               for d in getattr(f.error, "diagnostics", ())))
+        error.failures = result.failures
+        raise error
+    return list(result.outputs)
 
 
 def clear_cache() -> Path | None:
@@ -353,15 +416,21 @@ def clear_cache() -> Path | None:
 # command line
 # ---------------------------------------------------------------------------------------------------
 def _cmd_build(args: argparse.Namespace) -> int:
+    report = None if args.quiet else print
     try:
-        outputs = build_kernels(args.directory, args.cubin, use_nvcc=False if args.nvrtc else None,
-                                triton=not args.no_triton, verbose=not args.quiet)
+        result = build_folder(args.directory, args.cubin, use_nvcc=False if args.nvrtc else None,
+                              triton=not args.no_triton, report=report)
     except (CompileError, KernelFileError, FileNotFoundError) as e:
-        print(f"rxcuda kernels build: {e}", file=sys.stderr)
-        return 1
-    if args.quiet:
-        return 0
-    print(f"{len(outputs)} file(s) up to date in {args.directory}")
+        print(f"rxcuda kernels build: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    for failure in result.failures:
+        print(f"rxcuda kernels build: error: {failure.summary()}", file=sys.stderr)
+    if result.failures:
+        print(f"rxcuda kernels build: {len(result.failures)} source(s) failed; {len(result.outputs)} file(s) "
+              f"up to date in {args.directory}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(f"{len(result.outputs)} file(s) up to date in {args.directory}")
     return 0
 
 

@@ -10,13 +10,13 @@ driver; it then needs a sidecar with ``params``, and the engine should check tho
 
 from __future__ import annotations
 
-import difflib
 import struct
 from pathlib import Path
 
 from ..model._describe import CodeFormat, KernelCode, KernelParam, KernelSignature
 from ..model._errors import KernelFileError
-from ._ptx import parse_ptx, signature_from_ptx
+from ._paths import missing_file_message
+from ._ptx import check_ptx, parse_ptx, signature_from_ptx
 from ._sidecar import Sidecar, merge, read_sidecar
 
 _FORMATS: dict[str, CodeFormat] = {".ptx": "ptx", ".cubin": "cubin", ".fatbin": "fatbin"}
@@ -81,16 +81,9 @@ def _read(path: Path) -> bytes:
 
 
 def _missing_message(path: Path) -> str:
-    folder = path.parent
-    if not folder.is_dir():
-        return f"{path}: no such file (the folder {folder} does not exist)"
-    names = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in _FORMATS)
-    msg = f"{path}: no such file"
-    close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.6)
-    if close:
-        msg += f"; did you mean {', '.join(close)}?"
+    msg = missing_file_message(path, _FORMATS)
     source = path.with_suffix(".cu")
-    if source.is_file():
+    if path.parent.is_dir() and source.is_file():
         msg += f" ({source.name} is there: build it with nvcc -ptx -arch=compute_75 {source.name})"
     return msg
 
@@ -124,6 +117,7 @@ def _ptx_signature(path: Path, image: bytes, sidecar: Sidecar | None, entry: str
     except UnicodeDecodeError:
         raise KernelFileError(f"{path}: not a text file; a .ptx file is PTX assembly text",
                               path=str(path)) from None
+    check_ptx(text, str(path))
     names = list(parse_ptx(text, str(path)))
     chosen = _choose_entry(path, names, sidecar, entry)
     signature = signature_from_ptx(text, chosen, str(path))

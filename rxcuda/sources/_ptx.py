@@ -114,6 +114,49 @@ def ptx_target(text: str) -> str:
     return m.group(1).split(",")[0].strip()
 
 
+def check_ptx(text: str, path: str | None = None) -> None:
+    """Raise :class:`KernelFileError` (naming ``path``) unless ``text`` looks like a whole PTX module: a
+    ``.version`` and a ``.target`` directive, and every ``.entry`` with a body whose braces close. A file
+    cut short (a copy or a build interrupted) is caught here, at load, rather than by the driver later.
+    """
+    where = f"{path}: " if path else ""
+
+    def fail(why: str) -> KernelFileError:
+        return KernelFileError(f"{where}{why}; the file is incomplete or not PTX - rebuild it (rxcuda kernels "
+                               f"build, or nvcc -ptx)", path=path)
+
+    try:
+        clean = strip_comments(text)
+    except KernelFileError as e:
+        raise fail(str(e)) from None
+    if _VERSION_RE.search(clean) is None:
+        raise fail("no '.version' directive")
+    if _TARGET_RE.search(clean) is None:
+        raise fail("no '.target' directive")
+    depth = 0
+    for k, c in enumerate(clean):
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth < 0:
+                raise fail(f"a '}}' without its '{{' at line {clean.count(chr(10), 0, k) + 1}")
+    if depth:
+        raise fail(f"{depth} '{{' never closed (the file ends at line {clean.count(chr(10)) + 1})")
+    for m in _ENTRY_RE.finditer(clean):
+        i = m.end()
+        while i < len(clean) and clean[i].isspace():
+            i += 1
+        if i < len(clean) and clean[i] == "(":
+            i = clean.find(")", i) + 1
+            if i == 0:
+                continue  # an unterminated parameter list: parse_ptx names it
+        # between the parameter list and the body only performance directives (.maxntid 128, ...) appear
+        brace, semi = clean.find("{", i), clean.find(";", i)
+        if brace < 0 or 0 <= semi < brace:
+            raise fail(f"entry '{m.group(1)}' has no body")
+
+
 def parse_ptx(text: str, path: str | None = None) -> dict[str, tuple[PtxParam, ...]]:
     """Every ``.entry`` (visible or not) of a PTX module mapped to its parameters, in file order.
 

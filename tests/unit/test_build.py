@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rxcuda.model._errors import CompileError
 from rxcuda.sources import _build as build
 from rxcuda.sources import _nvrtc as nv
 from rxcuda.sources._files import load_kernel_file
@@ -145,28 +146,36 @@ def test_source_annotation_wins_over_an_old_sidecar(tmp_path):
     assert "block_size" not in side
 
 
-def test_a_file_with_two_kernels_gets_no_sidecar(tmp_path, capsys):
+def test_a_file_with_two_kernels_gets_no_sidecar(tmp_path, caplog):
     (tmp_path / "two.cu").write_text(
         'extern "C" __global__ void a(float* x) {}\nextern "C" __global__ void b(float* x) {}\n'
     )
-    outputs = build.build_kernels(tmp_path, use_nvcc=False)
+    lines = []
+    outputs = build.build_kernels(tmp_path, use_nvcc=False, report=lines.append)
     assert [p.name for p in outputs] == ["two.ptx"]
-    assert "put each kernel in its own file" in capsys.readouterr().err
+    assert "put each kernel in its own file" in caplog.text  # logged, not printed
+    assert any("put each kernel in its own file" in line for line in lines)  # and in the CLI's report
 
 
-def test_compile_errors_stop_the_build(tmp_path):
+def test_a_compile_error_is_raised_after_the_other_sources_built(tmp_path):
     (tmp_path / "bad.cu").write_text('extern "C" __global__ void bad(float* x) { x[0] = nope; }\n')
-    with pytest.raises(nv.CompileError) as e:
+    (tmp_path / "good.cu").write_text('extern "C" __global__ void good(float* x) { x[0] = 1.0f; }\n')
+    with pytest.raises(CompileError, match=r"1 kernel source\(s\) .* did not build:\n  .*bad.cu:1:\d+: error: "
+                       r'identifier "nope" is undefined') as e:
         build.build_kernels(tmp_path, use_nvcc=False)
     assert e.value.diagnostics[0].line == 1
+    assert [f.source.name for f in e.value.failures] == ["bad.cu"]
+    assert (tmp_path / "good.ptx").is_file() and (tmp_path / "good.json").is_file()
 
 
 @pytest.mark.skipif(not HAVE_NVCC, reason="nvcc is not on PATH")
 def test_nvcc_errors_are_structured_too(tmp_path):
     (tmp_path / "bad.cu").write_text('extern "C" __global__ void bad(float* x)\n{\n    x[0] = nope;\n}\n')
-    with pytest.raises(nv.CompileError) as e:
+    with pytest.raises(CompileError) as e:
         build.build_kernels(tmp_path)
     assert (e.value.diagnostics[0].file, e.value.diagnostics[0].line) == ("bad.cu", 3)
+    assert "nvcc could not compile" in str(e.value.failures[0].error)  # labelled by the compiler used
+    assert "NVRTC" not in str(e.value.failures[0].error)
 
 
 def test_format_sidecar_is_canonical_and_valid():
@@ -189,8 +198,9 @@ def _run_cli(argv):
 
 def test_cli_build_and_cache(shipped, capsys):
     assert _run_cli(["kernels", "build", str(shipped), "--nvrtc", "-q"]) == 0
-    assert _run_cli(["kernels", "build", str(shipped / "missing")]) == 1
-    assert "no such kernels directory" in capsys.readouterr().err
+    assert _run_cli(["kernels", "build", str(shipped / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "no such kernels directory" in err and err.count("\n") == 1  # one line
     assert _run_cli(["cache", "info"]) == 0
     assert "entries:" in capsys.readouterr().out
     assert _run_cli(["cache", "clear"]) == 0

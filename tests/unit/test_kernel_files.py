@@ -192,7 +192,7 @@ def test_malformed_sidecar_is_reported_against_the_sidecar(tmp_path):
 
 def test_malformed_ptx(tmp_path):
     path = write(
-        tmp_path, "bad.ptx", ".version 9.0\n.visible .entry bad(\n .param .u64 bad_param_0\n{ ret; }\n"
+        tmp_path, "bad.ptx", ".version 9.0\n.target sm_75\n.visible .entry bad(\n .param .u64 bad_param_0\n{ ret; }\n"
     )
     with pytest.raises(KernelFileError, match=r"bad.ptx: unterminated parameter list of entry 'bad'"):
         load_kernel_file(path)

@@ -6,6 +6,8 @@ import time
 import pytest
 
 from rxcuda.model._errors import CompileError
+from rxcuda.sources import _arch, _cdecl, _headers
+from rxcuda.sources import _diagnostics as diag
 from rxcuda.sources import _nvrtc as nv
 from rxcuda.sources._ptx import parse_ptx
 
@@ -33,7 +35,7 @@ def describe(decl):
 
 
 def test_const_pointer_is_in_plain_pointer_is_out():
-    d = nv.parse_declarations(SCALE)["scale"]
+    d = _cdecl.parse_declarations(SCALE)["scale"]
     assert describe(d) == [
         ("x", "f32*", "in", None),
         ("out", "f32*", "out", None),
@@ -55,7 +57,7 @@ def test_macro_and_comment_annotations():
         float bias = 2.5f)
     { }
     """
-    d = nv.parse_declarations(src)["k"]
+    d = _cdecl.parse_declarations(src)["k"]
     assert describe(d) == [
         ("a", "f32*", "in", None),
         ("acc", "f64*", "inout", None),
@@ -79,15 +81,15 @@ def test_only_extern_c_non_template_kernels_are_read():
     extern "C" { __global__ void in_block(int* x, long long n) {} }
     extern "C" __global__ void declared_only(float* x);
     """
-    found = nv.parse_declarations(src)
+    found = _cdecl.parse_declarations(src)
     assert list(found) == ["in_block", "declared_only"]
     assert describe(found["in_block"]) == [("x", "i32*", "out", None), ("n", "i64", "in", "size")]
-    assert nv.mangled_kernels(src) == ["templ", "mangled"]
+    assert _cdecl.mangled_kernels(src) == ["templ", "mangled"]
 
 
 def test_unknown_types_and_pointer_to_pointer():
     src = 'extern "C" __global__ void k(struct Params p, float** rows, void* raw, const __half* h) {}'
-    d = nv.parse_declarations(src)["k"]
+    d = _cdecl.parse_declarations(src)["k"]
     assert [(p.name, p.dtype, p.pointer) for p in d.params] == [
         ("p", None, False),
         ("rows", None, True),
@@ -108,12 +110,12 @@ def test_unknown_types_and_pointer_to_pointer():
 )
 def test_bad_annotations_are_compile_errors(decl, message):
     with pytest.raises(CompileError, match=message) as e:
-        nv.parse_declarations(f'extern "C" __global__ void k({decl}) {{}}', "k.cu")
+        _cdecl.parse_declarations(f'extern "C" __global__ void k({decl}) {{}}', "k.cu")
     assert e.value.diagnostics[0].file == "k.cu"
 
 
 def test_signature_checks_compiled_sizes():
-    d = nv.parse_declarations(SCALE)["scale"]
+    d = _cdecl.parse_declarations(SCALE)["scale"]
     assert [p.size for p in d.signature((8, 8, 4, 4)).params] == [8, 8, 4, 4]
     with pytest.raises(CompileError, match=r"declares 4 parameters \(x, out, s, n\) but its compiled code takes 5"):
         d.signature((8, 8, 4, 4, 8))
@@ -139,19 +141,19 @@ inc/h.cuh(1): catastrophic error: cannot open source file "missing.h"
 
 
 def test_parse_diagnostics():
-    assert nv.parse_diagnostics(LOG) == (
-        nv.Diagnostic("k.cu", 3, 12, 'identifier "oops" is undefined', "error"),
-        nv.Diagnostic("k.cu", 7, 7, 'variable "unused" was declared but never referenced', "warning"),
-        nv.Diagnostic("inc/h.cuh", 1, 21, 'cannot open source file "missing.h"', "error"),
+    assert diag.parse_diagnostics(LOG) == (
+        diag.Diagnostic("k.cu", 3, 12, 'identifier "oops" is undefined', "error"),
+        diag.Diagnostic("k.cu", 7, 7, 'variable "unused" was declared but never referenced', "warning"),
+        diag.Diagnostic("inc/h.cuh", 1, 21, 'cannot open source file "missing.h"', "error"),
     )
-    assert str(nv.parse_diagnostics(LOG)[0]) == 'k.cu:3:12: error: identifier "oops" is undefined'
+    assert str(diag.parse_diagnostics(LOG)[0]) == 'k.cu:3:12: error: identifier "oops" is undefined'
 
 
 def test_compile_error_carries_structured_diagnostics(compiler):
     bad = 'extern "C" __global__ void k(float* a)\n{\n    a[0] = undefined_x;\n}\n'
     with pytest.raises(CompileError) as e:
         nv.compile_cuda(bad, name="bad.cu")
-    assert e.value.diagnostics[0] == nv.Diagnostic("bad.cu", 3, 12, 'identifier "undefined_x" is undefined')
+    assert e.value.diagnostics[0] == diag.Diagnostic("bad.cu", 3, 12, 'identifier "undefined_x" is undefined')
     assert "bad.cu:3:12: error" in str(e.value)
     assert "undefined_x" in e.value.log
     with pytest.raises(CompileError) as e:
@@ -205,13 +207,6 @@ def test_mangled_kernel_gets_a_hint(compiler):
         nv.compile_cuda("__global__ void plain(float* x) { x[0] = 1; }\n", "plain")
 
 
-def test_load_code_dispatches_cu_paths(compiler, tmp_path):
-    f = tmp_path / "scale.cu"
-    f.write_text(SCALE)
-    assert nv.load_code(f, arch="sm_90").entry == "scale"
-    assert nv.load_code(tmp_path / "x.ptx") is None
-
-
 # -- cache ---------------------------------------------------------------------------------------------
 def test_memory_hit_disk_hit_and_miss_accounting(compiler):
     nv.compile_cuda(SCALE, arch="sm_90")
@@ -248,7 +243,7 @@ def test_header_change_is_a_miss(compiler, tmp_path):
     nv.compile_cuda(src, arch="sm_90")
     s = compiler.stats()
     assert (s.memory_hits, s.misses) == (1, 2)
-    assert nv.header_files(src.read_text(), tmp_path, []) == [h.resolve()]
+    assert _headers.header_files(src.read_text(), tmp_path, []) == [h.resolve()]
 
 
 def test_clear_and_info(compiler):
@@ -285,17 +280,8 @@ def test_warm_up_runs_once_in_the_background():
 def test_default_arch_without_device():
     arch = nv.default_arch()
     assert arch.startswith("sm_")
-    if nv.device_arch() is None:
+    if _arch.device_arch() is None:
         assert arch == "sm_90"
-
-
-def test_fallback_file_cache_when_cuda_core_has_none(tmp_path, monkeypatch):
-    monkeypatch.setattr(nv, "_open_disk_cache", lambda root: nv._FileCache(root))
-    a = nv.Compiler(tmp_path / "c")
-    assert a.compile_module(SCALE, arch="sm_90").cached == "miss"
-    assert nv.Compiler(tmp_path / "c").compile_module(SCALE, arch="sm_90").cached == "disk"
-    a.clear()
-    assert nv.Compiler(tmp_path / "c").compile_module(SCALE, arch="sm_90").cached == "miss"
 
 
 def test_runtime_types_compile_and_real_errors_are_reported(compiler):

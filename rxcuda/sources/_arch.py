@@ -1,0 +1,72 @@
+"""Which GPU architecture to compile for: the device's own (``sm_XY``), and whether NVRTC can compile for
+a given one (a wrong ``arch`` is named, with the valid ones)."""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+
+from ..model._errors import CompileError
+
+_arch_lock = threading.Lock()
+_device_arch: list[str | None] = []
+
+
+def device_arch() -> str | None:
+    """``sm_XY`` of CUDA device 0, or ``None`` when there is no usable device (no driver, no GPU)."""
+    with _arch_lock:
+        if not _device_arch:
+            arch = None
+            try:
+                from cuda.bindings import driver
+
+                (err,) = driver.cuInit(0)
+                if int(err) == 0:
+                    err, dev = driver.cuDeviceGet(0)
+                    if int(err) == 0:
+                        attr = driver.CUdevice_attribute
+                        err1, major = driver.cuDeviceGetAttribute(
+                            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+                        err2, minor = driver.cuDeviceGetAttribute(
+                            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+                        if int(err1) == 0 and int(err2) == 0:
+                            arch = f"sm_{major}{minor}"
+            except Exception:  # no driver library (DynamicLibNotFoundError), no device, ...
+                arch = None
+            _device_arch.append(arch)
+        return _device_arch[0]
+
+
+def default_arch() -> str:
+    """The architecture to compile for: the current device's, else ``sm_90``."""
+    return device_arch() or "sm_90"
+
+
+@functools.cache
+def supported_archs() -> tuple[int, ...]:
+    """Compute capabilities NVRTC can compile for, e.g. ``(75, 80, 86, ..., 120)``."""
+    from cuda.bindings import nvrtc
+
+    err, archs = nvrtc.nvrtcGetSupportedArchs()
+    if int(err) != 0:
+        raise CompileError(f"nvrtcGetSupportedArchs failed ({err!r}); is the nvidia-cuda-nvrtc wheel installed?")
+    return tuple(int(a) for a in archs)
+
+
+_ARCH_RE = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
+
+
+def check_arch(arch: str, target: str) -> str:
+    """``arch`` when NVRTC can compile ``target`` for it; otherwise a ValueError naming the value and the
+    valid ones."""
+    valid = supported_archs()
+    listing = ", ".join(f"sm_{a}" for a in valid)
+    m = _ARCH_RE.match(arch) if isinstance(arch, str) else None
+    if m is None or int(m.group(2)) not in valid:
+        raise ValueError(f"arch {arch!r} is not an architecture this NVRTC compiles for; use one of "
+                         f"{listing} (or compute_XY for PTX)")
+    if target == "cubin" and m.group(1) == "compute":
+        raise ValueError(f"a cubin needs a real architecture such as 'sm_90' (got {arch!r}); use one of "
+                         f"{listing}, or target='ptx'")
+    return arch

@@ -1,0 +1,49 @@
+"""Kernel files on disk: reading source text (a decoding error names the line), and the message for a
+missing file (with *did you mean* among its neighbours of the same kind)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def missing_file_message(path: Path, suffixes: Iterable[str], what: str = "file") -> str:
+    """``'<path>: no such <what>; did you mean a.cu?'``: close names among the files of the same folder
+    whose suffix is one of ``suffixes`` (or that the folder itself is missing)."""
+    folder = path.parent
+    if not folder.is_dir():
+        return f"{path}: no such {what} (the folder {folder} does not exist)"
+    kinds = {s.lower() for s in suffixes}
+    names = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in kinds)
+    msg = f"{path}: no such {what}"
+    close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.6)
+    if close:
+        msg += f"; did you mean {', '.join(close)}?"
+    return msg
+
+
+def decode_text(data: bytes, name: str, error: Callable[[str], Exception]) -> str:
+    """``data`` as UTF-8 text; otherwise ``error(message)`` is raised, the message naming the line and
+    column of the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise error(f"{name}:{line}:{column}: not UTF-8 text (byte 0x{data[e.start]:02x}); save the file as "
+                    f"UTF-8") from None
+
+
+def read_text(path: Path, suffixes: Iterable[str], what: str, error: Callable[[str], Exception]) -> str:
+    """The UTF-8 text of ``path``; ``error(message)`` is raised when it is missing (with *did you mean*),
+    is a folder, cannot be read, or is not UTF-8 (naming the line)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(missing_file_message(path, suffixes, what)) from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a folder, not a {what}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read: {e.strerror or e}") from None
+    return decode_text(data, str(path), error)
