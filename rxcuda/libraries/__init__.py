@@ -3,8 +3,9 @@
 Each factory returns a :class:`LibraryCall` (a :class:`~rxcuda.model._describe.CallSpec`): its ``params``
 are the block's ports (buffers with dtype, direction and element count in ``counts``) and scalars;
 the engine sets it up once (handles, plans, workspaces), captures its ``record`` into a child-graph node,
-and recaptures only when a host scalar changes. ``alpha``/``beta``-like scalars (``device_scalars``) live
-in device memory: changing them is a small copy, no recapture. Arrays are C-order (NumPy/CuPy layout).
+and recaptures only when a host scalar changes or one of its buffers is rebound. ``alpha``/``beta``-like
+scalars (``device_scalars``) live in device memory: changing them is a small copy, no recapture. Arrays are
+C-order (NumPy/CuPy layout).
 
 Shapes and dtypes are checked when the call is made, never at launch::
 
@@ -25,7 +26,7 @@ Functions: :func:`gemm`, :func:`gemv`, :func:`axpy`, :func:`scal` (cuBLAS); :fun
 
 from ._blas import axpy, gemm, gemv, scal
 from ._chain import chain, kernel
-from ._common import LibraryCall, param_counts, prepare_for_capture
+from ._common import LibraryCall
 from ._fft import fft, fft2, ifft, ifft2, irfft, irfft2, rfft, rfft2
 from ._rand import random_normal, random_uniform
 from ._solve import lu_factor, lu_solve
@@ -46,8 +47,6 @@ __all__ = [
     "kernel",
     "lu_factor",
     "lu_solve",
-    "param_counts",
-    "prepare_for_capture",
     "random_normal",
     "random_uniform",
     "rfft",

@@ -14,7 +14,7 @@ import functools
 
 from . import _handles as H
 from ._common import (
-    ITEMSIZE,
+    CUDA_DATA_TYPE,
     LibraryCall,
     check_name,
     dtype_name,
@@ -22,13 +22,13 @@ from ._common import (
     pointer,
     positive_int,
     real_number,
+    real_of,
     scalar,
     scaled_output,
 )
 
-# cudaDataType values (library_types.h) and cuBLAS enum values, as plain ints so construction needs no
-# import of nvmath; checked against nvmath's enums in the unit tests.
-CUDA_TYPE = {"f16": 2, "bf16": 14, "f32": 0, "f64": 1, "c64": 4, "c128": 5}
+# cuBLAS enum values, as plain ints so construction needs no import of nvmath; checked against nvmath's
+# enums in the unit tests.
 COMPUTE_32F = 68
 COMPUTE_32F_FAST_TF32 = 77
 COMPUTE_64F = 70
@@ -38,7 +38,11 @@ GEMM_DEFAULT_ALGO = -1
 GEMM_DTYPES = ("f32", "f64", "f16", "bf16")
 VECTOR_DTYPES = ("f32", "f64")
 SCAL_DTYPES = ("f32", "f64", "c64", "c128")
-_ALPHA_TYPE = {"f32": "f32", "f64": "f64", "f16": "f32", "bf16": "f32", "c64": "f32", "c128": "f64"}
+
+
+def _alpha_type(dt: str) -> str:
+    """Type of alpha/beta: f32 for half inputs (f32 accumulation), else the real type of the elements."""
+    return "f32" if dt in ("f16", "bf16") else real_of(dt)
 
 
 # -- shared setup / record helpers ------------------------------------------------------------------------
@@ -70,7 +74,7 @@ def _beta_ptr(args, st, has_beta: bool) -> int:
     return args.pointers["beta"] if has_beta else st.extra["zero"]
 
 
-def _spec(name, op, params, record, key, counts, device_scalars, workspace_bytes, zero_dtype, summary):
+def _spec(name, params, record, key, counts, device_scalars, workspace_bytes, zero_dtype, summary):
     return LibraryCall(
         name=name,
         params=tuple(params),
@@ -135,7 +139,7 @@ def gemm(
         out = dtype_name(op, "out_dtype", out_dtype, allowed)
     if tf32 and dt != "f32":
         raise invalid(op, "tf32", f"tf32=True applies to f32 GEMMs only (dtype is {dt}); drop it")
-    st = _ALPHA_TYPE[dt]
+    st = _alpha_type(dt)
     alpha = real_number(op, "alpha", alpha)
     has_beta = beta is not None
     if has_beta:
@@ -149,7 +153,7 @@ def gemm(
     # column-major view: C^T(n x m) = op(B)^T(n x k) @ op(A)^T(k x m)
     opb = OP_T if trans_b else OP_N
     opa = OP_T if trans_a else OP_N
-    types = (CUDA_TYPE[dt], CUDA_TYPE[out])
+    types = (CUDA_DATA_TYPE[dt], CUDA_DATA_TYPE[out])
 
     def record(args):
         s = args.state
@@ -173,7 +177,7 @@ def gemm(
     counts = {"a": batch * m * k, "b": batch * k * n, "c": batch * m * n}
     key = ("gemm", m, n, k, batch, dt, out, bool(trans_a), bool(trans_b), has_beta, bool(tf32), ws)
     summary = f"gemm {dt}->{out} ({m}x{k})@({k}x{n})" + (f" x{batch}" if batch > 1 else "")
-    return _spec(name, op, params, record, key, counts, dscalars, ws, None if has_beta else st, summary)
+    return _spec(name, params, record, key, counts, dscalars, ws, None if has_beta else st, summary)
 
 
 # -- GEMV -------------------------------------------------------------------------------------------------
@@ -226,7 +230,6 @@ def gemv(
     key = ("gemv", m, n, dt, bool(trans), has_beta, ws)
     return _spec(
         name,
-        op,
         params,
         record,
         key,
@@ -268,7 +271,6 @@ def axpy(
     params = [pointer("x", dt, "in"), pointer("y", dt, "inout"), scalar("alpha", dt, alpha)]
     return _spec(
         name,
-        op,
         params,
         record,
         ("axpy", n, dt, ws),
@@ -301,7 +303,7 @@ def scal(
     dt = dtype_name(op, "dtype", dtype, SCAL_DTYPES)
     alpha = real_number(op, "alpha", alpha)
     ws = _workspace(op, workspace_bytes)
-    st = _ALPHA_TYPE[dt]
+    st = _alpha_type(dt)
     fn = {"f32": "sscal", "f64": "dscal", "c64": "csscal", "c128": "zdscal"}[dt]
 
     def record(args):
@@ -310,7 +312,4 @@ def scal(
         getattr(H.binding("cublas"), fn)(h, n, p["alpha"], p["x"], 1)
 
     params = [pointer("x", dt, "inout"), scalar("alpha", st, alpha)]
-    return _spec(name, op, params, record, ("scal", n, dt, ws), {"x": n}, ["alpha"], ws, None, f"scal {dt} n={n}")
-
-
-__all__ = ["gemm", "gemv", "axpy", "scal", "blas_handle", "CUDA_TYPE", "ITEMSIZE"]
+    return _spec(name, params, record, ("scal", n, dt, ws), {"x": n}, ["alpha"], ws, None, f"scal {dt} n={n}")

@@ -20,14 +20,15 @@ name); host scalars of any step recapture the whole chain when they change.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Mapping
 
 import attrs
 
+from ..cuda import _launch
+from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, Launch
 from . import _handles as H
-from ._common import ITEMSIZE, LibraryCall, check_name, invalid, param_counts
+from ._common import LibraryCall, check_name, invalid, param_counts
 
 _WRITES = ("out", "inout", "counter")
 _READS = ("in", "inout", "counter")
@@ -159,7 +160,7 @@ def _wires(op: str, steps, internal: tuple[str, ...]) -> dict[str, _Wire]:
                 f"'{name}' has no known element count (every step using it is a "
                 f"plain CallSpec); wrap the step with counts",
             )
-        if w.dtype is None or w.dtype not in ITEMSIZE:
+        if w.dtype is None or w.dtype not in _dtypes.TYPE_NAMES:
             raise invalid(op, "internal", f"'{name}' has no known element type; give its steps a dtype")
     return wires
 
@@ -204,7 +205,7 @@ def chain(*steps, internal=(), name: str = "chain") -> LibraryCall:
             if w.count is not None:
                 counts[w.name] = w.count
         else:
-            size = ITEMSIZE.get(w.dtype, 8)
+            size = _dtypes.itemsize(w.dtype) if w.dtype in _dtypes.TYPE_NAMES else 8
             params.append(KernelParam(name=w.name, kind="scalar", size=size, dtype=w.dtype, default=w.default))
             if w.device:
                 dscalars.append(w.name)
@@ -221,7 +222,7 @@ def chain(*steps, internal=(), name: str = "chain") -> LibraryCall:
                 how = "dev" if p.name in spec.device_scalars else "host"
             plan.append((p.name, cname, how))
         plans.append(tuple(plan))
-    internal_bytes = {n: wires[n].count * ITEMSIZE[wires[n].dtype] for n in internal}
+    internal_bytes = {n: wires[n].count * _dtypes.itemsize(wires[n].dtype) for n in internal}
     specs = tuple(s for s, _ in norm)
 
     def setup(device_ordinal: int):
@@ -334,24 +335,20 @@ def kernel(
         return attrs.evolve(p, default=size if p.default == "size" else 0)
 
     params = tuple(resolved(p) for p in sig)
-    ctypes_of = tuple(ctypes.c_void_p if p.is_pointer else H.scalar_ctype(p.dtype, p.size) for p in params)
-    entry, image = code.entry, code.image
+    entry = code.entry
 
     def setup(device_ordinal: int):
         st = H.Resources(device_ordinal)
         try:
-            st.extra["function"] = st.load_module(image, entry)
+            st.extra["function"] = st.load(code)
         except BaseException:
             st.close()
             raise
         return st
 
     def record(args: CaptureArgs):
-        values = []
-        for p, ct in zip(params, ctypes_of, strict=True):
-            v = args.pointers[p.name] if p.is_pointer else args.values[p.name]
-            values.append((v, ct))
-        H.launch_kernel(args.state.extra["function"], launch.grid, launch.block, launch.shared_mem, args.stream, values)
+        values = [args.pointers[p.name] if p.is_pointer else args.values[p.name] for p in params]
+        _launch.launch_kernel(args.state.extra["function"], launch, args.stream, params, values)
 
     return LibraryCall(
         name=name,

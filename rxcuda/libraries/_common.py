@@ -1,4 +1,4 @@
-"""Shared pieces of the library calls: the :class:`LibraryCall` spec, dtype names, validation helpers.
+"""Shared pieces of the library calls: the :class:`LibraryCall` spec, dtype checks, validation helpers.
 
 Nothing here touches the GPU: a call is described (and validated) at construction; ``setup`` is where
 handles and workspaces appear.
@@ -12,72 +12,45 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 
+from ..model import _dtypes
 from ..model._describe import CallSpec, KernelParam
 from ..model._errors import ValidationError
 
-# dtype names of library calls: the engine's short names plus the two complex types and bfloat16,
-# which only library calls use (NumPy has no bfloat16; its elements travel as 16-bit words).
-_NAMES = {
-    "f16": "f16",
-    "float16": "f16",
-    "half": "f16",
-    "bf16": "bf16",
-    "bfloat16": "bf16",
-    "f32": "f32",
-    "float32": "f32",
-    "float": "f32",
-    "f64": "f64",
-    "float64": "f64",
-    "double": "f64",
-    "c64": "c64",
-    "complex64": "c64",
-    "c128": "c128",
-    "complex128": "c128",
-    "complex": "c128",
-    "i32": "i32",
-    "int32": "i32",
-    "i64": "i64",
-    "int64": "i64",
-    "u8": "u8",
-    "uint8": "u8",
-    "u32": "u32",
-    "uint32": "u32",
-    "u64": "u64",
-    "uint64": "u64",
-}
-ITEMSIZE = {
-    "f16": 2,
-    "bf16": 2,
-    "f32": 4,
-    "f64": 8,
-    "c64": 8,
-    "c128": 16,
-    "i32": 4,
-    "i64": 8,
-    "u8": 1,
-    "u32": 4,
-    "u64": 8,
-}
-REAL_OF = {"c64": "f32", "c128": "f64"}
-COMPLEX_OF = {"f32": "c64", "f64": "c128"}
+CUDA_DATA_TYPE = {"f16": 2, "bf16": 14, "f32": 0, "f64": 1, "c64": 4, "c128": 5}
+"""cudaDataType (library_types.h) of each element type, as plain ints so that describing a call imports no
+library; checked against nvmath's enums in the unit tests."""
 
 
 def dtype_name(op: str, param: str, dtype, allowed: tuple[str, ...]) -> str:
-    """Canonical name of ``dtype`` for parameter ``param`` of ``op``, or a ValidationError naming the fix."""
-    name = None
-    if isinstance(dtype, str):
-        name = _NAMES.get(dtype.strip().lower())
-    elif dtype is not None:
-        try:
-            name = _NAMES.get(np.dtype(dtype).name)
-        except TypeError:
-            name = None
+    """Canonical name of ``dtype`` for parameter ``param`` of ``op``, or a ValidationError naming the fix.
+
+    Names are rxcuda's (``rxcuda.model._dtypes``: ``'f32'``, ``'float'``, ``'c64'``, ``'bfloat16'`` ...);
+    a string rxcuda does not know is read as NumPy reads it (``'complex'``, ``'<f8'``)."""
+    try:
+        name = None if dtype is None else _dtypes.dtype_name(dtype)  # NumPy would read None as float64
+    except ValueError:
+        name = None
+        if isinstance(dtype, str):
+            try:
+                name = _dtypes.dtype_name(np.dtype(dtype.strip()))
+            except (TypeError, ValueError):
+                name = None
     if name is None or name not in allowed:
         raise ValidationError(
             f"{op}: '{param}' has unsupported dtype {dtype!r}; use one of {', '.join(allowed)}",
             subject=f"{op}.{param}",
         )
     return name
+
+
+def real_of(dtype: str) -> str:
+    """The real type of a complex type's parts (``'c64'`` -> ``'f32'``); a real type is its own."""
+    return _dtypes.dtype_name(np.finfo(_dtypes.to_numpy(dtype)).dtype)
+
+
+def complex_of(dtype: str) -> str:
+    """The complex type with parts of ``dtype`` (``'f32'`` -> ``'c64'``, ``'c128'`` -> ``'c128'``)."""
+    return _dtypes.dtype_name(np.result_type(_dtypes.to_numpy(dtype), np.complex64))
 
 
 def invalid(op: str, param: str, message: str) -> ValidationError:
@@ -128,7 +101,7 @@ def pointer(name: str, dtype: str, direction: str) -> KernelParam:
 
 
 def scalar(name: str, dtype: str, default) -> KernelParam:
-    return KernelParam(name=name, kind="scalar", size=ITEMSIZE[dtype], dtype=dtype, default=default)
+    return KernelParam(name=name, kind="scalar", size=_dtypes.itemsize(dtype), dtype=dtype, default=default)
 
 
 def scaled_output(inputs: list[KernelParam], out: str, out_dtype: str, scalar_dtype: str, alpha, beta,
@@ -159,6 +132,10 @@ class LibraryCall(CallSpec):
     each capture *and outside it*, with the very args ``record`` will get — e.g. re-seeding cuRAND, which
     cannot happen while a stream captures. Call it (when not None) before ``cuStreamBeginCapture``; it may
     synchronize ``args.stream``. Only the cuRAND backend (and chains containing it) has one.
+
+    ``setup`` keeps handles, plans and the call's own memory, never a pointer of the buffers it is captured
+    with: ``record`` reads those from ``CaptureArgs.pointers`` at every capture, so a rebound buffer only
+    needs a recapture.
     """
 
     counts: Mapping[str, int] = attrs.field(factory=dict, converter=_freeze_counts)
@@ -173,30 +150,7 @@ class LibraryCall(CallSpec):
 
     def nbytes(self, name: str) -> int:
         """Byte size of pointer parameter ``name``."""
-        return self.count(name) * ITEMSIZE[self.params[self.index(name)].dtype]
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.params if p.is_pointer and p.direction in ("in", "inout"))
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.params if p.is_pointer and p.direction in ("out", "inout"))
-
-    @property
-    def scalars(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.params if not p.is_pointer)
-
-    def defaults(self) -> dict[str, float | int]:
-        """Default value of every scalar (device scalars included)."""
-        return {p.name: p.default for p in self.params if not p.is_pointer}
-
-
-def prepare_for_capture(spec: CallSpec, args) -> None:
-    """Run ``spec.prepare(args)`` if the call has one (before ``cuStreamBeginCapture``, never inside it)."""
-    prepare = getattr(spec, "prepare", None)
-    if prepare is not None:
-        prepare(args)
+        return self.count(name) * _dtypes.itemsize(self.params[self.index(name)].dtype)
 
 
 def param_counts(spec: CallSpec) -> dict[str, int]:

@@ -16,16 +16,19 @@ from __future__ import annotations
 import functools
 import math
 
+from ..cuda import _launch
+from ..model import _dtypes
 from . import _handles as H
 from ._blas import blas_handle
 from ._common import (
-    ITEMSIZE,
     LibraryCall,
     check_name,
+    complex_of,
     dtype_name,
     invalid,
     pointer,
     positive_int,
+    real_of,
     shape_tuple,
 )
 
@@ -34,7 +37,6 @@ _C2C = {"c64": 41, "c128": 105}
 _R2C = {"f32": 42, "f64": 106}
 _C2R = {"c64": 44, "c128": 108}
 _EXEC = {41: "exec_c2c", 105: "exec_z2z", 42: "exec_r2c", 106: "exec_d2z", 44: "exec_c2r", 108: "exec_z2d"}
-_PRECISION = {"f32": "single", "c64": "single", "f64": "double", "c128": "double"}
 _NORMS = ("backward", "ortho", "forward", None)
 SCALE_WORKSPACE = 1 << 20  # cuBLAS workspace of the scaling step (a level-1 call)
 
@@ -90,10 +92,10 @@ def _transform(
                 "dtype",
                 f"{cdt} is real; complex-to-complex transforms take c64 or c128 (use rfft/irfft for real data)",
             )
-        rdt = {"c64": "f32", "c128": "f64"}[cdt]
-    else:
-        p = _PRECISION[dtype_name(op, "dtype", dtype, ("f32", "f64", "c64", "c128"))]
-        rdt, cdt = ("f32", "c64") if p == "single" else ("f64", "c128")
+        rdt = real_of(cdt)
+    else:  # the dtype names the precision: f32 or c64 -> single, f64 or c128 -> double
+        rdt = real_of(dtype_name(op, "dtype", dtype, ("f32", "f64", "c64", "c128")))
+        cdt = complex_of(rdt)
     n = math.prod(shape)
     half = shape[:-1] + (shape[-1] // 2 + 1,)
     if kind == "c2c":
@@ -122,12 +124,12 @@ def _transform(
     count_out = batch * math.prod(out_shape)
     scale = _scale(norm, inverse, n)
     copy_in = kind == "c2r" and preserve_input
-    scratch = count_in * ITEMSIZE[in_dt] if copy_in else 0
+    scratch = count_in * _dtypes.itemsize(in_dt) if copy_in else 0
     exec_name = _EXEC[ftype]
     direction = INVERSE if inverse else FORWARD
     scal_name = {"c64": "csscal", "c128": "zdscal", "f32": "sscal", "f64": "dscal"}[out_dt]
     # scal takes an int count: complex outputs count complex elements
-    nbytes_in = count_in * ITEMSIZE[in_dt]
+    nbytes_in = count_in * _dtypes.itemsize(in_dt)
 
     def record(args):
         st = args.state
@@ -138,7 +140,7 @@ def _transform(
         src = args.pointers["x"]
         if copy_in:
             tmp = st.extra["scratch"].ptr
-            H.check(H.driver().cuMemcpyDtoDAsync(tmp, src, nbytes_in, args.stream), "cuMemcpyDtoDAsync")
+            _launch.copy_async(tmp, src, nbytes_in, args.stream)
             src = tmp
         dst = args.pointers["y"]
         if kind == "c2c":

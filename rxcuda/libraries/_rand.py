@@ -25,9 +25,12 @@ Two backends, same ports (``out``) and parameters (``seed``, ``offset``, and the
 
 from __future__ import annotations
 
-import ctypes
 import functools
 
+from ..cuda import _launch
+from ..cuda._context import device_arch
+from ..cuda._driver import check, drv
+from ..model._describe import KernelCode, KernelParam, Launch
 from . import _handles as H
 from ._common import (
     LibraryCall,
@@ -121,9 +124,11 @@ extern "C" __global__ void philox_normal_f64(double* out, u64 n, const u64* seed
 """
 
 
-@functools.lru_cache(maxsize=8)
-def _philox_cubin(arch: str) -> bytes:
-    return H.compile_cubin(PHILOX_SOURCE, "rxcuda_philox.cu", arch)
+def _philox_code(entry: str, arch: str) -> KernelCode:
+    """One Philox kernel compiled for ``arch`` by the sources' NVRTC compiler (cached in memory and on disk)."""
+    from ..sources import compile_cuda
+
+    return compile_cuda(PHILOX_SOURCE, entry, arch=arch)
 
 
 def _u64(op: str, param: str, value) -> int:
@@ -147,7 +152,7 @@ def _curand_position(curand, gen, stream: int, seed: int, offset: int) -> None:
     curand.set_pseudo_random_generator_seed(gen, seed)
     curand.set_generator_offset(gen, offset)
     curand.generate_seeds(gen)
-    H.check(H.driver().cuStreamSynchronize(stream), "cuStreamSynchronize")
+    check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
 
 
 def _curand_setup(fn: str, n: int, itemsize: int, dist: str, seed: int, offset: int, device_ordinal: int):
@@ -158,16 +163,17 @@ def _curand_setup(fn: str, n: int, itemsize: int, dist: str, seed: int, offset: 
         gen = st.libs.curand_generator(PHILOX4_32_10)
         st.extra["generator"] = gen
         st.cleanups.append(lambda: st.libs.drop_generator(gen))
-        tmp = H.DeviceMemory(n * itemsize)
+        tmp = st.alloc(n * itemsize)
         try:
             curand.set_stream(gen, 0)
             if dist == "uniform":
                 getattr(curand, fn)(gen, tmp.ptr, n)
             else:
                 getattr(curand, fn)(gen, tmp.ptr, n, 0.0, 1.0)
-            H.check(H.driver().cuCtxSynchronize(), "cuCtxSynchronize")
+            check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
         finally:
-            tmp.free()
+            st.pool.release(tmp)
+            st.pool.trim()  # the priming buffer is not needed again
         _curand_position(curand, gen, 0, seed, offset)
         st.extra["stream"] = 0
         st.extra["at"] = (seed, offset)
@@ -247,8 +253,7 @@ def _curand_call(op, name, n, dt, dist, seed, offset, p0, p1) -> LibraryCall:
 def _philox_setup(entry: str, device_ordinal: int):
     st = H.Resources(device_ordinal)
     try:
-        cubin = _philox_cubin(H.device_arch(device_ordinal))
-        st.extra["function"] = st.load_module(cubin, entry)
+        st.extra["function"] = st.load(_philox_code(entry, device_arch(device_ordinal)))
     except BaseException:
         st.close()
         raise
@@ -259,28 +264,18 @@ def _philox_call(op, name, n, dt, dist, seed, offset, p0, p1) -> LibraryCall:
     names = ("low", "high") if dist == "uniform" else ("mean", "stddev")
     entry = f"philox_{dist}_{dt}"
     per_thread = 4 if dt == "f32" else 2
-    threads = -(-n // per_thread)
-    grid = (-(-threads // BLOCK), 1, 1)
-    block = (BLOCK, 1, 1)
+    launch = Launch.for_threads(-(-n // per_thread), block=BLOCK)
+    # the kernel's arguments: the output, n, then the device slots of seed, offset and the two parameters
+    kernel_params = (
+        KernelParam("out", "pointer", 8, dt, "out"),
+        KernelParam("n", "scalar", 8, "u64"),
+        *(KernelParam(s, "pointer", 8, "u64" if s in ("seed", "offset") else dt) for s in ("seed", "offset", *names)),
+    )
 
     def record(args):
         p = args.pointers
-        vp = ctypes.c_void_p
-        H.launch_kernel(
-            args.state.extra["function"],
-            grid,
-            block,
-            0,
-            args.stream,
-            [
-                (p["out"], vp),
-                (n, ctypes.c_uint64),
-                (p["seed"], vp),
-                (p["offset"], vp),
-                (p[names[0]], vp),
-                (p[names[1]], vp),
-            ],
-        )
+        values = (p["out"], n, p["seed"], p["offset"], p[names[0]], p[names[1]])
+        _launch.launch_kernel(args.state.extra["function"], launch, args.stream, kernel_params, values)
 
     params = (
         pointer("out", dt, "out"),

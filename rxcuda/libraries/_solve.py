@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import functools
 
+from ..cuda import _launch
+from ..model import _dtypes
 from . import _handles as H
-from ._common import ITEMSIZE, LibraryCall, check_name, dtype_name, pointer, positive_int
+from ._common import LibraryCall, check_name, dtype_name, pointer, positive_int
 
 _PREFIX = {"f32": "s", "f64": "d", "c64": "c", "c128": "z"}
 OP_T = 1  # CUBLAS_OP_T
@@ -29,7 +31,7 @@ def _factor_setup(n: int, dt: str, device_ordinal: int):
         st.extra["handle"] = handle
         dummy = st.alloc(256).ptr
         lwork = int(getattr(cusolver, f"{_PREFIX[dt]}getrf_buffer_size")(handle, n, n, dummy, n))
-        st.extra["workspace"] = st.alloc(max(lwork, 1) * ITEMSIZE[dt])
+        st.extra["workspace"] = st.alloc(max(lwork, 1) * _dtypes.itemsize(dt))
     except BaseException:
         st.close()
         raise
@@ -46,10 +48,6 @@ def _solve_setup(device_ordinal: int):
     return st
 
 
-def _copy(dst: int, src: int, nbytes: int, stream: int) -> None:
-    H.check(H.driver().cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
-
-
 def _prelude(args, copy: tuple[str, str] | None, nbytes: int):
     """cuSOLVER bound to the capturing stream; first copy ``copy[1]`` into ``copy[0]`` when the call must
     not overwrite its input. Returns (bindings, handle, pointers)."""
@@ -58,7 +56,7 @@ def _prelude(args, copy: tuple[str, str] | None, nbytes: int):
     cusolver.set_stream(h, args.stream)
     p = args.pointers
     if copy is not None:
-        _copy(p[copy[0]], p[copy[1]], nbytes, args.stream)
+        _launch.copy_async(p[copy[0]], p[copy[1]], nbytes, args.stream)
     return cusolver, h, p
 
 
@@ -78,7 +76,7 @@ def lu_factor(n: int, *, dtype="f32", overwrite_a: bool = False, name: str = "lu
     n = positive_int(op, "n", n, "order of the square matrix a")
     dt = dtype_name(op, "dtype", dtype, DTYPES)
     fn = f"{_PREFIX[dt]}getrf"
-    nbytes = n * n * ITEMSIZE[dt]
+    nbytes = n * n * _dtypes.itemsize(dt)
     target = "a" if overwrite_a else "lu"
 
     def record(args):
@@ -121,7 +119,7 @@ def lu_solve(n: int, nrhs: int = 1, *, dtype="f32", overwrite_b: bool = False, n
     nrhs = positive_int(op, "nrhs", nrhs, "number of right-hand sides (rows of b)")
     dt = dtype_name(op, "dtype", dtype, DTYPES)
     fn = f"{_PREFIX[dt]}getrs"
-    nbytes = n * nrhs * ITEMSIZE[dt]
+    nbytes = n * nrhs * _dtypes.itemsize(dt)
     target = "b" if overwrite_b else "x"
 
     def record(args):

@@ -14,6 +14,7 @@ import functools
 
 from . import _handles as H
 from ._common import (
+    CUDA_DATA_TYPE,
     LibraryCall,
     check_name,
     dtype_name,
@@ -24,7 +25,6 @@ from ._common import (
     scaled_output,
 )
 
-_VALUE_TYPE = {"f32": 0, "f64": 1}  # CUDA_R_32F, CUDA_R_64F
 _INDEX_TYPE = {"i32": 2, "i64": 3}  # CUSPARSE_INDEX_32I, CUSPARSE_INDEX_64I
 ALGS = {"default": 0, "csr_alg1": 2, "csr_alg2": 3}
 OP_N, OP_T = 0, 1
@@ -121,7 +121,7 @@ def spmv(
         beta = real_number(op, "beta", beta)
     x_len, y_len = (rows, cols) if transpose else (cols, rows)
     shape = (rows, cols, x_len, y_len)
-    itype, vtype, alg_id = _INDEX_TYPE[it], _VALUE_TYPE[dt], ALGS[alg]
+    itype, vtype, alg_id = _INDEX_TYPE[it], CUDA_DATA_TYPE[dt], ALGS[alg]
     op_a = OP_T if transpose else OP_N
 
     def record(args):

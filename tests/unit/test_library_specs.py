@@ -12,7 +12,8 @@ import attrs
 import pytest
 
 from rxcuda import libraries as lib
-from rxcuda.libraries import _handles
+from rxcuda.cuda import _launch
+from rxcuda.libraries import _handles, _rand
 from rxcuda.model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from rxcuda.model._errors import ValidationError
 
@@ -23,8 +24,10 @@ def no_cuda(monkeypatch):
         raise AssertionError("constructing a library call must not touch CUDA")
 
     monkeypatch.setattr(_handles, "binding", refuse)
-    monkeypatch.setattr(_handles, "driver", refuse)
     monkeypatch.setattr(_handles, "Resources", refuse)
+    monkeypatch.setattr(_launch, "launch_kernel", refuse)
+    monkeypatch.setattr(_launch, "copy_async", refuse)
+    monkeypatch.setattr(_rand, "drv", None)
 
 
 def ports(spec):
@@ -504,8 +507,8 @@ def test_gemv_record_transposes_the_column_major_view(monkeypatch):
 def test_curand_prepare_positions_the_generator_outside_the_capture(monkeypatch):
     log = []
     monkeypatch.setattr(_handles, "binding", lambda name: FakeBinding(log))
-    monkeypatch.setattr(_handles, "driver", lambda: types.SimpleNamespace(cuStreamSynchronize=lambda s: ("sync", s)))
-    monkeypatch.setattr(_handles, "check", lambda result, call: log.append(result))
+    monkeypatch.setattr(_rand, "drv", types.SimpleNamespace(cuStreamSynchronize=lambda s: ("sync", s)))
+    monkeypatch.setattr(_rand, "check", lambda result, call: log.append(result))
     r = lib.random_normal(8, seed=3, offset=4, mean=1.0, stddev=2.0, backend="curand")
     st = types.SimpleNamespace(extra={"generator": 42, "at": (3, 4), "stream": 0})
     values = {"seed": 3, "offset": 4, "mean": 1.0, "stddev": 2.0}
@@ -540,7 +543,7 @@ def test_enum_constants_match_nvmath():
     import nvmath
     from nvmath.bindings import cublas, cufft, curand, cusparse
 
-    from rxcuda.libraries import _blas, _fft, _rand, _sparse
+    from rxcuda.libraries import _blas, _common, _fft, _sparse
 
     assert {
         "f16": int(nvmath.CudaDataType.CUDA_R_16F),
@@ -549,7 +552,7 @@ def test_enum_constants_match_nvmath():
         "f64": int(nvmath.CudaDataType.CUDA_R_64F),
         "c64": int(nvmath.CudaDataType.CUDA_C_32F),
         "c128": int(nvmath.CudaDataType.CUDA_C_64F),
-    } == _blas.CUDA_TYPE
+    } == _common.CUDA_DATA_TYPE
     assert _blas.COMPUTE_32F == cublas.ComputeType.COMPUTE_32F
     assert _blas.COMPUTE_32F_FAST_TF32 == cublas.ComputeType.COMPUTE_32F_FAST_TF32
     assert _blas.COMPUTE_64F == cublas.ComputeType.COMPUTE_64F
@@ -574,3 +577,136 @@ def test_public_names():
     assert expected <= set(lib.__all__)
     for name in lib.__all__:
         assert getattr(lib, name).__doc__
+
+
+# -- dtypes come from the one table (rxcuda.model._dtypes) ------------------------------------------------
+def test_dtype_names_use_the_engine_table_and_numpy_spellings():
+    import numpy as np
+
+    from rxcuda.libraries._common import complex_of, real_of
+
+    assert ports(lib.gemm(2, 2, 2, dtype=np.float16))["a"][0] == "f16"
+    assert ports(lib.fft(8, dtype="complex"))["x"][0] == "c128"  # NumPy's spelling, read as NumPy reads it
+    assert ports(lib.axpy(8, dtype="double"))["x"][0] == "f64"  # rxcuda's C spelling
+    for bad in (None, np.uint16, "i8"):
+        with pytest.raises(ValidationError, match="unsupported dtype"):
+            lib.gemm(2, 2, 2, dtype=bad)
+    assert (real_of("c64"), real_of("c128"), real_of("f32")) == ("f32", "f64", "f32")
+    assert (complex_of("f32"), complex_of("f64"), complex_of("c64")) == ("c64", "c128", "c64")
+
+
+# -- a recapture with rebound buffers uses the new pointers, for every call --------------------------------
+OLD, NEW, OWN = 0x1000_0000, 0x2000_0000, 0x9000_0000
+
+
+class FakeLibs:
+    def cublas(self):
+        return 11
+
+    def cusparse(self):
+        return 12
+
+    def cusolver(self):
+        return 13
+
+    def fft_plan(self, key):
+        return 14, 4096
+
+    def curand_generator(self, rng_type):
+        return 15
+
+    def drop_generator(self, gen):
+        pass
+
+
+class FakeResources:
+    """Resources without a GPU: allocations get addresses in the OWN range, modules a fake function."""
+
+    def __init__(self, ordinal):
+        self.libs = FakeLibs()
+        self.extra = {}
+        self.cleanups = []
+        self.next = OWN
+        self.pool = types.SimpleNamespace(release=lambda buf: None, trim=lambda: 0)
+
+    def alloc(self, nbytes):
+        self.next += 0x10000
+        return types.SimpleNamespace(ptr=self.next, nbytes=max(int(nbytes), 1))
+
+    def constant(self, value, dtype):
+        return self.alloc(16)
+
+    def load(self, code):
+        return ("function", code.entry)
+
+    def close(self):
+        pass
+
+
+def _ints(obj):
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, int):
+        yield obj
+    elif isinstance(obj, tuple | list):
+        for o in obj:
+            yield from _ints(o)
+
+
+REBIND_CASES = {
+    "gemm": lambda: lib.gemm(8, 6, 4),
+    "gemm_beta_batched": lambda: lib.gemm(8, 6, 4, beta=0.5, batch=2, dtype="f64"),
+    "gemv": lambda: lib.gemv(8, 6, beta=1.0),
+    "axpy": lambda: lib.axpy(16),
+    "scal": lambda: lib.scal(16, dtype="c64"),
+    "fft": lambda: lib.fft(64, batch=2),
+    "ifft_scaled": lambda: lib.ifft(64, dtype="c128"),
+    "rfft2": lambda: lib.rfft2((8, 6), norm="ortho"),
+    "irfft_copies_its_input": lambda: lib.irfft(64, batch=3),
+    "random_philox": lambda: lib.random_normal(1000),
+    "random_curand": lambda: lib.random_uniform(1000, backend="curand"),
+    "spmv": lambda: lib.spmv(10, 8, 20, beta=2.0),
+    "lu_factor": lambda: lib.lu_factor(8),
+    "lu_solve": lambda: lib.lu_solve(8, 2, dtype="f64"),
+    "chain_lu": lambda: lib.chain(lib.lu_factor(8), lib.lu_solve(8, 2), name="solve"),
+    "chain_gemm_kernel_rfft": lambda: lib.chain(
+        lib.gemm(4, 8, 2), (lib.kernel(_scale_code(), Launch.for_threads(32), counts={"x": 32}), {"x": "c"}),
+        (lib.rfft(8, batch=4), {"x": "c", "y": "spectrum"}), internal="c"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("make", REBIND_CASES.values(), ids=REBIND_CASES.keys())
+def test_recapture_after_a_rebind_uses_only_the_new_pointers(make, monkeypatch):
+    """What the engine does when a buffer is rebound: capture the call again (prepare, then record) with
+    new pointers. No call may keep a buffer pointer from an earlier capture in its setup state."""
+    log = []
+    monkeypatch.setattr(_handles, "binding", lambda name: FakeBinding(log))
+    monkeypatch.setattr(_handles, "Resources", FakeResources)
+    monkeypatch.setattr(_launch, "launch_kernel", lambda *a: log.append(("launch", a)))
+    monkeypatch.setattr(_launch, "copy_async", lambda *a: log.append(("copy", a)))
+    monkeypatch.setattr(_rand, "drv", types.SimpleNamespace(cuStreamSynchronize=lambda s: 0,
+                                                            cuCtxSynchronize=lambda: 0))
+    monkeypatch.setattr(_rand, "check", lambda result, call: None)
+    monkeypatch.setattr(_rand, "device_arch", lambda ordinal: "sm_90")
+    monkeypatch.setattr(_rand, "_philox_code", lambda entry, arch: _scale_code())
+    spec = make()
+    state = spec.setup(0)
+    names = [p.name for p in spec.params if p.is_pointer or p.name in spec.device_scalars]
+    values = {p.name: p.default for p in spec.params if not p.is_pointer and p.name not in spec.device_scalars}
+
+    def capture(base):
+        pointers = {name: base + 0x100 * i for i, name in enumerate(names)}
+        args = CaptureArgs(stream=base + 7, pointers=pointers, values=values, state=state)
+        log.clear()
+        if spec.prepare is not None:  # the engine runs it before every capture, outside it
+            spec.prepare(args)
+        spec.record(args)
+        return set(pointers.values()), {v for entry in log for v in _ints(entry[1])}
+
+    old, used_before = capture(OLD)
+    new, used = capture(NEW)
+    assert used_before & old  # the fakes see the pointers
+    assert not used & old, f"{spec.summary}: a recapture still uses {sorted(hex(v) for v in used & old)}"
+    buffers = {NEW + 0x100 * i for i, name in enumerate(names) if spec.params[spec.index(name)].is_pointer}
+    assert buffers <= used, f"{spec.summary}: unused rebound buffers {sorted(hex(v) for v in buffers - used)}"
+    spec.teardown(state)
