@@ -2,11 +2,15 @@
 
 ``demo`` runs the quickstart pipeline on the GPU; without one it prints the pipeline the planner would
 build, so what the engine does can be read on any machine.
+
+This module is the one place in the package that prints. A mistake in what the user typed, or an error
+rxcuda raises on purpose, ends a command with one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import os
 import platform
 import statistics
@@ -24,20 +28,57 @@ SEGMENT = 50  # frames between hot updates of 'scale'
 MAX_REL_ERROR = 1e-6
 
 
+MAX_SIZE = 2**31 - 1  # the demo's kernels take their element count as an i32
+EXIT_ERROR = 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rxcuda`` console script; returns the exit status."""
+    """Entry point of the ``rxcuda`` console script; returns the exit status.
+
+    0: done; 1: the command ran and found a problem (the demo's results disagree with NumPy); 2: a usage
+    error or an error rxcuda raised (one line on stderr); 130: interrupted."""
+    from .model._errors import RxcudaError
+
     parser = _parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
+    args = parser.parse_args(argv)  # usage errors exit 2 with one line (_Parser.error)
+    func = getattr(args, "func", None)
+    if func is None:
         parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
+        return EXIT_ERROR
+    command = getattr(args, "command", parser.prog)
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
+    # Errors raised on purpose, bad values and files, and a lack of memory are the user's to act on:
+    # their message is the whole report. Anything else is a bug, and its traceback is what to report.
+    except (RxcudaError, ValueError, OSError, MemoryError) as e:
+        print(f"{command}: error: {one_line(e)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def one_line(e: BaseException) -> str:
+    """An exception's message on one line (a compiler log's lines joined with '; ')."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    text = "; ".join(lines)
+    if not text or isinstance(e, MemoryError):
+        text = f"{type(e).__name__}{': ' + text if text else ''} (not enough host memory)"
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage error on one line, ``rxcuda demo: error: ... (see 'rxcuda demo --help')``, and
+    exit status 2. Subcommand parsers are of the same class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rxcuda",
         description="Reactive dataflow runtime for CUDA: one CUDA graph per frame, cheapest-legal updates.",
     )
@@ -45,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     info = sub.add_parser("info", help="driver, devices and versions of the CUDA Python stack")
-    info.set_defaults(func=_cmd_info)
+    info.set_defaults(func=_cmd_info, command=info.prog)
 
     demo = sub.add_parser(
         "demo",
@@ -55,12 +96,13 @@ def _parser() -> argparse.ArgumentParser:
         "prints the planned graph instead.",
     )
     demo.add_argument("--frames", type=_positive_int, default=300, help="frames to run (default 300)")
-    demo.add_argument("--size", type=_positive_int, default=1 << 16,
-                      help="elements per buffer (default 65536)")
+    demo.add_argument("--size", type=_size, default=1 << 16,
+                      help=f"elements per buffer, 1 to {MAX_SIZE} (default 65536)")
     demo.add_argument("--plan", action="store_true", help="only print the planned pipeline, even with a GPU")
-    demo.add_argument("--kernels", type=Path, default=None,
-                      help="folder with the shipped kernels (default: the repository's kernels/)")
-    demo.set_defaults(func=_cmd_demo)
+    demo.add_argument("--kernels", type=Path, default=None, metavar="DIR",
+                      help="folder with vector_add, scalar_mul and append_above (.ptx + .json); default: "
+                      "$RXCUDA_KERNELS, else the kernels shipped with rxcuda")
+    demo.set_defaults(func=_cmd_demo, command=demo.prog)
 
     _add_optional_commands(sub)
     return parser
@@ -92,6 +134,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _size(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SIZE}, the largest element count the demo's "
+                                         f"kernels take (got {value})")
+    return value
+
+
 # -- info ---------------------------------------------------------------------------------------------------
 def _cmd_info(args, out: TextIO | None = None) -> int:
     from . import __version__, device_info
@@ -114,21 +164,34 @@ def _cmd_info(args, out: TextIO | None = None) -> int:
 
 
 # -- demo ---------------------------------------------------------------------------------------------------
+DEMO_KERNELS = ("vector_add", "scalar_mul", "append_above")
+
+
 def find_kernels(explicit: Path | None = None) -> Path:
-    """The folder holding the shipped kernels: ``explicit``, else ``$RXCUDA_KERNELS``, else the repository's
-    ``kernels/`` (an editable install or a checkout) or ``./kernels``."""
+    """The folder holding the demo's kernels: ``explicit`` (``--kernels DIR``), else ``$RXCUDA_KERNELS``,
+    else the kernels shipped with rxcuda.
+
+    The kernels live once, in the repository's ``kernels/``; a wheel carries them as the package data
+    ``rxcuda/kernels/``. An editable install or a checkout has no such folder inside the package, and
+    uses the repository's ``kernels/`` beside it."""
     if explicit is not None:
         candidates = [explicit]
     elif os.environ.get("RXCUDA_KERNELS"):
         candidates = [Path(os.environ["RXCUDA_KERNELS"])]
     else:
-        candidates = [Path(__file__).resolve().parents[1] / "kernels", Path.cwd() / "kernels"]
+        candidates = [_package_kernels(), Path(__file__).resolve().parents[1] / "kernels"]
     for c in candidates:
-        if (c / "vector_add.ptx").is_file():
+        if c is not None and all((c / f"{k}.ptx").is_file() for k in DEMO_KERNELS):
             return c
-    tried = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(f"the shipped kernels (vector_add.ptx, ...) are not in {tried}; run from a "
-                            "checkout of rxcuda or pass --kernels DIR")
+    tried = ", ".join(str(c) for c in candidates if c is not None)
+    names = ", ".join(f"{k}.ptx" for k in DEMO_KERNELS)
+    raise FileNotFoundError(f"the demo's kernels ({names}) are not in {tried}; pass --kernels DIR")
+
+
+def _package_kernels() -> Path | None:
+    shipped = importlib.resources.files(__package__) / "kernels"
+    # installed wheels are plain folders; a zipped install would need extracting, which rxcuda does not do
+    return shipped if isinstance(shipped, Path) else None
 
 
 def demo_blocks(kernels: Path, size: int):
@@ -208,11 +271,7 @@ _BUFFER_KINDS = {
 
 def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None = None) -> int:
     out = out or sys.stdout
-    try:
-        kernels = find_kernels(args.kernels)
-    except FileNotFoundError as e:
-        print(f"rxcuda demo: {e}", file=out)
-        return 1
+    kernels = find_kernels(args.kernels)
     if engine_factory is None:
         from .cuda._driver import probe
 
@@ -265,11 +324,11 @@ def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, ou
                 ticks.append(frame.host_us)
             if (i + 1) % SEGMENT == 0 or i == frames - 1:
                 scale = mul.params["scale"].value
-                err, problem = _check(engine, mul, above, a, b, scale)
+                got, count = engine.read(mul["out"]), engine.count(above["out"])
+                err, problem = check_frame(a, b, scale, got, count, engine.read(above["out"]))
                 worst = max(worst, err)
-                count = engine.count(above["out"])
                 print(f"  frames {i // SEGMENT * SEGMENT:>4}-{i:<4} scale {scale:>6}: out[:3] = "
-                      f"{np.array2string(engine.read(mul['out'])[:3], precision=4)}, {count} of {size} values "
+                      f"{np.array2string(got[:3], precision=4)}, {count} of {size} values "
                       f"above {THRESHOLD}; {problem or 'matches NumPy'}", file=out)
                 if problem:
                     failures.append(problem)
@@ -289,21 +348,20 @@ def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, ou
     return 0
 
 
-def _check(engine, mul, above, a, b, scale) -> tuple[float, str]:
-    """(max relative error of mul.out, a problem description or '') for the frame just run."""
+def check_frame(a: np.ndarray, b: np.ndarray, scale: float, got: np.ndarray, count: int,
+                appended: np.ndarray) -> tuple[float, str]:
+    """Judge one frame of the demo against NumPy: ``got`` is scalar_mul.out, ``count`` and ``appended``
+    append_above's counter and values. Returns (max relative error of scalar_mul.out, the problem or '')."""
     expect = (a + b) * np.float32(scale)
-    got = engine.read(mul["out"])
     # relative to |expected|, floored so that values near zero are judged by their absolute error
     denom = np.maximum(np.abs(expect.astype(np.float64)), 1e-3)
     err = float(np.max(np.abs(got.astype(np.float64) - expect) / denom)) if got.shape == expect.shape else np.inf
     if not err <= MAX_REL_ERROR:  # NaN fails too
         return err, f"scalar_mul.out differs from NumPy (max relative error {err:.2e})"
     want = np.sort(expect[expect > np.float32(THRESHOLD)])
-    count = engine.count(above["out"])
     if count != want.size:
         return err, f"append count {count}, NumPy counts {want.size}"
-    appended = np.sort(engine.read(above["out"]))
-    if not np.array_equal(appended, want):
+    if not np.array_equal(np.sort(appended), want):
         return err, "appended values differ from NumPy's selection"
     return err, ""
 

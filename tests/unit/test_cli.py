@@ -1,9 +1,14 @@
-"""The rxcuda command without a GPU: info, the planned demo pipeline, and the demo's checks (fake engine)."""
+"""The rxcuda command without a GPU: info, the planned demo pipeline, argument and error handling, and the
+demo's check against NumPy.
+
+The demo's run (its flow and report) needs an engine; it is tested on the GPU, and on the null driver once
+the engine can run on it: no fake engine computes numbers here that a test then asserts."""
 
 from __future__ import annotations
 
 import argparse
 import io
+import os
 import pathlib
 import subprocess
 import sys
@@ -19,6 +24,13 @@ from rxcuda.model._describe import PortRef
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HAS_GPU, _ = rxcuda.probe()
 no_gpu = pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
+
+
+def python_m_rxcuda(*args: str, cwd: str | pathlib.Path = "/") -> subprocess.CompletedProcess:
+    """``python -m rxcuda ARGS`` in another directory, importing rxcuda from this tree."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "rxcuda", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=120)
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -49,9 +61,7 @@ def test_info_without_a_device_says_why():
 
 
 def test_python_dash_m_rxcuda_info():
-    proc = subprocess.run(
-        [sys.executable, "-m", "rxcuda", "info"], capture_output=True, text=True, cwd=ROOT, timeout=120
-    )
+    proc = python_m_rxcuda("info", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "CUDA Python stack:" in proc.stdout
     assert ("no CUDA device: " in proc.stdout) != HAS_GPU
@@ -68,11 +78,111 @@ def test_version_flag(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"rxcuda {rxcuda.__version__}"
 
 
-@pytest.mark.parametrize("bad", ["0", "-4", "many"])
-def test_demo_frames_must_be_positive(bad, capsys):
+# -- errors: one line on stderr, exit status 2 -------------------------------------------------------------
+def usage_error(capsys, *args: str) -> str:
     with pytest.raises(SystemExit) as e:
-        _cli.main(["demo", "--frames", bad])
-    assert e.value.code == 2 and "must be a positive int" in capsys.readouterr().err
+        _cli.main(list(args))
+    captured = capsys.readouterr()
+    assert e.value.code == 2 and captured.out == ""
+    assert captured.err.count("\n") == 1, captured.err
+    return captured.err
+
+
+@pytest.mark.parametrize("bad", ["0", "-4", "many", "1.5", ""])
+def test_demo_frames_must_be_positive(bad, capsys):
+    err = usage_error(capsys, "demo", "--frames", bad)
+    assert err.startswith("rxcuda demo: error: argument --frames: must be a positive int (got ")
+    assert err.endswith("(see 'rxcuda demo --help')\n")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "x"])
+def test_demo_size_must_be_positive(bad, capsys):
+    assert "argument --size: must be a positive int" in usage_error(capsys, "demo", "--size", bad)
+
+
+@pytest.mark.parametrize("huge", ["2147483648", "100000000000"])
+def test_demo_size_must_fit_the_kernels_i32_count(huge, capsys):
+    err = usage_error(capsys, "demo", "--size", huge)
+    assert f"argument --size: must be at most 2147483647, the largest element count the demo's kernels take " \
+           f"(got {huge})" in err
+
+
+@pytest.mark.parametrize("args", [("bogus",), ("demo", "--nope"), ("demo", "--frames"), ("info", "extra")])
+def test_usage_errors_are_one_line(args, capsys):
+    assert ": error: " in usage_error(capsys, *args)
+
+
+def test_demo_size_at_the_limit_plans(capsys):
+    assert _cli.main(["demo", "--plan", "--size", str(_cli.MAX_SIZE)]) == 0
+    assert f"{_cli.MAX_SIZE} float32 elements per buffer" in capsys.readouterr().out
+
+
+def test_missing_kernels_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    assert _cli.main(["demo", "--plan", "--kernels", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("rxcuda demo: error: the demo's kernels (vector_add.ptx, scalar_mul.ptx, "
+                                   "append_above.ptx) are not in " + str(tmp_path))
+
+
+def test_broken_kernel_files_are_one_line_and_exit_2(tmp_path, capsys):
+    stand_in_kernels(tmp_path)
+    assert _cli.main(["demo", "--plan", "--kernels", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("rxcuda demo: error: ") and captured.err.count("\n") == 1
+    assert "vector_add.ptx" in captured.err
+
+
+def test_the_console_script_reports_a_bad_size_without_a_traceback():
+    proc = python_m_rxcuda("demo", "--size", "100000000000")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("rxcuda demo: error: argument --size: must be at most 2147483647")
+    assert proc.stderr.count("\n") == 1
+
+
+def command_raising(monkeypatch, exc: BaseException):
+    """Register an optional command 'boom' that raises ``exc``."""
+
+    def add_cli(subparsers):
+        p = subparsers.add_parser("boom")
+        p.set_defaults(func=lambda args: (_ for _ in ()).throw(exc), command=p.prog)
+
+    monkeypatch.setitem(sys.modules, "rxcuda.sources._build", types.SimpleNamespace(add_cli=add_cli))
+
+
+@pytest.mark.parametrize("exc", [
+    rxcuda.ValidationError("vector_add.a: wrong dtype"),
+    rxcuda.NoDeviceError("no driver"),
+    ValueError("bad value"),
+    FileNotFoundError("no such file: x.ptx"),
+    UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+    rxcuda.CompileError("kernel.cu(3): error: expected a ';'\nkernel.cu(4): error: undefined"),
+    MemoryError(),
+])
+def test_errors_rxcuda_raises_on_purpose_are_one_line_and_exit_2(exc, monkeypatch, capsys):
+    command_raising(monkeypatch, exc)
+    assert _cli.main(["boom"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rxcuda boom: error: ") and err.count("\n") == 1, err
+    assert len(err) > len("rxcuda boom: error: \n")
+
+
+def test_a_compiler_log_is_joined_onto_one_line(monkeypatch, capsys):
+    command_raising(monkeypatch, rxcuda.CompileError("a.cu(3): error: one\n\na.cu(4): error: two"))
+    _cli.main(["boom"])
+    assert capsys.readouterr().err == "rxcuda boom: error: a.cu(3): error: one; a.cu(4): error: two\n"
+
+
+def test_interrupt_exits_130(monkeypatch, capsys):
+    command_raising(monkeypatch, KeyboardInterrupt())
+    assert _cli.main(["boom"]) == 130
+    assert capsys.readouterr().err == "rxcuda boom: interrupted\n"
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    command_raising(monkeypatch, AttributeError("a bug"))
+    with pytest.raises(AttributeError, match="a bug"):
+        _cli.main(["boom"])
 
 
 # -- demo without a GPU: the plan -------------------------------------------------------------------------
@@ -112,9 +222,7 @@ def test_demo_plan_flag_prints_the_plan_on_any_machine():
 
 @no_gpu
 def test_rxcuda_demo_as_a_subprocess():
-    proc = subprocess.run(
-        [sys.executable, "-m", "rxcuda", "demo"], capture_output=True, text=True, cwd="/", timeout=120
-    )
+    proc = python_m_rxcuda("demo")
     assert proc.returncode == 0, proc.stderr
     assert "needs a CUDA device" in proc.stdout and "parameters (exec-node update)" in proc.stdout
 
@@ -126,18 +234,29 @@ def test_plan_demo_marks_host_inputs_fed():
     assert len(gp.nodes) == 4 and len(desc.connections) == 2
 
 
-def test_missing_kernels_folder_is_reported(tmp_path):
-    code, text = run("demo", "--kernels", str(tmp_path))
-    assert code == 1 and "the shipped kernels (vector_add.ptx, ...) are not in" in text
-    assert str(tmp_path) in text
+def stand_in_kernels(folder: pathlib.Path) -> pathlib.Path:
+    for k in _cli.DEMO_KERNELS:
+        (folder / f"{k}.ptx").write_text("// stand-in")
+    return folder
 
 
 def test_find_kernels_prefers_the_environment(tmp_path, monkeypatch):
-    (tmp_path / "vector_add.ptx").write_text("// stand-in")
-    monkeypatch.setenv("RXCUDA_KERNELS", str(tmp_path))
+    monkeypatch.setenv("RXCUDA_KERNELS", str(stand_in_kernels(tmp_path)))
     assert _cli.find_kernels() == tmp_path
     monkeypatch.delenv("RXCUDA_KERNELS")
-    assert _cli.find_kernels() == ROOT / "kernels"
+    assert _cli.find_kernels() == ROOT / "kernels"  # a checkout: no kernels inside the package
+
+
+def test_find_kernels_prefers_the_kernels_shipped_in_the_package(tmp_path, monkeypatch):
+    monkeypatch.delenv("RXCUDA_KERNELS", raising=False)
+    monkeypatch.setattr(_cli, "_package_kernels", lambda: stand_in_kernels(tmp_path))
+    assert _cli.find_kernels() == tmp_path
+
+
+def test_find_kernels_needs_all_three(tmp_path):
+    (tmp_path / "vector_add.ptx").write_text("// stand-in")
+    with pytest.raises(FileNotFoundError, match=r"scalar_mul.ptx.*are not in .*; pass --kernels DIR"):
+        _cli.find_kernels(tmp_path)
 
 
 # -- the optional command hook ----------------------------------------------------------------------------
@@ -159,127 +278,42 @@ def test_optional_commands_absent_is_silent(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
-# -- the demo's run and checks, against a NumPy stand-in for the engine ----------------------------------
-class FakeEngine:
-    """Runs the demo's three kernels in NumPy, with the Engine methods the demo uses."""
-
-    def __init__(self, honour_updates: bool = True, broken: bool = False):
-        self.honour_updates = honour_updates
-        self.device = types.SimpleNamespace(name="NumPy stand-in")
-        self.blocks, self.sources, self.data = [], {}, {}
-        self.counts, self.applied, self.rebuilds, self.frame = {}, None, 0, 0
-        self.diagnostic_log, self.plan = [], "a plan"
-        self.broken = broken
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def add(self, block):
-        self.blocks.append(block)
-        return block
-
-    def connect(self, src, dst):
-        self.sources[(dst.block.id, dst.name)] = (src.block.id, src.name)
-
-    def write(self, port, array):
-        self.data[(port.block.id, port.name)] = np.asarray(array, np.float32).copy()
-
-    def _in(self, block, name):
-        key = (block.id, name)
-        return self.data[self.sources.get(key, key)]
-
-    def tick(self):
-        if self.broken:
-            self.diagnostic_log.append(rxcuda.Diagnostic("error", "vector_add", "rebuild failed: bad kernel", 0))
-            self.plan = None
-            return rxcuda.Frame(1, 1.0, (), "error", False)
-        values = {b.id: b.values() for b in self.blocks}
-        if self.applied is None:
-            tiers, self.rebuilds = ("structure",), 1
-        else:
-            tiers = ("parameters",) if values != self.applied else ()
-        if self.applied is None or self.honour_updates:
-            self.applied = values
-        for b in self.blocks:
-            v = self.applied[b.id]
-            if b.name == "vector_add":
-                self.data[(b.id, "out")] = self._in(b, "a") + self._in(b, "b")
-            elif b.name == "scalar_mul":
-                self.data[(b.id, "out")] = self._in(b, "x") * np.float32(v["scale"])
-            elif b.name == "append_above":
-                x = self._in(b, "values")
-                self.data[(b.id, "out")] = x[x > np.float32(v["threshold"])]
-                self.counts[b.id] = int((x > np.float32(v["threshold"])).sum())
-        self.frame += 1
-        return rxcuda.Frame(self.frame, 10.0 if tiers else 5.0, tiers, "ok", True)
-
-    def read(self, port):
-        return self.data[(port.block.id, port.name)].copy()
-
-    def count(self, port):
-        return self.counts[port.block.id]
-
-
-def demo(frames: int, size: int = 500, **fake) -> tuple[int, str]:
-    out = io.StringIO()
-    code = _cli.run_demo(ROOT / "kernels", frames, size, lambda: FakeEngine(**fake), out)
-    return code, out.getvalue()
-
-
-def test_demo_run_passes_its_checks_and_reports_timing():
-    code, text = demo(300)
-    assert code == 0 and text.rstrip().endswith("OK")
-    assert "rxcuda demo on NumPy stand-in" in text
-    assert "per frame (tick with sync): median 5.0 us; with a hot update of 'scale': median 10.0 us" in text
-    assert "5 hot updates applied through: parameters" in text
-    assert "max relative error 0.00e+00" in text
-
-
-def test_demo_run_reports_one_line_per_segment_with_scale_and_count():
-    _, text = demo(120)
-    lines = [ln for ln in text.splitlines() if ln.startswith("  frames")]
-    assert [ln.split("scale")[1].split(":")[0].strip() for ln in lines] == ["3.0", "0.5", "-2.0"]
-    assert all("matches NumPy" in ln for ln in lines)
-    assert lines[-1].startswith("  frames  100-119")
-
-
-def test_demo_run_counts_match_numpy():
+# -- the demo's check against NumPy (a pure function of the arrays read back) -----------------------------
+def frame_inputs(size=500, scale=3.0):
     rng = np.random.default_rng(7)
-    a, b = rng.standard_normal(500).astype(np.float32), rng.standard_normal(500).astype(np.float32)
-    expected = int(((a + b) * np.float32(3.0) > np.float32(_cli.THRESHOLD)).sum())
-    _, text = demo(50)
-    assert f"{expected} of 500 values above {_cli.THRESHOLD}" in text
+    a, b = rng.standard_normal(size).astype(np.float32), rng.standard_normal(size).astype(np.float32)
+    out = (a + b) * np.float32(scale)
+    appended = out[out > np.float32(_cli.THRESHOLD)]
+    return a, b, out, appended
 
 
-def test_demo_run_fails_when_hot_updates_are_lost():
-    code, text = demo(120, honour_updates=False)
-    assert code == 1
-    assert "FAILED: 2 check(s) disagree with NumPy" in text
-    assert "scalar_mul.out differs from NumPy" in text
+def test_check_frame_accepts_numpys_results_in_any_append_order():
+    a, b, out, appended = frame_inputs()
+    assert _cli.check_frame(a, b, 3.0, out, appended.size, appended[::-1]) == (0.0, "")
 
 
-def test_demo_run_single_frame():
-    code, text = demo(1)
-    assert code == 0 and "frames    0-0" in text and "median n/a" in text
+def test_check_frame_catches_a_lost_parameter_update():
+    a, b, out, appended = frame_inputs(scale=3.0)
+    err, problem = _cli.check_frame(a, b, 0.5, out, appended.size, appended)
+    assert problem.startswith("scalar_mul.out differs from NumPy (max relative error") and err > 1
 
 
-def test_demo_run_reports_a_failed_build():
-    code, text = demo(10, broken=True)
-    assert code == 1 and "the pipeline did not build: rebuild failed: bad kernel" in text
+def test_check_frame_catches_nan():
+    a, b, out, appended = frame_inputs()
+    out[0] = np.nan
+    assert _cli.check_frame(a, b, 3.0, out, appended.size, appended)[1] == \
+        "scalar_mul.out differs from NumPy (max relative error nan)"
 
 
-class NaNEngine(FakeEngine):
-    def read(self, port):
-        out = super().read(port)
-        if port.block.name == "scalar_mul":
-            out[0] = np.nan
-        return out
+def test_check_frame_catches_a_wrong_count_and_wrong_values():
+    a, b, out, appended = frame_inputs()
+    assert _cli.check_frame(a, b, 3.0, out, appended.size + 1, appended)[1] == \
+        f"append count {appended.size + 1}, NumPy counts {appended.size}"
+    wrong = appended.copy()
+    wrong[0] += 1
+    assert _cli.check_frame(a, b, 3.0, out, appended.size, wrong)[1] == "appended values differ from NumPy's selection"
 
 
-def test_demo_check_fails_on_nan():
-    out = io.StringIO()
-    assert _cli.run_demo(ROOT / "kernels", 5, 100, NaNEngine, out) == 1
-    assert "scalar_mul.out differs from NumPy (max relative error nan)" in out.getvalue()
+def test_check_frame_catches_a_short_read():
+    a, b, out, appended = frame_inputs()
+    assert _cli.check_frame(a, b, 3.0, out[:-1], appended.size, appended)[0] == np.inf
