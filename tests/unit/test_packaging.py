@@ -1,0 +1,97 @@
+"""What `pip install .` delivers: the wheel carries every module and the demo's kernels, and the installed
+package runs `rxcuda demo --plan` from any directory; the dependency pins say what the project needs."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+DEMO_KERNELS = ("vector_add", "scalar_mul", "append_above")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> pathlib.Path:
+    """The wheel `pip wheel .` builds, from a copy of this tree (setuptools writes build/ into the source)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp / "dist"),
+         str(src)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (found,) = (tmp / "dist").glob("rxcuda-*.whl")
+    return found
+
+
+def test_the_wheel_ships_the_demo_kernels_from_the_repository_kernels_folder(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        for k in DEMO_KERNELS:
+            for ext in (".ptx", ".json", ".cu"):
+                assert f"rxcuda/kernels/{k}{ext}" in names
+                assert z.read(f"rxcuda/kernels/{k}{ext}") == (ROOT / "kernels" / f"{k}{ext}").read_bytes()
+
+
+def test_the_wheel_has_every_module(wheel):
+    """pyproject.toml lists the packages by hand (to map kernels/ into the package): a new folder under
+    rxcuda/ must be added there."""
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "rxcuda").rglob("*.py")
+               if "__pycache__" not in p.parts}
+    missing = sorted(modules - names)
+    assert not missing, f"not in the wheel (add their packages to [tool.setuptools] packages): {missing}"
+
+
+def test_the_installed_package_plans_the_demo_from_another_directory(wheel, tmp_path):
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
+                           "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "RXCUDA_KERNELS"}
+    env["PYTHONPATH"] = str(site)  # ahead of this checkout (the test environment's editable install)
+
+    where = subprocess.run(
+        [sys.executable, "-c", "import rxcuda, rxcuda._cli as c; print(rxcuda.__file__); print(c.find_kernels())"],
+        capture_output=True, text=True, cwd=elsewhere, env=env, timeout=120)
+    assert where.returncode == 0, where.stderr
+    module, kernels = where.stdout.split()
+    assert module == str(site / "rxcuda" / "__init__.py")
+    assert kernels == str(site / "rxcuda" / "kernels")
+
+    demo = subprocess.run([sys.executable, "-m", "rxcuda", "demo", "--plan", "--size", "1000"],
+                          capture_output=True, text=True, cwd=elsewhere, env=env, timeout=120)
+    assert demo.returncode == 0, demo.stderr
+    assert "graph nodes (4, in launch order):" in demo.stdout
+    assert "scalar_mul.scale = 3.0 (f32)" in demo.stdout
+
+
+def requirement(name: str, deps: list[str]) -> str:
+    (found,) = [d for d in deps if d.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip() == name]
+    return found
+
+
+def test_pins_match_what_the_dependencies_accept():
+    deps = PYPROJECT["project"]["dependencies"]
+    assert requirement("nvmath-python", deps) == "nvmath-python>=1.0,<2"  # its bindings are experimental
+    assert requirement("numpy", deps) == "numpy>=2.0,<2.6"  # what every cupy-cuda13x 14.x release accepts
+    assert requirement("cupy-cuda13x", deps) == "cupy-cuda13x>=14,<15"
+
+
+def test_the_libs_extra_installs_the_cuda_13_libraries():
+    (libs,) = PYPROJECT["project"]["optional-dependencies"]["libs"]
+    name, _, version = libs.partition("==")
+    assert version == "13.*"
+    assert name == "cuda-toolkit[cublas,cufft,curand,cusolver,cusparse]"
