@@ -2,22 +2,27 @@
 
     python examples/hot_reload.py [seconds]
 
-Copies a small CUDA C++ kernel to ./forces.cu (if it is not there yet), runs it at 30 frames per second
-and prints the output every half second. Open forces.cu in your editor, change the formula (say
-`k * x[i]` to `k * x[i] * x[i]`) and save: the kernel is recompiled off the engine thread and swapped
-into the running graph. Save a typo and you get one diagnostic with the compiler's line; the old kernel
-keeps running.
+Writes a small CUDA C++ kernel, forces.cu, into a fresh temporary folder (removed when the example ends),
+runs it at 30 frames per second and prints the output every half second. Open the forces.cu it names in
+your editor, change the formula (say `k * x[i]` to `k * x[i] * x[i]`) and save: the kernel is recompiled
+off the engine thread and swapped into the running graph. Save a typo and you get one diagnostic with the
+compiler's line; the old kernel keeps running.
 """
 
 import contextlib
 import pathlib
 import sys
+import tempfile
 import time
 
 import numpy as np
 import reactivex
 
 import rxcuda
+
+ok, why = rxcuda.probe()
+if not ok:
+    sys.exit(f"examples/hot_reload.py runs on a CUDA device, and this machine has none: {why}")
 
 SOURCE = '''// forces.cu: edit me while examples/hot_reload.py runs
 extern "C" __global__ void forces(const float* x, float* out, float k, int n)
@@ -28,13 +33,12 @@ extern "C" __global__ void forces(const float* x, float* out, float k, int n)
 '''
 
 seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
-path = pathlib.Path("forces.cu").resolve()
-if not path.exists():
-    path.write_text(SOURCE)
 n = 8
 x = np.arange(1, n + 1, dtype=np.float32)
 
-with rxcuda.Engine() as engine:
+with tempfile.TemporaryDirectory(prefix="rxcuda-hot-reload-") as folder, rxcuda.Engine() as engine:
+    path = pathlib.Path(folder) / "forces.cu"
+    path.write_text(SOURCE)
     blk = engine.add(rxcuda.Block.from_kernel(path, size=n, k=2.0))
     engine.write(blk["x"], x)
     engine.diagnostics.subscribe(lambda d: print(f"[{d.severity}] {d.subject}: {d.message}"))

@@ -6,10 +6,15 @@
 """
 
 import pathlib
+import sys
 
 import numpy as np
 
 import rxcuda
+
+ok, why = rxcuda.probe()
+if not ok:
+    sys.exit(f"examples/quickstart.py runs on a CUDA device, and this machine has none: {why}")
 
 KERNELS = pathlib.Path(__file__).resolve().parents[1] / "kernels"
 n = 1 << 20

@@ -19,6 +19,10 @@ from reactivex import operators as ops
 
 import rxcuda
 
+ok, why = rxcuda.probe()
+if not ok:
+    sys.exit(f"examples/sensor_params.py runs on a CUDA device, and this machine has none: {why}")
+
 KERNELS = pathlib.Path(__file__).resolve().parents[1] / "kernels"
 seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
 n = 1 << 18

@@ -1,0 +1,34 @@
+"""The examples run on a GPU from any directory and leave nothing behind."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def run_example(name: str, *args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+
+
+def test_quickstart_runs(tmp_path):
+    proc = run_example("quickstart.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("max error vs NumPy") == 3
+
+
+def test_sensor_params_runs(tmp_path):
+    proc = run_example("sensor_params.py", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "frames; last frame" in proc.stdout
+
+
+def test_hot_reload_runs_and_removes_its_kernel(tmp_path):
+    proc = run_example("hot_reload.py", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    path = pathlib.Path(re.search(r"edit and save (\S+forces\.cu)", proc.stdout).group(1))
+    assert not path.parent.exists()  # its temporary folder is gone
+    assert list(tmp_path.iterdir()) == []  # and nothing was written to the current directory

@@ -1,0 +1,28 @@
+"""The examples on a machine without a GPU: one line that says what they need, and a non-zero exit."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import rxcuda
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+HAS_GPU, WHY = rxcuda.probe()
+
+
+def test_there_are_examples():
+    assert {p.name for p in EXAMPLES} >= {"quickstart.py", "sensor_params.py", "hot_reload.py"}
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_an_example_without_a_gpu_says_what_it_needs_in_one_line(example, tmp_path):
+    proc = subprocess.run([sys.executable, str(example), "1"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.stderr == f"examples/{example.name} runs on a CUDA device, and this machine has none: {WHY}\n"
+    assert list(tmp_path.iterdir()) == []  # nothing left in the current directory
