@@ -49,12 +49,11 @@ import attrs
 
 from ..model import _dtypes
 from ..model._describe import KernelCode, KernelParam, KernelSignature
-from . import _ir
+from . import _ir, _trace
 from ._ir import (
     BOOL,
     INTS,
     NUMERIC,
-    ArrayHandle,
     ArrayRef,
     Atomic,
     Barrier,
@@ -66,13 +65,10 @@ from ._ir import (
     Param,
     Reduction,
     SharedDecl,
-    Tracer,
-    Value,
-    Var,
     fail,
-    tracer,
 )
 from ._lower import lower
+from ._trace import ArrayHandle, Tracer, Value, Var, tracer
 
 __all__ = [
     "ArrayType", "ComposeError", "ComposedKernel", "DType", "In", "InOut", "Out", "Value", "Var",
@@ -106,7 +102,7 @@ class DType:
         self.name = name
 
     def __call__(self, x) -> Value:
-        return _ir.cast(x, self.name)
+        return _trace.cast(x, self.name)
 
     def __repr__(self) -> str:
         return f"rx.{self.name}"
@@ -453,7 +449,7 @@ def elementwise(
                 raise ComposeError(f"{kname}: output '{oname}' is a bool; convert it, e.g. rx.u32(cond)")
             p, h = _declare(t, oname, ArrayType("out", dtype), None)
             decls.append(p)
-            h[i] = _ir.cast(value, dtype) if value.dtype != dtype else value
+            h[i] = _trace.cast(value, dtype) if value.dtype != dtype else value
     return ComposedKernel(_items(t.finish(tuple(decls), block_size), items_per_thread), fn)
 
 
@@ -528,11 +524,11 @@ def _atomic(op: str, array, index, value) -> Value:
     if array._direction == "in":
         raise fail(f"atomic_{op}: {array._label()} is an input; declare it rx.Out or rx.InOut")
     dtype = array.dtype
-    idx = _ir.index_operand(index, f"atomic_{op} on {array._label()}")
+    idx = _trace.index_operand(index, f"atomic_{op} on {array._label()}")
     if isinstance(value, Value) and value.dtype != dtype:
         raise fail(f"atomic_{op}: {array._label()} holds {dtype} but the value is {value.dtype}; "
                    f"convert with rx.{dtype}(...)")
-    val = _ir.operand(value, dtype, f"atomic_{op}")
+    val = _trace.operand(value, dtype, f"atomic_{op}")
     t = tracer()
     dst = t.fresh("v")
     t.emit(Atomic(dst, dtype, op, array._ref, idx, val))
@@ -567,7 +563,7 @@ def _reduce(op: str, array, value, index: int) -> None:
     if isinstance(value, Value) and value.dtype != dtype:
         raise fail(f"reduce_{op}: {array._label()} holds {dtype} but the value is {value.dtype}; "
                    f"convert with rx.{dtype}(...)")
-    val = _ir.operand(value, dtype, f"reduce_{op}")
+    val = _trace.operand(value, dtype, f"reduce_{op}")
     key = (op, array._ref.name, index)
     red = t.reductions.get(key)
     if red is None:
@@ -677,7 +673,7 @@ class range:  # noqa: N801 - mirrors Python's range
             typ = "i32" if builtins.max(builtins.abs(start), builtins.abs(stop)) < 2**31 else "i64"
             ops = (_ir.literal(start, typ), _ir.literal(stop, typ))
         else:
-            typ, ops = _ir.unify("rx.range", start, stop)
+            typ, ops = _trace.unify("rx.range", start, stop)
             if typ not in INTS:
                 raise fail(f"rx.range: bounds must be integers, got {typ}")
         node = For(t.fresh("j"), typ, ops[0], ops[1], self._step, [], self._unroll)
@@ -689,7 +685,7 @@ class range:  # noqa: N801 - mirrors Python's range
 
 def where(cond, a, b) -> Value:
     """``a`` where ``cond`` holds, else ``b`` (both evaluated; no branch)."""
-    return _ir.select(cond, a, b)
+    return _trace.select(cond, a, b)
 
 
 select = where
@@ -697,18 +693,18 @@ select = where
 
 def cast(x, dtype) -> Value:
     """``x`` converted to ``dtype`` (same as ``rx.f32(x)`` etc.)."""
-    return _ir.cast(x, _type_name(dtype, "rx.cast") if dtype != "bool" else BOOL)
+    return _trace.cast(x, _type_name(dtype, "rx.cast") if dtype != "bool" else BOOL)
 
 
 def var(init, dtype=None) -> Var:
     """A mutable variable: ``acc = rx.var(0.0)`` (f32; ``rx.var(0, i64)``), then ``acc += x`` or
     ``acc.set(x)``. Use it to carry values out of ``rx.if_`` blocks and ``rx.range`` loops."""
-    return _ir.new_var(init, None if dtype is None else _type_name(dtype, "rx.var"))
+    return _trace.new_var(init, None if dtype is None else _type_name(dtype, "rx.var"))
 
 
 def _unary(fn: str):
     def op(x) -> Value:
-        return _ir.math_call(fn, x)
+        return _trace.math_call(fn, x)
 
     op.__name__ = fn
     op.__doc__ = f"``{fn}(x)`` of a float (f32 or f64)."
@@ -717,7 +713,7 @@ def _unary(fn: str):
 
 def _binary(fn: str):
     def op(x, y) -> Value:
-        return _ir.math_call(fn, x, y)
+        return _trace.math_call(fn, x, y)
 
     op.__name__ = fn
     op.__doc__ = f"``{fn}(x, y)`` of floats."
@@ -763,32 +759,32 @@ isfinite = _unary("isfinite")
 
 def round(x) -> Value:  # noqa: A001
     """Round to the nearest integer value, halves to even (like Python's ``round``); stays a float."""
-    return _ir.math_call("rint", x)
+    return _trace.math_call("rint", x)
 
 
 def pow(x, y) -> Value:  # noqa: A001
     """``x ** y`` (floats; a small literal integer power of any number is repeated multiplication)."""
-    return _ir.power(x, y)
+    return _trace.power(x, y)
 
 
 def fma(x, y, z) -> Value:
     """``x * y + z`` with one rounding."""
-    return _ir.math_call("fma", x, y, z)
+    return _trace.math_call("fma", x, y, z)
 
 
 def min(x, y) -> Value:  # noqa: A001
     """The smaller of two numbers (floats: ``fminf``, NaN-ignoring)."""
-    return _ir.math_call("min", x, y)
+    return _trace.math_call("min", x, y)
 
 
 def max(x, y) -> Value:  # noqa: A001
     """The larger of two numbers (floats: ``fmaxf``, NaN-ignoring)."""
-    return _ir.math_call("max", x, y)
+    return _trace.math_call("max", x, y)
 
 
 def abs(x) -> Value:  # noqa: A001
     """Absolute value (same as the builtin ``abs`` on a traced value)."""
-    return _ir.math_call("abs", x)
+    return _trace.math_call("abs", x)
 
 
 def clamp(x, lo, hi) -> Value:

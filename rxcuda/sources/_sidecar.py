@@ -26,6 +26,7 @@ import attrs
 from ..model import _dtypes
 from ..model._describe import DIRECTIONS, Direction, KernelParam, KernelSignature
 from ..model._errors import KernelFileError
+from ._paths import decode_text
 
 _TOP_KEYS = ("entry", "block_size", "shared_mem", "params", "append")
 _PARAM_KEYS = ("name", "type", "direction", "default")
@@ -92,11 +93,12 @@ def read_sidecar(path: str | Path) -> Sidecar:
     """Read and validate a sidecar file. Raises :class:`KernelFileError` naming the file and the field."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise KernelFileError(f"{path}: sidecar not found", path=str(path)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise KernelFileError(f"{path}: cannot read sidecar: {e}", path=str(path)) from None
+    except OSError as e:
+        raise KernelFileError(f"{path}: cannot read sidecar: {e.strerror or e}", path=str(path)) from None
+    text = decode_text(data, str(path), lambda m: KernelFileError(m, path=str(path)))
     return parse_sidecar(text, str(path))
 
 
