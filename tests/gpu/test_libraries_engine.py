@@ -1,11 +1,13 @@
 """Library calls as blocks in the engine's graph, with kernels on either side; checked against NumPy."""
 
+import attrs
 import numpy as np
 import pytest
 
 import rxcuda
 from rxcuda import Block, Launch
 from rxcuda import libraries as lib
+from rxcuda.libraries._handles import DeviceLibraries
 
 
 def rand(rng, *shape, dtype=np.float32):
@@ -110,24 +112,37 @@ def test_chain_gemm_scale_fft_is_one_node(engine, rng):
     assert rel(engine.read(blk["spectrum"]).reshape(m, n // 2 + 1), want) < 1e-5
 
 
-def test_handles_reused_across_rebuilds(engine, rng, kernels):
+def test_library_state_reused_across_rebuilds(engine, rng, kernels):
+    """A rebuild keeps each call's handles, plans and workspaces; they go when the block leaves."""
     m = n = k = 32
-    mm = engine.add(Block.from_call(lib.gemm(m, n, k)))
+    spec = lib.gemm(m, n, k)
+    setups, teardowns = [], []
+
+    def setup(ordinal):
+        setups.append(ordinal)
+        return spec.setup(ordinal)
+
+    def teardown(state):
+        teardowns.append(state)
+        spec.teardown(state)
+
+    mm = engine.add(Block.from_call(attrs.evolve(spec, setup=setup, teardown=teardown)))
     a, b = rand(rng, m, k), rand(rng, k, n)
     engine.write(mm["a"], a.ravel())
     engine.write(mm["b"], b.ravel())
     engine.tick()
-    state = dict(engine._library_state)
+    rebuilds = engine.rebuilds
     extra = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=m * n, scale=1.0))
     engine.connect(mm["c"], extra["x"])
     engine.tick()
-    assert engine.rebuilds == 2
-    assert all(engine._library_state[key] is value for key, value in state.items())
+    assert engine.rebuilds == rebuilds + 1
+    assert len(setups) == 1 and teardowns == []
     assert rel(engine.read(extra["out"]).reshape(m, n), a.astype(np.float64) @ b) < 1e-5
     engine.remove(mm)
     engine.remove(extra)
     engine.tick()
-    assert engine._library_state == {}  # released once the block left the graph
+    assert len(setups) == 1 and len(teardowns) == 1  # released once the block left the graph
+    assert DeviceLibraries.live(0) is None  # the fixture engine runs on device 0
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
@@ -154,3 +169,56 @@ def test_bad_library_input_errors_at_construction():
         lib.gemm(0, 8, 8)
     with pytest.raises(rxcuda.ValidationError, match="dtype"):
         lib.gemm(8, 8, 8, dtype="i8")
+
+
+# -- rebinding a buffer a library call reads (issue 8, item 1) ----------------------------------------------
+def _device(cp, host):
+    arr = cp.asarray(host)
+    cp.cuda.get_current_stream().synchronize()  # this test is about rebinding, not about producer ordering
+    return arr
+
+
+def test_rebind_reaches_library_call(engine, rng):
+    """``engine.bind(gemm["b"], Y)`` after frames ran with X: the next frame's GEMM reads Y. The call node is
+    captured again with the new pointer (tier 'recapture'), no rebuild."""
+    cp = pytest.importorskip("cupy")
+    m, n, k = 48, 40, 32
+    mm = engine.add(Block.from_call(lib.gemm(m, n, k)))
+    a = rand(rng, m, k)
+    engine.write(mm["a"], a.ravel())
+    x = _device(cp, rand(rng, k, n))
+    engine.bind(mm["b"], x)
+    engine.tick()
+    assert rel(engine.read(mm["c"]).reshape(m, n), a.astype(np.float64) @ cp.asnumpy(x)) < 1e-5
+    rebuilds, recaptures = engine.rebuilds, engine.recaptures
+    y = _device(cp, rand(rng, k, n))
+    assert y.data.ptr != x.data.ptr  # x stays alive, so a GEMM still reading it would give a @ x
+    engine.bind(mm["b"], y)
+    frame = engine.tick()
+    assert rel(engine.read(mm["c"]).reshape(m, n), a.astype(np.float64) @ cp.asnumpy(y)) < 1e-5
+    assert "recapture" in frame.tiers
+    assert engine.rebuilds == rebuilds
+    assert engine.recaptures == recaptures + 1
+
+
+def test_rebind_reaches_a_chain_step(engine, rng):
+    """The same for a buffer read by the first step of a chain (gemm -> rfft, one captured node)."""
+    cp = pytest.importorskip("cupy")
+    m = n = k = 32
+    step = lib.chain(lib.gemm(m, n, k), (lib.rfft(n, batch=m, norm=None), {"x": "c", "y": "spectrum"}),
+                     internal=("c",))
+    blk = engine.add(Block.from_call(step))
+    b = rand(rng, k, n)
+    engine.write(blk["b"], b.ravel())
+    x = _device(cp, rand(rng, m, k))
+    engine.bind(blk["a"], x)
+    engine.tick()
+    want = np.fft.rfft(cp.asnumpy(x).astype(np.float64) @ b, axis=1)
+    assert rel(engine.read(blk["spectrum"]).reshape(m, n // 2 + 1), want) < 1e-5
+    rebuilds = engine.rebuilds
+    y = _device(cp, rand(rng, m, k))
+    engine.bind(blk["a"], y)
+    frame = engine.tick()
+    want = np.fft.rfft(cp.asnumpy(y).astype(np.float64) @ b, axis=1)
+    assert rel(engine.read(blk["spectrum"]).reshape(m, n // 2 + 1), want) < 1e-5
+    assert "recapture" in frame.tiers and engine.rebuilds == rebuilds
