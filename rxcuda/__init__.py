@@ -11,15 +11,18 @@ Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (
 cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators).
 """
 
+import logging as _logging
+
 from .cuda._device import device_info
 from .cuda._driver import probe
 from .engine._blocks import Block, BlockBuilder, Parameter, PortHandle
-from .engine._engine import AppliedUpdate, Diagnostic, Engine, Frame
+from .engine._engine import AppliedUpdate, Diagnostic, Engine, EngineStream, Frame
 from .engine.plan._plan import GraphPlan, plan
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from .model._errors import (
     CompileError,
     CudaError,
+    DeviceLostError,
     EngineClosedError,
     KernelFileError,
     NoDeviceError,
@@ -32,6 +35,9 @@ from .sources._files import load_kernel_file
 from .sources._load import load_source
 from .sources._nvrtc import compile_cuda
 
+# a library logs, the application decides where it goes (nothing is printed unless it configures logging)
+_logging.getLogger("rxcuda").addHandler(_logging.NullHandler())
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -43,9 +49,11 @@ __all__ = [
     "CompileError",
     "ComposeError",
     "CudaError",
+    "DeviceLostError",
     "Diagnostic",
     "Engine",
     "EngineClosedError",
+    "EngineStream",
     "Frame",
     "GraphPlan",
     "In",

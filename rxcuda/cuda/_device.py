@@ -14,13 +14,14 @@ class Device:
     Sharing the primary context is what lets CuPy, PyTorch and rxcuda exchange pointers freely.
     """
 
-    def __init__(self, ordinal: int = 0):
-        drv = require_driver()
+    def __init__(self, ordinal: int = 0, *, api=None):
+        drv = require_driver(api)
         count = check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
         if not isinstance(ordinal, int) or not 0 <= ordinal < count:
             raise NoDeviceError(f"device {ordinal!r} does not exist; this machine has {count} "
                                 f"(use 0..{count - 1})")
         self._drv = drv
+        self.api = drv  # every driver call of the layer goes through this (cuda.bindings, or a NullDriver)
         self.ordinal = ordinal
         self.handle = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.context = check(drv.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")

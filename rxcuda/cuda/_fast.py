@@ -8,15 +8,28 @@ producer, say) take the GIL, and the engine thread then waits up to the interpre
 stream query) take microseconds, so here they hold the GIL; waiting for the GPU spins on cuStreamQuery for
 a short while before falling back to a blocking (GIL-releasing) synchronize.
 
-Falls back to cuda.bindings where libcuda cannot be opened through ctypes.
+The library is the one cuda.bindings itself loaded (found through cuda.pathfinder). Where it cannot be
+opened through ctypes, or the layer runs on a null driver, the calls go through the driver ``api`` (which
+releases the GIL); the real-driver case says so once in the log.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
 
 from ._driver import check, drv
+
+log = logging.getLogger("rxcuda")
+_warned = False
+
+
+def _libcuda() -> ctypes.PyDLL:
+    """libcuda as cuda.bindings loads it, opened so that calls keep the GIL."""
+    from cuda.pathfinder import load_nvidia_dynamic_lib
+
+    return ctypes.PyDLL(load_nvidia_dynamic_lib("cuda").abs_path)
 
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY
 
@@ -24,10 +37,16 @@ _NOT_READY = 600  # CUDA_ERROR_NOT_READY
 class FastDriver:
     """Frame-path driver calls on raw handles (ints). Each returns the CUresult as an int."""
 
-    def __init__(self, spin_us: float = 2000.0):
+    def __init__(self, spin_us: float = 2000.0, api=None):
+        global _warned
         self.spin_ns = int(spin_us * 1e3)
+        self.api = api if api is not None else drv
+        self.native = False
+        if self.api is not drv:  # a null driver: every call goes through it and is recorded
+            self._ms = ctypes.c_float()
+            return
         try:
-            lib = ctypes.PyDLL("libcuda.so.1")  # PyDLL: calls keep the GIL
+            lib = _libcuda()
             vp = ctypes.c_void_p
             self._launch = _fn(lib, "cuGraphLaunch", vp, vp)
             self._query = _fn(lib, "cuStreamQuery", vp)
@@ -35,33 +54,27 @@ class FastDriver:
             self._set_params = _fn(lib, "cuGraphExecKernelNodeSetParams_v2", vp, vp, vp)
             self._elapsed = _fn(lib, "cuEventElapsedTime_v2", ctypes.POINTER(ctypes.c_float), vp, vp)
             self.native = True
-        except (OSError, AttributeError):
-            self.native = False
+        except Exception as e:  # OSError, AttributeError, pathfinder's DynamicLibNotFoundError
+            if not _warned:
+                _warned = True
+                log.warning("rxcuda: the per-frame driver calls fall back to cuda.bindings (they release the GIL, "
+                            "so frames may slow down under busy Python threads): %s", e)
         self._ms = ctypes.c_float()
 
     def launch(self, graph_exec: int, stream: int) -> None:
-        err = self._launch(graph_exec, stream) if self.native else drv.cuGraphLaunch(graph_exec, stream)[0]
+        err = self._launch(graph_exec, stream) if self.native else self.api.cuGraphLaunch(graph_exec, stream)[0]
         if err:
             _raise(err, "cuGraphLaunch")
-
-    def set_kernel_params(self, graph_exec: int, node: int, params) -> None:
-        """``params``: a cuda.bindings CUDA_KERNEL_NODE_PARAMS (its struct address is passed)."""
-        if self.native:
-            err = self._set_params(graph_exec, node, params.getPtr())
-        else:
-            err = drv.cuGraphExecKernelNodeSetParams(graph_exec, node, params)[0]
-        if err:
-            _raise(err, "cuGraphExecKernelNodeSetParams")
 
     def set_kernel_params_raw(self, graph_exec: int, node: int, params_ptr: int, params) -> None:
         """As set_kernel_params, with the struct's address computed once at build time (the hot path)."""
         err = (self._set_params(graph_exec, node, params_ptr) if self.native
-               else drv.cuGraphExecKernelNodeSetParams(graph_exec, node, params)[0])
+               else self.api.cuGraphExecKernelNodeSetParams(graph_exec, node, params)[0])
         if err:
             _raise(err, "cuGraphExecKernelNodeSetParams")
 
     def record(self, event: int, stream: int) -> None:
-        err = self._record(event, stream) if self.native else drv.cuEventRecord(event, stream)[0]
+        err = self._record(event, stream) if self.native else self.api.cuEventRecord(event, stream)[0]
         if err:
             _raise(err, "cuEventRecord")
 
@@ -78,7 +91,7 @@ class FastDriver:
                     return
                 if time.perf_counter_ns() > deadline:
                     break
-        check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        check(self.api.cuStreamSynchronize(stream), "cuStreamSynchronize")
 
     def elapsed_us(self, start: int, end: int) -> float:
         if self.native:
@@ -86,7 +99,7 @@ class FastDriver:
             if err:
                 _raise(err, "cuEventElapsedTime")
             return self._ms.value * 1e3
-        return check(drv.cuEventElapsedTime(start, end), "cuEventElapsedTime") * 1e3
+        return check(self.api.cuEventElapsedTime(start, end), "cuEventElapsedTime") * 1e3
 
 
 def _fn(lib, name: str, *argtypes):
@@ -99,7 +112,3 @@ def _fn(lib, name: str, *argtypes):
 def _raise(err: int, call: str) -> None:
     check((drv.CUresult(err),), call)
 
-
-def handle(obj) -> int:
-    """The raw address of a cuda.bindings handle (CUgraphExec, CUstream, CUevent, CUgraphNode)."""
-    return int(obj)

@@ -16,6 +16,7 @@ from ..model._describe import CaptureArgs, Launch
 from ..model._errors import CudaError
 from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, MemsetNodePlan
 from ._driver import check, drv
+from ._driver import drv as _drv
 from ._fast import FastDriver
 
 
@@ -99,23 +100,24 @@ class MemsetNode:
 Capture = Callable[[CallNodePlan, Mapping[int, int]], tuple[object, CaptureArgs]]
 
 
-def capture_graph(stream, record: Callable[[CaptureArgs], None], args: CaptureArgs):
+def capture_graph(stream, record: Callable[[CaptureArgs], None], args: CaptureArgs, api=None):
     """Capture what ``record`` issues on ``stream`` into a new CUDA graph (thread-local capture mode)."""
+    drv_ = api if api is not None else drv
     mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-    check(drv.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+    check(drv_.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
     try:
         record(args)
     except BaseException:
-        err, g = drv.cuStreamEndCapture(stream)
+        err, g = drv_.cuStreamEndCapture(stream)
         if not err and g is not None:
-            drv.cuGraphDestroy(g)
+            drv_.cuGraphDestroy(g)
         raise
-    graph = check(drv.cuStreamEndCapture(stream), "cuStreamEndCapture")
-    _refuse_memory_nodes(graph)
+    graph = check(drv_.cuStreamEndCapture(stream), "cuStreamEndCapture")
+    _refuse_memory_nodes(drv_, graph)
     return graph
 
 
-def _refuse_memory_nodes(graph) -> None:
+def _refuse_memory_nodes(drv, graph) -> None:
     nodes, count = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
     if not count:
         return
@@ -137,9 +139,11 @@ class CompiledGraph:
     """
 
     def __init__(self, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
-                 ctx, capture: Capture | None = None, fast: FastDriver | None = None):
+                 ctx, capture: Capture | None = None, fast: FastDriver | None = None, api=None):
         self.plan = plan
-        self.fast = fast or FastDriver()
+        self.api = drv = api if api is not None else _drv
+        self.fast = fast or FastDriver(api=drv)
+        self._ctx = ctx
         self._exec_h = 0
         self.pointers = dict(pointers)
         self.nodes: list = []
@@ -170,12 +174,23 @@ class CompiledGraph:
             self._destroy_graphs()
             raise
 
-        # (block, parameter) -> [(node id, typed view)]: the hot path writes through these
-        self.scalar_views: dict[tuple[int, str], list] = {}
-        for key, slots in plan.slots.items():
-            self.scalar_views[key] = [(nid, self.nodes[nid].views[arg]) for nid, arg in slots]
+        # The patch table, the one place a value goes on its way to the GPU:
+        # (block, parameter) -> ((node id, typed view into the node's argument storage), ...)
+        self.scalar_views: dict[tuple[int, str], tuple] = {
+            key: tuple((nid, self.nodes[nid].views[arg]) for nid, arg in slots) for key, slots in plan.slots.items()}
+        # the hot case: keys that only kernel nodes use (no device scalar, no recapture)
+        self.hot_views = {k: v for k, v in self.scalar_views.items()
+                          if k not in plan.device_scalars and k not in plan.recapture}
+        # buffer id -> the nodes that use it: what a rebound array must reach
+        self.consumers: dict[int, list[int]] = {}
+        for node in self.nodes:
+            used = (node.plan.buffer,) if isinstance(node, MemsetNode) else (
+                a.buffer for a in node.plan.args if isinstance(a, BufferArg))
+            for b in dict.fromkeys(used):
+                self.consumers.setdefault(b, []).append(node.plan.id)
 
     def instantiate(self) -> None:
+        drv = self.api
         try:
             self.exec = check(drv.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate")
         except BaseException:
@@ -192,6 +207,7 @@ class CompiledGraph:
         """
         if old.exec is None or old.plan.topology() != self.plan.topology():
             return False
+        drv = self.api
         err, _info = drv.cuGraphExecUpdate(old.exec, self.graph)
         if err:
             return False
@@ -215,18 +231,27 @@ class CompiledGraph:
         self.nodes[node_id].views[arg][0] = value
         self._dirty.add(node_id)
 
-    def set_buffer(self, buffer_id: int, ptr: int) -> None:
-        """Point every argument that uses a buffer at new memory (a warm rebind)."""
+    def set_buffer(self, buffer_id: int, ptr: int) -> list[int]:
+        """Point every node that uses a buffer at new memory (a warm rebind).
+
+        Kernel nodes are staged (``flush``), memset nodes updated at once; returns the ids of the captured
+        call nodes that use the buffer: they must be captured again (``recapture``) to see it.
+        """
         self.pointers[buffer_id] = ptr
-        for nid, node in enumerate(self.nodes):
+        calls = []
+        for nid in self.consumers.get(buffer_id, ()):
+            node = self.nodes[nid]
             if isinstance(node, KernelNode):
-                for i in node.buffer_args.get(buffer_id, ()):
+                for i in node.buffer_args[buffer_id]:
                     node.views[i][0] = ptr
-                    self._dirty.add(nid)
-            elif isinstance(node, MemsetNode) and node.plan.buffer == buffer_id:
+                self._dirty.add(nid)
+            elif isinstance(node, MemsetNode):
                 node.params.dst = ptr
-                check(drv.cuGraphExecMemsetNodeSetParams(self.exec, node.handle, node.params, None),
+                check(self.api.cuGraphExecMemsetNodeSetParams(self.exec, node.handle, node.params, self._ctx),
                       "cuGraphExecMemsetNodeSetParams")
+            else:
+                calls.append(nid)
+        return calls
 
     def set_launch(self, node_id: int, launch: Launch) -> None:
         self.nodes[node_id].set_launch(launch)
@@ -235,6 +260,14 @@ class CompiledGraph:
     def set_function(self, node_id: int, function) -> None:
         self.nodes[node_id].params.func = function
         self._dirty.add(node_id)
+
+    def mark(self, node_id: int) -> None:
+        """Stage a kernel node whose argument storage was written (applied by ``flush``)."""
+        self._dirty.add(node_id)
+
+    def discard(self, node_id: int) -> None:
+        """Drop a staged change that could not be completed."""
+        self._dirty.discard(node_id)
 
     def update_node(self, node_id: int) -> None:
         """Apply one kernel node's staged arguments now (one cuGraphExecKernelNodeSetParams)."""
@@ -253,6 +286,7 @@ class CompiledGraph:
 
     def recapture(self, node_id: int, capture: Capture) -> None:
         node: CallNode = self.nodes[node_id]
+        drv = self.api
         child, args = capture(node.plan, self.pointers)
         try:
             check(drv.cuGraphExecChildGraphNodeSetParams(self.exec, node.handle, child),
@@ -265,6 +299,7 @@ class CompiledGraph:
 
     # -- lifetime --------------------------------------------------------------------------------------
     def _destroy_graphs(self) -> None:
+        drv = self.api
         for node in self.nodes:
             if isinstance(node, CallNode) and node.child is not None:
                 drv.cuGraphDestroy(node.child)
@@ -275,6 +310,6 @@ class CompiledGraph:
 
     def close(self) -> None:
         if self.exec is not None:
-            drv.cuGraphExecDestroy(self.exec)
+            self.api.cuGraphExecDestroy(self.exec)
             self.exec = None
         self._destroy_graphs()

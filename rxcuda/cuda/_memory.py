@@ -23,9 +23,10 @@ def size_class(nbytes: int) -> int:
 class DeviceBuffer:
     """Device memory: ``ptr`` (int) and ``nbytes``. Owned by a pool, or borrowed from a user array."""
 
-    __slots__ = ("ptr", "nbytes", "capacity", "owner", "_pool")
+    __slots__ = ("ptr", "nbytes", "capacity", "owner", "_pool", "_api")
 
-    def __init__(self, ptr: int, nbytes: int, capacity: int | None = None, owner=None, pool=None):
+    def __init__(self, ptr: int, nbytes: int, capacity: int | None = None, owner=None, pool=None, api=None):
+        self._api = api if api is not None else drv
         self.ptr = ptr
         self.nbytes = nbytes
         self.capacity = capacity or nbytes
@@ -33,15 +34,19 @@ class DeviceBuffer:
         self._pool = pool
 
     def upload(self, host: np.ndarray, stream) -> None:
+        """Copy host data in, ordered on ``stream``; returns once the copy is done (``host`` may then go)."""
         host = np.ascontiguousarray(host)
         if host.nbytes > self.capacity:
             raise ValueError(f"{host.nbytes} bytes do not fit a {self.capacity}-byte buffer")
-        check(drv.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, host.nbytes, stream), "cuMemcpyHtoDAsync")
-        check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")  # host may be freed after return
+        api = self._api
+        check(api.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, host.nbytes, stream), "cuMemcpyHtoDAsync")
+        check(api.cuStreamSynchronize(stream), "cuStreamSynchronize")
 
     def download(self, out: np.ndarray, stream) -> np.ndarray:
-        check(drv.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
-        check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        """Copy into ``out``, ordered on ``stream`` after the frames queued there; waits for it."""
+        api = self._api
+        check(api.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
+        check(api.cuStreamSynchronize(stream), "cuStreamSynchronize")
         return out
 
     def __repr__(self) -> str:
@@ -60,12 +65,14 @@ class PoolStats:
 class BufferPool:
     """Device memory by size class. ``release`` keeps a buffer for reuse; ``trim``/``close`` free memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, api=None) -> None:
+        self._api = api if api is not None else drv
         self._free: dict[int, list[int]] = {}
         self._live: dict[int, int] = {}  # ptr -> capacity
         self.stats = PoolStats()
 
     def acquire(self, nbytes: int, *, zero: bool = False, stream=None) -> DeviceBuffer:
+        """A buffer of at least ``nbytes``; ``zero``: cleared on ``stream`` (stream-ordered, no sync)."""
         if nbytes <= 0:
             raise ValueError(f"'nbytes' must be positive (got {nbytes})")
         cap = size_class(nbytes)
@@ -74,7 +81,7 @@ class BufferPool:
             ptr = free.pop()
             self.stats.reuses += 1
         else:
-            ptr = int(check(drv.cuMemAlloc(cap), "cuMemAlloc"))
+            ptr = int(check(self._api.cuMemAlloc(cap), "cuMemAlloc"))
             self.stats.allocations += 1
             self.stats.bytes_reserved += cap
             self.stats.peak_bytes = max(self.stats.peak_bytes, self.stats.bytes_reserved)
@@ -82,10 +89,9 @@ class BufferPool:
         self.stats.in_use += 1
         if zero:
             if stream is None:
-                check(drv.cuMemsetD8(ptr, 0, cap), "cuMemsetD8")
-            else:
-                check(drv.cuMemsetD8Async(ptr, 0, cap, stream), "cuMemsetD8Async")
-        return DeviceBuffer(ptr, nbytes, cap, pool=self)
+                raise ValueError("zeroing needs the stream it is ordered on (the engine's stream)")
+            check(self._api.cuMemsetD8Async(ptr, 0, cap, stream), "cuMemsetD8Async")
+        return DeviceBuffer(ptr, nbytes, cap, pool=self, api=self._api)
 
     def release(self, buf: DeviceBuffer) -> None:
         cap = self._live.pop(buf.ptr, None)
@@ -99,7 +105,7 @@ class BufferPool:
         freed = 0
         for cap, ptrs in self._free.items():
             for p in ptrs:
-                check(drv.cuMemFree(p), "cuMemFree")
+                check(self._api.cuMemFree(p), "cuMemFree")
                 freed += cap
         self._free.clear()
         self.stats.bytes_reserved -= freed
@@ -108,7 +114,7 @@ class BufferPool:
     def close(self) -> None:
         self.trim()
         for p in list(self._live):
-            check(drv.cuMemFree(p), "cuMemFree")
+            check(self._api.cuMemFree(p), "cuMemFree")
             self.stats.bytes_reserved -= self._live.pop(p)
         self.stats.in_use = 0
 
@@ -122,35 +128,88 @@ class ExternalArray:
     count: int
     shape: tuple
     owner: object = attrs.field(repr=False)
+    readonly: bool = False
 
 
-def resolve_device_array(obj) -> ExternalArray:
-    """Pointer, dtype and size of a device array (``__cuda_array_interface__`` or DLPack), zero-copy.
+def resolve_device_array(obj, stream: int | None = None) -> ExternalArray:
+    """Pointer, dtype and size of a device array (DLPack or ``__cuda_array_interface__`` v3), zero-copy.
 
-    Raises TypeError for host arrays and non-contiguous views, naming the fix.
+    Goes through cuda.core's ``StridedMemoryView``. With ``stream`` (the consumer's raw CUstream), the
+    consumer is ordered after the producer as the protocols ask: the array's own stream (CAI v3's
+    ``stream`` field, DLPack's ``stream`` argument) is waited on with an event, not a device sync.
+    Raises TypeError for host arrays, non-contiguous views and objects that are no array, naming the fix.
     """
-    cai = getattr(obj, "__cuda_array_interface__", None)
-    if cai is None and hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
-        import cupy
+    from cuda.core.utils import StridedMemoryView
 
-        obj = cupy.from_dlpack(obj)
-        cai = obj.__cuda_array_interface__
-    if cai is None:
+    if isinstance(obj, np.ndarray):
+        raise TypeError("a NumPy array lives in host memory; use engine.write(port, array) to copy it into the "
+                        "port's buffer, or pass a CuPy/PyTorch CUDA array")
+    if not (hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__")):
         raise TypeError(f"{type(obj).__name__} is not a device array (no __cuda_array_interface__ or "
                         "__dlpack__); pass a CuPy/PyTorch CUDA array, or use engine.write(port, array) to copy "
                         "host data into the port's buffer")
-    shape = tuple(cai["shape"])
-    dtype = np.dtype(cai["typestr"])
-    strides = cai.get("strides")
-    if strides is not None:
-        expected, acc = [], dtype.itemsize
+    try:
+        view = StridedMemoryView(obj, stream_ptr=-1 if stream is None else int(stream))
+    except BufferError as e:
+        raise TypeError(f"{type(obj).__name__} could not be viewed as a device array ({e})") from e
+    if not view.is_device_accessible:
+        raise TypeError(f"the {type(obj).__name__} lives in host memory; use engine.write(port, array) to copy "
+                        "it, or move it to the GPU first")
+    shape = tuple(view.shape)
+    count = int(np.prod(shape)) if shape else 1
+    strides = view.strides
+    if strides is not None and count > 1:
+        expected, acc = [], 1
         for dim in reversed(shape):
             expected.append(acc)
             acc *= dim
-        if tuple(reversed(expected)) != tuple(strides) and int(np.prod(shape)) > 1:
+        if any(s != e for s, e, d in zip(strides, reversed(expected), shape, strict=True) if d > 1):
             raise TypeError("the array is not C-contiguous; pass a contiguous copy (e.g. cupy.ascontiguousarray)")
-    count = int(np.prod(shape)) if shape else 1
-    return ExternalArray(int(cai["data"][0]), _dtypes.dtype_name(dtype), count, shape, obj)
+    return ExternalArray(int(view.ptr), _dtypes.dtype_name(np.dtype(view.dtype)), count, shape, obj,
+                         bool(view.readonly))
+
+
+class PinnedBuffer:
+    """Page-locked host memory viewed as a NumPy array, with an event marking its last async copy."""
+
+    def __init__(self, nbytes: int, api=None):
+        self._api = api = api if api is not None else drv
+        self.nbytes = nbytes
+        self.ptr = int(check(api.cuMemHostAlloc(max(nbytes, 1), 0), "cuMemHostAlloc"))
+        self.event = check(api.cuEventCreate(api.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        self.busy = False
+
+    def view(self, dtype, count: int) -> np.ndarray:
+        import ctypes
+
+        buf = (ctypes.c_char * self.nbytes).from_address(self.ptr)
+        return np.frombuffer(buf, dtype=dtype, count=count)
+
+    def done(self) -> bool:
+        if not self.busy:
+            return True
+        err, = self._api.cuEventQuery(self.event)
+        if err == drv.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        check((err,), "cuEventQuery")
+        self.busy = False
+        return True
+
+    def wait(self) -> None:
+        if self.busy:
+            check(self._api.cuEventSynchronize(self.event), "cuEventSynchronize")
+            self.busy = False
+
+    def record(self, stream) -> None:
+        check(self._api.cuEventRecord(self.event, stream), "cuEventRecord")
+        self.busy = True
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._api.cuEventDestroy(self.event)
+            self._api.cuMemFreeHost(self.ptr)
 
 
 def as_cupy(ptr: int, nbytes: int, dtype, shape, owner, device_id: int = 0):

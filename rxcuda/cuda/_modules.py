@@ -8,6 +8,8 @@ from ..model._describe import KernelCode
 from ..model._errors import CudaError, KernelFileError
 from ._driver import check, drv
 
+_NOT_SUPPORTED = 801  # CUDA_ERROR_NOT_SUPPORTED: a driver that cannot report a kernel's parameters
+
 _STATIC_SHARED_LIMIT = 48 * 1024
 
 
@@ -21,7 +23,8 @@ class LoadedKernel:
 class ModuleCache:
     """Loaded modules keyed by KernelCode.key; ``prune`` unloads what the current graph no longer uses."""
 
-    def __init__(self) -> None:
+    def __init__(self, api=None) -> None:
+        self._api = api if api is not None else drv
         self._loaded: dict[str, LoadedKernel] = {}
         self.loads = 0
         self.hits = 0
@@ -33,6 +36,7 @@ class ModuleCache:
         return frozenset(self._loaded)
 
     def load(self, code: KernelCode) -> LoadedKernel:
+        drv = self._api
         hit = self._loaded.get(code.key)
         if hit is not None:
             self.hits += 1
@@ -54,7 +58,7 @@ class ModuleCache:
                                   "check the sidecar's 'entry' (a C++ kernel needs extern \"C\" or its mangled "
                                   "name)", path=code.origin) from e
         try:
-            _check_params(code, function)
+            _check_params(drv, code, function)
             if code.shared_mem > _STATIC_SHARED_LIMIT:
                 attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
                 check(drv.cuFuncSetAttribute(function, attr, code.shared_mem), "cuFuncSetAttribute")
@@ -70,18 +74,20 @@ class ModuleCache:
         """Unload every module whose key is not in ``keep``; returns how many were unloaded."""
         gone = [k for k in self._loaded if k not in keep]
         for k in gone:
-            check(drv.cuModuleUnload(self._loaded.pop(k).module), "cuModuleUnload")
+            check(self._api.cuModuleUnload(self._loaded.pop(k).module), "cuModuleUnload")
         return len(gone)
 
     def close(self) -> None:
         self.prune(frozenset())
 
 
-def _check_params(code: KernelCode, function) -> None:
+def _check_params(drv, code: KernelCode, function) -> None:
     """The signature we were told must match the kernel's real parameter layout, one by one."""
     params = code.signature.params
     for i, p in enumerate(params):
         err, _offset, size = drv.cuFuncGetParamInfo(function, i)
+        if int(err) == _NOT_SUPPORTED:
+            return  # this driver cannot tell; the description is trusted
         if err:
             raise KernelFileError(f"{code.origin}: the description lists {len(params)} parameters but kernel "
                                   f"'{code.entry}' has only {i}; parameter {i} ('{p.name}') does not exist — "

@@ -1,235 +1,229 @@
-"""The engine: one per GPU. Holds the model (blocks, connections, bindings), folds every change into a
-pending plan, and on each tick applies it with the cheapest legal operation, then launches the graph.
+"""The engine: one per GPU. A small facade over its verbs -- the model (blocks, connections, bindings),
+the Structure tier (``_build``), updates by tier (``_update``), data in and out (``_io``) -- and the frame
+loop that applies what is pending and launches the graph.
 
 Only the thread that calls ``tick()`` (or ``run()``'s thread) touches the GPU. Other threads may set
-parameters, connect, add or remove blocks: that only records changes.
+parameters, connect, add or remove blocks: that only folds a change into the pending plan.
 """
 
 from __future__ import annotations
 
-import collections
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 import attrs
-import numpy as np
-import reactivex
 from reactivex import Observable
-from reactivex.subject import Subject
+from reactivex.disposable import Disposable
 
 from ..cuda._device import Device
-from ..cuda._driver import check, drv
+from ..cuda._driver import is_sticky
 from ..cuda._fast import FastDriver
-from ..cuda._graph import CompiledGraph, capture_graph
-from ..cuda._memory import BufferPool, DeviceBuffer, ExternalArray, as_cupy, resolve_device_array
+from ..cuda._memory import BufferPool, resolve_device_array
 from ..cuda._modules import ModuleCache
 from ..model import _dtypes
-from ..model._describe import (
-    BlockEntry,
-    CallSpec,
-    CaptureArgs,
-    Connection,
-    ExternalBinding,
-    PipelineDescription,
-    PortRef,
-)
-from ..model._errors import EngineClosedError, KernelFileError, ValidationError
-from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound
+from ..model._describe import Connection, PipelineDescription, PortRef
+from ..model._errors import CudaError, DeviceLostError, EngineClosedError, ValidationError
+from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound, Tier
+from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
-from ..streams._hub import ChangeHub
 from ..streams._scheduler import FrameLoop
 from ._blocks import Block, PortHandle
-from ._ports import InputFeed, OutputTap
+from ._build import Builder
+from ._io import DataIO
+from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
 from ._reload import HotReload
-from .plan._plan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, order_blocks, plan
+from ._runtime import Runtime, quietly
+from ._update import Updater
+from .plan._plan import GraphPlan, _validate_connections, order_blocks
+
+# while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
+# threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
+RUN_SWITCH_INTERVAL = 0.0002
 
 
-@attrs.frozen
-class Frame:
-    """What one tick did: its index, host time, GPU time (when the frame was timed and waited for),
-    tiers applied, and the engine state after it."""
+class EngineStream:
+    """The engine's CUDA stream, for ordering your own work with the frames (``__cuda_stream__``).
 
-    index: int
-    host_us: float
-    tiers: tuple[str, ...]
-    state: str
-    launched: bool
-    gpu_us: float | None = None
+    >>> import cupy                                                     # doctest: +SKIP
+    >>> with cupy.cuda.ExternalStream(engine.stream.handle):            # doctest: +SKIP
+    ...     y = engine.array(blk["out"]) * 2   # runs after the frames already queued
+    """
 
+    __slots__ = ("handle", "device")
 
-@attrs.frozen
-class AppliedUpdate:
-    """An update plan the scheduler applied: which tiers ran, for which blocks, and how long it took."""
+    def __init__(self, handle: int, device: int):
+        self.handle = handle
+        self.device = device
 
-    frame: int
-    tiers: tuple[str, ...]
-    blocks: tuple[str, ...]
-    seconds: float
-    events: int
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
 
+    def __int__(self) -> int:
+        return self.handle
 
-@attrs.frozen
-class Diagnostic:
-    """An error or warning about a block, port or file, published instead of stopping the frames."""
-
-    severity: str
-    subject: str
-    message: str
-    frame: int
-    block: int | None = None
-    details: tuple = ()  # e.g. compiler diagnostics (file, line, column, message)
+    def __repr__(self) -> str:
+        return f"<EngineStream 0x{self.handle:x} on GPU {self.device}>"
 
 
 class Engine:
     """Compiles the pipeline into one CUDA graph and launches it every frame.
 
     >>> import numpy as np, rxcuda
-    >>> with rxcuda.Engine() as engine:
+    >>> with rxcuda.Engine() as engine:                                                  # doctest: +SKIP
     ...     add = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024))
     ...     engine.write(add["a"], np.ones(1024, np.float32)); engine.write(add["b"], np.ones(1024, np.float32))
     ...     engine.tick()
     ...     engine.read(add["out"])[:3]
     array([2., 2., 2.], dtype=float32)
 
-    ``sync``: whether ``tick()`` waits for the frame to finish by default.
+    ``device``: the GPU ordinal. ``sync``: whether ``tick()`` waits for the frame by default. ``timing``:
+    record GPU time per frame (``Frame.gpu_us``; two event records a frame). ``driver``: ``None`` for the
+    CUDA driver, or a ``rxcuda.cuda.NullDriver`` that records the driver calls and runs no GPU work (tests).
     """
 
-    def __init__(self, device: int = 0, *, sync: bool = True):
-        self.device = Device(device)
-        self.sync = sync
-        from ..sources._nvrtc import warm_up
+    def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, driver=None):
+        try:
+            self._open(device, sync, timing, driver)
+        except CudaError as e:
+            if is_sticky(e):  # another engine (or library) in this process lost the context
+                raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
+            raise
 
-        warm_up(self.device.arch)  # NVRTC's ~200 ms first call, paid off the frame path (background thread)
-        self._stream = self.device.create_stream()
-        self._fast = FastDriver()
-        self._stream_h = int(self._stream)
-        self._capture_stream = self.device.create_stream()
-        self._pool = BufferPool()
-        self._modules = ModuleCache()
-        self._pending = PendingPlan()
-        self._hub = ChangeHub(self._pending)  # every change notification goes through here
-        self._lock = threading.RLock()  # the model; never held while waiting for the GPU
-        self._blocks: dict[int, Block] = {}
-        self._connections: list[Connection] = []
-        self._bindings: dict[PortRef, ExternalArray] = {}
-        self._fed: set[PortRef] = set()  # inputs the user fills with engine.write
-        self._buffers: dict[tuple, DeviceBuffer] = {}
-        self._library_state: dict[tuple, object] = {}
-        self._library_teardown: dict[tuple, Callable] = {}
-        self._graph: CompiledGraph | None = None
-        self._node_code: dict[int, str] = {}  # node id -> code key in use (after code swaps)
-        self._frame = 0
-        self._closed = False
-        self._gpu_thread = threading.get_ident()
-        self.diagnostic_log: collections.deque[Diagnostic] = collections.deque(maxlen=1000)
-        self._diagnostics = Subject()
-        self._updates = Subject()
-        self._frames = Subject()
-        self._file_changes = Subject()
+    def _open(self, device: int, sync: bool, timing: bool, driver) -> None:
+        dev = Device(device, api=driver)
+        api = dev.api
+        if driver is None:
+            from ..sources import _nvrtc  # imported here, on the caller's thread, before any other thread
+
+            _nvrtc.warm_up(dev.arch)  # NVRTC's ~200 ms first call, paid off the frame path (background thread)
+        self.device = dev
+        self.sync = sync
+        self.timing = timing
+        blocks: dict[int, Block] = {}
+        self._rt = rt = Runtime(
+            device=dev, api=api, fast=FastDriver(api=api), stream=dev.create_stream(),
+            capture_stream=dev.create_stream(), pool=BufferPool(api), modules=ModuleCache(api),
+            pending=PendingPlan(self._change_subscriber_failed), reporter=Reporter(blocks, lambda: self._rt.frame),
+            blocks=blocks)
+        self._io = DataIO(rt, self._ensure_built, self)
+        self._builder = Builder(rt, self._io.upload_staged)
+        self._updater = Updater(rt, self._builder)
+        self._frames = Broadcast(on_error=self._frame_subscriber_failed)
+        self._file_changes = Broadcast()
         self._loop: FrameLoop | None = None
         self._reload: HotReload | None = None
-        self._feeds: dict[PortRef, tuple[InputFeed, object]] = {}
-        self._taps: list[tuple[PortRef, OutputTap]] = []
-        self._ev_start = self.device.create_event()
-        self._ev_end = self.device.create_event()
+        self._ev_start = dev.create_event()
+        self._ev_end = dev.create_event()
         self._ev_start_h, self._ev_end_h = int(self._ev_start), int(self._ev_end)
+        self._gpu_thread: int | None = threading.get_ident()
+        self._closed = False
+        self._lost: DeviceLostError | None = None
         self.last_frame: Frame | None = None
-        self._state = "ok"  # "error" while any block is in error; kept current by _set_state
-        self._staged: dict[PortRef, np.ndarray] = {}  # host data written before its port had a buffer
-        self.rebuilds = 0
-        self.recaptures = 0
 
-    # -- model: blocks and connections (any thread) --------------------------------------------------------
+    # -- the model: blocks and connections (any thread) --------------------------------------------------
     def add(self, block: Block) -> Block:
-        """Add a block; the next tick rebuilds the graph with it. Returns the block."""
+        """Add a block; the next tick rebuilds the graph with it. Returns the block.
+
+        A block whose name is taken is renamed ``name_2``, ``name_3``, ... (``block.name`` tells)."""
         self._check_open()
         if not isinstance(block, Block):
             raise TypeError(f"engine.add takes a Block (got {type(block).__name__})")
-        with self._lock:
+        rt = self._rt
+        with rt.lock:
             if block._engine is not None:
                 raise ValueError(f"{block.name} is already in an engine; remove it there first")
-            taken = {b.name for b in self._blocks.values()}
+            taken = {b.name for b in rt.blocks.values()}
             if block.name in taken:
                 i = 2
                 while f"{block.name}_{i}" in taken:
                     i += 1
                 block._desc = attrs.evolve(block._desc, name=f"{block.name}_{i}")
-            self._blocks[block.id] = block
+            rt.blocks[block.id] = block
             block._engine = self
-            block._sink = self._hub
+            block._sink = rt.pending
             block.state, block.message = "not built", ""
-        self._hub.add(BlockAdded(block.id, block.name))
+        rt.pending.add(BlockAdded(block.id, block.name))
         if self._reload is not None:
             self._reload.refresh()
         return block
 
     def remove(self, block: Block) -> None:
         """Remove a block with its connections and bindings; the next tick rebuilds without it."""
-        if self._blocks.get(block.id) is not block:
+        rt = self._rt
+        if rt.blocks.get(block.id) is not block:
             raise ValueError(f"{block.name} is not in this engine")
         block.dispose_bindings()  # before the removal event, so no late value recreates its entries
-        for ref in [r for r in self._feeds if r.block == block.id]:
-            self._close_feed(ref)
-        with self._lock:
-            del self._blocks[block.id]
-            self._connections = [c for c in self._connections if block.id not in (c.src.block, c.dst.block)]
-            for ref in [r for r in self._bindings if r.block == block.id]:
-                del self._bindings[ref]
-            self._fed = {r for r in self._fed if r.block != block.id}
-            self._staged = {r: a for r, a in self._staged.items() if r.block != block.id}
+        for ref in [r for r in self._io.feeds if r.block == block.id]:
+            self._io.close_feed(ref, self._gpu)
+        with rt.lock:
+            del rt.blocks[block.id]
+            for dst in [d for d, c in rt.connections.items() if block.id in (c.src.block, d.block)]:
+                del rt.connections[dst]
+            for ref in [r for r in rt.bindings if r.block == block.id]:
+                del rt.bindings[ref]
+            rt.fed = {r for r in rt.fed if r.block != block.id}
+            for ref in [r for r in self._io.staged if r.block == block.id]:
+                self._io.forget(ref)
             block._engine = None
             block._sink = None
             block.state, block.message = "removed", ""
-        self._hub.add(BlockRemoved(block.id, block.name))
+        rt.pending.add(BlockRemoved(block.id, block.name))
 
     @property
     def blocks(self) -> tuple[Block, ...]:
-        with self._lock:
-            return tuple(self._blocks.values())
+        with self._rt.lock:
+            return tuple(self._rt.blocks.values())
 
     @property
     def connections(self) -> tuple[tuple[PortHandle, PortHandle], ...]:
-        with self._lock:
-            return tuple((PortHandle(self._blocks[c.src.block], c.src.port),
-                          PortHandle(self._blocks[c.dst.block], c.dst.port)) for c in self._connections)
+        rt = self._rt
+        with rt.lock:
+            return tuple((PortHandle(rt.blocks[c.src.block], c.src.port),
+                          PortHandle(rt.blocks[c.dst.block], c.dst.port)) for c in rt.connections.values())
 
     def connect(self, src: PortHandle, dst: PortHandle) -> None:
         """Connect an output port to an input port. Raises ValidationError at once if the ports don't fit
         (direction, dtype, size, an existing connection, a cycle); the engine is left unchanged."""
         self._check_open()
+        rt = self._rt
         conn = Connection(self._ref(src), self._ref(dst))
-        with self._lock:
-            trial = self._snapshot(extra=conn)
-            from .plan._plan import _validate_connections
-
+        with rt.lock:
+            trial = rt.snapshot()
+            trial = PipelineDescription(trial.blocks, trial.connections + (conn,), trial.bindings, trial.fed)
             _validate_connections(trial)
             order_blocks(trial)
-            self._connections.append(conn)
-            self._fed.discard(conn.dst)
-            self._staged.pop(conn.dst, None)
-        self._hub.add(Connected(conn.src, conn.dst))
+            rt.connections[conn.dst] = conn
+            rt.fed.discard(conn.dst)
+            self._io.forget(conn.dst)
+        rt.pending.add(Connected(conn.src, conn.dst))
 
     def disconnect(self, src: PortHandle, dst: PortHandle) -> None:
+        """Remove a connection (a rebuild on the next tick)."""
+        rt = self._rt
         conn = Connection(self._ref(src), self._ref(dst))
-        with self._lock:
-            if conn not in self._connections:
-                raise ValueError(f"{src!r} is not connected to {dst!r}")
-            self._connections.remove(conn)
-        self._hub.add(Disconnected(conn.src, conn.dst))
+        with rt.lock:
+            if rt.connections.get(conn.dst) != conn:
+                raise ValidationError(f"{src!r} is not connected to {dst!r}", subject=src.block.name)
+            del rt.connections[conn.dst]
+        rt.pending.add(Disconnected(conn.src, conn.dst))
 
     def bind(self, port: PortHandle, array) -> None:
-        """Use a device array (CuPy, PyTorch, anything with __cuda_array_interface__ or DLPack) as a port's
-        memory, zero-copy. Rebinding a bound port to another array of the same dtype and at least the same
-        size is a warm update (no rebuild). A NumPy array is copied into the port's own buffer instead."""
+        """Use a device array (CuPy, PyTorch, anything with DLPack or ``__cuda_array_interface__``) as a
+        port's memory, zero-copy. The engine's stream waits for the array's producer stream first (the
+        protocols' contract; an event wait, no device sync): for work you queue on it later, call
+        ``engine.wait(stream)``. Rebinding a bound port to another array of the same dtype and at least the
+        same size is a warm update (no rebuild). A NumPy array is copied into the port's own buffer."""
         self._check_open()
         ref = self._ref(port)
+        import numpy as np
+
         if isinstance(array, np.ndarray):
             self.write(port, array)
             return
-        ext = resolve_device_array(array)
         spec = port.spec
+        rt = self._rt
+        ext = self._gpu(resolve_device_array, array, rt.stream_h)
         if spec.dtype and ext.dtype != spec.dtype:
             raise ValidationError(f"cannot bind a {ext.dtype} array to {port.block.name}.{port.name}, which takes "
                                   f"{spec.dtype}; convert it first (arr.astype('{_dtypes.to_numpy(spec.dtype)}'))",
@@ -237,52 +231,50 @@ class Engine:
         if ext.count < spec.count:
             raise ValidationError(f"cannot bind {ext.count} elements to {port.block.name}.{port.name}, which needs "
                                   f"{spec.count}", subject=port.block.name)
-        with self._lock:
-            if any(c.dst == ref for c in self._connections):
+        if ext.readonly and spec.direction != "in":
+            raise ValidationError(f"{port.block.name}.{port.name} is written by the pipeline, but the array is "
+                                  "read-only; bind a writable array", subject=port.block.name)
+        with rt.lock:
+            if rt.is_connected(ref):
                 raise ValidationError(f"{port.block.name}.{port.name} is connected; disconnect it before binding "
                                       "an array", subject=port.block.name)
-            was_bound = ref in self._bindings
-            self._bindings[ref] = ext
-            self._fed.discard(ref)
-            self._staged.pop(ref, None)
+            was_bound = ref in rt.bindings
+            rt.bindings[ref] = ext
+            rt.fed.discard(ref)
+            self._io.forget(ref)
         if was_bound:
-            self._hub.add(PortRebound(ref.block, ref.port, ext))
+            rt.pending.add(PortRebound(ref.block, ref.port, ext))
         else:
-            self._hub.add(BlockChanged(ref.block, port.block.name, f"port {port.name} bound to an array"))
+            rt.pending.add(BlockChanged(ref.block, port.block.name, f"port {port.name} bound to an array"))
 
     def unbind(self, port: PortHandle) -> None:
         """Give a port its own engine-owned buffer again (a rebuild)."""
         ref = self._ref(port)
-        with self._lock:
-            if self._bindings.pop(ref, None) is None:
-                raise ValueError(f"{port!r} is not bound")
-        self._hub.add(BlockChanged(ref.block, port.block.name, f"port {port.name} unbound"))
+        rt = self._rt
+        with rt.lock:
+            if rt.bindings.pop(ref, None) is None:
+                raise ValidationError(f"{port!r} is not bound", subject=port.block.name)
+        rt.pending.add(BlockChanged(ref.block, port.block.name, f"port {port.name} unbound"))
 
     def _ref(self, port: PortHandle) -> PortRef:
+        from ..model._errors import ForeignBlockError, NotAPortError
+
         if not isinstance(port, PortHandle):
-            raise TypeError(f"expected a port such as block['out'] (got {port!r})")
-        if self._blocks.get(port.block.id) is not port.block:
-            raise ValueError(f"{port.block.name} is not in this engine; engine.add(block) first")
-        port.spec  # noqa: B018 - raises a KeyError naming the ports
+            raise NotAPortError(f"expected a port such as block['out'] (got {port!r})")
+        if self._rt.blocks.get(port.block.id) is not port.block:
+            raise ForeignBlockError(f"{port.block.name} is not in this engine; engine.add(block) first",
+                                    subject=port.block.name)
+        port.spec  # noqa: B018 - raises UnknownPortError naming the ports
         return PortRef(port.block.id, port.name)
 
-    def _snapshot(self, extra: Connection | None = None) -> PipelineDescription:
-        with self._lock:
-            blocks = tuple(BlockEntry(b.id, b.description, b.values(), b.launches()) for b in self._blocks.values())
-            conns = tuple(self._connections) + ((extra,) if extra else ())
-            binds = {r: ExternalBinding(e.dtype, e.count) for r, e in self._bindings.items()}
-            fed = frozenset(self._fed)
-        return PipelineDescription(blocks, conns, binds, fed)
-
     def describe(self) -> PipelineDescription:
-        """The pipeline as pure data (what the planner sees)."""
-        return self._snapshot()
+        """The pipeline as pure data (what ``rxcuda.plan`` takes)."""
+        return self._rt.snapshot()
 
-    # -- frames (the GPU thread) -------------------------------------------------------------------------
+    # -- frames (the GPU thread) ---------------------------------------------------------------------------
     def tick(self, sync: bool | None = None) -> Frame:
         """Apply pending changes, launch the graph once, and (by default) wait for it."""
-        if self._closed:
-            raise EngineClosedError("the engine is closed; create a new one")
+        self._check_open()
         if self._loop is not None and threading.current_thread() is not self._loop.thread:
             raise RuntimeError("engine.run(...) drives the frames on its own thread; dispose it before calling "
                                "tick() yourself")
@@ -293,56 +285,66 @@ class Engine:
         if threading.get_ident() != self._gpu_thread:
             self.device.make_current()
             self._gpu_thread = threading.get_ident()
-        tiers: tuple[str, ...] = ()
-        pending = self._pending
-        if pending._count:
-            if pending.only_parameters and self._graph is not None and not self._updates.observers:
-                self._apply_hot(pending.take_parameters())
-                tiers = _HOT
-            else:
-                tiers = self._apply(pending.drain())
-        g = self._graph
-        gpu_us = None
-        if g is not None:
-            if self._feeds:
-                self._stage_feeds(g)
-            timed = bool(self._frames.observers)
-            fast, stream = self._fast, self._stream_h
-            if timed:
-                fast.record(self._ev_start_h, stream)
-            g.launch(stream)
-            if timed:
-                fast.record(self._ev_end_h, stream)
-            if self._taps:
-                self._enqueue_taps(g)  # before the sync, so a synced frame's outputs are ready with it
-            if sync:
-                fast.wait(stream)
-                if timed:
-                    gpu_us = fast.elapsed_us(self._ev_start_h, self._ev_end_h)
-        self._frame += 1
-        if g is not None and self._taps:
-            self._deliver_taps(sync)
-        frame = Frame(self._frame, (time.perf_counter_ns() - t0) / 1e3, tiers,
-                      "idle" if g is None else self._state, g is not None, gpu_us)
+        rt = self._rt
+        try:
+            tiers = self._updater.apply_pending() if rt.pending._count else ()
+            g = rt.graph
+            gpu_us = None
+            if g is not None:
+                io = self._io
+                if io.feeds:
+                    io.stage_feeds(g)
+                fast, stream, timing = rt.fast, rt.stream_h, self.timing
+                if timing:
+                    fast.record(self._ev_start_h, stream)
+                g.launch(stream)
+                if timing:
+                    fast.record(self._ev_end_h, stream)
+                if io.taps:
+                    io.enqueue_taps(g, rt.frame + 1)  # before the sync: a synced frame's outputs come with it
+                if sync:
+                    fast.wait(stream)
+                    if timing:
+                        gpu_us = fast.elapsed_us(self._ev_start_h, self._ev_end_h)
+        except CudaError as e:
+            if is_sticky(e):
+                raise self._lose(e) from e
+            raise
+        rt.frame += 1
+        if g is not None and self._io.taps:
+            self._io.deliver_taps(sync, self._warn)
+        frame = Frame(rt.frame, (time.perf_counter_ns() - t0) / 1e3, tiers,
+                      "idle" if g is None else rt.reporter.state, g is not None, gpu_us)
         self.last_frame = frame
         if self._frames.observers:
-            self._frames.on_next(frame)
+            self._frames.publish(frame)
         return frame
 
-    def run(self, clock, *, sync: bool | None = None, switch_interval: float | None = None):
-        """Produce a frame each time ``clock`` (any Observable) emits, on the engine's own thread.
+    def _lose(self, err: CudaError) -> DeviceLostError:
+        """The context is gone (sticky error): say so once, clearly, and refuse GPU work from now on."""
+        if self._lost is None:
+            g = self._rt.graph
+            kernels = tuple(dict.fromkeys(n.label for n in g.plan.nodes)) if g is not None else ()
+            self._lost = DeviceLostError(err.call, err.name, err.explanation, err.code, device=self.device.ordinal,
+                                         kernels=kernels[:8])
+            self._rt.reporter.publish(Diagnostic("error", "engine", str(self._lost), self._rt.frame))
+        return self._lost
 
-        Returns a disposable; disposing stops the clock and joins the thread. While running, reads and
-        writes from other threads are carried out on the engine thread between frames.
+    def run(self, clock=60.0, *, sync: bool | None = None, switch_interval: float | None = RUN_SWITCH_INTERVAL):
+        """Produce frames on the engine's own thread until the returned disposable is disposed.
 
-        ``switch_interval`` (seconds) sets the interpreter's GIL switch interval while running (restored on
-        dispose). With Python threads that produce values flat out, the engine thread can wait up to that
-        interval (5 ms by default) for the GIL at each wake-up; 0.0002 kept 60 Hz frames within 3 % under
-        one saturating producer in bench/streams.py. Left alone by default: it is process-wide.
+        ``clock``: a rate in frames per second (the engine keeps its own drift-free clock: frames start at
+        t0 + k/rate, and ticks it could not start in time merge into the next frame), or any Observable
+        (``reactivex.interval``, a render loop's vsync subject, a camera's frame stream): one frame per item.
 
-        >>> running = engine.run(reactivex.interval(1 / 60))
-        >>> ...
-        >>> running.dispose()
+        ``switch_interval``: the interpreter's GIL switch interval while running (restored on dispose;
+        ``None`` leaves it alone). Python threads producing values flat out hold the GIL up to this long
+        each time the engine thread needs it; CPython's default of 5 ms would stall 60 Hz frames.
+
+        Reads, writes and rebuilds asked for from other threads run on the engine thread between frames.
+
+        >>> running = engine.run(60)                                              # doctest: +SKIP
+        >>> running.dispose()                                                     # doctest: +SKIP
         """
         self._check_open()
         if self._loop is not None:
@@ -350,7 +352,7 @@ class Engine:
         sync_ = self.sync if sync is None else sync
 
         def on_error(e: Exception) -> None:
-            self._report(e, None, False, "frame")
+            self._rt.reporter.error(e, None, "frame", keeps="the frame loop goes on")
 
         loop = FrameLoop(lambda: self._tick(sync_), self.device.make_current, on_error)
         self._loop = loop
@@ -367,23 +369,33 @@ class Engine:
                 self._loop = None
             self._gpu_thread = None
 
-        from reactivex.disposable import Disposable
-
         return Disposable(dispose)
 
     @property
     def running(self) -> bool:
         return self._loop is not None
 
+    @property
+    def loop(self) -> FrameLoop | None:
+        """The frame loop while ``run()`` drives frames (its ``stats``: frames, merged ticks, wake-up lag)."""
+        return self._loop
+
     def _gpu(self, fn, *args):
         """Run ``fn`` where the GPU may be touched: here, or on the engine thread while run() drives frames."""
+        if self._lost is not None:
+            raise self._lost
         loop = self._loop
         if loop is not None and threading.current_thread() is not loop.thread:
             return loop.call(fn, *args)
         if threading.get_ident() != self._gpu_thread:
             self.device.make_current()
             self._gpu_thread = threading.get_ident()
-        return fn(*args)
+        try:
+            return fn(*args)
+        except CudaError as e:
+            if is_sticky(e):
+                raise self._lose(e) from e
+            raise
 
     def rebuild(self) -> None:
         """Apply pending changes now and rebuild the graph, raising the first error instead of reporting it."""
@@ -391,476 +403,101 @@ class Engine:
         self._gpu(self._rebuild_now)
 
     def _rebuild_now(self) -> None:
-        plan_ = self._pending.drain()
-        if plan_:
-            self._apply(plan_, raise_errors=True)
-        if plan_ is None or not plan_.structure:
-            self._build(raise_errors=True)
+        up = self._rt.pending.drain()
+        if up is not None:
+            self._updater.apply(up, raise_errors=True)
+        if up is None or not up.structure:
+            self._builder.build(raise_errors=True)
+
+    def _ensure_built(self):
+        rt = self._rt
+        if rt.pending._count or rt.graph is None:
+            self._updater.apply(rt.pending.drain() or UpdatePlan())
+        if rt.graph is None:
+            log = rt.reporter.log
+            why = log[-1].message if log else "nothing was built"
+            raise RuntimeError(f"the pipeline has no working graph yet: {why}")
+        return rt.graph
 
     def synchronize(self) -> None:
         """Wait for every frame in flight."""
-        self._gpu(lambda: check(drv.cuStreamSynchronize(self._stream), "cuStreamSynchronize"))
+        self._gpu(self._rt.synchronize)
+
+    def wait(self, stream_or_event) -> None:
+        """Order the next frames after your own GPU work: the engine's stream waits (on the GPU, not the host)
+        for everything queued so far on ``stream_or_event`` (a CuPy/PyTorch/cuda.core stream, anything with
+        ``__cuda_stream__``, or an event).
+
+        >>> y = cupy.asarray(x) * 2            # on CuPy's current stream           # doctest: +SKIP
+        >>> engine.bind(blk["x"], y); engine.wait(cupy.cuda.get_current_stream())   # doctest: +SKIP
+        """
+        self._check_open()
+        self._gpu(self._io.wait, stream_or_event)
+
+    @property
+    def stream(self) -> EngineStream:
+        """The engine's CUDA stream (``__cuda_stream__``): queue your work on it to order it with the frames."""
+        return EngineStream(self._rt.stream_h, self.device.ordinal)
 
     @property
     def frame(self) -> int:
-        return self._frame
+        return self._rt.frame
 
     @property
     def plan(self) -> GraphPlan | None:
         """The plan of the graph now running (None before the first successful build)."""
-        return self._graph.plan if self._graph else None
+        g = self._rt.graph
+        return g.plan if g else None
 
-    # -- applying an update plan (dispatch by tier) ------------------------------------------------------
-    def _apply(self, up: UpdatePlan, raise_errors: bool = False) -> tuple[str, ...]:
-        t0 = time.perf_counter_ns()
-        done: list[str] = []
-        if (up.structure or self._graph is None) and self._build(raise_errors):
-            done.append("structure")
-            self._notify_applied(up, done, t0)
-            return tuple(done)  # the rebuild read every current value: lower tiers are subsumed
-        g = self._graph
-        if g is None:
-            self._notify_applied(up, done, t0)
-            return tuple(done)
-        # new code for a block that is not in the running graph (its first build failed): rebuild
-        missing = any(k not in g.plan.kernel_nodes and k[0] in self._blocks for k in up.code)
-        if missing and self._build(raise_errors):
-            done.append("structure")
-            self._notify_applied(up, done, t0)
-            return tuple(done)
-        for (bid, kernel), code in up.code.items():
-            if self._swap_code(bid, kernel, code, raise_errors):
-                done.append("code")
-        for (bid, name) in up.recapture:
-            for nid in g.plan.recapture.get((bid, name), ()):
-                self._recapture(nid, raise_errors)
-                done.append("recapture")
-        if up.params or up.rebinds or up.launches:
-            self._apply_parameters(g, up)
-            done.append("parameters")
-        self._notify_applied(up, done, t0)
-        return tuple(dict.fromkeys(done))
+    @property
+    def rebuilds(self) -> int:
+        """Successful Structure-tier rebuilds so far."""
+        return self._builder.rebuilds
 
-    def _apply_hot(self, params: dict) -> None:
-        """Scalar values only: write each into its nodes' argument storage, one exec update per node."""
-        g = self._graph
-        views = g.scalar_views
-        if len(params) == 1 and not g._dirty:  # the common case: one value, each node updated once
-            (key, value), = params.items()
-            targets = views.get(key)
-            if targets is not None:
-                update = g.update_node
-                for nid, view in targets:
-                    view[0] = value
-                    update(nid)
-                return
-        dirty = g._dirty
-        for key, value in params.items():
-            targets = views.get(key)
-            if targets is None:
-                self._apply_parameters(g, UpdatePlan(params={key: value}, events=1))
-                continue
-            for nid, view in targets:
-                view[0] = value
-                dirty.add(nid)
-        g.flush()
+    @property
+    def recaptures(self) -> int:
+        """Library call nodes captured again in place so far."""
+        return self._updater.recaptures
 
-    def _apply_parameters(self, g: CompiledGraph, up: UpdatePlan) -> None:
-        p = g.plan
-        for key, value in up.params.items():
-            slots = p.slots.get(key)
-            if slots is not None:
-                for nid, arg in slots:
-                    g.set_scalar(nid, arg, value)
-            sid = p.device_scalars.get(key)
-            if sid is not None:
-                self._write_device_scalar(g, sid, value)
-            for nid in p.recapture.get(key, ()):
-                self._recapture(nid, False)
-        for (bid, port), ext in up.rebinds.items():
-            buf = p.port_buffers.get(PortRef(bid, port))
-            if buf is not None and p.buffers[buf].kind == "external":
-                g.set_buffer(buf, ext.ptr)
-        for (bid, kernel), launch in up.launches.items():
-            nid = p.kernel_nodes.get((bid, kernel))
-            if nid is not None:
-                g.set_launch(nid, launch)
-        g.flush()
-
-    def _write_device_scalar(self, g: CompiledGraph, buffer_id: int, value) -> None:
-        b = g.plan.buffers[buffer_id]
-        host = np.array([value], dtype=_dtypes.to_numpy(b.dtype))
-        # pageable HtoD is staged before the call returns, so `host` may go; stream order puts it before the launch
-        check(drv.cuMemcpyHtoDAsync(g.pointers[buffer_id], host.ctypes.data, host.nbytes, self._stream),
-              "cuMemcpyHtoDAsync")
-
-    def _swap_code(self, bid: int, kernel: str, code, raise_errors: bool) -> bool:
-        g = self._graph
-        nid = g.plan.kernel_nodes.get((bid, kernel))
-        block = self._blocks.get(bid)
-        if nid is None or block is None:
-            return False
-        try:
-            loaded = self._modules.load(code)
-            g.set_function(nid, loaded.function)
-            g.flush()
-        except Exception as e:
-            g._dirty.discard(nid)
-            self._report(e, block, raise_errors, "code swap")
-            return False
-        self._node_code[nid] = code.key
-        self._modules.prune(set(self._node_code.values()))
-        block.state, block.message = "ok", ""
-        self._refresh_state()
-        return True
-
-    def _recapture(self, nid: int, raise_errors: bool) -> None:
-        g = self._graph
-        block = self._blocks.get(g.plan.nodes[nid].block)
-        try:
-            g.recapture(nid, self._capture)
-            self.recaptures += 1
-        except Exception as e:
-            self._report(e, block, raise_errors, "recapture")
-
-    # -- structure ----------------------------------------------------------------------------------------
-    def _build(self, raise_errors: bool = False) -> bool:
-        """Plan, load, allocate, build and instantiate; swap in only on success. Returns success."""
-        desc = self._snapshot()
-        if not desc.blocks:
-            self._retire(None, {})
-            self._release_library_state(keep=set())
-            return True
-        acquired: list[DeviceBuffer] = []
-        new: CompiledGraph | None = None
-        try:
-            gp = plan(desc)
-            functions, node_code = {}, {}
-            for n in gp.nodes:
-                if isinstance(n, KernelNodePlan):
-                    spec = desc.block(n.block).desc.kernel(n.kernel)
-                    try:
-                        functions[n.code_key] = self._modules.load(spec.code).function
-                    except KernelFileError as e:
-                        raise _BlockFailure(n.block, e) from e
-                    node_code[n.id] = n.code_key
-            pointers, buffers = {}, {}
-            for b in gp.buffers:
-                if b.kind == "external":
-                    ref = PortRef(b.key[1], b.key[2])
-                    pointers[b.id] = self._bindings[ref].ptr
-                    continue
-                key = (b.key, b.nbytes)
-                buf = self._buffers.get(key)
-                if buf is None:
-                    buf = self._pool.acquire(b.nbytes, zero=True)
-                    acquired.append(buf)
-                buffers[key] = buf
-                pointers[b.id] = buf.ptr
-            for (bid, name), sid in gp.device_scalars.items():
-                host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
-                check(drv.cuMemcpyHtoD(pointers[sid], host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
-            new = CompiledGraph(gp, functions, pointers, self.device.context, capture=self._capture,
-                                fast=self._fast)
-            if self._graph is None or not new.adopt_exec(self._graph):
-                new.instantiate()
-        except Exception as e:
-            if new is not None:
-                new.close()
-            for buf in acquired:
-                self._pool.release(buf)
-            failure = e.block if isinstance(e, _BlockFailure) else None
-            err = e.error if isinstance(e, _BlockFailure) else e
-            block = self._blocks.get(failure) if failure else self._block_for(err)
-            self._report(err, block, raise_errors, "rebuild")
-            return False
-        self._retire(new, buffers)
-        self._release_library_state(keep={b.id for b in desc.blocks})
-        self._node_code = node_code
-        self._modules.prune(set(node_code.values()))
-        self.rebuilds += 1
-        built = {b.id for b in desc.blocks}
-        for b in self._blocks.values():
-            if b.id in built:
-                b.state, b.message = "ok", ""
-        self._refresh_state()
-        self._upload_staged()
-        return True
-
-    def _refresh_state(self) -> None:
-        self._state = "error" if any(b.state == "error" for b in self._blocks.values()) else "ok"
-
-    def _upload_staged(self) -> None:
-        g = self._graph
-        for ref, arr in list(self._staged.items()):
-            bid = g.plan.port_buffers.get(ref) if g else None
-            if bid is not None:
-                DeviceBuffer(g.pointers[bid], g.plan.buffers[bid].nbytes).upload(arr, self._stream)
-                del self._staged[ref]
-
-    def _retire(self, new: CompiledGraph | None, buffers: dict) -> None:
-        old, self._graph = self._graph, new
-        if old is not None:
-            # the old exec may be running; wait before its buffers go back to the pool
-            check(drv.cuStreamSynchronize(self._stream), "cuStreamSynchronize")
-            old.close()
-        for key, buf in self._buffers.items():
-            if key not in buffers:
-                self._pool.release(buf)
-        self._buffers = buffers
-        if new is None:
-            self._node_code = {}
-            self._modules.prune(set())
-
-    def _release_library_state(self, keep: set[int]) -> None:
-        """Tear down handles/plans/workspaces of calls whose block left (the old graph is already retired)."""
-        for skey in [k for k in self._library_state if k[0] not in keep]:
-            state = self._library_state.pop(skey)
-            teardown = self._library_teardown.pop(skey, None)
-            if teardown is not None:
-                teardown(state)
-
-    def _capture(self, node: CallNodePlan, pointers) -> tuple[object, CaptureArgs]:
-        block = self._blocks[node.block]
-        spec: CallSpec = block.description.kernel(node.call)
-        # per block and call: two blocks never share a workspace; a rebuild reuses the handles
-        skey = (block.id, spec.name, spec.key)
-        if skey not in self._library_state:
-            self._library_state[skey] = spec.setup(self.device.ordinal) if spec.setup else None
-            if spec.teardown:
-                self._library_teardown[skey] = spec.teardown
-        ptrs, values = {}, {}
-        for prm, arg in zip(spec.params, node.args, strict=True):
-            if isinstance(arg, BufferArg):
-                ptrs[prm.name] = pointers[arg.buffer]
-            else:
-                values[prm.name] = block.params[arg.name].value if arg.name else arg.value
-        args = CaptureArgs(int(self._capture_stream), ptrs, values, self._library_state[skey])
-        prepare = getattr(spec, "prepare", None)
-        if prepare is not None:  # outside the capture: e.g. re-seeding a cuRAND generator
-            prepare(args)
-        return capture_graph(self._capture_stream, spec.record, args), args
-
-    # -- data in and out ------------------------------------------------------------------------------
-    def _ensure_built(self) -> CompiledGraph:
-        if self._pending._count or self._graph is None:
-            self._apply(self._pending.drain() or UpdatePlan())
-        if self._graph is None:
-            why = self.diagnostic_log[-1].message if self.diagnostic_log else "nothing was built"
-            raise RuntimeError(f"the pipeline has no working graph yet: {why}")
-        return self._graph
-
-    def _port_buffer(self, port: PortHandle) -> tuple[int, int]:
-        ref = self._ref(port)
-        g = self._ensure_built()
-        bid = g.plan.port_buffers.get(ref)
-        if bid is None:
-            raise RuntimeError(f"{port.block.name}.{port.name} is not in the running graph (its block failed to "
-                               "build?); see engine.diagnostics")
-        return bid, g.pointers[bid]
-
+    # -- data in and out -----------------------------------------------------------------------------------
     def write(self, port: PortHandle, data) -> None:
         """Copy host data into a port's buffer (synchronously, stream-ordered with the frames).
 
         Writing to an input that is neither connected nor bound makes it host-fed: it gets its own buffer
-        (the first write rebuilds; later writes only copy)."""
-        return self._gpu(self._write, port, data)
-
-    def _write(self, port: PortHandle, data) -> None:
+        (the first write rebuilds; later writes only copy). A rejected write changes nothing."""
+        self._check_open()
         ref = self._ref(port)
-        with self._lock:
-            newly_fed = (port.spec.direction == "in" and ref not in self._fed and ref not in self._bindings
-                         and not any(c.dst == ref for c in self._connections))
-            if newly_fed:
-                self._fed.add(ref)
-        spec = port.spec
-        arr = np.ascontiguousarray(data)
-        if spec.dtype and arr.dtype != _dtypes.to_numpy(spec.dtype):
-            raise ValidationError(f"{port.block.name}.{port.name} takes {spec.dtype}, got {arr.dtype}; convert "
-                                  f"with .astype('{_dtypes.to_numpy(spec.dtype)}')", subject=port.block.name)
-        if arr.size > spec.count:
-            raise ValidationError(f"{arr.size} elements do not fit {port.block.name}.{port.name} "
-                                  f"({spec.count} elements)", subject=port.block.name)
-        if newly_fed:
-            self._hub.add(BlockChanged(ref.block, port.block.name, f"input {port.name} fed from the host"))
-        g = self._graph
-        if g is None or self._pending._structure or ref not in g.plan.port_buffers:
-            # no buffer yet (or one about to change): upload right after the next successful build
-            self._staged[ref] = arr.copy()
-            return
-        bid = g.plan.port_buffers[ref]
-        DeviceBuffer(g.pointers[bid], g.plan.buffers[bid].nbytes).upload(arr, self._stream)
+        return self._gpu(self._io.write, ref, port, data)
 
-    def read(self, port: PortHandle) -> np.ndarray:
+    def read(self, port: PortHandle):
         """The port's data as a new NumPy array (waits for the frames in flight). For an append output, only
         the elements appended this frame (up to its capacity)."""
-        return self._gpu(self._read, port)
-
-    def _read(self, port: PortHandle) -> np.ndarray:
-        bid, ptr = self._port_buffer(port)
-        spec = port.spec
-        count = spec.count
-        if spec.counter is not None:
-            count = min(self._count(port), spec.count)
-        out = np.empty(count, dtype=_dtypes.to_numpy(spec.dtype) if spec.dtype else np.uint8)
-        if count:
-            DeviceBuffer(ptr, out.nbytes).download(out, self._stream)
-        else:
-            check(drv.cuStreamSynchronize(self._stream), "cuStreamSynchronize")
-        return out
+        self._check_open()
+        return self._gpu(self._io.read, self._ref(port), port)
 
     def count(self, port: PortHandle) -> int:
         """The raw counter of an append output after the last frame (may exceed the capacity: overflow)."""
-        return self._gpu(self._count, port)
-
-    def _count(self, port: PortHandle) -> int:
-        ref = self._ref(port)
-        g = self._ensure_built()
-        cid = g.plan.counters.get(ref)
-        if cid is None:
-            raise ValueError(f"{port.block.name}.{port.name} is not an append output")
-        out = np.empty(1, np.uint32)
-        return int(DeviceBuffer(g.pointers[cid], 4).download(out, self._stream)[0])
+        self._check_open()
+        return self._gpu(self._io.count, self._ref(port), port)
 
     def array(self, port: PortHandle):
         """A CuPy view of the port's device buffer (no copy). Valid until the next rebuild that drops it."""
-        return self._gpu(self._array, port)
-
-    def _array(self, port: PortHandle):
-        bid, ptr = self._port_buffer(port)
-        spec = port.spec
-        return as_cupy(ptr, self._graph.plan.buffers[bid].nbytes, spec.dtype, (spec.count,), self,
-                       self.device.ordinal)
+        self._check_open()
+        return self._gpu(self._io.array, self._ref(port), port)
 
     def counter_array(self, port: PortHandle):
         """A CuPy view (one uint32) of an append output's counter."""
-        return self._gpu(self._counter_array, port)
-
-    def _counter_array(self, port: PortHandle):
-        ref = self._ref(port)
-        g = self._ensure_built()
-        cid = g.plan.counters.get(ref)
-        if cid is None:
-            raise ValueError(f"{port.block.name}.{port.name} is not an append output")
-        return as_cupy(g.pointers[cid], 4, "u32", (1,), self, self.device.ordinal)
-
-    # -- diagnostics ---------------------------------------------------------------------------------------
-    # -- streams -----------------------------------------------------------------------------------------
-    @property
-    def diagnostics(self) -> Observable:
-        """Errors and warnings (Diagnostic), each naming its block, port or file. Past ones: diagnostic_log."""
-        return self._diagnostics
-
-    @property
-    def frames(self) -> Observable:
-        """One Frame per tick (index, host and GPU time, tiers applied, state), on the engine thread."""
-        return self._frames
-
-    @property
-    def updates(self) -> Observable:
-        """One AppliedUpdate per applied update plan (tiers, blocks, seconds). Subscribing turns off the
-        allocation-free hot path, so parameter-only frames are reported too."""
-        return self._updates
-
-    @property
-    def changes(self) -> Observable:
-        """Every change event (ParameterChanged, CodeChanged, Connected, BlockAdded, ...) as it is made."""
-        return self._hub.events
-
-    @property
-    def parameter_changes(self) -> Observable:
-        return self._hub.parameters
-
-    @property
-    def structure_changes(self) -> Observable:
-        """Blocks added, removed or changed, connections made or removed."""
-        return self._hub.structure
-
-    @property
-    def code_changes(self) -> Observable:
-        return self._hub.code
-
-    @property
-    def file_changes(self) -> Observable:
-        """FileChanged events from watch() (debounced, deduplicated by content)."""
-        return self._file_changes
-
-    def watch(self, *, debounce: float = 0.05, scheduler=None):
-        """Reload kernels when their files (.ptx/.cubin/.fatbin/.cu and .json sidecars) are saved.
-
-        Reloading or recompiling happens on the watcher's thread; the new code is swapped in before a
-        following frame (in place when the signature is unchanged). A broken save produces one diagnostic
-        with the loader's or compiler's message and the old kernel keeps running. Returns a disposable.
-        """
         self._check_open()
-        if self._reload is None:
-            self._reload = HotReload(lambda: self.blocks, self._reload_failed, self._file_changes.on_next,
-                                     debounce=debounce, scheduler=scheduler)
-        self._reload.refresh()
-        from reactivex.disposable import Disposable
+        return self._gpu(self._io.counter_array, self._ref(port), port)
 
-        return Disposable(self._stop_watch)
-
-    def _stop_watch(self) -> None:
-        if self._reload is not None:
-            self._reload.close()
-            self._reload = None
-
-    def _reload_failed(self, err: Exception, block, what: str) -> None:
-        details = tuple(getattr(err, "diagnostics", ()))
-        if block is not None:
-            block.state, block.message = "warning", f"{what} failed, the previous kernel keeps running: {err}"
-        self._publish(Diagnostic("error", block.name if block else "watch",
-                                 f"{what} failed, the previous kernel keeps running: {err}", self._frame,
-                                 block.id if block else None, details))
-
-    def feed(self, port: PortHandle, source) -> object:
+    def feed(self, port: PortHandle, source: Observable) -> Disposable:
         """Stream arrays into an input port: each frame uses the newest array ``source`` emitted (NumPy
-        through pinned staging, CuPy by a device copy), with no rebuild. Returns a disposable."""
+        through pinned staging, a device array by a device copy ordered after its producer's stream), with
+        no rebuild. Returns a disposable."""
         self._check_open()
         ref = self._ref(port)
-        spec = port.spec
-        if spec.direction != "in":
-            raise ValueError(f"{port.block.name}.{port.name} is an output; feed() takes an input port")
-        feed = InputFeed(f"{port.block.name}.{port.name}", spec.dtype, spec.count)
-        with self._lock:
-            if ref in self._feeds:
-                raise ValueError(f"{port.block.name}.{port.name} is already fed by a stream; dispose that first")
-            if any(c.dst == ref for c in self._connections) or ref in self._bindings:
-                raise ValidationError(f"{port.block.name}.{port.name} is connected or bound; a fed input needs "
-                                      "its own buffer", subject=port.block.name)
-            newly = ref not in self._fed
-            self._fed.add(ref)
-
-        def on_next(arr) -> None:
-            try:
-                feed.push(arr)
-            except (TypeError, ValueError) as e:
-                self._warn(feed.label, str(e), port.block)
-
-        sub = source.subscribe(on_next, lambda e: self._warn(feed.label, f"input stream failed: {e}", port.block))
-        self._feeds[ref] = (feed, sub)
-        if newly:
-            self._hub.add(BlockChanged(ref.block, port.block.name, f"input {port.name} fed from a stream"))
-        from reactivex.disposable import Disposable
-
-        return Disposable(lambda: self._close_feed(ref))
-
-    def _close_feed(self, ref: PortRef) -> None:
-        entry = self._feeds.pop(ref, None)
-        if entry is not None:
-            feed, sub = entry
-            sub.dispose()
-            if self._closed:
-                return
-            self._gpu(feed.close)
-
-    def _stage_feeds(self, g: CompiledGraph) -> None:
-        for ref, (feed, _sub) in self._feeds.items():
-            if feed.dirty:
-                bid = g.plan.port_buffers.get(ref)
-                if bid is not None:
-                    feed.stage(g.pointers[bid], self._stream)
+        self._io.feed(ref, port, source, self._warn)
+        return Disposable(lambda: None if self._closed else self._io.close_feed(ref, self._gpu))
 
     def observe(self, port: PortHandle, *, every: int = 1, kind: str = "numpy") -> Observable:
         """An output (or any) port as an Observable emitting after every ``every``-th frame.
@@ -869,122 +506,149 @@ class Engine:
         ``sync=False`` frames that is a frame or two later, with no per-frame wait). ``kind="cupy"``: a
         CuPy array, a zero-copy view when the frame was waited for (valid until the next frame: copy it to
         keep it), else a device copy ordered after the frame. Append outputs emit only appended elements.
-        Items are emitted on the engine thread; hop with ``observe_on`` if the consumer is slow.
+        Items are emitted on the engine thread; hop with ``observe_on`` if the consumer is slow. The
+        Observable completes when the engine closes.
         """
-        if kind not in ("numpy", "cupy"):
-            raise ValueError(f"'kind' must be 'numpy' or 'cupy' (got {kind!r})")
-        ref = self._ref(port)
-        spec = port.spec
+        self._check_open()
+        return self._io.observe(self._ref(port), port, every, kind, self._gpu, lambda: self._closed)
 
-        def subscribe(observer, scheduler=None):
-            tap = OutputTap(observer.on_next, dtype=spec.dtype, count=spec.count, every=every,
-                            as_numpy=kind == "numpy", append=spec.counter is not None)
-            entry = (ref, tap)
-            self._taps = self._taps + [entry]
+    # -- streams -------------------------------------------------------------------------------------------
+    @property
+    def diagnostics(self) -> Observable:
+        """Errors and warnings (Diagnostic), each naming its block, port or file. Past ones: diagnostic_log."""
+        return self._rt.reporter.stream
 
-            def dispose() -> None:
-                self._taps = [t for t in self._taps if t is not entry]
-                tap.closed = True
-                if not self._closed:
-                    self._gpu(tap.close)
+    @property
+    def diagnostic_log(self):
+        """The last 1000 diagnostics, oldest first."""
+        return self._rt.reporter.log
 
-            from reactivex.disposable import Disposable
+    @property
+    def frames(self) -> Observable:
+        """One Frame per tick (index, host time, tiers applied, state, GPU time with ``timing``), on the
+        engine thread. A subscriber that raises is reported as a diagnostic; the frames go on."""
+        return self._frames
 
-            return Disposable(dispose)
+    @property
+    def updates(self) -> Observable:
+        """One AppliedUpdate per applied update plan (tiers, blocks, seconds)."""
+        return self._updater.updates
 
-        return reactivex.create(subscribe)
+    @property
+    def changes(self) -> Observable:
+        """Every change event (ParameterChanged, CodeChanged, Connected, BlockAdded, ...) as it is made."""
+        return self._rt.pending.changes
 
-    def _enqueue_taps(self, g: CompiledGraph) -> None:
-        frame = self._frame + 1
-        for ref, tap in self._taps:
-            bid = g.plan.port_buffers.get(ref)
-            if bid is None:
-                continue
-            cid = g.plan.counters.get(ref)
-            tap.enqueue(frame, g.pointers[bid], g.pointers[cid] if cid is not None else None, self._stream)
+    @property
+    def parameter_changes(self) -> Observable:
+        from ..model._events import ParameterChanged
 
-    def _deliver_taps(self, synced: bool) -> None:
-        for ref, tap in self._taps:
-            try:
-                tap.deliver(self._stream, synced, self, self.device.ordinal)
-            except Exception as e:  # a subscriber's error must not stop the frames
-                block = self._blocks.get(ref.block)
-                self._warn(f"observe {block.name if block else ref.block}.{ref.port}", str(e), block)
+        return self._rt.pending.of_type(ParameterChanged)
 
-    def _notify_applied(self, up: UpdatePlan, done, t0) -> None:
-        if self._updates.observers:
-            dt = (time.perf_counter_ns() - t0) / 1e9
-            names = tuple(sorted(self._blocks[b].name if b in self._blocks else f"#{b}" for b in up.blocks()))
-            self._updates.on_next(AppliedUpdate(self._frame + 1, tuple(dict.fromkeys(done)), names, dt,
-                                                up.events))
+    @property
+    def structure_changes(self) -> Observable:
+        """Blocks added, removed or changed, connections made or removed."""
+        from ..model._events import STRUCTURE_EVENTS
 
-    def _block_for(self, err: Exception) -> Block | None:
-        subject = getattr(err, "subject", None)
-        if not subject:
-            return None
-        for b in self._blocks.values():
-            if subject == b.name or subject.startswith(b.name + "."):
-                return b
-        return None
+        return self._rt.pending.of_type(*STRUCTURE_EVENTS)
 
-    def _report(self, err: Exception, block: Block | None, raise_errors: bool, what: str) -> None:
+    @property
+    def code_changes(self) -> Observable:
+        from ..model._events import CodeChanged
+
+        return self._rt.pending.of_type(CodeChanged)
+
+    @property
+    def file_changes(self) -> Observable:
+        """FileChanged events from watch() (debounced, deduplicated by content)."""
+        return self._file_changes
+
+    def watch(self, *, debounce: float = 0.05, scheduler=None) -> Disposable:
+        """Reload kernels when their files (.ptx/.cubin/.fatbin/.cu and .json sidecars) are saved.
+
+        Reloading or recompiling happens on the watcher's thread; the new code is swapped in before a
+        following frame (in place when the signature is unchanged). A broken save produces one diagnostic
+        with the loader's or compiler's message and the old kernel keeps running. Returns a disposable.
+        """
+        self._check_open()
+        if self._reload is None:
+            self._reload = HotReload(lambda: self.blocks, self._reload_failed, self._file_changes.publish,
+                                     debounce=debounce, scheduler=scheduler)
+        self._reload.refresh()
+        return Disposable(self._stop_watch)
+
+    def _stop_watch(self) -> None:
+        if self._reload is not None:
+            self._reload.close()
+            self._reload = None
+
+    def _reload_failed(self, err: Exception, block, what: str) -> None:
         if block is not None:
-            block.state, block.message = "error", str(err)
-            self._state = "error"
-        subject = block.name if block else (getattr(err, "subject", None) or getattr(err, "path", None) or "engine")
-        d = Diagnostic("error", subject, f"{what} failed, the last good graph keeps running: {err}", self._frame,
-                       block.id if block else None, tuple(getattr(err, "diagnostics", ())))
-        self._publish(d)
-        if raise_errors:
-            raise err
+            block.state, block.message = "warning", f"{what} failed, the previous kernel keeps running: {err}"
+        details = tuple(getattr(err, "diagnostics", ()))
+        self._rt.reporter.publish(Diagnostic("error", block.name if block else "watch",
+                                             f"{what} failed, the previous kernel keeps running: {err}",
+                                             self._rt.frame, block.id if block else None, details))
 
-    def _warn(self, subject: str, message: str, block: Block | None) -> None:
-        self._publish(Diagnostic("warning", subject, message, self._frame, block.id if block else None))
+    def _warn(self, subject: str, message: str, block=None) -> None:
+        self._rt.reporter.warn(subject, message, block)
 
-    def _publish(self, d: Diagnostic) -> None:
-        self.diagnostic_log.append(d)
-        self._diagnostics.on_next(d)
+    def _change_subscriber_failed(self, err: Exception, event) -> None:
+        self._warn("engine.changes", f"a subscriber raised {type(err).__name__}: {err}; the change was applied")
+
+    def _frame_subscriber_failed(self, err: Exception, frame) -> None:
+        self._warn("engine.frames", f"a subscriber raised {type(err).__name__}: {err}; the frames go on")
 
     # -- lifetime ------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise EngineClosedError("the engine is closed; create a new one")
+        if self._lost is not None:
+            raise self._lost
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
-        """Wait for the GPU, then free graphs, modules, buffers, library state and streams."""
+        """Stop the frames, the watchers and every binding; free graphs, modules, buffers, library state and
+        streams; complete every Observable the engine handed out. Never raises: after a lost context it
+        releases what it can."""
         if self._closed:
             return
+        rt = self._rt
         if self._loop is not None:
-            self._loop.stop()
+            quietly(self._loop.stop)
             self._loop = None
-        self._stop_watch()
-        for b in list(self._blocks.values()):
-            b.dispose_bindings()
+        quietly(self._stop_watch)
+        for b in list(rt.blocks.values()):
+            quietly(b.dispose_bindings)
         self._closed = True
-        for ref in list(self._feeds):
-            feed, sub = self._feeds.pop(ref)
-            sub.dispose()
-            feed.close()
-        for _ref, tap in self._taps:
-            tap.close()
-        self._taps = []
-        self.device.make_current()
-        drv.cuStreamSynchronize(self._stream)
-        self._retire(None, {})
-        self._release_library_state(keep=set())
-        self._modules.close()
-        self._pool.close()
-        drv.cuEventDestroy(self._ev_start)
-        drv.cuEventDestroy(self._ev_end)
-        drv.cuStreamDestroy(self._stream)
-        drv.cuStreamDestroy(self._capture_stream)
-        for subject in (self._diagnostics, self._updates, self._frames, self._file_changes):
-            subject.on_completed()
-        self._hub.close()
-        for b in self._blocks.values():
+        lost = self._lost is not None
+        if not lost:
+            quietly(self.device.make_current)
+            try:
+                rt.synchronize()
+            except CudaError as e:
+                lost = is_sticky(e)
+        self._io.close()
+        if not lost:  # with the context gone, driver calls only fail: the process exit frees everything
+            quietly(self._builder.close)
+            quietly(rt.modules.close)
+            quietly(rt.pool.close)
+            for ev in (self._ev_start, self._ev_end):
+                quietly(lambda ev=ev: rt.api.cuEventDestroy(ev))
+            for s in (rt.stream, rt.capture_stream):
+                quietly(lambda s=s: rt.api.cuStreamDestroy(s))
+        for stream in (self._frames, self._file_changes):
+            stream.close()
+        self._updater.close()
+        rt.reporter.close()
+        rt.pending.close()
+        for b in rt.blocks.values():
             b._sink = None
             b._engine = None
-        self.device.close()
+        quietly(self.device.close)
 
     def __enter__(self) -> Engine:
         return self
@@ -993,30 +657,22 @@ class Engine:
         self.close()
 
     def __str__(self) -> str:
-        g = self._graph
-        lines = [f"engine on {self.device.name} ({self.device.arch}): frame {self._frame}, "
-                 f"{len(self._blocks)} blocks, {len(self._connections)} connections, "
+        rt = self._rt
+        g = rt.graph
+        lines = [f"engine on {self.device.name} ({self.device.arch}): frame {rt.frame}, "
+                 f"{len(rt.blocks)} blocks, {len(rt.connections)} connections, "
                  f"{len(g.plan.nodes) if g else 0} graph nodes, {self.rebuilds} rebuilds"]
         if self.last_frame:
             lines.append(f"  last frame: {self.last_frame.host_us:.1f} us host, tiers {self.last_frame.tiers or '-'}")
-        s = self._pool.stats
+        s = rt.pool.stats
         lines.append(f"  memory: {s.in_use} buffers in use, {s.bytes_reserved / 2**20:.1f} MiB reserved")
-        for b in self._blocks.values():
+        for b in rt.blocks.values():
             lines.append(f"  {b.name}: {b.state}" + (f" — {b.message}" if b.message else ""))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<Engine {self.device.name} frame={self._frame} blocks={len(self._blocks)}>"
+        return f"<Engine {self.device.name} frame={self._rt.frame} blocks={len(self._rt.blocks)}>"
 
 
-_HOT = ("parameters",)
 
-
-class _BlockFailure(Exception):
-    def __init__(self, block: int, error: Exception):
-        super().__init__(str(error))
-        self.block = block
-        self.error = error
-
-
-__all__ = ["AppliedUpdate", "Diagnostic", "Engine", "Frame"]
+__all__ = ["AppliedUpdate", "Diagnostic", "Engine", "EngineStream", "Frame", "Tier"]

@@ -17,53 +17,15 @@ import threading
 import numpy as np
 
 from ..cuda._driver import check, drv
+from ..cuda._memory import PinnedBuffer, resolve_device_array
 from ..model import _dtypes
-
-
-class PinnedBuffer:
-    """Page-locked host memory viewed as a NumPy array, with an event marking its last async copy."""
-
-    def __init__(self, nbytes: int):
-        self.nbytes = nbytes
-        self.ptr = int(check(drv.cuMemHostAlloc(max(nbytes, 1), 0), "cuMemHostAlloc"))
-        self.event = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-        self.busy = False
-
-    def view(self, dtype, count: int) -> np.ndarray:
-        import ctypes
-
-        buf = (ctypes.c_char * self.nbytes).from_address(self.ptr)
-        return np.frombuffer(buf, dtype=dtype, count=count)
-
-    def done(self) -> bool:
-        if not self.busy:
-            return True
-        err, = drv.cuEventQuery(self.event)
-        if err == drv.CUresult.CUDA_ERROR_NOT_READY:
-            return False
-        check((err,), "cuEventQuery")
-        self.busy = False
-        return True
-
-    def wait(self) -> None:
-        if self.busy:
-            check(drv.cuEventSynchronize(self.event), "cuEventSynchronize")
-            self.busy = False
-
-    def record(self, stream) -> None:
-        check(drv.cuEventRecord(self.event, stream), "cuEventRecord")
-        self.busy = True
-
-    def close(self) -> None:
-        self.wait()
-        drv.cuEventDestroy(self.event)
-        drv.cuMemFreeHost(self.ptr)
 
 
 class InputFeed:
     """Holds the newest array from a source; ``stage`` copies it into the port buffer on the engine thread."""
 
-    def __init__(self, label: str, dtype: str | None, count: int):
+    def __init__(self, label: str, dtype: str | None, count: int, api=None):
+        self._api = api if api is not None else drv
         self.label = label
         self.dtype = _dtypes.to_numpy(dtype) if dtype else None
         self.count = count
@@ -97,19 +59,20 @@ class InputFeed:
         if isinstance(arr, np.ndarray):
             arr = np.ascontiguousarray(arr)
             if len(self._slots) < 2:
-                self._slots = [PinnedBuffer(self.count * arr.itemsize) for _ in range(2)]
+                self._slots = [PinnedBuffer(self.count * arr.itemsize, self._api) for _ in range(2)]
             slot = self._slots[self._next]
             self._next ^= 1
             slot.wait()  # its previous copy must be done before we overwrite it (rarely waits)
             slot.view(arr.dtype, arr.size)[:] = arr.ravel()
-            check(drv.cuMemcpyHtoDAsync(ptr, slot.ptr, arr.nbytes, stream), "cuMemcpyHtoDAsync")
+            check(self._api.cuMemcpyHtoDAsync(ptr, slot.ptr, arr.nbytes, stream), "cuMemcpyHtoDAsync")
             slot.record(stream)
         else:
-            cai = arr.__cuda_array_interface__
-            nbytes = int(arr.size) * np.dtype(cai["typestr"]).itemsize
+            # ordered after the array's producer stream (an event wait), as the interchange protocols ask
+            src = resolve_device_array(arr, stream)
+            nbytes = src.count * np.dtype(arr.dtype).itemsize
             # the source array must stay valid until the copy ran: keep it until the next stage
             self._keep = arr
-            check(drv.cuMemcpyDtoDAsync(ptr, int(cai["data"][0]), nbytes, stream), "cuMemcpyDtoDAsync")
+            check(self._api.cuMemcpyDtoDAsync(ptr, src.ptr, nbytes, stream), "cuMemcpyDtoDAsync")
         self.staged += 1
 
     def close(self) -> None:
@@ -122,7 +85,8 @@ class OutputTap:
     """Emits a port's content after every ``every``-th frame to ``emit`` (called on the engine thread)."""
 
     def __init__(self, emit, *, dtype: str | None, count: int, every: int, as_numpy: bool, append: bool,
-                 depth: int = 3):
+                 depth: int = 3, api=None):
+        self._api = api if api is not None else drv
         if not isinstance(every, int) or every <= 0:
             raise ValueError(f"'every' must be a positive int (got {every!r})")
         self.emit = emit
@@ -148,25 +112,25 @@ class OutputTap:
             self._due = (ptr, counter_ptr)
             if self.append:
                 if not self._counters:
-                    self._counters = [PinnedBuffer(4)]
+                    self._counters = [PinnedBuffer(4, self._api)]
                 c = self._counters[0]
                 c.wait()
-                check(drv.cuMemcpyDtoHAsync(c.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
+                check(self._api.cuMemcpyDtoHAsync(c.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
                 c.record(stream)
             return
         if not self._ring:
             nbytes = self.count * self.dtype.itemsize
-            self._ring = [PinnedBuffer(nbytes) for _ in range(self._depth)]
+            self._ring = [PinnedBuffer(nbytes, self._api) for _ in range(self._depth)]
             if self.append:
-                self._counters = [PinnedBuffer(4) for _ in range(self._depth)]
+                self._counters = [PinnedBuffer(4, self._api) for _ in range(self._depth)]
         slot = self._ring[self._i]
         cslot = self._counters[self._i] if self.append else None
         if slot.busy:  # the ring is full: wait for the oldest copy and emit it first
             self.poll(block_until=slot)
         self._i = (self._i + 1) % self._depth
-        check(drv.cuMemcpyDtoHAsync(slot.ptr, ptr, slot.nbytes, stream), "cuMemcpyDtoHAsync")
+        check(self._api.cuMemcpyDtoHAsync(slot.ptr, ptr, slot.nbytes, stream), "cuMemcpyDtoHAsync")
         if cslot is not None:
-            check(drv.cuMemcpyDtoHAsync(cslot.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
+            check(self._api.cuMemcpyDtoHAsync(cslot.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
         slot.record(stream)
         self._pending.append((slot, cslot))
 

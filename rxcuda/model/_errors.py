@@ -18,6 +18,21 @@ class ValidationError(RxcudaError, ValueError):
         self.subject = subject
 
 
+class UnknownPortError(ValidationError, KeyError):
+    """A port name that the block does not declare. Also a KeyError (a failed lookup by name), so both
+    ``except rxcuda.ValidationError`` and ``except KeyError`` catch it."""
+
+    __str__ = BaseException.__str__  # KeyError's would quote the message
+
+
+class NotAPortError(ValidationError, TypeError):
+    """Something other than a port (``block["out"]``) where a port is expected. Also a TypeError."""
+
+
+class ForeignBlockError(ValidationError):
+    """A port of a block that is not in this engine (never added, or removed); ``engine.add`` it first."""
+
+
 class KernelFileError(RxcudaError, ValueError):
     """A kernel file or its JSON sidecar is missing, malformed, or disagrees with the kernel."""
 
@@ -44,6 +59,22 @@ class CudaError(RxcudaError, RuntimeError):
         self.name = name
         self.explanation = explanation
         self.code = code
+
+
+class DeviceLostError(CudaError):
+    """The CUDA context of a GPU is lost: a kernel faulted (an illegal address, say). CUDA's errors of this
+    kind are sticky -- every later call in this process fails -- so that GPU can be used again only from a
+    new process. ``kernels`` names the kernels that ran in the faulting frame, where known."""
+
+    def __init__(self, call: str, name: str, explanation: str, code: int | None = None, *, device: int = 0,
+                 kernels: tuple[str, ...] = ()):
+        RxcudaError.__init__(
+            self, f"the CUDA context of GPU {device} is lost ({name} in {call}: {explanation}). CUDA errors of "
+            f"this kind are sticky: restart the process to use this GPU again"
+            + (f"; the frame ran {', '.join(kernels)}" if kernels else ""))
+        self.call, self.name, self.explanation, self.code = call, name, explanation, code
+        self.device = device
+        self.kernels = kernels
 
 
 class NoDeviceError(RxcudaError, RuntimeError):

@@ -4,36 +4,53 @@ Each event knows its update tier. The tiers, cheapest last:
 
 - ``STRUCTURE``: a block or connection added or removed, a kernel signature changed -> rebuild the graph
 - ``CODE``: a kernel's code changed with the same signature -> swap the function in the exec node
-- ``RECAPTURE``: a library call's non-device parameters changed -> capture it again
+- ``RECAPTURE``: a library call's host parameter changed, or an array it reads was rebound -> capture it
+  again (the engine decides this when it applies a parameter or a rebind: no event asks for it)
 - ``PARAMETERS``: a scalar value, a rebound buffer, a launch geometry -> patch the exec node's arguments
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
 from ._describe import KernelCode, Launch, PortRef
 
 
-class Tier(enum.IntEnum):
-    """Update tiers; a higher value wins and subsumes lower ones."""
+class Tier(enum.StrEnum):
+    """Update tiers, highest first: a higher one wins and subsumes the lower ones (``rank``).
 
-    PARAMETERS = 0
-    RECAPTURE = 1
-    CODE = 2
-    STRUCTURE = 3
+    A tier is its name as a string too: ``Frame.tiers == ("parameters",)`` holds, and a tuple of tiers
+    prints as ``('structure',)``.
+    """
+
+    STRUCTURE = "structure"
+    CODE = "code"
+    RECAPTURE = "recapture"
+    PARAMETERS = "parameters"
+
+    @property
+    def rank(self) -> int:
+        """3 for STRUCTURE down to 0 for PARAMETERS."""
+        return _RANK[self]
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
 
-@attrs.frozen
-class ParameterChanged:
-    """A block's scalar parameter got a new value."""
+_RANK = {Tier.STRUCTURE: 3, Tier.CODE: 2, Tier.RECAPTURE: 1, Tier.PARAMETERS: 0}
+TIERS = tuple(Tier)  # highest first: the order an update plan is applied in
+
+
+class ParameterChanged(NamedTuple):
+    """A block's scalar parameter got a new value (a named tuple: the hottest event there is)."""
 
     block: int
     name: str
     value: Any
+
     tier = Tier.PARAMETERS
 
 
@@ -55,15 +72,6 @@ class LaunchChanged:
     kernel: str
     launch: Launch
     tier = Tier.PARAMETERS
-
-
-@attrs.frozen
-class RecaptureRequested:
-    """A library call must be captured again (its plan-level parameters changed)."""
-
-    block: int
-    call: str
-    tier = Tier.RECAPTURE
 
 
 @attrs.frozen
@@ -123,7 +131,7 @@ class FileChanged:
 
 
 ChangeEvent = (
-    ParameterChanged | PortRebound | LaunchChanged | RecaptureRequested | CodeChanged | BlockAdded
+    ParameterChanged | PortRebound | LaunchChanged | CodeChanged | BlockAdded
     | BlockRemoved | BlockChanged | Connected | Disconnected
 )
 STRUCTURE_EVENTS = (BlockAdded, BlockRemoved, BlockChanged, Connected, Disconnected)

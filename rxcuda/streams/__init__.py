@@ -17,15 +17,16 @@ from ..model._events import (
     LaunchChanged,
     ParameterChanged,
     PortRebound,
-    RecaptureRequested,
     Tier,
 )
 from ._bind import bind_parameter
+from ._broadcast import Broadcast
 from ._coalesce import PendingPlan, UpdatePlan
 from ._files import DEFAULT_PATTERNS, watch_files
 from ._operators import coalesce_into, debounce_by_content, file_digest, sample_every
 
 __all__ = [
+    "Broadcast",
     "DEFAULT_PATTERNS",
     "BlockAdded",
     "BlockChanged",
@@ -39,7 +40,6 @@ __all__ = [
     "ParameterChanged",
     "PendingPlan",
     "PortRebound",
-    "RecaptureRequested",
     "Tier",
     "UpdatePlan",
     "bind_parameter",

@@ -1,5 +1,9 @@
 """Coalescing change events into one pending update plan, drained by the scheduler once per frame.
 
+The pending plan is the one change path: blocks and the engine hand it every change (a parameter value
+without any event object), it folds the change in O(1) under one lock on the producer's thread, and -- only
+when someone subscribed -- publishes the typed event on :attr:`PendingPlan.changes`.
+
 Rules (tested in tests/unit/test_coalesce.py):
 
 1. Latest value wins per key: a parameter (block, name), a port binding (block, port), a launch
@@ -21,6 +25,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import attrs
+from reactivex import Observable
+from reactivex import operators as ops
 
 from ..model._describe import KernelCode, Launch
 from ..model._events import (
@@ -30,9 +36,9 @@ from ..model._events import (
     LaunchChanged,
     ParameterChanged,
     PortRebound,
-    RecaptureRequested,
     Tier,
 )
+from ._broadcast import Broadcast
 
 
 @attrs.frozen(eq=False)
@@ -41,7 +47,6 @@ class UpdatePlan:
 
     structure: tuple = ()
     code: dict[tuple[int, str], KernelCode] = attrs.field(factory=dict)
-    recapture: dict[tuple[int, str], None] = attrs.field(factory=dict)
     params: dict[tuple[int, str], Any] = attrs.field(factory=dict)
     rebinds: dict[tuple[int, str], Any] = attrs.field(factory=dict)
     launches: dict[tuple[int, str], Launch] = attrs.field(factory=dict)
@@ -49,22 +54,16 @@ class UpdatePlan:
 
     @property
     def tiers(self) -> tuple[Tier, ...]:
-        """Tiers present, highest first (the order the scheduler applies them)."""
+        """Tiers present, highest first (the order the scheduler applies them). A parameter of a library
+        call or a rebound array it reads turns into a Recapture when applied: only the graph knows that."""
         present = []
         if self.structure:
             present.append(Tier.STRUCTURE)
         if self.code:
             present.append(Tier.CODE)
-        if self.recapture:
-            present.append(Tier.RECAPTURE)
         if self.params or self.rebinds or self.launches:
             present.append(Tier.PARAMETERS)
         return tuple(present)
-
-    @property
-    def top(self) -> Tier | None:
-        t = self.tiers
-        return t[0] if t else None
 
     def blocks(self) -> frozenset[int]:
         """Ids of the blocks this plan touches (structure events name theirs or their ports')."""
@@ -74,7 +73,7 @@ class UpdatePlan:
                 ids.add(ev.block)
             else:
                 ids.update((ev.src.block, ev.dst.block))
-        for d in (self.code, self.recapture, self.params, self.rebinds, self.launches):
+        for d in (self.code, self.params, self.rebinds, self.launches):
             ids.update(k[0] for k in d)
         return frozenset(ids)
 
@@ -83,16 +82,22 @@ class UpdatePlan:
 
 
 class PendingPlan:
-    """The fold target: producers ``add`` events from any thread; the engine thread ``drain``s."""
+    """The fold target: producers hand changes in from any thread; the engine thread drains them.
 
-    def __init__(self) -> None:
+    ``set_parameter`` is the hot path (no event object unless someone subscribed to ``changes``);
+    ``add`` takes any change event.
+    """
+
+    def __init__(self, on_subscriber_error=None) -> None:
         self._lock = threading.Lock()
+        # on_subscriber_error(err, event): where a failing subscriber of ``changes`` is reported (the
+        # change itself is folded first, so it is never lost); None lets the error reach the producer
+        self._changes = Broadcast(on_error=on_subscriber_error)
         self._reset()
 
     def _reset(self) -> None:
         self._structure: list = []
         self._code: dict = {}
-        self._recapture: dict = {}
         self._params: dict = {}
         self._rebinds: dict = {}
         self._launches: dict = {}
@@ -103,33 +108,39 @@ class PendingPlan:
         """True when something is pending. Read without the lock: a stale answer only delays a frame."""
         return self._count > 0
 
-    def add(self, event) -> None:
-        with self._lock:
-            self._fold(event)
-
-    def add_all(self, events: Iterable) -> None:
-        with self._lock:
-            for ev in events:
-                self._fold(ev)
-
-    def set_parameter(self, block: int, name: str, value) -> None:
-        """Fast path for the hottest event: no event object is allocated."""
-        with self._lock:
-            self._params[(block, name)] = value
-            self._count += 1
-
     @property
     def only_parameters(self) -> bool:
         """True when nothing but scalar values is pending (the hot path). Read without the lock."""
-        return not (self._structure or self._code or self._recapture or self._rebinds or self._launches)
+        return not (self._structure or self._code or self._rebinds or self._launches)
 
-    def take_parameters(self) -> dict:
-        """Drain when only parameter values are pending: no plan object, one dict swap."""
+    @property
+    def structure_pending(self) -> bool:
+        """True when a structure change waits for the next rebuild. Read without the lock."""
+        return bool(self._structure)
+
+    # -- producers (any thread) ----------------------------------------------------------------------
+    def set_parameter(self, block: int, name: str, value) -> None:
+        """The hottest change there is: one dict store under the lock, no event object."""
         with self._lock:
-            params = self._params
-            self._params = {}
-            self._count = 0
-        return params
+            self._params[(block, name)] = value
+            self._count += 1
+        if self._changes.observers:
+            self._changes.publish(ParameterChanged(block, name, value))
+
+    def add(self, event) -> None:
+        with self._lock:
+            self._fold(event)
+        if self._changes.observers:
+            self._changes.publish(event)
+
+    def add_all(self, events: Iterable) -> None:
+        events = list(events)
+        with self._lock:
+            for ev in events:
+                self._fold(ev)
+        if self._changes.observers:
+            for ev in events:
+                self._changes.publish(ev)
 
     def _fold(self, ev) -> None:
         self._count += 1
@@ -142,17 +153,24 @@ class PendingPlan:
             self._launches[(ev.block, ev.kernel)] = ev.launch
         elif t is CodeChanged:
             self._code[(ev.block, ev.kernel)] = ev.code
-        elif t is RecaptureRequested:
-            self._recapture[(ev.block, ev.call)] = None
         elif isinstance(ev, STRUCTURE_EVENTS):
             self._structure.append(ev)
             if t is BlockRemoved:
-                for d in (self._code, self._recapture, self._params, self._rebinds, self._launches):
+                for d in (self._code, self._params, self._rebinds, self._launches):
                     for key in [k for k in d if k[0] == ev.block]:
                         del d[key]
         else:
             self._count -= 1
             raise TypeError(f"not a change event: {ev!r}")
+
+    # -- the engine thread ---------------------------------------------------------------------------
+    def take_parameters(self) -> dict:
+        """Drain when only parameter values are pending: no plan object, one dict swap."""
+        with self._lock:
+            params = self._params
+            self._params = {}
+            self._count = 0
+        return params
 
     def drain(self) -> UpdatePlan | None:
         """Take everything pending as one plan (None when nothing is), leaving the pending plan empty."""
@@ -162,7 +180,6 @@ class PendingPlan:
             plan = UpdatePlan(
                 structure=tuple(self._structure),
                 code=self._code,
-                recapture=self._recapture,
                 params=self._params,
                 rebinds=self._rebinds,
                 launches=self._launches,
@@ -171,22 +188,14 @@ class PendingPlan:
             self._reset()
         return plan
 
-    def requeue(self, plan: UpdatePlan) -> None:
-        """Put a plan's lower tiers back in front of anything newer (used when a step must wait).
+    # -- what subscribers see ------------------------------------------------------------------------
+    @property
+    def changes(self) -> Observable:
+        """Every change event, on the thread that made it (read-only; completes on ``close``)."""
+        return self._changes
 
-        Newer values win over the requeued ones, as if the requeued events had arrived first.
-        """
-        with self._lock:
-            for mine, theirs in (
-                (self._code, plan.code),
-                (self._recapture, plan.recapture),
-                (self._params, plan.params),
-                (self._rebinds, plan.rebinds),
-                (self._launches, plan.launches),
-            ):
-                merged = dict(theirs)
-                merged.update(mine)
-                mine.clear()
-                mine.update(merged)
-            self._structure[:0] = plan.structure
-            self._count += plan.events
+    def of_type(self, *types) -> Observable:
+        return self._changes.pipe(ops.filter(lambda e: isinstance(e, types)))
+
+    def close(self) -> None:
+        self._changes.close()

@@ -19,7 +19,6 @@ from rxcuda.streams import (
     ParameterChanged,
     PendingPlan,
     PortRebound,
-    RecaptureRequested,
     Tier,
     UpdatePlan,
 )
@@ -69,14 +68,12 @@ def test_each_event_type_folds_into_its_table():
         PortRebound(1, "x", arr),
         LaunchChanged(1, "forces", launch),
         CodeChanged(1, "forces", kcode),
-        RecaptureRequested(2, "gemm"),
     ])
     plan = pending.drain()
     assert plan.rebinds == {(1, "x"): arr}
     assert plan.launches == {(1, "forces"): launch}
     assert plan.code == {(1, "forces"): kcode}
-    assert plan.recapture == {(2, "gemm"): None}
-    assert plan.events == 4
+    assert plan.events == 3
 
 
 def test_block_removed_drops_lower_tiers_of_that_block_only():
@@ -85,14 +82,13 @@ def test_block_removed_drops_lower_tiers_of_that_block_only():
         ParameterChanged(1, "gravity", 9.8),
         ParameterChanged(2, "gain", 0.5),
         CodeChanged(1, "forces", code()),
-        RecaptureRequested(1, "gemm"),
         LaunchChanged(1, "forces", Launch(grid=2)),
         PortRebound(1, "x", object()),
         BlockRemoved(1, "forces"),
     ])
     plan = pending.drain()
     assert plan.params == {(2, "gain"): 0.5}
-    assert not (plan.code or plan.recapture or plan.launches or plan.rebinds)
+    assert not (plan.code or plan.launches or plan.rebinds)
     assert plan.structure == (BlockRemoved(1, "forces"),)
     assert plan.tiers == (Tier.STRUCTURE, Tier.PARAMETERS)
 
@@ -129,54 +125,23 @@ def test_drain_empties_and_returns_none_when_nothing_is_pending():
     assert plan.params == {(1, "a"): 1}
 
 
-def test_requeue_puts_old_entries_behind_newer_values():
-    pending = PendingPlan()
-    pending.set_parameter(1, "a", "old-a")
-    pending.set_parameter(1, "b", "old-b")
-    pending.add(Connected(PortRef(1, "out"), PortRef(2, "in")))
-    stalled = pending.drain()
-    pending.set_parameter(1, "b", "new-b")
-    pending.set_parameter(1, "c", "new-c")
-    pending.add(BlockAdded(3, "late"))
-    pending.requeue(stalled)
-    plan = pending.drain()
-    assert plan.params == {(1, "a"): "old-a", (1, "b"): "new-b", (1, "c"): "new-c"}
-    assert list(plan.params) == [(1, "a"), (1, "b"), (1, "c")]  # requeued keys come first
-    assert plan.structure == (Connected(PortRef(1, "out"), PortRef(2, "in")), BlockAdded(3, "late"))
-    assert plan.events == stalled.events + 3
-
-
-def test_requeue_into_an_empty_pending_plan_restores_it():
-    pending = PendingPlan()
-    kcode = code()
-    pending.add_all([CodeChanged(1, "forces", kcode), ParameterChanged(1, "g", 2)])
-    plan = pending.drain()
-    pending.requeue(plan)
-    assert pending.dirty
-    again = pending.drain()
-    assert again.code == {(1, "forces"): kcode}
-    assert again.params == {(1, "g"): 2}
-
-
 def test_update_plan_tiers_are_highest_first():
     plan = UpdatePlan(
         structure=(BlockAdded(1, "a"),),
         code={(1, "k"): code()},
-        recapture={(1, "gemm"): None},
         params={(1, "g"): 1},
-        events=4,
+        events=3,
     )
-    assert plan.tiers == (Tier.STRUCTURE, Tier.CODE, Tier.RECAPTURE, Tier.PARAMETERS)
-    assert plan.top is Tier.STRUCTURE
+    assert plan.tiers == (Tier.STRUCTURE, Tier.CODE, Tier.PARAMETERS)
     assert UpdatePlan(launches={(1, "k"): Launch(grid=1)}, events=1).tiers == (Tier.PARAMETERS,)
-    assert UpdatePlan(rebinds={(1, "x"): object()}, events=1).top is Tier.PARAMETERS
+    assert UpdatePlan(rebinds={(1, "x"): object()}, events=1).tiers == (Tier.PARAMETERS,)
     empty = UpdatePlan()
-    assert empty.tiers == () and empty.top is None and not empty
+    assert empty.tiers == () and not empty
 
 
 def test_tier_order_matches_the_design():
-    assert Tier.STRUCTURE > Tier.CODE > Tier.RECAPTURE > Tier.PARAMETERS
-    assert sorted(Tier, reverse=True) == [Tier.STRUCTURE, Tier.CODE, Tier.RECAPTURE, Tier.PARAMETERS]
+    assert [t.rank for t in (Tier.STRUCTURE, Tier.CODE, Tier.RECAPTURE, Tier.PARAMETERS)] == [3, 2, 1, 0]
+    assert sorted(Tier, key=lambda t: -t.rank) == [Tier.STRUCTURE, Tier.CODE, Tier.RECAPTURE, Tier.PARAMETERS]
     assert ParameterChanged(1, "g", 1).tier is Tier.PARAMETERS
     assert CodeChanged(1, "k", code()).tier is Tier.CODE
     assert BlockRemoved(1, "b").tier is Tier.STRUCTURE
@@ -186,7 +151,7 @@ def test_plan_blocks_include_both_ends_of_a_connection():
     pending = PendingPlan()
     pending.add(Connected(PortRef(4, "out"), PortRef(5, "in")))
     pending.set_parameter(7, "g", 1)
-    pending.add(RecaptureRequested(8, "fft"))
+    pending.add(LaunchChanged(8, "fft", Launch(grid=1)))
     assert pending.drain().blocks() == frozenset({4, 5, 7, 8})
 
 
@@ -240,3 +205,46 @@ def test_eight_producer_threads_last_value_per_parameter_wins():
     expected = {(b, f"p{p}"): v for b in range(threads_n) for p, v in last.items()}
     assert applied == expected
     assert applied_events == threads_n * per_thread
+
+
+def test_changes_are_published_only_to_subscribers_and_in_order():
+    pending = PendingPlan()
+    seen: list = []
+    pending.set_parameter(1, "a", 0.5)  # nobody listens: no event is made
+    sub = pending.changes.subscribe(seen.append)
+    pending.set_parameter(1, "a", 1.5)
+    pending.add(BlockAdded(2, "b"))
+    sub.dispose()
+    pending.set_parameter(1, "a", 2.5)
+    assert seen == [ParameterChanged(1, "a", 1.5), BlockAdded(2, "b")]
+    assert pending.drain().params == {(1, "a"): 2.5}
+
+
+def test_changes_is_read_only_and_completes_on_close():
+    pending = PendingPlan()
+    done: list = []
+    pending.changes.subscribe(on_completed=lambda: done.append(True))
+    assert not hasattr(pending.changes, "on_next")
+    pending.close()
+    assert done == [True]
+    late: list = []
+    pending.changes.subscribe(on_completed=lambda: late.append(True))  # subscribing after close completes at once
+    assert late == [True]
+
+
+def test_a_failing_subscriber_does_not_lose_the_change():
+    pending = PendingPlan()
+
+    def boom(_ev):
+        raise RuntimeError("subscriber bug")
+
+    pending.changes.subscribe(boom)
+    with pytest.raises(RuntimeError, match="subscriber bug"):
+        pending.set_parameter(1, "a", 1.0)  # the producer hears about it ...
+    assert pending.drain().params == {(1, "a"): 1.0}  # ... and the value is folded all the same
+
+
+def test_tiers_spell_as_strings():
+    assert Tier.STRUCTURE == "structure" and (Tier.PARAMETERS,) == ("parameters",)
+    assert repr((Tier.CODE,)) == "('code',)"
+    assert [t.rank for t in Tier] == [3, 2, 1, 0]

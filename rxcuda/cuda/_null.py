@@ -1,0 +1,286 @@
+"""A null driver: records every driver call the layer makes and succeeds, so the engine runs without a GPU.
+
+It computes nothing: device memory is never written and kernels never run. Tests use it to check the
+engine's *decisions* (which tier ran, which driver operations it chose, that a failed load keeps the last
+good graph) by reading :attr:`NullDriver.calls`, never numbers a kernel would have produced.
+
+>>> from rxcuda.cuda import NullDriver
+>>> api = NullDriver()
+>>> err, stream = api.cuStreamCreate(0)
+>>> int(err), api.count("cuStreamCreate")
+(0, 1)
+>>> api.fail("cuModuleLoadData", "CUDA_ERROR_INVALID_PTX")
+>>> api.cuModuleLoadData(b"")[0].name
+'CUDA_ERROR_INVALID_PTX'
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from collections import Counter
+from collections.abc import Callable
+
+from cuda.bindings import driver as _real
+
+_OK = _real.CUresult.CUDA_SUCCESS
+
+
+class NullDriver:
+    """Stands in for ``cuda.bindings.driver``: ``cu*`` functions succeed and are recorded in ``calls``.
+
+    Struct and enum types (``CUDA_KERNEL_NODE_PARAMS``, ``CUresult``, ...) are cuda.bindings' own: they need
+    no driver, so the layer builds exactly the structs it would hand a real one.
+
+    ``fail(name, error, times=1)`` makes the next ``times`` calls of ``name`` return ``error`` (a CUresult
+    or its name): that is how tests reach the error paths (a kernel the driver cannot load, a refused
+    exec update, a context lost to an illegal address).
+    """
+
+    def __init__(self, *, name: str = "Null Device", compute_capability: tuple[int, int] = (9, 0),
+                 devices: int = 1, total_memory: int = 80 << 30):
+        self.calls: list[tuple[str, tuple]] = []
+        self.name = name
+        self.compute_capability = compute_capability
+        self.devices = devices
+        self.total_memory = total_memory
+        self._failures: dict[str, list] = {}
+        self._ids = itertools.count(0x1000, 0x100)
+        self._counts: Counter[str] = Counter()
+        self._host: dict[int, object] = {}
+        self.live: dict[str, set[int]] = {}  # handle kind -> live handles (what a test can check for leaks)
+
+    # -- recording, failures ---------------------------------------------------------------------------
+    def fail(self, name: str, error="CUDA_ERROR_UNKNOWN", times: int = 1) -> None:
+        """Make the next ``times`` calls of ``name`` return ``error``."""
+        code = error if isinstance(error, _real.CUresult) else getattr(_real.CUresult, error)
+        self._failures.setdefault(name, []).extend([code] * times)
+
+    def count(self, name: str) -> int:
+        """How many times ``name`` was called (successfully or not)."""
+        return self._counts[name]
+
+    def names(self) -> list[str]:
+        """The names of the calls made, in order."""
+        return [n for n, _ in self.calls]
+
+    def since(self, mark: int) -> list[str]:
+        """Names of the calls made after ``mark`` (a previous ``len(api.calls)``)."""
+        return [n for n, _ in self.calls[mark:]]
+
+    def _call(self, name: str, args: tuple, result: Callable[[], tuple] | tuple = ()) -> tuple:
+        self.calls.append((name, args))
+        self._counts[name] += 1
+        pending = self._failures.get(name)
+        if pending:
+            code = pending.pop(0)
+            return (code,) + (None,) * (len(result) if isinstance(result, tuple) else 1)
+        values = result() if callable(result) else result
+        return (_OK,) + values
+
+    def _new(self, kind: str, cls):
+        h = next(self._ids)
+        if kind not in ("function", "node"):  # those die with their module or graph
+            self.live.setdefault(kind, set()).add(h)
+        return cls(h)
+
+    def leaks(self) -> dict[str, int]:
+        """Handles created and never destroyed, by kind (contexts, streams, events, memory, modules,
+        graphs, executable graphs)."""
+        return {k: len(v) for k, v in self.live.items() if v}
+
+    def _drop(self, kind: str, handle) -> None:
+        self.live.get(kind, set()).discard(int(handle))
+
+    def __getattr__(self, name: str):
+        if name.startswith("cu"):
+            raise AttributeError(f"the null driver does not implement {name}; add it to rxcuda/cuda/_null.py")
+        return getattr(_real, name)
+
+    # -- init, device, context -------------------------------------------------------------------------
+    def cuInit(self, flags):
+        return self._call("cuInit", (flags,))
+
+    def cuDriverGetVersion(self):
+        return self._call("cuDriverGetVersion", (), (13000,))
+
+    def cuDeviceGetCount(self):
+        return self._call("cuDeviceGetCount", (), (self.devices,))
+
+    def cuDeviceGet(self, ordinal):
+        return self._call("cuDeviceGet", (ordinal,), lambda: (_real.CUdevice(ordinal),))
+
+    def cuDeviceGetName(self, length, dev):
+        return self._call("cuDeviceGetName", (dev,), (self.name.encode() + b"\0",))
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        a = _real.CUdevice_attribute
+        value = {a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.compute_capability[0],
+                 a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.compute_capability[1],
+                 a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132}.get(attr, 0)
+        return self._call("cuDeviceGetAttribute", (attr, dev), (value,))
+
+    def cuDeviceTotalMem(self, dev):
+        return self._call("cuDeviceTotalMem", (dev,), (self.total_memory,))
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return self._call("cuDevicePrimaryCtxRetain", (dev,), lambda: (self._new("context", _real.CUcontext),))
+
+    def cuDevicePrimaryCtxRelease(self, dev):
+        self.live.get("context", set()).clear()
+        return self._call("cuDevicePrimaryCtxRelease", (dev,))
+
+    def cuCtxSetCurrent(self, ctx):
+        return self._call("cuCtxSetCurrent", (ctx,))
+
+    # -- streams and events ----------------------------------------------------------------------------
+    def cuStreamCreate(self, flags):
+        return self._call("cuStreamCreate", (flags,), lambda: (self._new("stream", _real.CUstream),))
+
+    def cuStreamDestroy(self, stream):
+        self._drop("stream", stream)
+        return self._call("cuStreamDestroy", (int(stream),))
+
+    def cuStreamSynchronize(self, stream):
+        return self._call("cuStreamSynchronize", (int(stream),))
+
+    def cuStreamQuery(self, stream):
+        return self._call("cuStreamQuery", (int(stream),))
+
+    def cuStreamWaitEvent(self, stream, event, flags):
+        return self._call("cuStreamWaitEvent", (int(stream), int(event), flags))
+
+    def cuEventCreate(self, flags):
+        return self._call("cuEventCreate", (flags,), lambda: (self._new("event", _real.CUevent),))
+
+    def cuEventDestroy(self, event):
+        self._drop("event", event)
+        return self._call("cuEventDestroy", (int(event),))
+
+    def cuEventRecord(self, event, stream):
+        return self._call("cuEventRecord", (int(event), int(stream)))
+
+    def cuEventQuery(self, event):
+        return self._call("cuEventQuery", (int(event),))
+
+    def cuEventSynchronize(self, event):
+        return self._call("cuEventSynchronize", (int(event),))
+
+    def cuEventElapsedTime(self, start, end):
+        return self._call("cuEventElapsedTime", (int(start), int(end)), (0.0,))
+
+    # -- memory ----------------------------------------------------------------------------------------
+    def cuMemAlloc(self, nbytes):
+        return self._call("cuMemAlloc", (nbytes,), lambda: (self._new("memory", _real.CUdeviceptr),))
+
+    def cuMemFree(self, ptr):
+        self._drop("memory", ptr)
+        return self._call("cuMemFree", (int(ptr),))
+
+    def cuMemHostAlloc(self, nbytes, flags):
+        # host memory is real (the layer reads and writes it through NumPy views), just not page-locked
+        def alloc():
+            buf = ctypes.create_string_buffer(max(int(nbytes), 1))
+            ptr = ctypes.addressof(buf)
+            self._host[ptr] = buf
+            self.live.setdefault("host", set()).add(ptr)
+            return (ptr,)
+
+        return self._call("cuMemHostAlloc", (nbytes, flags), alloc)
+
+    def cuMemFreeHost(self, ptr):
+        self._drop("host", ptr)
+        self._host.pop(int(ptr), None)
+        return self._call("cuMemFreeHost", (int(ptr),))
+
+    def cuMemsetD8(self, ptr, value, count):
+        return self._call("cuMemsetD8", (int(ptr), value, count))
+
+    def cuMemsetD8Async(self, ptr, value, count, stream):
+        return self._call("cuMemsetD8Async", (int(ptr), value, count, int(stream)))
+
+    def cuMemsetD32Async(self, ptr, value, count, stream):
+        return self._call("cuMemsetD32Async", (int(ptr), value, count, int(stream)))
+
+    def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
+        return self._call("cuMemcpyHtoDAsync", (int(dst), nbytes, int(stream)))
+
+    def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
+        return self._call("cuMemcpyDtoHAsync", (int(src), nbytes, int(stream)))
+
+    def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
+        return self._call("cuMemcpyDtoDAsync", (int(dst), int(src), nbytes, int(stream)))
+
+    # -- modules ---------------------------------------------------------------------------------------
+    def cuModuleLoadData(self, image):
+        return self._call("cuModuleLoadData", (len(image),), lambda: (self._new("module", _real.CUmodule),))
+
+    def cuModuleUnload(self, module):
+        self._drop("module", module)
+        return self._call("cuModuleUnload", (int(module),))
+
+    def cuModuleGetFunction(self, module, name):
+        return self._call("cuModuleGetFunction", (int(module), name), lambda: (self._new("function",
+                                                                                          _real.CUfunction),))
+
+    def cuFuncGetParamInfo(self, function, index):
+        # the null driver cannot read a kernel's real layout: it answers as a driver without this call does,
+        # and the module cache then trusts the description (see _modules._check_params)
+        self.calls.append(("cuFuncGetParamInfo", (int(function), index)))
+        self._counts["cuFuncGetParamInfo"] += 1
+        return (_real.CUresult.CUDA_ERROR_NOT_SUPPORTED, None, None)
+
+    def cuFuncSetAttribute(self, function, attr, value):
+        return self._call("cuFuncSetAttribute", (int(function), attr, value))
+
+    # -- graphs ----------------------------------------------------------------------------------------
+    def cuGraphCreate(self, flags):
+        return self._call("cuGraphCreate", (flags,), lambda: (self._new("graph", _real.CUgraph),))
+
+    def cuGraphDestroy(self, graph):
+        self._drop("graph", graph)
+        return self._call("cuGraphDestroy", (int(graph),))
+
+    def cuGraphAddKernelNode(self, graph, deps, n, params):
+        return self._call("cuGraphAddKernelNode", (int(graph), n), lambda: (self._new("node", _real.CUgraphNode),))
+
+    def cuGraphAddMemsetNode(self, graph, deps, n, params, ctx):
+        return self._call("cuGraphAddMemsetNode", (int(graph), n), lambda: (self._new("node", _real.CUgraphNode),))
+
+    def cuGraphAddChildGraphNode(self, graph, deps, n, child):
+        return self._call("cuGraphAddChildGraphNode", (int(graph), n),
+                          lambda: (self._new("node", _real.CUgraphNode),))
+
+    def cuGraphGetNodes(self, graph, count):
+        return self._call("cuGraphGetNodes", (int(graph), count), ([], 0))
+
+    def cuGraphInstantiate(self, graph, flags):
+        return self._call("cuGraphInstantiate", (int(graph), flags), lambda: (self._new("exec", _real.CUgraphExec),))
+
+    def cuGraphExecDestroy(self, graph_exec):
+        self._drop("exec", graph_exec)
+        return self._call("cuGraphExecDestroy", (int(graph_exec),))
+
+    def cuGraphExecUpdate(self, graph_exec, graph):
+        return self._call("cuGraphExecUpdate", (int(graph_exec), int(graph)), (None,))
+
+    def cuGraphLaunch(self, graph_exec, stream):
+        return self._call("cuGraphLaunch", (int(graph_exec), int(stream)))
+
+    def cuGraphExecKernelNodeSetParams(self, graph_exec, node, params):
+        return self._call("cuGraphExecKernelNodeSetParams", (int(graph_exec), int(node)))
+
+    def cuGraphExecMemsetNodeSetParams(self, graph_exec, node, params, ctx):
+        return self._call("cuGraphExecMemsetNodeSetParams", (int(graph_exec), int(node)))
+
+    def cuGraphExecChildGraphNodeSetParams(self, graph_exec, node, child):
+        return self._call("cuGraphExecChildGraphNodeSetParams", (int(graph_exec), int(node)))
+
+    def cuStreamBeginCapture(self, stream, mode):
+        return self._call("cuStreamBeginCapture", (int(stream), mode))
+
+    def cuStreamEndCapture(self, stream):
+        return self._call("cuStreamEndCapture", (int(stream),), lambda: (self._new("graph", _real.CUgraph),))
+
+    def __repr__(self) -> str:
+        return f"<NullDriver {len(self.calls)} calls>"

@@ -1,0 +1,174 @@
+"""The Structure tier: plan -> load -> allocate -> build (capturing library calls) -> instantiate or update.
+
+A new graph is swapped in only when every step succeeded; otherwise the last good graph keeps running and
+the failure is reported on the block it concerns. Port buffers are kept across rebuilds (keyed by port and
+size), and library state (handles, plans, workspaces) lives per block and call until the block leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..cuda._driver import check
+from ..cuda._graph import CompiledGraph, capture_graph
+from ..cuda._memory import DeviceBuffer
+from ..model import _dtypes
+from ..model._describe import CallSpec, CaptureArgs, PortRef
+from ..model._errors import KernelFileError
+from ..model._graphplan import BufferArg, CallNodePlan, KernelNodePlan
+from ._runtime import Runtime
+from .plan._plan import plan as make_plan
+
+
+class _BlockFailure(Exception):
+    """A step failed for a known block (its kernel would not load, say)."""
+
+    def __init__(self, block: int, error: Exception):
+        super().__init__(str(error))
+        self.block = block
+        self.error = error
+
+
+class Builder:
+    """Builds the pipeline into a compiled graph and owns what outlives one graph: port buffers, library
+    state, the code each node runs."""
+
+    def __init__(self, rt: Runtime, on_built: Callable[[], None]):
+        self.rt = rt
+        self._on_built = on_built  # e.g. upload host data written before its port had a buffer
+        self.buffers: dict[tuple, DeviceBuffer] = {}
+        self.library_state: dict[tuple, object] = {}
+        self.library_teardown: dict[tuple, Callable] = {}
+        self.node_code: dict[int, str] = {}  # node id -> code key in use (after code swaps)
+        self.rebuilds = 0
+        self.instantiations = 0
+
+    def build(self, raise_errors: bool = False) -> bool:
+        """Plan, load, allocate, build and instantiate (or update the running executable in place); swap in
+        only on success. Returns success."""
+        rt = self.rt
+        desc = rt.snapshot()
+        if not desc.blocks:
+            self.retire(None, {})
+            self.release_library_state(keep=set())
+            return True
+        acquired: list[DeviceBuffer] = []
+        new: CompiledGraph | None = None
+        try:
+            gp = make_plan(desc)
+            functions, node_code = {}, {}
+            for n in gp.nodes:
+                if isinstance(n, KernelNodePlan):
+                    spec = desc.block(n.block).desc.kernel(n.kernel)
+                    try:
+                        functions[n.code_key] = rt.modules.load(spec.code).function
+                    except KernelFileError as e:
+                        raise _BlockFailure(n.block, e) from e
+                    node_code[n.id] = n.code_key
+            pointers, buffers = {}, {}
+            for b in gp.buffers:
+                if b.kind == "external":
+                    pointers[b.id] = rt.bindings[PortRef(b.key[1], b.key[2])].ptr
+                    continue
+                key = (b.key, b.nbytes)
+                buf = self.buffers.get(key)
+                if buf is None:
+                    buf = rt.pool.acquire(b.nbytes, zero=True, stream=rt.stream)
+                    acquired.append(buf)
+                buffers[key] = buf
+                pointers[b.id] = buf.ptr
+            for (bid, name), sid in gp.device_scalars.items():
+                host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
+                DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)
+            new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
+                                api=rt.api)
+            if rt.graph is None or not new.adopt_exec(rt.graph):
+                new.instantiate()
+                self.instantiations += 1
+        except Exception as e:
+            if new is not None:
+                new.close()
+            for buf in acquired:
+                rt.pool.release(buf)
+            failure = e.block if isinstance(e, _BlockFailure) else None
+            err = e.error if isinstance(e, _BlockFailure) else e
+            block = rt.blocks.get(failure) if failure else rt.reporter.block_for(err)
+            rt.reporter.error(err, block, "rebuild")
+            if raise_errors:
+                raise err from None
+            return False
+        self.retire(new, buffers)
+        self.release_library_state(keep={b.id for b in desc.blocks})
+        self.node_code = node_code
+        rt.modules.prune(set(node_code.values()))
+        self.rebuilds += 1
+        built = {b.id for b in desc.blocks}
+        for b in rt.blocks.values():
+            if b.id in built:
+                b.state, b.message = "ok", ""
+        rt.reporter.refresh()
+        self._on_built()
+        return True
+
+    def retire(self, new: CompiledGraph | None, buffers: dict) -> None:
+        """Make ``new`` the running graph; free the old one and the buffers it alone used."""
+        rt = self.rt
+        old, rt.graph = rt.graph, new
+        if old is not None:
+            rt.synchronize()  # the old exec may be running; wait before its buffers go back to the pool
+            old.close()
+        for key, buf in self.buffers.items():
+            if key not in buffers:
+                rt.pool.release(buf)
+        self.buffers = buffers
+        if new is None:
+            self.node_code = {}
+            rt.modules.prune(set())
+
+    def release_library_state(self, keep: set[int]) -> None:
+        """Tear down handles/plans/workspaces of calls whose block left (the old graph is already retired)."""
+        for skey in [k for k in self.library_state if k[0] not in keep]:
+            state = self.library_state.pop(skey)
+            teardown = self.library_teardown.pop(skey, None)
+            if teardown is not None:
+                teardown(state)
+
+    def capture(self, node: CallNodePlan, pointers) -> tuple[object, CaptureArgs]:
+        """Capture one library call node with the current pointers and parameter values."""
+        rt = self.rt
+        block = rt.blocks[node.block]
+        spec: CallSpec = block.description.kernel(node.call)
+        # per block and call: two blocks never share a workspace; a rebuild reuses the handles
+        skey = (block.id, spec.name, spec.key)
+        if skey not in self.library_state:
+            self.library_state[skey] = spec.setup(rt.device.ordinal) if spec.setup else None
+            if spec.teardown:
+                self.library_teardown[skey] = spec.teardown
+        ptrs, values = {}, {}
+        for prm, arg in zip(spec.params, node.args, strict=True):
+            if isinstance(arg, BufferArg):
+                ptrs[prm.name] = pointers[arg.buffer]
+            else:
+                values[prm.name] = block.params[arg.name].value if arg.name else arg.value
+        args = CaptureArgs(int(rt.capture_stream), ptrs, values, self.library_state[skey])
+        prepare = getattr(spec, "prepare", None)
+        if prepare is not None:  # outside the capture: e.g. re-seeding a cuRAND generator
+            prepare(args)
+        return capture_graph(rt.capture_stream, spec.record, args, api=rt.api), args
+
+    def close(self) -> None:
+        """Free the graph, the buffers and the library state (the caller waited for the GPU)."""
+        self.retire(None, {})
+        self.release_library_state(keep=set())
+
+
+def write_device_scalar(rt: Runtime, buffer_id: int, value) -> None:
+    """A library scalar that lives in device memory (cuBLAS alpha/beta): one copy on the engine's stream."""
+    g = rt.graph
+    b = g.plan.buffers[buffer_id]
+    host = np.array([value], dtype=_dtypes.to_numpy(b.dtype))
+    # pageable HtoD is staged before the call returns, so `host` may go; stream order puts it before the launch
+    check(rt.api.cuMemcpyHtoDAsync(g.pointers[buffer_id], host.ctypes.data, host.nbytes, rt.stream),
+          "cuMemcpyHtoDAsync")

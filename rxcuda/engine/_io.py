@@ -1,0 +1,256 @@
+"""Data in and out of a running pipeline: write, read, count, array views, streamed inputs (feed), output
+taps (observe), and ordering after the user's own GPU work (wait).
+
+Everything here runs on the engine's thread (the facade routes calls there while ``run()`` drives the
+frames) and every copy goes on the engine's stream, ordered with the frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import reactivex
+from reactivex import Observable
+from reactivex.disposable import Disposable
+
+from ..cuda._driver import check
+from ..cuda._graph import CompiledGraph
+from ..cuda._memory import DeviceBuffer, as_cupy
+from ..model import _dtypes
+from ..model._describe import PortRef
+from ..model._errors import ValidationError
+from ..model._events import BlockChanged
+from ._ports import InputFeed, OutputTap
+from ._runtime import Runtime, quietly
+
+
+class DataIO:
+    def __init__(self, rt: Runtime, ensure_built: Callable[[], CompiledGraph], owner):
+        self.rt = rt
+        self._ensure_built = ensure_built
+        self._owner = owner  # kept alive by CuPy views of port buffers
+        self.staged: dict[PortRef, np.ndarray] = {}  # host data written before its port had a buffer
+        self.feeds: dict[PortRef, tuple[InputFeed, object]] = {}
+        self.taps: list[tuple[PortRef, OutputTap, object]] = []  # (port, tap, observer)
+
+    # -- write / read --------------------------------------------------------------------------------
+    def write(self, ref: PortRef, port, data) -> None:
+        rt = self.rt
+        spec = port.spec
+        arr = np.ascontiguousarray(data)
+        # check before anything changes: a rejected write must not make the input host-fed
+        if spec.dtype and arr.dtype != _dtypes.to_numpy(spec.dtype):
+            raise ValidationError(f"{port.block.name}.{port.name} takes {spec.dtype}, got {arr.dtype}; convert "
+                                  f"with .astype('{_dtypes.to_numpy(spec.dtype)}')", subject=port.block.name)
+        if arr.size > spec.count:
+            raise ValidationError(f"{arr.size} elements do not fit {port.block.name}.{port.name} "
+                                  f"({spec.count} elements)", subject=port.block.name)
+        with rt.lock:
+            newly_fed = (spec.direction == "in" and ref not in rt.fed and ref not in rt.bindings
+                         and not rt.is_connected(ref))
+            if newly_fed:
+                rt.fed.add(ref)
+        if newly_fed:
+            rt.pending.add(BlockChanged(ref.block, port.block.name, f"input {port.name} fed from the host"))
+        g = rt.graph
+        if g is None or rt.pending.structure_pending or ref not in g.plan.port_buffers:
+            # no buffer yet (or one about to change): upload right after the next successful build
+            self.staged[ref] = arr.copy()
+            return
+        bid = g.plan.port_buffers[ref]
+        DeviceBuffer(g.pointers[bid], g.plan.buffers[bid].nbytes, api=rt.api).upload(arr, rt.stream)
+
+    def upload_staged(self) -> None:
+        rt = self.rt
+        g = rt.graph
+        for ref, arr in list(self.staged.items()):
+            bid = g.plan.port_buffers.get(ref) if g else None
+            if bid is not None:
+                DeviceBuffer(g.pointers[bid], g.plan.buffers[bid].nbytes, api=rt.api).upload(arr, rt.stream)
+                del self.staged[ref]
+
+    def forget(self, ref: PortRef) -> None:
+        self.staged.pop(ref, None)
+
+    def port_buffer(self, ref: PortRef, port) -> tuple[int, int]:
+        g = self._ensure_built()
+        bid = g.plan.port_buffers.get(ref)
+        if bid is None:
+            raise RuntimeError(f"{port.block.name}.{port.name} is not in the running graph (its block failed to "
+                               "build?); see engine.diagnostics")
+        return bid, g.pointers[bid]
+
+    def read(self, ref: PortRef, port) -> np.ndarray:
+        rt = self.rt
+        bid, ptr = self.port_buffer(ref, port)
+        spec = port.spec
+        count = spec.count
+        if spec.counter is not None:
+            count = min(self.count(ref, port), spec.count)
+        out = np.empty(count, dtype=_dtypes.to_numpy(spec.dtype) if spec.dtype else np.uint8)
+        if count:
+            DeviceBuffer(ptr, out.nbytes, api=rt.api).download(out, rt.stream)
+        else:
+            rt.synchronize()
+        return out
+
+    def _counter(self, ref: PortRef, port) -> tuple[CompiledGraph, int]:
+        g = self._ensure_built()
+        cid = g.plan.counters.get(ref)
+        if cid is None:
+            raise ValueError(f"{port.block.name}.{port.name} is not an append output")
+        return g, cid
+
+    def count(self, ref: PortRef, port) -> int:
+        g, cid = self._counter(ref, port)
+        out = np.empty(1, np.uint32)
+        return int(DeviceBuffer(g.pointers[cid], 4, api=self.rt.api).download(out, self.rt.stream)[0])
+
+    def array(self, ref: PortRef, port):
+        bid, ptr = self.port_buffer(ref, port)
+        spec = port.spec
+        return as_cupy(ptr, self.rt.graph.plan.buffers[bid].nbytes, spec.dtype, (spec.count,), self._owner,
+                       self.rt.device.ordinal)
+
+    def counter_array(self, ref: PortRef, port):
+        g, cid = self._counter(ref, port)
+        return as_cupy(g.pointers[cid], 4, "u32", (1,), self._owner, self.rt.device.ordinal)
+
+    # -- ordering after the user's work ----------------------------------------------------------------
+    def wait(self, obj) -> None:
+        """The engine's stream waits for a stream's work so far, or for an event (no host wait)."""
+        rt = self.rt
+        api = rt.api
+        kind, handle = _stream_or_event(obj)
+        if kind == "stream":
+            ev = check(api.cuEventCreate(api.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+            try:
+                check(api.cuEventRecord(ev, handle), "cuEventRecord")
+                check(api.cuStreamWaitEvent(rt.stream, ev, 0), "cuStreamWaitEvent")
+            finally:
+                api.cuEventDestroy(ev)  # destroyed once the wait is done, as CUDA allows
+        else:
+            check(api.cuStreamWaitEvent(rt.stream, handle, 0), "cuStreamWaitEvent")
+
+    # -- feeds: an input from an Observable ---------------------------------------------------------
+    def feed(self, ref: PortRef, port, source, warn) -> Disposable:
+        rt = self.rt
+        spec = port.spec
+        if spec.direction != "in":
+            raise ValidationError(f"{port.block.name}.{port.name} is an output; feed() takes an input port",
+                                  subject=port.block.name)
+        feed = InputFeed(f"{port.block.name}.{port.name}", spec.dtype, spec.count, api=rt.api)
+        with rt.lock:
+            if ref in self.feeds:
+                raise ValueError(f"{port.block.name}.{port.name} is already fed by a stream; dispose that first")
+            if rt.is_connected(ref) or ref in rt.bindings:
+                raise ValidationError(f"{port.block.name}.{port.name} is connected or bound; a fed input needs "
+                                      "its own buffer", subject=port.block.name)
+            newly = ref not in rt.fed
+            rt.fed.add(ref)
+
+        def on_next(arr) -> None:
+            try:
+                feed.push(arr)
+            except (TypeError, ValueError) as e:
+                warn(feed.label, str(e), port.block)
+
+        sub = source.subscribe(on_next, lambda e: warn(feed.label, f"input stream failed: {e}", port.block))
+        self.feeds[ref] = (feed, sub)
+        if newly:
+            rt.pending.add(BlockChanged(ref.block, port.block.name, f"input {port.name} fed from a stream"))
+        return sub
+
+    def close_feed(self, ref: PortRef, gpu: Callable) -> None:
+        entry = self.feeds.pop(ref, None)
+        if entry is not None:
+            feed, sub = entry
+            sub.dispose()
+            gpu(feed.close)
+
+    def stage_feeds(self, g: CompiledGraph) -> None:
+        stream = self.rt.stream
+        for ref, (feed, _sub) in self.feeds.items():
+            if feed.dirty:
+                bid = g.plan.port_buffers.get(ref)
+                if bid is not None:
+                    feed.stage(g.pointers[bid], stream)
+
+    # -- taps: a port as an Observable ---------------------------------------------------------------
+    def observe(self, ref: PortRef, port, every: int, kind: str, gpu: Callable, closed: Callable[[], bool]
+                ) -> Observable:
+        if kind not in ("numpy", "cupy"):
+            raise ValueError(f"'kind' must be 'numpy' or 'cupy' (got {kind!r})")
+        if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
+            raise ValueError(f"'every' must be a positive int (got {every!r})")
+        spec = port.spec
+        api = self.rt.api
+
+        def subscribe(observer, scheduler=None):
+            if closed():
+                observer.on_completed()
+                return Disposable()
+            tap = OutputTap(observer.on_next, dtype=spec.dtype, count=spec.count, every=every,
+                            as_numpy=kind == "numpy", append=spec.counter is not None, api=api)
+            entry = (ref, tap, observer)
+            self.taps = self.taps + [entry]
+
+            def dispose() -> None:
+                self.taps = [t for t in self.taps if t is not entry]
+                tap.closed = True
+                if not closed():
+                    gpu(tap.close)
+
+            return Disposable(dispose)
+
+        return reactivex.create(subscribe)
+
+    def enqueue_taps(self, g: CompiledGraph, frame: int) -> None:
+        stream = self.rt.stream
+        for ref, tap, _obs in self.taps:
+            bid = g.plan.port_buffers.get(ref)
+            if bid is None:
+                continue
+            cid = g.plan.counters.get(ref)
+            tap.enqueue(frame, g.pointers[bid], g.pointers[cid] if cid is not None else None, stream)
+
+    def deliver_taps(self, synced: bool, warn) -> None:
+        rt = self.rt
+        for ref, tap, _obs in self.taps:
+            try:
+                tap.deliver(rt.stream, synced, self._owner, rt.device.ordinal)
+            except Exception as e:  # a subscriber's error must not stop the frames
+                block = rt.blocks.get(ref.block)
+                warn(f"observe {block.name if block else ref.block}.{ref.port}", str(e), block)
+
+    def close(self) -> None:
+        """Stop every feed and tap; taps' observers complete (the caller waited for the GPU)."""
+        for ref in list(self.feeds):
+            feed, sub = self.feeds.pop(ref)
+            sub.dispose()
+            quietly(feed.close)
+        taps, self.taps = self.taps, []
+        for _ref, tap, observer in taps:
+            quietly(tap.close)
+            quietly(observer.on_completed)
+
+
+
+def _stream_or_event(obj) -> tuple[str, int]:
+    """('stream' | 'event', raw handle) for the stream and event objects of CUDA Python libraries."""
+    if hasattr(obj, "__cuda_stream__"):
+        _version, handle = obj.__cuda_stream__()
+        return "stream", int(handle)
+    name = type(obj).__name__.lower()
+    if "event" in name:
+        for attr in ("ptr", "cuda_event", "handle"):
+            if hasattr(obj, attr):
+                return "event", int(getattr(obj, attr))
+    for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy.cuda.Stream, cuda.core Stream
+        if hasattr(obj, attr):
+            return "stream", int(getattr(obj, attr))
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return "stream", obj
+    raise TypeError(f"engine.wait takes a CUDA stream or event (CuPy, PyTorch, cuda.core, or an object with "
+                    f"__cuda_stream__); got {type(obj).__name__}")

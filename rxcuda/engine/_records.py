@@ -1,0 +1,112 @@
+"""What the engine tells its users: frames, applied updates and diagnostics, and the reporter that
+publishes diagnostics and keeps the blocks' states.
+
+``Frame`` and ``AppliedUpdate`` are named tuples: one is made per frame, on the frame path.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import NamedTuple
+
+import attrs
+
+from ..model._events import Tier
+from ..streams._broadcast import Broadcast
+
+log = logging.getLogger("rxcuda")
+
+
+class Frame(NamedTuple):
+    """What one tick did: its index, host time, tiers applied, the engine state after it, whether a graph
+    was launched, and its GPU time (with ``Engine(timing=True)`` and a frame that was waited for).
+
+    ``state`` is ``"ok"``, ``"error"`` (a block failed; the last good graph runs) or ``"idle"`` (no graph).
+    """
+
+    index: int
+    host_us: float
+    tiers: tuple[Tier, ...]
+    state: str
+    launched: bool
+    gpu_us: float | None = None
+
+
+class AppliedUpdate(NamedTuple):
+    """An update plan the scheduler applied: which tiers ran, for which blocks, and how long it took."""
+
+    frame: int
+    tiers: tuple[Tier, ...]
+    blocks: tuple[str, ...]
+    seconds: float
+    events: int
+
+
+@attrs.frozen
+class Diagnostic:
+    """An error or warning about a block, port or file, published instead of stopping the frames.
+
+    ``details`` carries structured extras, e.g. a compiler's (file, line, column, message) entries or the
+    planner's other problems.
+    """
+
+    severity: str
+    subject: str
+    message: str
+    frame: int
+    block: int | None = None
+    details: tuple = ()
+
+
+class Reporter:
+    """Publishes diagnostics (``stream``, ``log``), sets the state of the block concerned, and keeps the
+    engine's overall state ("ok" or "error")."""
+
+    def __init__(self, blocks: dict, frame) -> None:
+        self._blocks = blocks  # the engine's id -> Block registry (shared, not copied)
+        self._frame = frame  # () -> the current frame index
+        self.log: collections.deque[Diagnostic] = collections.deque(maxlen=1000)
+        self.stream = Broadcast(on_error=self._subscriber_failed)
+        self.state = "ok"
+
+    def block_for(self, err: Exception):
+        """The block an error names (``err.subject`` is 'block' or 'block.port'), if any."""
+        subject = getattr(err, "subject", None)
+        if not subject:
+            return None
+        for b in self._blocks.values():
+            if subject == b.name or subject.startswith(b.name + "."):
+                return b
+        return None
+
+    def error(self, err: Exception, block, what: str, *, keeps: str = "the last good graph keeps running"):
+        """Report a failed step: the block (if known) goes to "error", and a diagnostic is published."""
+        if block is not None:
+            block.state, block.message = "error", str(err)
+            self.state = "error"
+        subject = block.name if block else (getattr(err, "subject", None) or getattr(err, "path", None) or "engine")
+        details = tuple(getattr(err, "diagnostics", ())) + tuple(getattr(err, "problems", ()))
+        self.publish(Diagnostic("error", subject, f"{what} failed, {keeps}: {err}", self._frame(),
+                                block.id if block else None, details))
+
+    def warn(self, subject: str, message: str, block=None) -> None:
+        self.publish(Diagnostic("warning", subject, message, self._frame(), block.id if block else None))
+
+    def publish(self, d: Diagnostic) -> None:
+        self.log.append(d)
+        (log.error if d.severity == "error" else log.warning)("%s: %s", d.subject, d.message)
+        self.stream.publish(d)
+
+    def refresh(self) -> None:
+        self.state = "error" if any(b.state == "error" for b in self._blocks.values()) else "ok"
+
+    def _subscriber_failed(self, err: Exception, item) -> None:
+        # a diagnostics subscriber that raises cannot be told through diagnostics: log it
+        log.error("a subscriber of engine.diagnostics raised %s: %s", type(err).__name__, err)
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+__all__ = ["AppliedUpdate", "Diagnostic", "Frame", "Reporter"]

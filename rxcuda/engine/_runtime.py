@@ -1,0 +1,63 @@
+"""What the engine's verbs share: the device and its driver, streams, memory, modules, the model (blocks,
+connections, bindings, fed inputs) and the graph now running. One per engine; only data and small helpers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import attrs
+
+from ..cuda._device import Device
+from ..cuda._driver import check
+from ..cuda._fast import FastDriver
+from ..cuda._graph import CompiledGraph
+from ..cuda._memory import BufferPool, ExternalArray
+from ..cuda._modules import ModuleCache
+from ..model._describe import BlockEntry, Connection, ExternalBinding, PipelineDescription, PortRef
+from ..streams._coalesce import PendingPlan
+from ._records import Reporter
+
+
+@attrs.define(eq=False)
+class Runtime:
+    device: Device
+    api: object  # cuda.bindings' driver module, or a NullDriver
+    fast: FastDriver
+    stream: object  # the engine's CUstream (non-blocking); every copy, memset and frame goes on it
+    capture_stream: object  # library calls are captured here (never executed)
+    pool: BufferPool
+    modules: ModuleCache
+    pending: PendingPlan
+    reporter: Reporter
+    blocks: dict = attrs.field(factory=dict)  # id -> Block, in insertion order
+    connections: dict[PortRef, Connection] = attrs.field(factory=dict)  # by input port: one source each
+    bindings: dict[PortRef, ExternalArray] = attrs.field(factory=dict)
+    fed: set[PortRef] = attrs.field(factory=set)  # inputs the user fills with write() or feed()
+    graph: CompiledGraph | None = None
+    frame: int = 0
+    lock: threading.RLock = attrs.field(factory=threading.RLock)  # the model; never held while waiting
+
+    @property
+    def stream_h(self) -> int:
+        return int(self.stream)
+
+    def snapshot(self) -> PipelineDescription:
+        """The pipeline as pure data, as the planner sees it."""
+        with self.lock:
+            blocks = tuple(BlockEntry(b.id, b.description, b.values(), b.launches()) for b in self.blocks.values())
+            binds = {r: ExternalBinding(e.dtype, e.count) for r, e in self.bindings.items()}
+            return PipelineDescription(blocks, tuple(self.connections.values()), binds, frozenset(self.fed))
+
+    def is_connected(self, ref: PortRef) -> bool:
+        return ref in self.connections
+
+    def synchronize(self) -> None:
+        check(self.api.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+
+def quietly(fn) -> None:
+    """Run a release step, ignoring its failure: closing releases what it can and never raises over it."""
+    with contextlib.suppress(Exception):
+        fn()

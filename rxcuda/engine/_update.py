@@ -1,0 +1,184 @@
+"""Applying an update plan to the running graph: a table from tier to handler, highest tier first.
+
+- Structure: rebuild (``Builder.build``); when it succeeds it read every current value, so the lower tiers
+  are subsumed. When it fails, the lower tiers still reach the last good graph: nothing is lost.
+- Code: load the new module and swap the function in the exec node, keeping its arguments.
+- Parameters: the one path for values, rebound arrays and launch geometry. A value goes through the
+  compiled graph's patch table into its nodes' argument storage (one exec-node update per node); a
+  library scalar in device memory is one copy; a host scalar of a library call, or an array a library
+  call reads, recaptures that call node alone -- reported as the Recapture tier.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..model._describe import PortRef
+from ..model._events import Tier
+from ..streams._broadcast import Broadcast
+from ..streams._coalesce import UpdatePlan
+from ._build import Builder, write_device_scalar
+from ._records import AppliedUpdate
+from ._runtime import Runtime
+
+_PARAMETERS = (Tier.PARAMETERS,)
+
+
+class Updater:
+    """Applies what is pending before a frame. ``updates`` publishes one AppliedUpdate per applied plan."""
+
+    def __init__(self, rt: Runtime, builder: Builder):
+        self.rt = rt
+        self.builder = builder
+        self.updates = Broadcast(on_error=self._subscriber_failed)
+        self.recaptures = 0
+        self._handlers = {
+            Tier.STRUCTURE: self._structure,
+            Tier.CODE: self._code,
+            Tier.PARAMETERS: self._parameters,
+        }
+
+    # -- entry points --------------------------------------------------------------------------------
+    def apply_pending(self, raise_errors: bool = False) -> tuple[Tier, ...]:
+        """Apply everything pending. Values alone (the common case) skip the plan object."""
+        rt = self.rt
+        pending = rt.pending
+        g = rt.graph
+        if g is not None and pending.only_parameters:
+            t0 = time.perf_counter_ns()
+            params = pending.take_parameters()
+            tiers = self.apply_values(params)
+            if self.updates.observers:
+                self._notify(UpdatePlan(params=params, events=len(params)), tiers, t0)
+            return tiers
+        up = pending.drain()
+        return self.apply(up, raise_errors) if up else ()
+
+    def apply(self, up: UpdatePlan, raise_errors: bool = False) -> tuple[Tier, ...]:
+        """Apply a drained plan, highest tier first; returns the tiers that were applied."""
+        t0 = time.perf_counter_ns()
+        done: list[Tier] = []
+        tiers = up.tiers
+        if self.rt.graph is None and Tier.STRUCTURE not in tiers:
+            tiers = (Tier.STRUCTURE,) + tiers  # nothing runs yet: the first build reads every value
+        for tier in tiers:
+            result = self._handlers[tier](up, raise_errors)
+            done.extend(result)
+            if tier is Tier.STRUCTURE and result:
+                break  # the rebuild read every current value: the lower tiers are subsumed
+            if self.rt.graph is None:
+                break  # no graph to apply anything else to
+        out = tuple(dict.fromkeys(done))
+        self._notify(up, out, t0)
+        return out
+
+    # -- handlers: each returns the tiers it applied ----------------------------------------------
+    def _structure(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
+        return (Tier.STRUCTURE,) if self.builder.build(raise_errors) else ()
+
+    def _code(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
+        rt = self.rt
+        g = rt.graph
+        # new code for a block that is not in the running graph (its first build failed): rebuild it
+        if any(k not in g.plan.kernel_nodes and k[0] in rt.blocks for k in up.code):
+            return self._structure(up, raise_errors)
+        swapped = False
+        for (bid, kernel), code in up.code.items():
+            nid = g.plan.kernel_nodes.get((bid, kernel))
+            block = rt.blocks.get(bid)
+            if nid is None or block is None:
+                continue
+            try:
+                loaded = rt.modules.load(code)
+                g.set_function(nid, loaded.function)
+                g.flush()
+            except Exception as e:
+                g.discard(nid)
+                rt.reporter.error(e, block, "code swap")
+                if raise_errors:
+                    raise
+                continue
+            self.builder.node_code[nid] = code.key
+            rt.modules.prune(set(self.builder.node_code.values()))
+            block.state, block.message = "ok", ""
+            rt.reporter.refresh()
+            swapped = True
+        return (Tier.CODE,) if swapped else ()
+
+    def _parameters(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
+        return self.apply_values(up.params, up.rebinds, up.launches, raise_errors)
+
+    # -- the one Parameters path ---------------------------------------------------------------------
+    def apply_values(self, params: dict, rebinds: dict | None = None, launches: dict | None = None,
+                     raise_errors: bool = False) -> tuple[Tier, ...]:
+        g = self.rt.graph
+        if not (rebinds or launches) and len(params) == 1:
+            # the hot case: one value of kernel nodes only, each node updated at once
+            (key, value), = params.items()
+            targets = g.hot_views.get(key)
+            if targets is not None:
+                update = g.update_node
+                for nid, view in targets:
+                    view[0] = value
+                    update(nid)
+                return _PARAMETERS
+        p = g.plan
+        recapture: dict[int, None] = {}
+        patched = bool(launches)  # anything written into kernel/memset nodes or device memory
+        for key, value in params.items():
+            targets = g.scalar_views.get(key)
+            if targets is not None:
+                patched = True
+                for nid, view in targets:
+                    view[0] = value
+                    g.mark(nid)
+            sid = p.device_scalars.get(key)
+            if sid is not None:
+                patched = True
+                write_device_scalar(self.rt, sid, value)
+            for nid in p.recapture.get(key, ()):
+                recapture[nid] = None
+        for (bid, port), ext in (rebinds or {}).items():
+            buf = p.port_buffers.get(PortRef(bid, port))
+            if buf is not None and p.buffers[buf].kind == "external":
+                calls = g.set_buffer(buf, ext.ptr)
+                patched = patched or len(calls) < len(g.consumers.get(buf, ()))
+                recapture.update(dict.fromkeys(calls))
+        for (bid, kernel), launch in (launches or {}).items():
+            nid = p.kernel_nodes.get((bid, kernel))
+            if nid is not None:
+                g.set_launch(nid, launch)
+        g.flush()
+        done = [Tier.PARAMETERS] if patched or not recapture else []
+        if any([self._recapture(nid, raise_errors) for nid in recapture]):
+            done.insert(0, Tier.RECAPTURE)
+        return tuple(done)
+
+    def _recapture(self, nid: int, raise_errors: bool) -> bool:
+        rt = self.rt
+        g = rt.graph
+        block = rt.blocks.get(g.plan.nodes[nid].block)
+        try:
+            g.recapture(nid, self.builder.capture)
+        except Exception as e:
+            rt.reporter.error(e, block, "recapture")
+            if raise_errors:
+                raise
+            return False
+        self.recaptures += 1
+        return True
+
+    # -- reporting -----------------------------------------------------------------------------------
+    def _notify(self, up: UpdatePlan, done: tuple, t0: int) -> None:
+        if not self.updates.observers:
+            return
+        blocks = self.rt.blocks
+        names = tuple(sorted(blocks[b].name if b in blocks else f"#{b}" for b in up.blocks()))
+        self.updates.publish(AppliedUpdate(self.rt.frame + 1, done, names, (time.perf_counter_ns() - t0) / 1e9,
+                                           up.events))
+
+    def _subscriber_failed(self, err: Exception, item) -> None:
+        self.rt.reporter.warn("engine.updates", f"a subscriber raised {type(err).__name__}: {err}")
+
+    def close(self) -> None:
+        self.updates.close()
