@@ -7,6 +7,7 @@ the engine can run on it: no fake engine computes numbers here that a test then 
 from __future__ import annotations
 
 import argparse
+import ast
 import io
 import os
 import pathlib
@@ -257,6 +258,35 @@ def test_find_kernels_needs_all_three(tmp_path):
     (tmp_path / "vector_add.ptx").write_text("// stand-in")
     with pytest.raises(FileNotFoundError, match=r"scalar_mul.ptx.*are not in .*; pass --kernels DIR"):
         _cli.find_kernels(tmp_path)
+
+
+# -- only the command line prints --------------------------------------------------------------------------
+def printing_calls(path: pathlib.Path) -> list[tuple[str, int]]:
+    """(enclosing function, line) of each print() or sys.stdout/stderr.write() in a module."""
+    found = []
+
+    def visit(node: ast.AST, func: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else func
+            if isinstance(child, ast.Call):
+                f = child.func
+                if (isinstance(f, ast.Name) and f.id == "print") or (
+                        isinstance(f, ast.Attribute) and f.attr == "write" and isinstance(f.value, ast.Attribute)
+                        and f.value.attr in ("stdout", "stderr")):
+                    found.append((func, child.lineno))
+            visit(child, name)
+
+    visit(ast.parse(path.read_text()), "<module>")
+    return found
+
+
+def test_only_the_command_line_prints():
+    """Library code logs through logging.getLogger("rxcuda") (issue 8): print only in _cli.py and in the
+    commands other modules register with it (functions named _cmd_*)."""
+    offenders = [f"{path.relative_to(ROOT)}:{line} (in {func})"
+                 for path in sorted((ROOT / "rxcuda").rglob("*.py")) if path.name != "_cli.py"
+                 for func, line in printing_calls(path) if not func.startswith("_cmd_")]
+    assert not offenders, "print in library code; log through logging.getLogger('rxcuda'): " + ", ".join(offenders)
 
 
 # -- the optional command hook ----------------------------------------------------------------------------
