@@ -46,9 +46,9 @@ def parse(argv=None):
 
 def show_libs(ordinal: int) -> None:
     """Versions of the libraries behind nvmath's bindings and the files they were loaded from."""
-    from cuda.core import Device
+    from rxcuda.cuda._device import Device
 
-    Device(ordinal).set_current()
+    Device(ordinal)  # its primary context, current on this thread
     import nvmath
     from nvmath.bindings import cublas, cufft, curand, cusolver, cusparse
 
@@ -69,11 +69,11 @@ class Bench:
     def __init__(self, ordinal: int, repeat: int):
         import cupy as cp
         from cuda.bindings import driver as drv
-        from cuda.core import Device
+
+        from rxcuda.cuda._device import Device
 
         self.cp, self.drv = cp, drv
-        self.dev = Device(ordinal)
-        self.dev.set_current()
+        self.dev = Device(ordinal)  # the primary context, current on this thread, as the engine makes it
         self.ordinal = ordinal
         self.repeat = repeat
         self.stream = cp.cuda.Stream(non_blocking=True)
@@ -103,9 +103,8 @@ class Bench:
     def capture(self, spec, args):
         drv = self.drv
         mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        from rxcuda.libraries import prepare_for_capture
-
-        prepare_for_capture(spec, args)  # host work that must precede the capture (cuRAND re-seeding)
+        if getattr(spec, "prepare", None) is not None:
+            spec.prepare(args)  # host work that must precede the capture (cuRAND re-seeding)
         self.ok(drv.cuStreamBeginCapture(self.stream.ptr, mode))
         try:
             spec.record(args)
