@@ -190,7 +190,6 @@ class Resources:
 
     def __init__(self, device_ordinal: int):
         require_current(device_ordinal, "library call setup")
-        self.device = device_ordinal
         self.libs = DeviceLibraries.acquire(device_ordinal)
         self.pool = BufferPool()
         self.modules = ModuleCache()
