@@ -1,8 +1,8 @@
-"""The rxcuda command without a GPU: info, the planned demo pipeline, argument and error handling, and the
-demo's check against NumPy.
+"""The rxcuda command without a GPU: info, the planned demo pipeline, argument and error handling, the
+demo's check against NumPy, and the demo's run on the null driver.
 
-The demo's run (its flow and report) needs an engine; it is tested on the GPU, and on the null driver once
-the engine can run on it: no fake engine computes numbers here that a test then asserts."""
+The null driver computes nothing, so the demo's run is checked here for its flow and report (tiers, builds,
+segments, a failed build); its numbers are checked on the GPU (tests/gpu/test_cli_gpu.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import pytest
 
 import rxcuda
 from rxcuda import _cli
+from rxcuda.cuda import NullDriver
 from rxcuda.model._describe import PortRef
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -347,3 +348,43 @@ def test_check_frame_catches_a_wrong_count_and_wrong_values():
 def test_check_frame_catches_a_short_read():
     a, b, out, appended = frame_inputs()
     assert _cli.check_frame(a, b, 3.0, out[:-1], appended.size, appended)[0] == np.inf
+
+
+# -- the demo's run on the null driver: its flow and report, not its numbers -------------------------------
+def null_demo(frames: int, api: NullDriver | None = None) -> tuple[int, str]:
+    api = api or NullDriver()
+    out = io.StringIO()
+    code = _cli.run_demo(ROOT / "kernels", frames, 500, lambda: rxcuda.Engine(driver=api), out)
+    assert api.leaks() == {}
+    return code, out.getvalue()
+
+
+def test_demo_run_builds_once_and_takes_the_parameters_tier_for_each_scale():
+    _, text = null_demo(120)
+    assert text.startswith("rxcuda demo on Null Device: vector_add -> scalar_mul -> append_above(> 2.0), 500 "
+                           "elements, 120 frames, scale changes every 50 frames\n")
+    segments = [ln for ln in text.splitlines() if ln.startswith("  frames")]
+    assert [ln.split(":")[0] for ln in segments] == [
+        "  frames    0-49   scale    3.0", "  frames   50-99   scale    0.5", "  frames  100-119  scale   -2.0"]
+    assert "2 hot updates applied through: parameters; graph builds in all: 1" in text
+
+
+def test_demo_run_reports_what_disagrees_with_numpy():
+    code, text = null_demo(60)  # the null driver runs no kernel: the check must fail, and say so
+    assert code == 1 and text.rstrip().endswith("FAILED: 2 check(s) disagree with NumPy")
+    assert "scalar_mul.out differs from NumPy" in text and "append counts not all checked" in text
+
+
+def test_demo_run_single_frame():
+    _, text = null_demo(1)
+    assert "  frames    0-0 " in text and "median n/a" in text and "hot updates" not in text
+
+
+def test_demo_run_reports_a_failed_build():
+    api = NullDriver()
+    api.fail("cuModuleLoadData", "CUDA_ERROR_INVALID_PTX", times=10)
+    code, text = null_demo(10, api)
+    assert code == 1
+    assert text.splitlines()[-1].startswith("the pipeline did not build: rebuild failed, the last good graph keeps "
+                                            "running: ")
+    assert "CUDA_ERROR_INVALID_PTX" in text
