@@ -18,8 +18,12 @@ if [[ $what == all || $what == examples ]]; then
      echo "== examples/$ex"; timeout 60 python3 "$OLDPWD/examples/${ex%% *}.py" ${ex#* } 2>&1 | tail -12
    done) | tee "$OUT/examples.log"
 fi
+if [[ $what == all || $what == baseline ]] && [[ -d .old ]]; then
+  # the commit before the redesign (git archive fa59cae into .old/, carried): bench/frame.py beside the new one
+  (cd .old && PYTHONPATH=/tmp/site:$PWD timeout 200 python3 bench/frame.py 2>&1) | tee "$OUT/bench-frame-old.log" | tail -16
+fi
 if [[ $what == all || $what == bench ]]; then
-  for b in ${BENCHES:-frame streams libraries compile generated}; do
+  for b in ${BENCHES:-frame streams scale libraries compile generated}; do
     [[ -f bench/$b.py ]] || continue
     timeout 200 python3 bench/$b.py 2>&1 | tee "$OUT/bench-$b.log" | tail -30
   done

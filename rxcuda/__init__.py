@@ -8,7 +8,8 @@ graph and launches it every frame; every change is applied with the cheapest leg
 >>> add = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024))
 
 Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (cuBLAS, cuFFT, cuRAND,
-cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators).
+cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators), ``rxcuda.lowlevel``
+(the pipeline as data: descriptions and the planner).
 """
 
 import logging as _logging
@@ -24,9 +25,12 @@ from .model._errors import (
     CudaError,
     DeviceLostError,
     EngineClosedError,
+    ForeignBlockError,
     KernelFileError,
     NoDeviceError,
+    NotAPortError,
     RxcudaError,
+    UnknownPortError,
     ValidationError,
 )
 from .model._events import Tier
@@ -54,6 +58,7 @@ __all__ = [
     "Engine",
     "EngineClosedError",
     "EngineStream",
+    "ForeignBlockError",
     "Frame",
     "GraphPlan",
     "In",
@@ -64,11 +69,13 @@ __all__ = [
     "KernelSignature",
     "Launch",
     "NoDeviceError",
+    "NotAPortError",
     "Out",
     "Parameter",
     "PortHandle",
     "RxcudaError",
     "Tier",
+    "UnknownPortError",
     "ValidationError",
     "compile_cuda",
     "compose",

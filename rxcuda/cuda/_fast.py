@@ -16,6 +16,7 @@ releases the GIL); the real-driver case says so once in the log.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import time
 
@@ -72,6 +73,19 @@ class FastDriver:
                else self.api.cuGraphExecKernelNodeSetParams(graph_exec, node, params)[0])
         if err:
             _raise(err, "cuGraphExecKernelNodeSetParams")
+
+    def node_updater(self, graph_exec: int, node: int, params_ptr: int, params):
+        """A zero-argument callable applying one kernel node's staged parameters; returns the CUresult as an
+        int. Bound once per graph, so the hot path is one call (``raise_for`` turns a non-zero result into
+        the CudaError)."""
+        if self.native:
+            return functools.partial(self._set_params, graph_exec, node, params_ptr)
+        api = self.api
+        return lambda: int(api.cuGraphExecKernelNodeSetParams(graph_exec, node, params)[0])
+
+    @staticmethod
+    def raise_for(err: int, call: str = "cuGraphExecKernelNodeSetParams") -> None:
+        _raise(err, call)
 
     def record(self, event: int, stream: int) -> None:
         err = self._record(event, stream) if self.native else self.api.cuEventRecord(event, stream)[0]

@@ -178,9 +178,9 @@ class CompiledGraph:
         # (block, parameter) -> ((node id, typed view into the node's argument storage), ...)
         self.scalar_views: dict[tuple[int, str], tuple] = {
             key: tuple((nid, self.nodes[nid].views[arg]) for nid, arg in slots) for key, slots in plan.slots.items()}
-        # the hot case: keys that only kernel nodes use (no device scalar, no recapture)
-        self.hot_views = {k: v for k, v in self.scalar_views.items()
-                          if k not in plan.device_scalars and k not in plan.recapture}
+        # the hot case: keys that only kernel nodes use (no device scalar, no recapture) -> ((typed view,
+        # bound exec-node update), ...), bound once the executable graph exists (see _arm)
+        self.hot: dict[tuple[int, str], tuple] = {}
         # buffer id -> the nodes that use it: what a rebound array must reach
         self.consumers: dict[int, list[int]] = {}
         for node in self.nodes:
@@ -197,6 +197,16 @@ class CompiledGraph:
             self._destroy_graphs()
             raise
         self._exec_h = int(self.exec)
+        self._arm()
+
+    def _arm(self) -> None:
+        """Bind the hot path's exec-node updates to this executable graph."""
+        plan, fast, exec_h = self.plan, self.fast, self._exec_h
+        self.hot = {
+            key: tuple((view, fast.node_updater(exec_h, self.nodes[nid].handle_int, self.nodes[nid].params_ptr,
+                                                self.nodes[nid].params)) for nid, view in targets)
+            for key, targets in self.scalar_views.items()
+            if key not in plan.device_scalars and key not in plan.recapture}
 
     def adopt_exec(self, old: CompiledGraph) -> bool:
         """Take over ``old``'s executable graph through cuGraphExecUpdate when the topology is the same.
@@ -219,6 +229,7 @@ class CompiledGraph:
         self.graph, old.graph = old.graph, None
         self.exec, old.exec = old.exec, None
         self._exec_h = int(self.exec)
+        self._arm()
         return True
 
     # -- per frame -------------------------------------------------------------------------------------

@@ -450,6 +450,11 @@ class Engine:
         return g.plan if g else None
 
     @property
+    def memory(self):
+        """The buffer pool's statistics: allocations, reuses, buffers in use, bytes reserved and at peak."""
+        return self._rt.pool.stats
+
+    @property
     def rebuilds(self) -> int:
         """Successful Structure-tier rebuilds so far."""
         return self._builder.rebuilds

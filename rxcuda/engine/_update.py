@@ -45,11 +45,16 @@ class Updater:
         pending = rt.pending
         g = rt.graph
         if g is not None and pending.only_parameters:
+            if not self.updates.observers:
+                return self.apply_values(pending.take_parameters())
             t0 = time.perf_counter_ns()
+            events = pending._count
             params = pending.take_parameters()
             tiers = self.apply_values(params)
-            if self.updates.observers:
-                self._notify(UpdatePlan(params=params, events=len(params)), tiers, t0)
+            blocks = rt.blocks
+            names = tuple(sorted({blocks[b].name for b, _ in params if b in blocks}))
+            self.updates.publish(AppliedUpdate(rt.frame + 1, tiers, names, (time.perf_counter_ns() - t0) / 1e9,
+                                               events))
             return tiers
         up = pending.drain()
         return self.apply(up, raise_errors) if up else ()
@@ -115,12 +120,13 @@ class Updater:
         if not (rebinds or launches) and len(params) == 1:
             # the hot case: one value of kernel nodes only, each node updated at once
             (key, value), = params.items()
-            targets = g.hot_views.get(key)
+            targets = g.hot.get(key)
             if targets is not None:
-                update = g.update_node
-                for nid, view in targets:
+                for view, update in targets:
                     view[0] = value
-                    update(nid)
+                    err = update()
+                    if err:
+                        g.fast.raise_for(err)
                 return _PARAMETERS
         p = g.plan
         recapture: dict[int, None] = {}

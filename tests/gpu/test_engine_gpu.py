@@ -189,11 +189,11 @@ def test_add_block_rebuilds_and_remove_leaves_nothing_compiled(engine, rng, kern
     assert "structure" in f.tiers
     np.testing.assert_allclose(engine.read(mul["out"]), (a + b) * -2, rtol=1e-6)
     mul_key = mul.description.kernels[0].code.key
-    assert mul_key in engine._modules
+    assert mul_key in engine._rt.modules
     engine.remove(mul)
     engine.tick()
     assert len(engine.plan.nodes) == 1
-    assert mul_key not in engine._modules
+    assert mul_key not in engine._rt.modules
     np.testing.assert_allclose(engine.read(add["out"]), a + b, rtol=1e-6)
 
 
@@ -382,7 +382,7 @@ def test_buffers_survive_rebuild_and_pool_reuses(engine, rng, kernels):
     again = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=n))
     engine.connect(add["out"], again["x"])
     engine.tick()
-    assert engine._pool.stats.reuses >= 1
+    assert engine.memory.reuses >= 1
 
 
 def test_engine_summary_and_close(kernels):
