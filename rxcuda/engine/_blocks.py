@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -26,12 +27,14 @@ from ..model._describe import (
     KernelSpec,
     Launch,
     Pin,
+    PortRef,
     PortSpec,
     ScalarSpec,
+    check_block_size,
     check_dtype,
     step_params,
 )
-from ..model._errors import ValidationError
+from ..model._errors import ForeignBlockError, NotAPortError, ValidationError
 
 _ids = itertools.count(1)
 
@@ -57,44 +60,99 @@ class PortHandle:
         return f"<port {self.block.name}.{self.name}>"
 
 
+# Largest finite value of each float type a parameter may hold (bf16 travels as 16-bit words).
+_FLOAT_MAX = {"f16": 65504.0, "f32": float(np.finfo(np.float32).max), "f64": sys.float_info.max,
+              "bf16": 3.3895313892515355e38}
+
+
+def _value_check(param: Parameter, dtype: str):
+    """The function that checks and converts a value for a parameter of ``dtype``, built once per parameter
+    so the setter (the hottest call a user makes) pays one call and, for the usual Python number, two
+    comparisons. The rule, for every type:
+
+    - integer types take Python and NumPy integers within their range (not bool, float or str);
+    - float types take Python and NumPy ints and floats that are finite and within their range
+      (f16 ±65504, f32 ±3.4028235e38, f64 finite; not bool or str).
+
+    Anything else raises TypeError (the wrong kind of value) or ValueError (out of range), naming the
+    parameter, its type and the value.
+    """
+    def where() -> str:  # read when raising: an engine may rename the block after the check was made
+        return f"{param._block.name}.{param.name}"
+
+    kind = "f" if dtype == "bf16" else _dtypes.to_numpy(dtype).kind
+    if kind == "f":
+        hi = _FLOAT_MAX[dtype]
+        lo = -hi
+
+        def check_float(v):
+            if type(v) is float and lo <= v <= hi:  # NaN and inf fail the comparison
+                return v
+            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
+                try:
+                    f = float(v)
+                except OverflowError:  # an int beyond any float
+                    f = math.inf
+                if lo <= f <= hi:
+                    return f
+                raise ValueError(f"{where()} ({dtype}) takes a finite number within [{lo:.8g}, {hi:.8g}] "
+                                 f"(got {v!r})")
+            raise TypeError(f"{where()} ({dtype}) takes a number: a Python or NumPy int or float "
+                            f"(got {v!r}, a {type(v).__name__})")
+
+        return check_float
+    if kind not in "iu":
+        raise TypeError(f"{where()}: a parameter of type {dtype} is not supported; use an integer or float type")
+    info = np.iinfo(_dtypes.to_numpy(dtype))
+    ilo, ihi = int(info.min), int(info.max)
+
+    def check_int(v):
+        if type(v) is int and ilo <= v <= ihi:
+            return v
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            i = int(v)
+            if ilo <= i <= ihi:
+                return i
+            raise ValueError(f"{where()} ({dtype}) must be within [{ilo}, {ihi}] (got {i})")
+        raise TypeError(f"{where()} ({dtype}) takes an integer: a Python or NumPy int "
+                        f"(got {v!r}, a {type(v).__name__})")
+
+    return check_int
+
+
+def resolve_port(port, blocks: Mapping[int, Block]) -> PortRef:
+    """The PortRef of ``port``, a port handle (``block["out"]``) of a block in ``blocks`` (id -> Block, an
+    engine's registry). Every failure is a ValidationError that is also the builtin it refines:
+    NotAPortError (a TypeError) for anything but a port, ForeignBlockError for a block not in ``blocks``,
+    UnknownPortError (a KeyError) for a port name the block does not declare."""
+    if not isinstance(port, PortHandle):
+        hint = "; name one of its ports, e.g. block['out']" if isinstance(port, Block) else ""
+        raise NotAPortError(f"expected a port such as block['out'] (got {port!r}){hint}")
+    block = port.block
+    if blocks.get(block.id) is not block:
+        raise ForeignBlockError(f"{block.name} is not in this engine; engine.add(block) first", subject=block.name)
+    block.description.port(port.name)  # UnknownPortError naming the ports
+    return PortRef(block.id, port.name)
+
+
 class Parameter:
     """A typed scalar of a block. Setting ``value`` schedules a hot update of the next frame.
+
+    Integer types take Python and NumPy integers within their range (not bool, float or str); float types
+    take Python and NumPy ints and floats that are finite and within their range (not bool or str). A value
+    that breaks the rule raises TypeError or ValueError and the parameter keeps its old value.
 
     >>> block.params["scale"].value = 0.5     # or block.set(scale=0.5)
     """
 
-    __slots__ = ("name", "dtype", "_value", "_block", "_np", "_is_float", "_lo", "_hi")
+    __slots__ = ("name", "dtype", "_value", "_block", "_check")
 
     def __init__(self, block: Block, name: str, dtype: str, value):
         self.name = name
         self.dtype = dtype
         self._block = block
-        self._np = _dtypes.to_numpy(dtype)
-        self._is_float = self._np.kind == "f"
-        if not self._is_float:
-            info = np.iinfo(self._np)
-            self._lo, self._hi = int(info.min), int(info.max)
-        self._value = self._coerce(value)
-
-    def _coerce(self, value):
-        if self._is_float:
-            if isinstance(value, (float, int)) and not isinstance(value, bool):
-                return float(value)
-            try:
-                return float(value)
-            except (TypeError, ValueError):
-                raise TypeError(f"{self._block.name}.{self.name} takes a number ({self.dtype}); "
-                                f"got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            else:
-                raise TypeError(f"{self._block.name}.{self.name} takes an integer ({self.dtype}); got {value!r}")
-        value = int(value)
-        if not self._lo <= value <= self._hi:
-            raise ValueError(f"{self._block.name}.{self.name} ({self.dtype}) must be within "
-                             f"[{self._lo}, {self._hi}] (got {value})")
-        return value
+        self._check = _value_check(self, dtype)
+        self._value = self._check(value)
 
     @property
     def value(self):
@@ -102,7 +160,7 @@ class Parameter:
 
     @value.setter
     def value(self, v) -> None:
-        v = self._coerce(v)
+        v = self._check(v)
         self._value = v
         sink = self._block._sink
         if sink is not None:
@@ -181,6 +239,8 @@ class Block:
         the default thread count. Scalars whose default is "size" get ``size``; keyword arguments set
         other defaults (``scale=3.0``).
         """
+        if block_size is not None:
+            check_block_size(block_size, "block_size")
         code = _load_code(source)
         b = BlockBuilder(name or code.entry, size=size)
         k = b.add_kernel(code, threads=threads, block=block_size)
@@ -240,7 +300,8 @@ class Block:
         return tuple(PortHandle(self, p.name) for p in self._desc.ports if p.direction == "out")
 
     def __getitem__(self, port: str) -> PortHandle:
-        self._desc.port(port)  # raises a KeyError naming the ports
+        """The port called ``port``; UnknownPortError (a ValidationError and a KeyError) names the ports."""
+        self._desc.port(port)
         return PortHandle(self, port)
 
     def launch(self, kernel: str | None = None) -> Launch:
@@ -424,6 +485,8 @@ class BlockBuilder:
                    block: int | tuple | None = None, shared_mem: int | None = None) -> KernelHandle:
         """Add a kernel (KernelCode or file path). Launch: ``grid`` x ``block``, or enough blocks to cover
         ``threads`` (default: the builder's size). Block size and shared memory default to the sidecar's."""
+        if isinstance(block, int):  # a tuple is checked by Launch
+            check_block_size(block, "block")
         code = _load_code(source)
         name = self._unique(name or code.entry)
         bs = block if block is not None else code.block_size

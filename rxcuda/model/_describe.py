@@ -6,6 +6,7 @@ layer builds that plan. Equality is structural, so "did the structure change?" i
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 from collections.abc import Mapping
@@ -14,19 +15,12 @@ from typing import Literal
 import attrs
 
 from . import _dtypes
+from ._errors import UnknownPortError
 
 ParamKind = Literal["pointer", "scalar"]
 Direction = Literal["in", "out", "inout", "counter"]
 CodeFormat = Literal["ptx", "cubin", "fatbin"]
 DIRECTIONS: tuple[str, ...] = ("in", "out", "inout", "counter")
-
-
-def _positive(name: str):
-    def check(_inst, _attr, value):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"'{name}' must be a positive int (got {value!r})")
-
-    return check
 
 
 @attrs.frozen
@@ -63,13 +57,6 @@ class KernelSignature:
     entry: str
     params: tuple[KernelParam, ...] = ()
 
-    def index(self, name: str) -> int:
-        for i, p in enumerate(self.params):
-            if p.name == name:
-                return i
-        names = ", ".join(p.name for p in self.params) or "none"
-        raise KeyError(f"kernel '{self.entry}' has no parameter '{name}' (it has: {names})")
-
     def layout(self) -> tuple[tuple[int, int], ...]:
         """(size, kind) per parameter: what must match for an in-place function swap."""
         return tuple((p.size, 0 if p.is_pointer else 1) for p in self.params)
@@ -95,13 +82,22 @@ class Launch:
     @classmethod
     def for_threads(cls, threads: int, block: int = 256, shared_mem: int = 0) -> Launch:
         """Enough blocks of ``block`` threads to cover ``threads`` (1-D)."""
-        if not isinstance(threads, int) or threads <= 0:
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads <= 0:
             raise ValueError(f"'threads' must be a positive int (got {threads!r})")
+        check_block_size(block, "block")
         return cls(grid=(-(-threads // block),), block=(block,), shared_mem=shared_mem)
 
     @property
     def threads(self) -> int:
         return math.prod(self.grid) * math.prod(self.block)
+
+
+def check_block_size(value, name: str = "block_size") -> int:
+    """``value`` if it is a valid number of threads per block (an int from 1 to 1024); else a ValueError
+    naming the argument ``name`` as the caller spelled it."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1024:
+        raise ValueError(f"'{name}' must be an int from 1 to 1024 threads per block (got {value!r})")
+    return value
 
 
 def _dim3(value, what: str) -> tuple[int, int, int]:
@@ -263,11 +259,17 @@ class BlockDescription:
     internals: tuple[InternalBuffer, ...] = ()
 
     def port(self, name: str) -> PortSpec:
+        """The port called ``name``; raises UnknownPortError (a ValidationError and a KeyError) naming the
+        block's ports."""
         for p in self.ports:
             if p.name == name:
                 return p
-        names = ", ".join(p.name for p in self.ports) or "none"
-        raise KeyError(f"block '{self.name}' has no port '{name}' (ports: {names})")
+        names = [p.name for p in self.ports]
+        msg = f"block '{self.name}' has no port '{name}' (ports: {', '.join(names) or 'none'})"
+        close = difflib.get_close_matches(name, names, n=1) if isinstance(name, str) else []
+        if close:
+            msg += f"; did you mean '{close[0]}'?"
+        raise UnknownPortError(msg, subject=self.name)
 
     def kernel(self, name: str) -> Step:
         for k in self.kernels:
@@ -276,23 +278,8 @@ class BlockDescription:
         names = ", ".join(k.name for k in self.kernels) or "none"
         raise KeyError(f"block '{self.name}' has no kernel '{name}' (kernels: {names})")
 
-    def structure(self) -> tuple:
-        """What a change of forces a rebuild: everything but code images, launches and scalar values.
 
-        Kernel signatures count (a new layout cannot be swapped in place); their images do not.
-        """
-        return (
-            tuple(
-                (k.name, k.code.signature.layout()) if isinstance(k, KernelSpec) else (k.name, "call", k.key)
-                for k in self.kernels
-            ),
-            self.ports,
-            tuple((s.name, s.dtype, s.pins) for s in self.scalars),
-            self.internals,
-        )
-
-
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a dict key everywhere in the planner and the engine
 class PortRef:
     """A port of a block in a pipeline."""
 
@@ -349,12 +336,22 @@ class PipelineDescription:
     connections: tuple[Connection, ...] = ()
     bindings: Mapping[PortRef, ExternalBinding] = attrs.field(factory=dict, converter=lambda m: dict(m))
     fed: frozenset[PortRef] = frozenset()
+    # id -> entry, built once: lookups by id stay O(1) however large the pipeline (the first entry wins
+    # where a hand-built description repeats an id; the planner refuses that)
+    _by_id: Mapping[int, BlockEntry] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self):
+        by_id: dict[int, BlockEntry] = {}
+        for b in self.blocks:
+            by_id.setdefault(b.id, b)
+        object.__setattr__(self, "_by_id", by_id)
 
     def block(self, block_id: int) -> BlockEntry:
-        for b in self.blocks:
-            if b.id == block_id:
-                return b
-        raise KeyError(f"no block with id {block_id}")
+        """The entry of the block with this id; KeyError when there is none."""
+        try:
+            return self._by_id[block_id]
+        except KeyError:
+            raise KeyError(f"no block with id {block_id}") from None
 
 
 def check_dtype(value: str | None) -> str | None:

@@ -35,11 +35,16 @@ class BufferPlan:
 
 @attrs.frozen
 class BufferArg:
+    """A node argument that is a buffer's device pointer (``buffer``: its id in ``GraphPlan.buffers``)."""
+
     buffer: int
 
 
 @attrs.frozen
 class ScalarArg:
+    """A node argument passed by value: ``size`` bytes of ``dtype`` holding ``value``, the current value of
+    the block parameter ``name`` (the Parameters tier rewrites it in place) or a fixed default."""
+
     block: int
     name: str | None  # the block parameter feeding it; None: fixed at its default
     dtype: str | None
@@ -52,6 +57,9 @@ Arg = BufferArg | ScalarArg
 
 @attrs.frozen
 class KernelNodePlan:
+    """A kernel launch of a block: its code (by content key), launch geometry, arguments, and the buffers it
+    reads and writes (from which the planner derives the dependencies)."""
+
     id: int
     block: int
     kernel: str
@@ -65,6 +73,8 @@ class KernelNodePlan:
 
 @attrs.frozen
 class CallNodePlan:
+    """A block's library call (or chain of calls), captured from a stream into a child graph."""
+
     id: int
     block: int
     call: str
@@ -76,6 +86,8 @@ class CallNodePlan:
 
 @attrs.frozen
 class MemsetNodePlan:
+    """Zeroes ``count`` 32-bit words of a buffer each frame (an append port's counter) before its readers."""
+
     id: int
     buffer: int
     value: int

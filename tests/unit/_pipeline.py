@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rxcuda import Block, BlockBuilder
-from rxcuda.model._describe import (
+from rxcuda.lowlevel import (
     BlockEntry,
     Connection,
     ExternalBinding,

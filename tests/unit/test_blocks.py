@@ -5,12 +5,24 @@ from __future__ import annotations
 import pathlib
 import shutil
 
+import attrs
 import numpy as np
 import pytest
 from _pipeline import ADD, APPEND, MUL, builder, kcode, ptr, scalar
 
-from rxcuda import Block, BlockBuilder, CallSpec, Launch, ValidationError
-from rxcuda.model._describe import Pin
+from rxcuda import (
+    Block,
+    BlockBuilder,
+    CallSpec,
+    ForeignBlockError,
+    Launch,
+    NotAPortError,
+    PortHandle,
+    UnknownPortError,
+    ValidationError,
+)
+from rxcuda.engine._blocks import resolve_port
+from rxcuda.lowlevel import Pin, PortRef
 from rxcuda.streams import BlockChanged, PendingPlan
 
 KERNELS = pathlib.Path(__file__).resolve().parents[2] / "kernels"
@@ -326,8 +338,66 @@ def test_from_kernel_missing_file_is_a_kernel_file_error():
 
 def test_unknown_port_lists_the_ports():
     blk = Block.from_kernel(KERNELS / "vector_add.ptx", size=8)
-    with pytest.raises(KeyError, match=r"has no port 'c' \(ports: a, b, out\)"):
+    with pytest.raises(UnknownPortError, match=r"has no port 'c' \(ports: a, b, out\)") as e:
         blk["c"]
+    assert isinstance(e.value, ValidationError) and isinstance(e.value, KeyError)
+    assert str(e.value) == "block 'vector_add' has no port 'c' (ports: a, b, out)"  # not quoted as KeyError's
+
+
+@pytest.mark.parametrize("bad", [0, -32, 1025, 2.5, True])
+def test_from_kernel_block_size_must_be_1_to_1024(bad):
+    with pytest.raises(ValueError, match=rf"'block_size' must be an int from 1 to 1024 .* \(got {bad!r}\)"):
+        Block.from_kernel(MUL, size=64, block_size=bad)
+
+
+def test_block_size_names_the_argument_of_each_call():
+    with pytest.raises(ValueError, match=r"'block' must be an int from 1 to 1024 threads per block \(got 0\)"):
+        builder().add_kernel(MUL, block=0)
+    blk = Block.from_kernel(MUL, size=64, block_size=32)
+    assert blk.launch() == Launch(grid=(2,), block=(32,))
+    with pytest.raises(ValueError, match=r"'block' must be an int from 1 to 1024 threads per block \(got -32\)"):
+        blk.set_launch(threads=64, block=-32)
+    assert blk.launch() == Launch(grid=(2,), block=(32,))
+
+
+# -- resolving ports (what engine.connect, bind, write, read and observe do first) ---------------------------
+def test_resolve_port_gives_the_port_ref():
+    blk = Block.from_kernel(MUL, size=4)
+    assert resolve_port(blk["out"], {blk.id: blk}) == PortRef(blk.id, "out")
+
+
+@pytest.mark.parametrize("bad", ["out", None, 3])
+def test_resolve_port_refuses_what_is_not_a_port(bad):
+    blk = Block.from_kernel(MUL, size=4)
+    with pytest.raises(NotAPortError, match=r"expected a port such as block\['out'\] \(got ") as e:
+        resolve_port(bad, {blk.id: blk})
+    assert isinstance(e.value, ValidationError) and isinstance(e.value, TypeError)
+
+
+def test_resolve_port_of_a_block_says_to_name_a_port():
+    blk = Block.from_kernel(MUL, size=4)
+    with pytest.raises(NotAPortError, match=r"name one of its ports, e\.g\. block\['out'\]"):
+        resolve_port(blk, {blk.id: blk})
+
+
+def test_resolve_port_refuses_a_block_of_another_engine():
+    blk, other = Block.from_kernel(MUL, size=4), Block.from_kernel(MUL, size=4, name="other")
+    with pytest.raises(ForeignBlockError, match=r"other is not in this engine; engine\.add\(block\) first") as e:
+        resolve_port(other["x"], {blk.id: blk})
+    assert isinstance(e.value, ValidationError) and e.value.subject == "other"
+
+
+def test_resolve_port_refuses_an_unknown_port_name():
+    blk = Block.from_kernel(MUL, size=4)
+    with pytest.raises(UnknownPortError, match=r"block 'mul' has no port 'y' \(ports: x, out\)"):
+        resolve_port(PortHandle(blk, "y"), {blk.id: blk})
+
+
+def test_one_except_catches_every_bad_port():
+    blk = Block.from_kernel(MUL, size=4)
+    for bad in ("out", PortHandle(Block.from_kernel(MUL, size=4), "x"), PortHandle(blk, "y")):
+        with pytest.raises(ValidationError):
+            resolve_port(bad, {blk.id: blk})
 
 
 def test_block_ids_are_unique():
@@ -348,37 +418,87 @@ def param_block():
     return Block.from_kernel(code, size=4)
 
 
-def test_float_parameter_coerces_numbers():
+def test_float_parameter_takes_ints_and_floats_of_python_and_numpy():
     p = param_block().params["f"]
     p.value = 3
-    assert p.value == 3.0 and isinstance(p.value, float)
+    assert p.value == 3.0 and type(p.value) is float
     p.value = np.float32(0.5)
-    assert p.value == 0.5
-    p.value = "2.5"
-    assert p.value == 2.5
+    assert p.value == 0.5 and type(p.value) is float
+    p.value = np.int16(-7)
+    assert p.value == -7.0
+    p.value = np.float64(1e38)
+    assert p.value == 1e38
 
 
-def test_float_parameter_refuses_non_numbers():
+@pytest.mark.parametrize("bad", ["2.5", "abc", True, np.bool_(False), None, 1 + 2j, [1.0], b"1"])
+def test_float_parameter_refuses_what_is_not_a_number_and_keeps_its_value(bad):
     p = param_block().params["f"]
-    with pytest.raises(TypeError, match=r"p\.f takes a number \(f32\); got 'abc'"):
-        p.value = "abc"
-    assert p.value == 0.0
+    p.value = 1.5
+    with pytest.raises(TypeError, match=r"p\.f \(f32\) takes a number: a Python or NumPy int or float \(got "):
+        p.value = bad
+    assert p.value == 1.5
 
 
-def test_int_parameter_accepts_integral_values():
+@pytest.mark.parametrize("bad", [1e300, -1e39, float("inf"), float("-inf"), float("nan"), 10**400, np.float64(4e38)])
+def test_f32_parameter_refuses_values_beyond_its_range(bad):
+    p = param_block().params["f"]
+    p.value = 2.0
+    with pytest.raises(ValueError, match=r"p\.f \(f32\) takes a finite number within "
+                                         r"\[-3\.4028235e\+38, 3\.4028235e\+38\] \(got "):
+        p.value = bad
+    assert p.value == 2.0
+
+
+@pytest.mark.parametrize(("dtype", "top"), [("f16", 65504.0), ("f32", 3.4028234663852886e38),
+                                            ("f64", 1.7976931348623157e308)])
+def test_each_float_type_takes_its_largest_finite_value_and_no_more(dtype, top):
+    size = {"f16": 2, "f32": 4, "f64": 8}[dtype]
+    blk = Block.from_kernel(kcode("k", ptr("x", "inout"), scalar("v", dtype, 0.0, size=size)), size=4)
+    p = blk.params["v"]
+    p.value = top
+    p.value = -top
+    assert p.value == -top
+    beyond = float("inf") if dtype == "f64" else top * 1.0001
+    with pytest.raises(ValueError, match=rf"k\.v \({dtype}\) takes a finite number"):
+        p.value = beyond
+    assert p.value == -top
+
+
+@pytest.mark.parametrize(("dtype", "size", "lo", "hi"), [
+    ("i8", 1, -128, 127), ("i16", 2, -32768, 32767), ("i32", 4, -2**31, 2**31 - 1), ("i64", 8, -2**63, 2**63 - 1),
+    ("u8", 1, 0, 255), ("u16", 2, 0, 65535), ("u32", 4, 0, 2**32 - 1), ("u64", 8, 0, 2**64 - 1),
+])
+def test_each_integer_type_takes_integers_within_its_range(dtype, size, lo, hi):
+    blk = Block.from_kernel(kcode("k", ptr("x", "inout"), scalar("v", dtype, 0, size=size)), size=4)
+    p = blk.params["v"]
+    for v in (lo, hi, np.int64(lo) if lo >= -2**63 else lo, np.uint8(7)):
+        p.value = v
+        assert p.value == int(v) and type(p.value) is int
+    for beyond in (lo - 1, hi + 1):
+        with pytest.raises(ValueError, match=rf"k\.v \({dtype}\) must be within \[{lo}, {hi}\] \(got {beyond}\)"):
+            p.value = beyond
+    assert p.value == 7
+
+
+@pytest.mark.parametrize("bad", [7.0, 3.5, np.float32(2.0), "7", True, np.bool_(True), None, float("nan")])
+def test_int_parameter_refuses_floats_bools_and_strings_and_keeps_its_value(bad):
     p = param_block().params["i"]
-    p.value = 7.0
-    assert p.value == 7 and isinstance(p.value, int)
-    p.value = np.int64(-5)
-    assert p.value == -5
+    p.value = 4
+    with pytest.raises(TypeError, match=r"p\.i \(i32\) takes an integer: a Python or NumPy int \(got "):
+        p.value = bad
+    assert p.value == 4
 
 
-def test_int_parameter_refuses_fractions_and_bools():
-    p = param_block().params["i"]
-    with pytest.raises(TypeError, match=r"p\.i takes an integer \(i32\); got 3.5"):
-        p.value = 3.5
-    with pytest.raises(TypeError, match="takes an integer"):
-        p.value = True
+def test_a_bad_default_is_refused_when_the_block_is_made():
+    with pytest.raises(ValueError, match=r"k\.v \(f16\) takes a finite number .* \(got 100000\.0\)"):
+        Block.from_kernel(kcode("k", ptr("x", "inout"), scalar("v", "f16", 0.0, size=2)), size=4, v=1e5)
+
+
+def test_parameter_messages_follow_a_rename():
+    blk = Block.from_kernel(MUL, size=4)
+    blk._desc = attrs.evolve(blk._desc, name="renamed")  # what an engine does with a name already taken
+    with pytest.raises(TypeError, match=r"renamed\.scale \(f32\) takes a number"):
+        blk.params["scale"].value = "x"
 
 
 def test_int_parameter_range():

@@ -1,0 +1,105 @@
+"""The pipeline as data: descriptions you can build by hand, and the planner that turns one into a graph plan.
+
+An engine describes what it holds with ``engine.describe()``; ``plan()`` turns that (or a description you
+build yourself: generated pipelines, tools, tests) into the :class:`GraphPlan` the engine would build. All
+of it is pure Python on frozen values, so it runs without a GPU.
+
+>>> import rxcuda
+>>> from rxcuda.lowlevel import BlockEntry, Connection, PipelineDescription, PortRef, plan, validate
+>>> signature = rxcuda.KernelSignature("scale", (
+...     rxcuda.KernelParam("x", "pointer", 8, "f32", "in"),
+...     rxcuda.KernelParam("out", "pointer", 8, "f32", "out"),
+...     rxcuda.KernelParam("k", "scalar", 4, "f32", default=2.0),
+...     rxcuda.KernelParam("n", "scalar", 4, "i32", default="size"),
+... ))
+>>> code = rxcuda.KernelCode("scale", b"(the PTX image)", "ptx", signature)  # or rxcuda.load_kernel_file(path)
+>>> first = rxcuda.Block.from_kernel(code, size=1024, name="first")
+>>> second = rxcuda.Block.from_kernel(code, size=1024, name="second")
+>>> desc = PipelineDescription(
+...     blocks=(BlockEntry(first.id, first.description), BlockEntry(second.id, second.description)),
+...     connections=(Connection(PortRef(first.id, "out"), PortRef(second.id, "x")),),
+...     fed=frozenset({PortRef(first.id, "x")}),  # the user writes first.x
+... )
+>>> gp = plan(desc)
+>>> [node.label for node in gp.nodes], gp.deps
+(['first/scale', 'second/scale'], ((), (0,)))
+>>> [buffer.label for buffer in gp.buffers]  # first.out and second.x share one buffer
+['first.x', 'first.out', 'second.out']
+>>> try:
+...     validate(PipelineDescription(blocks=desc.blocks, connections=desc.connections))
+... except rxcuda.ValidationError as e:
+...     print(e.subject, "--", str(e).split(";")[0])
+first -- required input first.x is neither connected nor bound
+
+Descriptions: :class:`PipelineDescription` (blocks, connections, bindings, fed inputs) of
+:class:`BlockEntry` (a block's id, :class:`BlockDescription`, scalar values and launches),
+:class:`Connection` between two :class:`PortRef`, :class:`ExternalBinding`. A block description holds
+:class:`KernelSpec` / ``CallSpec`` steps, :class:`PortSpec`, :class:`ScalarSpec` and :class:`InternalBuffer`,
+each wired to kernel parameters by :class:`Pin`.
+
+Plans: :class:`GraphPlan` of :class:`KernelNodePlan`, :class:`CallNodePlan` and :class:`MemsetNodePlan`
+nodes, :class:`BufferPlan` buffers, and :class:`BufferArg` / :class:`ScalarArg` arguments.
+
+Functions: :func:`plan`, :func:`validate` (raises the first :class:`~rxcuda.ValidationError`),
+:func:`order_blocks` (the topological order the plan uses).
+"""
+
+from .engine.plan._plan import order_blocks, plan, validate
+from .model._describe import (
+    BlockDescription,
+    BlockEntry,
+    CallSpec,
+    Connection,
+    ExternalBinding,
+    InternalBuffer,
+    KernelCode,
+    KernelParam,
+    KernelSignature,
+    KernelSpec,
+    Launch,
+    Pin,
+    PipelineDescription,
+    PortRef,
+    PortSpec,
+    ScalarSpec,
+)
+from .model._graphplan import (
+    BufferArg,
+    BufferPlan,
+    CallNodePlan,
+    GraphPlan,
+    KernelNodePlan,
+    MemsetNodePlan,
+    NodePlan,
+    ScalarArg,
+)
+
+__all__ = [
+    "BlockDescription",
+    "BlockEntry",
+    "BufferArg",
+    "BufferPlan",
+    "CallNodePlan",
+    "CallSpec",
+    "Connection",
+    "ExternalBinding",
+    "GraphPlan",
+    "InternalBuffer",
+    "KernelCode",
+    "KernelNodePlan",
+    "KernelParam",
+    "KernelSignature",
+    "KernelSpec",
+    "Launch",
+    "MemsetNodePlan",
+    "NodePlan",
+    "Pin",
+    "PipelineDescription",
+    "PortRef",
+    "PortSpec",
+    "ScalarArg",
+    "ScalarSpec",
+    "order_blocks",
+    "plan",
+    "validate",
+]
