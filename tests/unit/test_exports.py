@@ -79,3 +79,40 @@ def test_subpackage_exports_resolve(package):
     mod = importlib.import_module(package)
     for name in getattr(mod, "__all__", ()):
         assert hasattr(mod, name), f"{package}.{name}"
+
+
+# -- rxcuda.lowlevel: the pipeline as public data ------------------------------------------------------------
+def test_lowlevel_names_import_and_have_docstrings():
+    import rxcuda.lowlevel as low
+
+    assert len(set(low.__all__)) == len(low.__all__) and not [n for n in low.__all__ if n.startswith("_")]
+    undocumented = [n for n in low.__all__ if n != "NodePlan" and not inspect.getdoc(getattr(low, n))]
+    assert undocumented == []
+    ns: dict = {}
+    exec("from rxcuda.lowlevel import *", ns)
+    assert set(ns) - {"__builtins__"} == set(low.__all__)
+
+
+def test_lowlevel_holds_what_plan_takes_and_returns():
+    import rxcuda.lowlevel as low
+
+    assert low.plan is rxcuda.plan and low.GraphPlan is rxcuda.GraphPlan
+    for name in ("PipelineDescription", "BlockEntry", "Connection", "PortRef", "ExternalBinding", "BlockDescription",
+                 "PortSpec", "ScalarSpec", "KernelSpec", "Pin", "KernelNodePlan", "CallNodePlan", "MemsetNodePlan",
+                 "BufferPlan", "BufferArg", "ScalarArg", "validate", "order_blocks"):
+        assert name in low.__all__, name
+
+
+@pytest.mark.parametrize("module", ["rxcuda.lowlevel", "rxcuda.engine.plan._index"])
+def test_docstring_examples_run_without_a_gpu(module):
+    import doctest
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_tests_of_the_planner_use_public_names():
+    private = ("rxcuda.model._describe", "rxcuda.model._graphplan", "rxcuda.engine.plan._plan import (")
+    for name in ("_pipeline.py", "test_plan.py", "test_describe.py", "test_index.py"):
+        text = (ROOT / "tests" / "unit" / name).read_text()
+        assert not [p for p in private if p in text], name

@@ -21,25 +21,25 @@ from _pipeline import (
     scalar,
 )
 
-from rxcuda import Block, CallSpec, ValidationError, plan
-from rxcuda.engine.plan._plan import (
-    BufferArg,
-    KernelNodePlan,
-    MemsetNodePlan,
-    ScalarArg,
-    _hazard_deps,
-    order_blocks,
-    validate,
-)
-from rxcuda.model._describe import (
+from rxcuda import Block, CallSpec, UnknownPortError, ValidationError
+from rxcuda.engine.plan._plan import _hazard_deps  # the hazard rule alone, on hand-made nodes
+from rxcuda.lowlevel import (
     BlockDescription,
+    BufferArg,
+    BufferPlan,
     Connection,
+    KernelNodePlan,
     KernelSpec,
     Launch,
+    MemsetNodePlan,
     Pin,
     PipelineDescription,
     PortRef,
     PortSpec,
+    ScalarArg,
+    order_blocks,
+    plan,
+    validate,
 )
 
 
@@ -53,7 +53,7 @@ def test_connection_to_unknown_port_names_the_ports():
     a, m = add(), mul()
     desc = pipeline(a, m, fed=all_inputs(a, m))
     desc = attrs.evolve(desc, connections=(Connection(ref(a["out"]), PortRef(m.id, "nope")),))
-    with pytest.raises(ValidationError, match=r"block 'mul' has no port 'nope' \(ports: x, out\)"):
+    with pytest.raises(UnknownPortError, match=r"block 'mul' has no port 'nope' \(ports: x, out\)"):
         plan(desc)
 
 
@@ -210,6 +210,41 @@ def test_scalar_without_value_is_reported():
         plan(pipeline(blk, fed=[blk["x"]]))
 
 
+def test_scalar_left_at_an_unresolved_size_default_is_reported():
+    code = kcode("k", ptr("x"), scalar("n", default="size"))
+    desc = BlockDescription(
+        "raw",
+        kernels=(KernelSpec("k", code, Launch.for_threads(8)),),
+        ports=(PortSpec("x", "in", "f32", 8, (Pin("k", 0),)),),
+    )
+    blk = Block(desc)
+    with pytest.raises(ValidationError, match=r"scalar parameter 1 \('n'\) of 'k' has no value; .* numeric default"):
+        plan(pipeline(blk, fed=[blk["x"]]))
+
+
+def test_same_block_twice_is_refused():
+    a, m = add(), mul()
+    desc = pipeline(a, m, a, conns=[(a["out"], m["x"])], fed=all_inputs(a))
+    with pytest.raises(ValidationError, match=r"block 'add' \(id \d+\) appears twice in the pipeline; a block is "
+                                              r"added once \(create another Block for a second copy\)"):
+        plan(desc)
+
+
+def test_same_block_twice_without_connections_is_refused():
+    a = add()
+    with pytest.raises(ValidationError, match="appears twice in the pipeline"):
+        validate(pipeline(a, a, fed=all_inputs(a)))
+
+
+def test_two_blocks_of_one_name_are_refused():
+    one, two = mul(name="dup"), mul(name="dup")
+    desc = pipeline(one, two, conns=[(one["out"], two["x"]), (two["out"], one["x"])])
+    with pytest.raises(ValidationError, match=rf"two blocks are named 'dup' \(ids {one.id} and {two.id}\); give each "
+                                              "block its own name") as e:
+        plan(desc)
+    assert e.value.subject == "dup"
+
+
 def test_validate_accepts_a_good_pipeline():
     _, _, desc = chain()
     assert validate(desc) is None
@@ -357,8 +392,6 @@ def test_internal_connection_gets_its_own_buffer():
 
 
 def test_tiny_buffers_take_at_least_four_bytes():
-    from rxcuda.engine.plan._plan import BufferPlan
-
     assert BufferPlan(0, ("k",), "b", "u8", 1, "port").nbytes == 4
     assert BufferPlan(0, ("k",), "b", "f64", 3, "port").nbytes == 24
     assert BufferPlan(0, ("k",), "b", None, 10, "port").nbytes == 10

@@ -8,16 +8,17 @@ buffer hazards -> map parameters to argument slots. Imports nothing from CUDA; e
 from __future__ import annotations
 
 import heapq
+from collections.abc import Container, Mapping
+from typing import NoReturn
 
 from ...model import _dtypes
 from ...model._describe import (
+    BlockDescription,
     BlockEntry,
     CallSpec,
-    KernelSpec,
-    Pin,
+    Connection,
     PipelineDescription,
     PortRef,
-    step_params,
 )
 from ...model._errors import ValidationError
 from ...model._graphplan import (
@@ -34,65 +35,97 @@ from ...model._graphplan import (
 )
 
 
-def _fail(msg: str, subject: str) -> None:
+def _fail(msg: str, subject: str) -> NoReturn:
     raise ValidationError(msg, subject=subject)
 
 
-def _port_label(desc: PipelineDescription, ref: PortRef) -> str:
-    try:
-        return f"{desc.block(ref.block).label()}.{ref.port}"
-    except KeyError:
-        return f"<block {ref.block}>.{ref.port}"
+def _label(blocks: Mapping[int, BlockDescription], ref: PortRef) -> str:
+    b = blocks.get(ref.block)
+    return f"{b.name}.{ref.port}" if b is not None else f"<block {ref.block}>.{ref.port}"
 
 
 def validate(desc: PipelineDescription) -> None:
     """Raise ValidationError for the first thing wrong with the pipeline."""
+    _validate_blocks(desc)
     _validate_connections(desc)
     order_blocks(desc)
     _validate_inputs(desc)
 
 
+def _validate_blocks(desc: PipelineDescription) -> None:
+    """Each block once, each name once: names are how messages and plans tell blocks apart."""
+    ids: set[int] = set()
+    names: dict[str, int] = {}
+    for b in desc.blocks:
+        if b.id in ids:
+            _fail(f"block '{b.label()}' (id {b.id}) appears twice in the pipeline; a block is added once "
+                  "(create another Block for a second copy)", subject=b.label())
+        ids.add(b.id)
+        other = names.setdefault(b.label(), b.id)
+        if other != b.id:
+            _fail(f"two blocks are named '{b.label()}' (ids {other} and {b.id}); give each block its own name "
+                  "(Block.from_kernel(..., name=...)); an engine renames a repeated name itself",
+                  subject=b.label())
+
+
+def check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sources: Mapping[PortRef, PortRef],
+                     bound: Container[PortRef]) -> None:
+    """Raise ValidationError if connection ``c`` does not fit: both blocks present, the ports exist, an output
+    to an input, equal dtypes and sizes, the input neither connected (``sources``: input -> its source) nor
+    bound. Cycles are checked elsewhere (they depend on every connection). O(ports of the two blocks)."""
+    ports = []
+    for end, want in ((c.src, "out"), (c.dst, "in")):
+        block = blocks.get(end.block)
+        if block is None:
+            _fail(f"connection {c.src.port} -> {c.dst.port} names a block that is not in the engine; "
+                  "add the block first", subject=end.port)
+        port = block.port(end.port)  # UnknownPortError (a ValidationError) naming the ports
+        if port.direction != want:
+            side = "source" if want == "out" else "target"
+            _fail(f"{_label(blocks, end)} is an {port.direction}put port and cannot be a connection's "
+                  f"{side}; connect an output port to an input port", subject=block.name)
+        ports.append(port)
+    sp, dp = ports
+    if sp.dtype and dp.dtype and sp.dtype != dp.dtype:
+        s, d = _label(blocks, c.src), _label(blocks, c.dst)
+        _fail(f"cannot connect {s} ({sp.dtype}) to {d} ({dp.dtype}): element types differ; "
+              f"insert a conversion block or declare both ports as {sp.dtype}", subject=d)
+    if sp.count != dp.count:
+        s, d = _label(blocks, c.src), _label(blocks, c.dst)
+        _fail(f"cannot connect {s} ({sp.count} elements) to {d} ({dp.count} elements): sizes differ; "
+              "give both blocks the same size", subject=d)
+    if c.dst in sources:
+        d = _label(blocks, c.dst)
+        _fail(f"{d} is already connected from {_label(blocks, sources[c.dst])}; an input takes one "
+              "connection: disconnect the other first", subject=d)
+    if c.dst in bound:
+        d = _label(blocks, c.dst)
+        _fail(f"{d} is both connected and bound to an array; unbind it or remove the connection", subject=d)
+
+
 def _validate_connections(desc: PipelineDescription) -> None:
-    ids = {b.id for b in desc.blocks}
-    seen_dst: dict[PortRef, PortRef] = {}
+    blocks = {b.id: b.desc for b in desc.blocks}
+    sources: dict[PortRef, PortRef] = {}
     for c in desc.connections:
-        for end, want in ((c.src, "out"), (c.dst, "in")):
-            if end.block not in ids:
-                _fail(f"connection {c.src.port} -> {c.dst.port} names a block that is not in the engine; "
-                      "add the block first", subject=end.port)
-            block = desc.block(end.block)
-            try:
-                port = block.desc.port(end.port)
-            except KeyError as e:
-                _fail(str(e.args[0]), subject=block.label())
-            if port.direction != want:
-                side = "source" if want == "out" else "target"
-                _fail(f"{_port_label(desc, end)} is an {port.direction}put port and cannot be a connection's "
-                      f"{side}; connect an output port to an input port", subject=block.label())
-        sp = desc.block(c.src.block).desc.port(c.src.port)
-        dp = desc.block(c.dst.block).desc.port(c.dst.port)
-        s, d = _port_label(desc, c.src), _port_label(desc, c.dst)
-        if sp.dtype and dp.dtype and sp.dtype != dp.dtype:
-            _fail(f"cannot connect {s} ({sp.dtype}) to {d} ({dp.dtype}): element types differ; "
-                  f"insert a conversion block or declare both ports as {sp.dtype}", subject=d)
-        if sp.count != dp.count:
-            _fail(f"cannot connect {s} ({sp.count} elements) to {d} ({dp.count} elements): sizes differ; "
-                  "give both blocks the same size", subject=d)
-        if c.dst in seen_dst:
-            _fail(f"{d} is already connected from {_port_label(desc, seen_dst[c.dst])}; an input takes one "
-                  "connection: disconnect the other first", subject=d)
-        seen_dst[c.dst] = c.src
-        if c.dst in desc.bindings:
-            _fail(f"{d} is both connected and bound to an array; unbind it or remove the connection",
-                  subject=d)
+        check_connection(c, blocks, sources, desc.bindings)
+        sources[c.dst] = c.src
+
+
+def cycle_message(names: list[str]) -> str:
+    """The message for connections that form a cycle through the named blocks (sorted)."""
+    return (f"the connections form a cycle through blocks {', '.join(names)}; a frame must be a DAG: remove "
+            "one of the connections (feed state back through a buffer the block owns)")
 
 
 def _validate_inputs(desc: PipelineDescription) -> None:
-    connected = {c.dst for c in desc.connections}
+    # (block, port) tuples: they hash several times faster than PortRefs, and this visits every port
+    connected = {(c.dst.block, c.dst.port) for c in desc.connections}
+    fed = {(r.block, r.port) for r in desc.fed}
+    bound = {(r.block, r.port): binding for r, binding in desc.bindings.items()}
     for b in desc.blocks:
         for p in b.desc.ports:
-            ref = PortRef(b.id, p.name)
-            binding = desc.bindings.get(ref)
+            key = (b.id, p.name)
+            binding = bound.get(key) if bound else None
             if binding is not None:
                 if p.dtype and binding.dtype != p.dtype:
                     _fail(f"array bound to {b.label()}.{p.name} has dtype {binding.dtype}, the port takes "
@@ -102,8 +135,8 @@ def _validate_inputs(desc: PipelineDescription) -> None:
                     _fail(f"array bound to {b.label()}.{p.name} has {binding.count} elements, the port needs "
                           f"{p.count}; bind a larger array or give the block a smaller size",
                           subject=b.label())
-            fed = ref in desc.bindings or ref in desc.fed
-            if p.direction == "in" and p.required and ref not in connected and not fed:
+                continue
+            if p.direction == "in" and p.required and key not in connected and key not in fed:
                 _fail(f"required input {b.label()}.{p.name} is neither connected nor bound; connect an "
                       f"output to it (engine.connect(src, {b.label()}['{p.name}'])) or bind an array "
                       f"(engine.bind({b.label()}['{p.name}'], array)) or write data to it (engine.write(...))",
@@ -118,31 +151,30 @@ def order_blocks(desc: PipelineDescription) -> tuple[BlockEntry, ...]:
     """Topological order of blocks by connections; ties keep insertion order. Raises on a cycle."""
     index = {b.id: i for i, b in enumerate(desc.blocks)}
     succ: dict[int, set[int]] = {b.id: set() for b in desc.blocks}
-    indeg = {b.id: 0 for b in desc.blocks}
+    indeg = dict.fromkeys(succ, 0)
     for c in desc.connections:
-        if c.src.block in succ and c.dst.block not in succ[c.src.block]:
-            succ[c.src.block].add(c.dst.block)
+        out = succ.get(c.src.block)
+        if out is not None and c.dst.block in indeg and c.dst.block not in out:
+            out.add(c.dst.block)
             indeg[c.dst.block] += 1
     ready = [(index[b], b) for b, d in indeg.items() if d == 0]
     heapq.heapify(ready)
-    out = []
+    out_ids = []
     while ready:
         _, bid = heapq.heappop(ready)
-        out.append(desc.block(bid))
+        out_ids.append(bid)
         for nxt in succ[bid]:
             indeg[nxt] -= 1
             if indeg[nxt] == 0:
                 heapq.heappush(ready, (index[nxt], nxt))
-    if len(out) != len(desc.blocks):
+    if len(out_ids) != len(succ):
         # blocks downstream of a cycle are stuck too: peel off those that feed no stuck block
         stuck = {b for b, d in indeg.items() if d > 0}
         while leaves := {b for b in stuck if not succ[b] & stuck}:
             stuck -= leaves
         names = sorted(desc.block(b).label() for b in stuck)
-        _fail(f"the connections form a cycle through blocks {', '.join(names)}; a frame must be "
-              "a DAG: remove one of the connections (feed state back through a buffer the block owns)",
-              subject=names[0])
-    return tuple(out)
+        _fail(cycle_message(names), subject=names[0])
+    return tuple(desc.block(b) for b in out_ids)
 
 
 class _Planner:
@@ -157,45 +189,29 @@ class _Planner:
         self.device_scalars: dict[tuple[int, str], int] = {}
         self.recapture: dict[tuple[int, str], list[int]] = {}
         self.kernel_nodes: dict[tuple[int, str], int] = {}
+        self.buffer_args: dict[int, BufferArg] = {}  # one per buffer: a value, shared by the nodes using it
 
     def buffer(self, key: tuple, label: str, dtype, count: int, kind: BufferKind) -> int:
-        if key in self.by_key:
-            return self.by_key[key]
-        bid = len(self.buffers)
-        self.buffers.append(BufferPlan(bid, key, label, dtype, count, kind))
-        self.by_key[key] = bid
+        bid = self.by_key.get(key)
+        if bid is None:
+            bid = self.by_key[key] = len(self.buffers)
+            self.buffers.append(BufferPlan(bid, key, label, dtype, count, kind))
         return bid
 
     def run(self) -> GraphPlan:
-        validate(self.desc)
-        blocks = order_blocks(self.desc)
-        sources = {c.dst: c.src for c in self.desc.connections}
-        # Output ports first, so connected inputs find their source's buffer whatever the order.
+        desc = self.desc
+        _validate_blocks(desc)
+        _validate_connections(desc)
+        blocks = order_blocks(desc)
+        _validate_inputs(desc)
+        sources = {c.dst: c.src for c in desc.connections}
+        # In topological order every connected input's source block has been emitted already, so one pass
+        # gives each port its buffer and emits the block's nodes.
         for b in blocks:
-            for p in b.desc.ports:
-                if p.direction == "out":
-                    ref = PortRef(b.id, p.name)
-                    kind = "external" if ref in self.desc.bindings else "port"
-                    self.port_buffers[ref] = self.buffer(("port", b.id, p.name), f"{b.label()}.{p.name}",
-                                                         p.dtype, p.count, kind)
-        for b in blocks:
-            for p in b.desc.ports:
-                if p.direction != "in":
-                    continue
-                ref = PortRef(b.id, p.name)
-                if ref in sources:
-                    self.port_buffers[ref] = self.port_buffers[sources[ref]]
-                else:
-                    kind = ("external" if ref in self.desc.bindings
-                            else "port" if ref in self.desc.fed else "zeros")
-                    self.port_buffers[ref] = self.buffer(("port", b.id, p.name), f"{b.label()}.{p.name}",
-                                                         p.dtype, p.count, kind)
-        for b in blocks:
-            self.emit_block(b)
-        deps = _hazard_deps(self.nodes)
+            self.emit_block(b, sources)
         return GraphPlan(
             nodes=tuple(self.nodes),
-            deps=deps,
+            deps=_hazard_deps(self.nodes),
             buffers=tuple(self.buffers),
             port_buffers=self.port_buffers,
             counters=self.counters,
@@ -205,75 +221,96 @@ class _Planner:
             kernel_nodes=self.kernel_nodes,
         )
 
-    def emit_block(self, b: BlockEntry) -> None:
-        d = b.desc
-        pin_buffer: dict[Pin, int] = {}
+    def emit_block(self, b: BlockEntry, sources: Mapping[PortRef, PortRef]) -> None:
+        d, bid, label = b.desc, b.id, b.desc.name
+        bindings, fed, nodes, port_buffers = self.desc.bindings, self.desc.fed, self.nodes, self.port_buffers
+        buffer_args, slots, values = self.buffer_args, self.slots, b.values
+        # (kernel, parameter index) -> buffer id or scalar name; plain tuples hash faster than Pins
+        pin_buffer: dict[tuple[str, int], int] = {}
         for p in d.ports:
-            ref = PortRef(b.id, p.name)
+            ref = PortRef(bid, p.name)
+            src = sources.get(ref) if p.direction == "in" else None
+            if src is not None:
+                buf = port_buffers[src]
+            else:
+                kind = ("external" if ref in bindings else "port" if p.direction == "out" or ref in fed
+                        else "zeros")
+                buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, p.count, kind)
+            port_buffers[ref] = buf
             for pin in p.pins:
-                pin_buffer[pin] = self.port_buffers[ref]
+                pin_buffer[pin.kernel, pin.param] = buf
             if p.counter is not None:
-                cid = self.buffer(("counter", b.id, p.name), f"{b.label()}.{p.name}.count", "u32", 1, "counter")
+                cid = self.buffer(("counter", bid, p.name), f"{label}.{p.name}.count", "u32", 1, "counter")
                 self.counters[ref] = cid
-                pin_buffer[p.counter] = cid
-                self.nodes.append(MemsetNodePlan(len(self.nodes), cid, 0, 1, f"reset {b.label()}.{p.name}"))
+                pin_buffer[p.counter.kernel, p.counter.param] = cid
+                nodes.append(MemsetNodePlan(len(nodes), cid, 0, 1, f"reset {label}.{p.name}"))
         for ib in d.internals:
-            iid = self.buffer(("internal", b.id, ib.name), f"{b.label()}/{ib.name}", ib.dtype, ib.count,
-                              "internal")
+            iid = self.buffer(("internal", bid, ib.name), f"{label}/{ib.name}", ib.dtype, ib.count, "internal")
             for pin in (ib.writer, *ib.readers):
-                pin_buffer[pin] = iid
-        scalar_of: dict[Pin, str] = {}
+                pin_buffer[pin.kernel, pin.param] = iid
+        scalar_of: dict[tuple[str, int], str] = {}
         for s in d.scalars:
             for pin in s.pins:
-                scalar_of[pin] = s.name
+                scalar_of[pin.kernel, pin.param] = s.name
         for step in d.kernels:
-            params = step_params(step)
+            is_call = isinstance(step, CallSpec)
+            params = step.params if is_call else step.code.signature.params
             args: list[Arg] = []
             reads: set[int] = set()
             writes: set[int] = set()
-            nid = len(self.nodes)
+            nid = len(nodes)
+            sname = step.name
             for i, prm in enumerate(params):
-                pin = Pin(step.name, i)
-                if prm.is_pointer:
-                    if pin not in pin_buffer:
-                        _fail(f"{b.label()}: parameter {i} ('{prm.name}') of '{step.name}' is a pointer that no "
+                key = (sname, i)
+                if prm.kind == "pointer":
+                    buf = pin_buffer.get(key)
+                    if buf is None:
+                        _fail(f"{label}: parameter {i} ('{prm.name}') of '{sname}' is a pointer that no "
                               "port or internal connection feeds; declare it as a port or connect it",
-                              subject=b.label())
-                    buf = pin_buffer[pin]
-                    args.append(BufferArg(buf))
-                    if prm.direction in ("in", "inout", "counter"):
+                              subject=label)
+                    arg = buffer_args.get(buf)
+                    if arg is None:
+                        arg = buffer_args[buf] = BufferArg(buf)
+                    args.append(arg)
+                    direction = prm.direction
+                    if direction != "out":  # in, inout, counter
                         reads.add(buf)
-                    if prm.direction in ("out", "inout", "counter"):
+                    if direction != "in":  # out, inout, counter
                         writes.add(buf)
                     continue
-                name = scalar_of.get(pin)
-                if name is None and prm.default is None:
-                    _fail(f"{b.label()}: scalar parameter {i} ('{prm.name}') of '{step.name}' has no value; "
-                          "declare it as a block parameter or give it a default", subject=b.label())
-                value = b.value(name) if name is not None else prm.default
-                args.append(ScalarArg(b.id, name, prm.dtype, prm.size, value))
+                name = scalar_of.get(key)
                 if name is None:
+                    if prm.default is None or isinstance(prm.default, str):  # no value, or "size" unresolved
+                        _fail(f"{label}: scalar parameter {i} ('{prm.name}') of '{sname}' has no value; "
+                              "declare it as a block parameter or give it a numeric default (new code whose "
+                              "parameters the block does not declare needs a new block)", subject=label)
+                    args.append(ScalarArg(bid, None, prm.dtype, prm.size, prm.default))
                     continue
-                if isinstance(step, CallSpec):
-                    if prm.name in step.device_scalars:
-                        sid = self.buffer(("device_scalar", b.id, name), f"{b.label()}.{name}", prm.dtype, 1,
-                                          "device_scalar")
-                        self.device_scalars[(b.id, name)] = sid
-                        args[-1] = BufferArg(sid)
-                        reads.add(sid)
+                value = values[name] if name in values else b.value(name)
+                args.append(ScalarArg(bid, name, prm.dtype, prm.size, value))
+                if not is_call:
+                    slot = (bid, name)
+                    if slot in slots:
+                        slots[slot].append((nid, i))
                     else:
-                        self.recapture.setdefault((b.id, name), []).append(nid)
+                        slots[slot] = [(nid, i)]
+                elif prm.name in step.device_scalars:
+                    sid = self.buffer(("device_scalar", bid, name), f"{label}.{name}", prm.dtype, 1,
+                                      "device_scalar")
+                    self.device_scalars[(bid, name)] = sid
+                    args[-1] = BufferArg(sid)
+                    reads.add(sid)
                 else:
-                    self.slots.setdefault((b.id, name), []).append((nid, i))
-            label = f"{b.label()}/{step.name}"
-            if isinstance(step, KernelSpec):
-                node = KernelNodePlan(nid, b.id, step.name, step.code.key, b.launch(step.name), tuple(args),
-                                      frozenset(reads), frozenset(writes), label)
+                    self.recapture.setdefault((bid, name), []).append(nid)
+            if is_call:
+                node = CallNodePlan(nid, bid, sname, tuple(args), frozenset(reads), frozenset(writes),
+                                    f"{label}/{sname}")
             else:
-                node = CallNodePlan(nid, b.id, step.name, tuple(args), frozenset(reads), frozenset(writes),
-                                    label)
-            self.kernel_nodes[(b.id, step.name)] = nid
-            self.nodes.append(node)
+                launch = b.launches.get(sname) or step.launch
+                node = KernelNodePlan(nid, bid, sname, step.code.key, launch, tuple(args), frozenset(reads),
+                                      frozenset(writes), f"{label}/{sname}")
+            self.kernel_nodes[(bid, sname)] = nid
+            nodes.append(node)
 
 
 def _hazard_deps(nodes: list[NodePlan]) -> tuple[tuple[int, ...], ...]:
