@@ -74,6 +74,13 @@ class FastDriver:
         if err:
             _raise(err, "cuGraphExecKernelNodeSetParams")
 
+    def launcher(self, graph_exec: int):
+        """A callable ``(stream) -> CUresult as int`` launching this executable graph, bound once."""
+        if self.native:
+            return functools.partial(self._launch, graph_exec)
+        api = self.api
+        return lambda stream: int(api.cuGraphLaunch(graph_exec, stream)[0])
+
     def node_updater(self, graph_exec: int, node: int, params_ptr: int, params):
         """A zero-argument callable applying one kernel node's staged parameters; returns the CUresult as an
         int. Bound once per graph, so the hot path is one call (``raise_for`` turns a non-zero result into

@@ -202,6 +202,7 @@ class CompiledGraph:
     def _arm(self) -> None:
         """Bind the hot path's exec-node updates to this executable graph."""
         plan, fast, exec_h = self.plan, self.fast, self._exec_h
+        self.launcher = fast.launcher(exec_h)
         self.hot = {
             key: tuple((view, fast.node_updater(exec_h, self.nodes[nid].handle_int, self.nodes[nid].params_ptr,
                                                 self.nodes[nid].params)) for nid, view in targets)

@@ -8,6 +8,7 @@ size), and library state (handles, plans, workspaces) lives per block and call u
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from ..cuda._driver import check
 from ..cuda._graph import CompiledGraph, capture_graph
 from ..cuda._memory import DeviceBuffer
 from ..model import _dtypes
-from ..model._describe import CallSpec, CaptureArgs, PortRef
+from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
 from ..model._graphplan import BufferArg, CallNodePlan, KernelNodePlan
 from ._runtime import Runtime
@@ -62,6 +63,7 @@ class Builder:
             for n in gp.nodes:
                 if isinstance(n, KernelNodePlan):
                     spec = desc.block(n.block).desc.kernel(n.kernel)
+                    assert isinstance(spec, KernelSpec)
                     try:
                         functions[n.code_key] = rt.modules.load(spec.code).function
                     except KernelFileError as e:
@@ -139,13 +141,15 @@ class Builder:
         """Capture one library call node with the current pointers and parameter values."""
         rt = self.rt
         block = rt.blocks[node.block]
-        spec: CallSpec = block.description.kernel(node.call)
+        spec = block.description.kernel(node.call)
+        assert isinstance(spec, CallSpec)
         # per block and call: two blocks never share a workspace; a rebuild reuses the handles
         skey = (block.id, spec.name, spec.key)
         if skey not in self.library_state:
-            self.library_state[skey] = spec.setup(rt.device.ordinal) if spec.setup else None
+            setup: Any = spec.setup
+            self.library_state[skey] = setup(rt.device.ordinal) if setup else None
             if spec.teardown:
-                self.library_teardown[skey] = spec.teardown
+                self.library_teardown[skey] = cast(Callable, spec.teardown)
         ptrs, values = {}, {}
         for prm, arg in zip(spec.params, node.args, strict=True):
             if isinstance(arg, BufferArg):
@@ -156,7 +160,7 @@ class Builder:
         prepare = getattr(spec, "prepare", None)
         if prepare is not None:  # outside the capture: e.g. re-seeding a cuRAND generator
             prepare(args)
-        return capture_graph(rt.capture_stream, spec.record, args, api=rt.api), args
+        return capture_graph(rt.capture_stream, cast(Callable, spec.record), args, api=rt.api), args
 
     def close(self) -> None:
         """Free the graph, the buffers and the library state (the caller waited for the GPU)."""
@@ -166,7 +170,7 @@ class Builder:
 
 def write_device_scalar(rt: Runtime, buffer_id: int, value) -> None:
     """A library scalar that lives in device memory (cuBLAS alpha/beta): one copy on the engine's stream."""
-    g = rt.graph
+    g = rt.running()
     b = g.plan.buffers[buffer_id]
     host = np.array([value], dtype=_dtypes.to_numpy(b.dtype))
     # pageable HtoD is staged before the call returns, so `host` may go; stream order puts it before the launch

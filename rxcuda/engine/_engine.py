@@ -101,11 +101,12 @@ class Engine:
         self.sync = sync
         self.timing = timing
         blocks: dict[int, Block] = {}
-        self._rt = rt = Runtime(
+        rt = Runtime(
             device=dev, api=api, fast=FastDriver(api=api), stream=dev.create_stream(),
             capture_stream=dev.create_stream(), pool=BufferPool(api), modules=ModuleCache(api),
-            pending=PendingPlan(self._change_subscriber_failed), reporter=Reporter(blocks, lambda: self._rt.frame),
+            pending=PendingPlan(self._change_subscriber_failed), reporter=Reporter(blocks, self._frame_index),
             blocks=blocks)
+        self._rt: Runtime = rt
         self._io = DataIO(rt, self._ensure_built, self)
         self._builder = Builder(rt, self._io.upload_staged)
         self._updater = Updater(rt, self._builder)
@@ -297,7 +298,9 @@ class Engine:
                 fast, stream, timing = rt.fast, rt.stream_h, self.timing
                 if timing:
                     fast.record(self._ev_start_h, stream)
-                g.launch(stream)
+                err = g.launcher(stream)
+                if err:
+                    fast.raise_for(err, "cuGraphLaunch")
                 if timing:
                     fast.record(self._ev_end_h, stream)
                 if io.taps:
@@ -317,7 +320,7 @@ class Engine:
                       "idle" if g is None else rt.reporter.state, g is not None, gpu_us)
         self.last_frame = frame
         if self._frames.observers:
-            self._frames.publish(frame)
+            self._frames.emit(frame)
         return frame
 
     def _lose(self, err: CudaError) -> DeviceLostError:
@@ -354,7 +357,10 @@ class Engine:
         def on_error(e: Exception) -> None:
             self._rt.reporter.error(e, None, "frame", keeps="the frame loop goes on")
 
-        loop = FrameLoop(lambda: self._tick(sync_), self.device.make_current, on_error)
+        def tick() -> None:
+            self._tick(sync_)
+
+        loop = FrameLoop(tick, self.device.make_current, on_error)
         self._loop = loop
         previous = sys.getswitchinterval()
         if switch_interval is not None:
@@ -577,7 +583,7 @@ class Engine:
         """
         self._check_open()
         if self._reload is None:
-            self._reload = HotReload(lambda: self.blocks, self._reload_failed, self._file_changes.publish,
+            self._reload = HotReload(lambda: self.blocks, self._reload_failed, self._file_changes.emit,
                                      debounce=debounce, scheduler=scheduler)
         self._reload.refresh()
         return Disposable(self._stop_watch)
@@ -597,6 +603,9 @@ class Engine:
 
     def _warn(self, subject: str, message: str, block=None) -> None:
         self._rt.reporter.warn(subject, message, block)
+
+    def _frame_index(self) -> int:
+        return self._rt.frame
 
     def _change_subscriber_failed(self, err: Exception, event) -> None:
         self._warn("engine.changes", f"a subscriber raised {type(err).__name__}: {err}; the change was applied")

@@ -8,6 +8,7 @@ frames) and every copy goes on the engine's stream, ordered with the frames.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import reactivex
@@ -31,8 +32,8 @@ class DataIO:
         self._ensure_built = ensure_built
         self._owner = owner  # kept alive by CuPy views of port buffers
         self.staged: dict[PortRef, np.ndarray] = {}  # host data written before its port had a buffer
-        self.feeds: dict[PortRef, tuple[InputFeed, object]] = {}
-        self.taps: list[tuple[PortRef, OutputTap, object]] = []  # (port, tap, observer)
+        self.feeds: dict[PortRef, tuple[InputFeed, Any]] = {}  # (feed, subscription)
+        self.taps: list[tuple[PortRef, OutputTap, Any]] = []  # (port, tap, observer)
 
     # -- write / read --------------------------------------------------------------------------------
     def write(self, ref: PortRef, port, data) -> None:
@@ -64,8 +65,10 @@ class DataIO:
     def upload_staged(self) -> None:
         rt = self.rt
         g = rt.graph
+        if g is None:
+            return
         for ref, arr in list(self.staged.items()):
-            bid = g.plan.port_buffers.get(ref) if g else None
+            bid = g.plan.port_buffers.get(ref)
             if bid is not None:
                 DeviceBuffer(g.pointers[bid], g.plan.buffers[bid].nbytes, api=rt.api).upload(arr, rt.stream)
                 del self.staged[ref]
@@ -110,7 +113,7 @@ class DataIO:
     def array(self, ref: PortRef, port):
         bid, ptr = self.port_buffer(ref, port)
         spec = port.spec
-        return as_cupy(ptr, self.rt.graph.plan.buffers[bid].nbytes, spec.dtype, (spec.count,), self._owner,
+        return as_cupy(ptr, self.rt.running().plan.buffers[bid].nbytes, spec.dtype, (spec.count,), self._owner,
                        self.rt.device.ordinal)
 
     def counter_array(self, ref: PortRef, port):

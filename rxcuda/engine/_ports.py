@@ -100,7 +100,7 @@ class OutputTap:
         self._pending: list[tuple[PinnedBuffer, PinnedBuffer | None]] = []
         self._counters: list[PinnedBuffer] = []
         self._i = 0
-        self._due = None
+        self._due: tuple | None = None
         self.closed = False
 
     def enqueue(self, frame: int, ptr: int, counter_ptr: int | None, stream) -> None:

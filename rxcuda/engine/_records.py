@@ -25,7 +25,7 @@ class Frame(NamedTuple):
     ``state`` is ``"ok"``, ``"error"`` (a block failed; the last good graph runs) or ``"idle"`` (no graph).
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index, as in any named tuple with it
     host_us: float
     tiers: tuple[Tier, ...]
     state: str
@@ -96,7 +96,7 @@ class Reporter:
     def publish(self, d: Diagnostic) -> None:
         self.log.append(d)
         (log.error if d.severity == "error" else log.warning)("%s: %s", d.subject, d.message)
-        self.stream.publish(d)
+        self.stream.emit(d)
 
     def refresh(self) -> None:
         self.state = "error" if any(b.state == "error" for b in self._blocks.values()) else "ok"

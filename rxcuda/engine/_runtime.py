@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import Any
 
 import attrs
 
@@ -23,10 +24,10 @@ from ._records import Reporter
 @attrs.define(eq=False)
 class Runtime:
     device: Device
-    api: object  # cuda.bindings' driver module, or a NullDriver
+    api: Any  # cuda.bindings' driver module, or a NullDriver
     fast: FastDriver
-    stream: object  # the engine's CUstream (non-blocking); every copy, memset and frame goes on it
-    capture_stream: object  # library calls are captured here (never executed)
+    stream: Any  # the engine's CUstream (non-blocking); every copy, memset and frame goes on it
+    capture_stream: Any  # library calls are captured here (never executed)
     pool: BufferPool
     modules: ModuleCache
     pending: PendingPlan
@@ -39,9 +40,10 @@ class Runtime:
     frame: int = 0
     lock: threading.RLock = attrs.field(factory=threading.RLock)  # the model; never held while waiting
 
-    @property
-    def stream_h(self) -> int:
-        return int(self.stream)
+    stream_h: int = attrs.field(init=False)  # the stream's raw handle, for the per-frame calls
+
+    def __attrs_post_init__(self) -> None:
+        self.stream_h = int(self.stream)
 
     def snapshot(self) -> PipelineDescription:
         """The pipeline as pure data, as the planner sees it."""
@@ -49,6 +51,13 @@ class Runtime:
             blocks = tuple(BlockEntry(b.id, b.description, b.values(), b.launches()) for b in self.blocks.values())
             binds = {r: ExternalBinding(e.dtype, e.count) for r, e in self.bindings.items()}
             return PipelineDescription(blocks, tuple(self.connections.values()), binds, frozenset(self.fed))
+
+    def running(self) -> CompiledGraph:
+        """The graph now running (callers know there is one)."""
+        g = self.graph
+        if g is None:
+            raise RuntimeError("no graph is running yet")
+        return g
 
     def is_connected(self, ref: PortRef) -> bool:
         return ref in self.connections

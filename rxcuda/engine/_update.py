@@ -44,7 +44,7 @@ class Updater:
         rt = self.rt
         pending = rt.pending
         g = rt.graph
-        if g is not None and pending.only_parameters:
+        if g is not None and not pending._others:
             if not self.updates.observers:
                 return self.apply_values(pending.take_parameters())
             t0 = time.perf_counter_ns()
@@ -52,8 +52,12 @@ class Updater:
             params = pending.take_parameters()
             tiers = self.apply_values(params)
             blocks = rt.blocks
-            names = tuple(sorted({blocks[b].name for b, _ in params if b in blocks}))
-            self.updates.publish(AppliedUpdate(rt.frame + 1, tiers, names, (time.perf_counter_ns() - t0) / 1e9,
+            if len(params) == 1:
+                (bid, _), = params
+                names = (blocks[bid].name,) if bid in blocks else ()
+            else:
+                names = tuple(sorted({blocks[b].name for b, _ in params if b in blocks}))
+            self.updates.emit(AppliedUpdate(rt.frame + 1, tiers, names, (time.perf_counter_ns() - t0) / 1e9,
                                                events))
             return tiers
         up = pending.drain()
@@ -83,7 +87,7 @@ class Updater:
 
     def _code(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
         rt = self.rt
-        g = rt.graph
+        g = rt.running()
         # new code for a block that is not in the running graph (its first build failed): rebuild it
         if any(k not in g.plan.kernel_nodes and k[0] in rt.blocks for k in up.code):
             return self._structure(up, raise_errors)
@@ -116,7 +120,7 @@ class Updater:
     # -- the one Parameters path ---------------------------------------------------------------------
     def apply_values(self, params: dict, rebinds: dict | None = None, launches: dict | None = None,
                      raise_errors: bool = False) -> tuple[Tier, ...]:
-        g = self.rt.graph
+        g = self.rt.running()
         if not (rebinds or launches) and len(params) == 1:
             # the hot case: one value of kernel nodes only, each node updated at once
             (key, value), = params.items()
@@ -162,8 +166,8 @@ class Updater:
 
     def _recapture(self, nid: int, raise_errors: bool) -> bool:
         rt = self.rt
-        g = rt.graph
-        block = rt.blocks.get(g.plan.nodes[nid].block)
+        g = rt.running()
+        block = rt.blocks.get(getattr(g.plan.nodes[nid], "block", None))
         try:
             g.recapture(nid, self.builder.capture)
         except Exception as e:
@@ -180,7 +184,7 @@ class Updater:
             return
         blocks = self.rt.blocks
         names = tuple(sorted(blocks[b].name if b in blocks else f"#{b}" for b in up.blocks()))
-        self.updates.publish(AppliedUpdate(self.rt.frame + 1, done, names, (time.perf_counter_ns() - t0) / 1e9,
+        self.updates.emit(AppliedUpdate(self.rt.frame + 1, done, names, (time.perf_counter_ns() - t0) / 1e9,
                                            up.events))
 
     def _subscriber_failed(self, err: Exception, item) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
@@ -26,7 +26,7 @@ class Broadcast(Observable):
     >>> frames = Broadcast()
     >>> seen = []
     >>> sub = frames.subscribe(seen.append)
-    >>> frames.publish(1); frames.publish(2); frames.close()
+    >>> frames.emit(1); frames.emit(2); frames.close()
     >>> seen
     [1, 2]
     """
@@ -37,6 +37,13 @@ class Broadcast(Observable):
         self._lock = threading.Lock()
         self._closed = False
         self._on_error = on_error
+
+    def subscribe(self, on_next=None, on_error=None, on_completed=None, *, scheduler=None) -> abc.DisposableBase:
+        """As ``Observable.subscribe``. Plain callbacks are called directly (no auto-detaching wrapper: the
+        publisher already isolates a failing callback), which keeps publishing cheap."""
+        if on_next is None or isinstance(on_next, abc.ObserverBase) or hasattr(on_next, "on_next"):
+            return super().subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+        return self._subscribe_core(cast(abc.ObserverBase, _Callbacks(on_next, on_error, on_completed)), scheduler)
 
     def _subscribe_core(self, observer: abc.ObserverBase, scheduler: abc.SchedulerBase | None = None
                         ) -> abc.DisposableBase:
@@ -52,7 +59,7 @@ class Broadcast(Observable):
 
         return Disposable(dispose)
 
-    def publish(self, item: Any) -> None:
+    def emit(self, item: Any) -> None:
         """Hand ``item`` to every observer, on the calling thread."""
         for observer in self.observers:
             try:
@@ -80,3 +87,22 @@ class Broadcast(Observable):
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+class _Callbacks:
+    """An observer made of plain callbacks, called directly."""
+
+    __slots__ = ("on_next", "_on_error", "_on_completed")
+
+    def __init__(self, on_next, on_error, on_completed) -> None:
+        self.on_next = on_next
+        self._on_error = on_error
+        self._on_completed = on_completed
+
+    def on_error(self, error: Exception) -> None:
+        if self._on_error is not None:
+            self._on_error(error)
+
+    def on_completed(self) -> None:
+        if self._on_completed is not None:
+            self._on_completed()

@@ -33,6 +33,8 @@ from ..model._events import (
     STRUCTURE_EVENTS,
     BlockRemoved,
     CodeChanged,
+    Connected,
+    Disconnected,
     LaunchChanged,
     ParameterChanged,
     PortRebound,
@@ -67,12 +69,12 @@ class UpdatePlan:
 
     def blocks(self) -> frozenset[int]:
         """Ids of the blocks this plan touches (structure events name theirs or their ports')."""
-        ids = set()
+        ids: set[int] = set()
         for ev in self.structure:
-            if hasattr(ev, "block"):
-                ids.add(ev.block)
-            else:
+            if isinstance(ev, (Connected, Disconnected)):
                 ids.update((ev.src.block, ev.dst.block))
+            else:
+                ids.add(ev.block)
         for d in (self.code, self.params, self.rebinds, self.launches):
             ids.update(k[0] for k in d)
         return frozenset(ids)
@@ -102,6 +104,7 @@ class PendingPlan:
         self._rebinds: dict = {}
         self._launches: dict = {}
         self._count = 0
+        self._others = 0  # pending changes that are not parameter values
 
     @property
     def dirty(self) -> bool:
@@ -111,7 +114,7 @@ class PendingPlan:
     @property
     def only_parameters(self) -> bool:
         """True when nothing but scalar values is pending (the hot path). Read without the lock."""
-        return not (self._structure or self._code or self._rebinds or self._launches)
+        return not self._others
 
     @property
     def structure_pending(self) -> bool:
@@ -125,13 +128,13 @@ class PendingPlan:
             self._params[(block, name)] = value
             self._count += 1
         if self._changes.observers:
-            self._changes.publish(ParameterChanged(block, name, value))
+            self._changes.emit(ParameterChanged(block, name, value))  # type: ignore[call-arg]
 
     def add(self, event) -> None:
         with self._lock:
             self._fold(event)
         if self._changes.observers:
-            self._changes.publish(event)
+            self._changes.emit(event)
 
     def add_all(self, events: Iterable) -> None:
         events = list(events)
@@ -140,14 +143,16 @@ class PendingPlan:
                 self._fold(ev)
         if self._changes.observers:
             for ev in events:
-                self._changes.publish(ev)
+                self._changes.emit(ev)
 
     def _fold(self, ev) -> None:
         self._count += 1
         t = type(ev)
         if t is ParameterChanged:
             self._params[(ev.block, ev.name)] = ev.value
-        elif t is PortRebound:
+            return
+        self._others += 1
+        if t is PortRebound:
             self._rebinds[(ev.block, ev.port)] = ev.array
         elif t is LaunchChanged:
             self._launches[(ev.block, ev.kernel)] = ev.launch
@@ -155,12 +160,13 @@ class PendingPlan:
             self._code[(ev.block, ev.kernel)] = ev.code
         elif isinstance(ev, STRUCTURE_EVENTS):
             self._structure.append(ev)
-            if t is BlockRemoved:
+            if isinstance(ev, BlockRemoved):
                 for d in (self._code, self._params, self._rebinds, self._launches):
                     for key in [k for k in d if k[0] == ev.block]:
                         del d[key]
         else:
             self._count -= 1
+            self._others -= 1
             raise TypeError(f"not a change event: {ev!r}")
 
     # -- the engine thread ---------------------------------------------------------------------------
@@ -169,7 +175,7 @@ class PendingPlan:
         with self._lock:
             params = self._params
             self._params = {}
-            self._count = 0
+            self._count = self._others  # 0 unless a change of another kind just arrived (drained next time)
         return params
 
     def drain(self) -> UpdatePlan | None:

@@ -127,7 +127,7 @@ def _is_under(path: str, root: str) -> bool:
 
 
 def _existing_files(dirs: Iterable[str], recursive: bool) -> list[str]:
-    found = []
+    found: list = []
     for d in dirs:
         for root, subdirs, names in os.walk(d):
             found.extend(os.path.join(root, n) for n in names)

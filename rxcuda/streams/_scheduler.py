@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 import attrs
 from reactivex import Observable
@@ -55,7 +56,7 @@ class FrameLoop:
         self._period: float | None = None
         self.stats = LoopStats()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._subscription = None
+        self._subscription: Any = None
 
     @property
     def thread(self) -> threading.Thread:

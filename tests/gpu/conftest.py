@@ -1,5 +1,6 @@
 """GPU tests: skipped, with the reason, where no CUDA device is usable."""
 
+import os
 import pathlib
 
 import numpy as np
@@ -19,6 +20,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tests/gpu" in str(item.fspath).replace("\\", "/"):
             item.add_marker(skip)
+
+
+def gpu_subprocess_env() -> dict:
+    """The environment for a child Python: the checkout first on PYTHONPATH, keeping what was there (the
+    wheels the GPU machine installs beside it, say)."""
+    root = str(KERNELS.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
 
 
 @pytest.fixture

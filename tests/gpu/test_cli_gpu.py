@@ -1,16 +1,17 @@
 """rxcuda demo on a GPU: its numbers match NumPy and its hot updates take the Parameters tier."""
 
-import os
 import pathlib
 import subprocess
 import sys
+
+from conftest import gpu_subprocess_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def demo(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rxcuda", "demo", *args], capture_output=True, text=True, cwd="/",
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                          env=gpu_subprocess_env(), timeout=300)
 
 
 def test_demo_matches_numpy_through_hot_updates():

@@ -1,17 +1,18 @@
 """The examples run on a GPU from any directory and leave nothing behind."""
 
-import os
 import pathlib
 import re
 import subprocess
 import sys
+
+from conftest import gpu_subprocess_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run_example(name: str, *args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+                          cwd=cwd, env=gpu_subprocess_env(), timeout=120)
 
 
 def test_quickstart_runs(tmp_path):

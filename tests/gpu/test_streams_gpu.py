@@ -126,6 +126,7 @@ def test_append_output_stream_emits_only_appended(engine, kernels):
 
 
 def test_frames_stream_reports_gpu_time_and_tiers(engine, rng, kernels):
+    engine.timing = True  # GPU time per frame is opt-in: two event records a frame
     n = 1 << 20
     mul = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=n))
     engine.write(mul["x"], rand(rng, n))
