@@ -221,8 +221,8 @@ class Block:
         self._desc = description
         self._lock = threading.Lock()
         self._launches: dict[str, Launch] = {}
-        self._sink = None  # the engine's change hub, set while the block is in an engine
-        self._engine = None
+        self._sink: Any = None  # the engine's pending plan, set while the block is in an engine
+        self._engine: Any = None
         from reactivex.disposable import CompositeDisposable
 
         self._subscriptions = CompositeDisposable()  # parameter bindings, disposed on removal
@@ -306,7 +306,10 @@ class Block:
 
     def launch(self, kernel: str | None = None) -> Launch:
         kernel = self._kernel_name(kernel)
-        return self._launches.get(kernel) or self._desc.kernel(kernel).launch
+        spec = self._desc.kernel(kernel)
+        if not isinstance(spec, KernelSpec):
+            raise TypeError(f"{self.name}.{kernel} is a library call: it has no launch geometry")
+        return self._launches.get(kernel) or spec.launch
 
     def values(self) -> dict[str, Any]:
         return {n: p.value for n, p in self.params.items()}

@@ -28,14 +28,14 @@ from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, D
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import FrameLoop
-from ._blocks import Block, PortHandle
+from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
 from ._io import DataIO
 from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
 from ._reload import HotReload
 from ._runtime import Runtime, quietly
 from ._update import Updater
-from .plan._plan import GraphPlan, _validate_connections, order_blocks
+from .plan._plan import GraphPlan
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
@@ -134,12 +134,10 @@ class Engine:
         with rt.lock:
             if block._engine is not None:
                 raise ValueError(f"{block.name} is already in an engine; remove it there first")
-            taken = {b.name for b in rt.blocks.values()}
-            if block.name in taken:
-                i = 2
-                while f"{block.name}_{i}" in taken:
-                    i += 1
-                block._desc = attrs.evolve(block._desc, name=f"{block.name}_{i}")
+            name = rt.index.free_name(block.name)
+            if name != block.name:
+                block._desc = attrs.evolve(block._desc, name=name)
+            rt.index.add_block(block.id, block.description)
             rt.blocks[block.id] = block
             block._engine = self
             block._sink = rt.pending
@@ -159,8 +157,8 @@ class Engine:
             self._io.close_feed(ref, self._gpu)
         with rt.lock:
             del rt.blocks[block.id]
-            for dst in [d for d, c in rt.connections.items() if block.id in (c.src.block, d.block)]:
-                del rt.connections[dst]
+            for c in rt.index.remove_block(block.id):
+                del rt.connections[c.dst]
             for ref in [r for r in rt.bindings if r.block == block.id]:
                 del rt.bindings[ref]
             rt.fed = {r for r in rt.fed if r.block != block.id}
@@ -190,10 +188,7 @@ class Engine:
         rt = self._rt
         conn = Connection(self._ref(src), self._ref(dst))
         with rt.lock:
-            trial = rt.snapshot()
-            trial = PipelineDescription(trial.blocks, trial.connections + (conn,), trial.bindings, trial.fed)
-            _validate_connections(trial)
-            order_blocks(trial)
+            rt.index.add_connection(conn)  # checks what it touches; a refusal changes nothing
             rt.connections[conn.dst] = conn
             rt.fed.discard(conn.dst)
             self._io.forget(conn.dst)
@@ -207,6 +202,7 @@ class Engine:
             if rt.connections.get(conn.dst) != conn:
                 raise ValidationError(f"{src!r} is not connected to {dst!r}", subject=src.block.name)
             del rt.connections[conn.dst]
+            rt.index.remove_connection(conn)
         rt.pending.add(Disconnected(conn.src, conn.dst))
 
     def bind(self, port: PortHandle, array) -> None:
@@ -241,6 +237,7 @@ class Engine:
                                       "an array", subject=port.block.name)
             was_bound = ref in rt.bindings
             rt.bindings[ref] = ext
+            rt.index.bind(ref)
             rt.fed.discard(ref)
             self._io.forget(ref)
         if was_bound:
@@ -255,18 +252,11 @@ class Engine:
         with rt.lock:
             if rt.bindings.pop(ref, None) is None:
                 raise ValidationError(f"{port!r} is not bound", subject=port.block.name)
+            rt.index.unbind(ref)
         rt.pending.add(BlockChanged(ref.block, port.block.name, f"port {port.name} unbound"))
 
     def _ref(self, port: PortHandle) -> PortRef:
-        from ..model._errors import ForeignBlockError, NotAPortError
-
-        if not isinstance(port, PortHandle):
-            raise NotAPortError(f"expected a port such as block['out'] (got {port!r})")
-        if self._rt.blocks.get(port.block.id) is not port.block:
-            raise ForeignBlockError(f"{port.block.name} is not in this engine; engine.add(block) first",
-                                    subject=port.block.name)
-        port.spec  # noqa: B018 - raises UnknownPortError naming the ports
-        return PortRef(port.block.id, port.name)
+        return resolve_port(port, self._rt.blocks)
 
     def describe(self) -> PipelineDescription:
         """The pipeline as pure data (what ``rxcuda.plan`` takes)."""

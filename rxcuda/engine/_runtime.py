@@ -19,6 +19,7 @@ from ..cuda._modules import ModuleCache
 from ..model._describe import BlockEntry, Connection, ExternalBinding, PipelineDescription, PortRef
 from ..streams._coalesce import PendingPlan
 from ._records import Reporter
+from .plan._index import PipelineIndex
 
 
 @attrs.define(eq=False)
@@ -39,6 +40,7 @@ class Runtime:
     graph: CompiledGraph | None = None
     frame: int = 0
     lock: threading.RLock = attrs.field(factory=threading.RLock)  # the model; never held while waiting
+    index: PipelineIndex = attrs.field(factory=PipelineIndex)  # checks one change at a time
 
     stream_h: int = attrs.field(init=False)  # the stream's raw handle, for the per-frame calls
 

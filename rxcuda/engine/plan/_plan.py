@@ -17,6 +17,7 @@ from ...model._describe import (
     BlockEntry,
     CallSpec,
     Connection,
+    KernelSpec,
     PipelineDescription,
     PortRef,
 )
@@ -233,8 +234,8 @@ class _Planner:
             if src is not None:
                 buf = port_buffers[src]
             else:
-                kind = ("external" if ref in bindings else "port" if p.direction == "out" or ref in fed
-                        else "zeros")
+                kind: BufferKind = ("external" if ref in bindings else "port" if p.direction == "out" or ref in fed
+                                    else "zeros")
                 buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, p.count, kind)
             port_buffers[ref] = buf
             for pin in p.pins:
@@ -253,8 +254,8 @@ class _Planner:
             for pin in s.pins:
                 scalar_of[pin.kernel, pin.param] = s.name
         for step in d.kernels:
-            is_call = isinstance(step, CallSpec)
-            params = step.params if is_call else step.code.signature.params
+            call = step if isinstance(step, CallSpec) else None
+            params = call.params if call is not None else step.code.signature.params  # type: ignore[union-attr]
             args: list[Arg] = []
             reads: set[int] = set()
             writes: set[int] = set()
@@ -263,20 +264,20 @@ class _Planner:
             for i, prm in enumerate(params):
                 key = (sname, i)
                 if prm.kind == "pointer":
-                    buf = pin_buffer.get(key)
-                    if buf is None:
+                    fed_by = pin_buffer.get(key)
+                    if fed_by is None:
                         _fail(f"{label}: parameter {i} ('{prm.name}') of '{sname}' is a pointer that no "
                               "port or internal connection feeds; declare it as a port or connect it",
                               subject=label)
-                    arg = buffer_args.get(buf)
+                    arg = buffer_args.get(fed_by)
                     if arg is None:
-                        arg = buffer_args[buf] = BufferArg(buf)
+                        arg = buffer_args[fed_by] = BufferArg(fed_by)
                     args.append(arg)
                     direction = prm.direction
                     if direction != "out":  # in, inout, counter
-                        reads.add(buf)
+                        reads.add(fed_by)
                     if direction != "in":  # out, inout, counter
-                        writes.add(buf)
+                        writes.add(fed_by)
                     continue
                 name = scalar_of.get(key)
                 if name is None:
@@ -288,13 +289,13 @@ class _Planner:
                     continue
                 value = values[name] if name in values else b.value(name)
                 args.append(ScalarArg(bid, name, prm.dtype, prm.size, value))
-                if not is_call:
+                if call is None:
                     slot = (bid, name)
                     if slot in slots:
                         slots[slot].append((nid, i))
                     else:
                         slots[slot] = [(nid, i)]
-                elif prm.name in step.device_scalars:
+                elif prm.name in call.device_scalars:
                     sid = self.buffer(("device_scalar", bid, name), f"{label}.{name}", prm.dtype, 1,
                                       "device_scalar")
                     self.device_scalars[(bid, name)] = sid
@@ -302,10 +303,12 @@ class _Planner:
                     reads.add(sid)
                 else:
                     self.recapture.setdefault((bid, name), []).append(nid)
-            if is_call:
+            node: NodePlan
+            if call is not None:
                 node = CallNodePlan(nid, bid, sname, tuple(args), frozenset(reads), frozenset(writes),
                                     f"{label}/{sname}")
             else:
+                assert isinstance(step, KernelSpec)
                 launch = b.launches.get(sname) or step.launch
                 node = KernelNodePlan(nid, bid, sname, step.code.key, launch, tuple(args), frozenset(reads),
                                       frozenset(writes), f"{label}/{sname}")
