@@ -72,13 +72,14 @@ class KernelNode:
 class CallNode:
     """A captured library call: a child graph node and what is needed to capture it again."""
 
-    __slots__ = ("plan", "handle", "child", "args")
+    __slots__ = ("plan", "handle", "child", "args", "child_exec")
 
     def __init__(self, plan: CallNodePlan, child, args: CaptureArgs):
         self.plan = plan
         self.child = child
         self.args = args
         self.handle = None
+        self.child_exec = None  # the child graph instantiated on its own, for run_eagerly
 
 
 class MemsetNode:
@@ -306,16 +307,54 @@ class CompiledGraph:
         except BaseException:
             drv.cuGraphDestroy(child)
             raise
+        if node.child_exec is not None:
+            drv.cuGraphExecDestroy(node.child_exec)
+            node.child_exec = None
         drv.cuGraphDestroy(node.child)
         node.child, node.args = child, args
+
+    # -- the same work, eagerly --------------------------------------------------------------------------
+    def run_eagerly(self, stream, *, check_each: bool = False) -> None:
+        """Issue every node's work on ``stream`` one after another, in the plan's order (a valid order of
+        the graph): kernels through cuLaunchKernel with the nodes' own arguments, memsets, and each library
+        call's captured graph. What the graph computes, without the graph: for debugging (``check_each``
+        waits after each node, so a fault names its node: the error carries ``node``) and for comparing a
+        graph with its eager run.
+        """
+        drv = self.api
+        for node in self.nodes:
+            label = node.plan.label
+            try:
+                if isinstance(node, KernelNode):
+                    p = node.params
+                    check(drv.cuLaunchKernel(p.func, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY,
+                                             p.blockDimZ, p.sharedMemBytes, stream,
+                                             int(node.ptrs.ctypes.data) if node.plan.args else 0, 0),
+                          f"cuLaunchKernel ({label})")
+                elif isinstance(node, MemsetNode):
+                    p = node.params
+                    check(drv.cuMemsetD32Async(p.dst, p.value, p.width, stream), f"cuMemsetD32Async ({label})")
+                else:
+                    if node.child_exec is None:
+                        node.child_exec = check(drv.cuGraphInstantiate(node.child, 0), f"cuGraphInstantiate ({label})")
+                    check(drv.cuGraphLaunch(node.child_exec, stream), f"cuGraphLaunch ({label})")
+                if check_each:
+                    check(drv.cuStreamSynchronize(stream), f"cuStreamSynchronize after {label}")
+            except CudaError as e:
+                e.node = label
+                raise
 
     # -- lifetime --------------------------------------------------------------------------------------
     def _destroy_graphs(self) -> None:
         drv = self.api
         for node in self.nodes:
-            if isinstance(node, CallNode) and node.child is not None:
-                drv.cuGraphDestroy(node.child)
-                node.child = None
+            if isinstance(node, CallNode):
+                if node.child_exec is not None:
+                    drv.cuGraphExecDestroy(node.child_exec)
+                    node.child_exec = None
+                if node.child is not None:
+                    drv.cuGraphDestroy(node.child)
+                    node.child = None
         if self.graph is not None:
             drv.cuGraphDestroy(self.graph)
             self.graph = None

@@ -276,6 +276,9 @@ class NullDriver:
     def cuGraphExecChildGraphNodeSetParams(self, graph_exec, node, child):
         return self._call("cuGraphExecChildGraphNodeSetParams", (int(graph_exec), int(node)))
 
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        return self._call("cuLaunchKernel", (int(f), (gx, gy, gz), (bx, by, bz), shared, int(stream)))
+
     def cuStreamBeginCapture(self, stream, mode):
         return self._call("cuStreamBeginCapture", (int(stream), mode))
 

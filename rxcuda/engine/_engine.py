@@ -78,11 +78,15 @@ class Engine:
     array([2., 2., 2.], dtype=float32)
 
     ``device``: the GPU ordinal. ``sync``: whether ``tick()`` waits for the frame by default. ``timing``:
-    record GPU time per frame (``Frame.gpu_us``; two event records a frame). ``driver``: ``None`` for the
-    CUDA driver, or a ``rxcuda.cuda.NullDriver`` that records the driver calls and runs no GPU work (tests).
+    record GPU time per frame (``Frame.gpu_us``; two event records a frame). ``debug``: run each frame's
+    nodes one by one, waiting after each (slow), so a faulting kernel is named in the error. ``driver``:
+    ``None`` for the CUDA driver, or a ``rxcuda.cuda.NullDriver`` that records the driver calls and runs no
+    GPU work (tests).
     """
 
-    def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, driver=None):
+    def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, debug: bool = False,
+                 driver=None):
+        self.debug = debug
         try:
             self._open(device, sync, timing, driver)
         except CudaError as e:
@@ -288,9 +292,12 @@ class Engine:
                 fast, stream, timing = rt.fast, rt.stream_h, self.timing
                 if timing:
                     fast.record(self._ev_start_h, stream)
-                err = g.launcher(stream)
-                if err:
-                    fast.raise_for(err, "cuGraphLaunch")
+                if self.debug:
+                    g.run_eagerly(stream, check_each=True)
+                else:
+                    err = g.launcher(stream)
+                    if err:
+                        fast.raise_for(err, "cuGraphLaunch")
                 if timing:
                     fast.record(self._ev_end_h, stream)
                 if io.taps:
@@ -317,9 +324,12 @@ class Engine:
         """The context is gone (sticky error): say so once, clearly, and refuse GPU work from now on."""
         if self._lost is None:
             g = self._rt.graph
-            kernels = tuple(dict.fromkeys(n.label for n in g.plan.nodes)) if g is not None else ()
+            if err.node is not None:  # Engine(debug=True) found the node
+                kernels: tuple[str, ...] = (err.node,)
+            else:
+                kernels = tuple(dict.fromkeys(n.label for n in g.plan.nodes)) if g is not None else ()
             self._lost = DeviceLostError(err.call, err.name, err.explanation, err.code, device=self.device.ordinal,
-                                         kernels=kernels[:8])
+                                         kernels=kernels[:8], exact=err.node is not None)
             self._rt.reporter.publish(Diagnostic("error", "engine", str(self._lost), self._rt.frame))
         return self._lost
 

@@ -59,6 +59,7 @@ class CudaError(RxcudaError, RuntimeError):
         self.name = name
         self.explanation = explanation
         self.code = code
+        self.node: str | None = None  # the graph node whose work failed, where known (Engine(debug=True))
 
 
 class DeviceLostError(CudaError):
@@ -67,12 +68,19 @@ class DeviceLostError(CudaError):
     new process. ``kernels`` names the kernels that ran in the faulting frame, where known."""
 
     def __init__(self, call: str, name: str, explanation: str, code: int | None = None, *, device: int = 0,
-                 kernels: tuple[str, ...] = ()):
+                 kernels: tuple[str, ...] = (), exact: bool = False):
+        if exact:
+            where = f"; the fault came from {kernels[0]}"
+        elif kernels:
+            where = (f"; the frame ran {', '.join(kernels)} (Engine(debug=True) runs them one by one and names "
+                     "the one that faults)")
+        else:
+            where = ""
         RxcudaError.__init__(
             self, f"the CUDA context of GPU {device} is lost ({name} in {call}: {explanation}). CUDA errors of "
-            f"this kind are sticky: restart the process to use this GPU again"
-            + (f"; the frame ran {', '.join(kernels)}" if kernels else ""))
+            f"this kind are sticky: restart the process to use this GPU again" + where)
         self.call, self.name, self.explanation, self.code = call, name, explanation, code
+        self.node = None
         self.device = device
         self.kernels = kernels
 

@@ -319,3 +319,15 @@ def test_structure_subsumes_lower_tiers_and_a_failed_rebuild_keeps_them(engine, 
     engine.write(broken["b"], np.ones(N, np.float32))
     assert engine.tick().tiers == ("structure",)
     assert broken.state == "ok" and engine.tick().state == "ok"
+
+
+def test_debug_mode_runs_nodes_one_by_one_and_names_the_one_that_faults(api):
+    engine = rxcuda.Engine(driver=api, debug=True)
+    chain(engine)
+    engine.tick()
+    launches = [args for name, args in api.calls if name == "cuLaunchKernel"]
+    assert len(launches) == 2 and api.count("cuGraphLaunch") == 0
+    api.fail("cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS", times=100)  # the first node faults
+    with pytest.raises(rxcuda.DeviceLostError, match=r"the fault came from vector_add/vector_add"):
+        engine.tick()
+    engine.close()
