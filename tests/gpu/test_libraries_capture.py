@@ -11,8 +11,6 @@ The cuRAND capture probe (which host-API sequences capture at all) is a benchmar
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -362,9 +360,7 @@ def test_host_scalar_recaptures_the_child_node_in_place(engine, scale_code):
     assert abs(noise.std() - 1.0) < 0.05
     recaptures, rebuilds = engine.recaptures, engine.rebuilds
     ran.block.set(factor=-1.0, shift=0.5)
-    t0 = time.perf_counter()
     frame = engine.tick()
-    cost = time.perf_counter() - t0
     assert "recapture" in frame.tiers and frame.state == "ok", diagnostics(engine)
     assert rel(ran.get("out"), -noise + 0.5) < 1e-5
     ran.block.set(offset=9)  # fresh numbers, same exec graph, no recapture
@@ -372,7 +368,7 @@ def test_host_scalar_recaptures_the_child_node_in_place(engine, scale_code):
     fresh = ran.get("out").astype(np.float64)
     assert rel(fresh, -noise + 0.5) > 0.1
     assert abs((0.5 - fresh).std() - 1.0) < 0.05
-    assert engine.recaptures > recaptures and engine.rebuilds == rebuilds and cost < 0.5
+    assert engine.recaptures > recaptures and engine.rebuilds == rebuilds
 
 
 def test_chain_gemm_scale_rfft_is_one_node(engine, rng):
@@ -438,19 +434,19 @@ def test_many_sizes_of_gemm_capture_without_memory_nodes(engine, rng):
         engine.remove(ran.block)
 
 
-def test_recapture_cost_is_small(engine, rng, scale_code):
+def test_each_host_scalar_change_recaptures_one_node_without_a_rebuild(engine, rng, scale_code):
+    """Ten host-scalar changes: ten recaptures, no rebuild, the last value in the result. (What a recapture
+    costs is measured by bench/libraries.py, not asserted here: timings are noisy on shared machines.)"""
     m = 256
     step = lib.kernel(scale_code, Launch.for_threads(m * m), counts={"x": m * m})
     spec = lib.chain(lib.gemm(m, m, m), (step, {"x": "c"}))
     a, b = rng.standard_normal((m, m), np.float32), rng.standard_normal((m, m), np.float32)
     ran = run(engine, spec, {"a": a, "b": b}, factor=1.0, shift=0.0)
     recaptures, rebuilds = engine.recaptures, engine.rebuilds
-    t0 = time.perf_counter()
     for i in range(10):
         ran.block.set(factor=1.0 + i)
-        engine.tick()
-    per = (time.perf_counter() - t0) / 10
-    assert per < 0.05, f"recapture + child-node update + frame took {per * 1e6:.0f} us"
+        frame = engine.tick()
+        assert "recapture" in frame.tiers and frame.state == "ok", diagnostics(engine)
     assert engine.recaptures == recaptures + 10 and engine.rebuilds == rebuilds
     assert rel(ran.get("c"), 10.0 * (a.astype(np.float64) @ b)) < 1e-5
 
