@@ -20,47 +20,76 @@ from ._driver import drv as _drv
 from ._fast import FastDriver
 
 
+class ArgStorage:
+    """The arguments of every kernel node of one graph in one native buffer of 8-byte slots, and the
+    pointer array the driver reads (``kernelParams`` of each node points into it). Made once per build:
+    a node's slot is then a (typed view of the whole buffer, index) pair, written in place by updates."""
+
+    def __init__(self, plans: list[KernelNodePlan]):
+        starts: dict[int, tuple[int, list[int]]] = {}
+        offsets: list[int] = []
+        words = 0
+        for n in plans:
+            first = len(offsets)
+            for a in n.args:
+                offsets.append(words)
+                words += 1 if isinstance(a, BufferArg) else -(-max(a.size, 1) // 8)
+            starts[n.id] = (first, offsets[first:])
+        self.words = np.zeros(max(words, 1), dtype=np.uint64)
+        base = self.words.ctypes.data
+        self.ptrs = np.asarray(offsets or [0], dtype=np.uint64) * np.uint64(8) + np.uint64(base)
+        self.ptrs_base = self.ptrs.ctypes.data
+        self.starts = starts
+        self._typed: dict[np.dtype, np.ndarray] = {np.dtype(np.uint64): self.words}
+
+    def typed(self, dt: np.dtype) -> np.ndarray:
+        view = self._typed.get(dt)
+        if view is None:
+            view = self._typed[dt] = self.words.view(dt)
+        return view
+
+
+_BY_SIZE = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+
+
 class KernelNode:
-    """Driver-side state of one kernel node: node handle, params struct, argument storage and views."""
+    """Driver-side state of one kernel node: node handle, params struct, and its argument slots in the
+    graph's ArgStorage (``slots[i]``: the (typed view, index) of argument i)."""
 
-    __slots__ = ("plan", "handle", "params", "storage", "ptrs", "views", "buffer_args", "handle_int",
-                 "params_ptr")
+    __slots__ = ("plan", "handle", "params", "slots", "buffer_args", "handle_int", "params_ptr")
 
-    def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int]):
+    def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int], storage: ArgStorage):
         self.plan = plan
-        sizes = [8 if isinstance(a, BufferArg) else max(a.size, 1) for a in plan.args]
-        offsets, off = [], 0
-        for s in sizes:
-            offsets.append(off)
-            off += -(-s // 8) * 8
-        # uint64 backing keeps every slot 8-byte aligned
-        self.storage = np.zeros(max(off // 8, 1), dtype=np.uint64).view(np.uint8)
-        base = self.storage.ctypes.data
-        self.ptrs = np.array([base + o for o in offsets], dtype=np.uint64)
-        self.views = []
+        first, offsets = storage.starts[plan.id]
+        u64 = storage.words
+        slots = []
         self.buffer_args: dict[int, list[int]] = {}
-        for i, (a, o, s) in enumerate(zip(plan.args, offsets, sizes, strict=True)):
+        for i, (a, w) in enumerate(zip(plan.args, offsets, strict=True)):
             if isinstance(a, BufferArg):
-                view = self.storage[o:o + 8].view(np.uint64)
-                view[0] = pointers[a.buffer]
+                u64[w] = pointers[a.buffer]
+                slots.append((u64, w))
                 self.buffer_args.setdefault(a.buffer, []).append(i)
             else:
+                size = max(a.size, 1)
                 dt = _dtypes.to_numpy(a.dtype) if a.dtype else None
-                if dt is None or dt.itemsize != s:
-                    dt = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(s, np.uint8)
-                view = self.storage[o:o + s].view(dt)
-                view[0] = a.value
-            self.views.append(view)
+                if dt is None or dt.itemsize != size:
+                    dt = _BY_SIZE.get(size, _BY_SIZE[1])
+                view = storage.typed(dt)
+                idx = w * 8 // dt.itemsize
+                view[idx] = a.value
+                slots.append((view, idx))
+        self.slots = slots
         p = drv.CUDA_KERNEL_NODE_PARAMS()
         p.func = function
         la = plan.launch
         p.gridDimX, p.gridDimY, p.gridDimZ = la.grid
         p.blockDimX, p.blockDimY, p.blockDimZ = la.block
         p.sharedMemBytes = la.shared_mem
-        p.kernelParams = int(self.ptrs.ctypes.data) if plan.args else 0
+        p.kernelParams = storage.ptrs_base + 8 * first if plan.args else 0
         self.params = p
         self.params_ptr = p.getPtr()  # the struct's address, for the GIL-keeping exec-node update
         self.handle = None
+        self.handle_int = 0
 
     def set_launch(self, la: Launch) -> None:
         p = self.params
@@ -148,6 +177,7 @@ class CompiledGraph:
         self._exec_h = 0
         self.pointers = dict(pointers)
         self.nodes: list = []
+        self.args = ArgStorage([n for n in plan.nodes if isinstance(n, KernelNodePlan)])
         self.graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
         self.exec = None
         self._dirty: set[int] = set()
@@ -155,7 +185,7 @@ class CompiledGraph:
             for n in plan.nodes:
                 deps = [self.nodes[d].handle for d in plan.deps[n.id]]
                 if isinstance(n, KernelNodePlan):
-                    node = KernelNode(n, functions[n.code_key], pointers)
+                    node = KernelNode(n, functions[n.code_key], pointers, self.args)
                     node.handle = check(drv.cuGraphAddKernelNode(self.graph, deps, len(deps), node.params),
                                         f"cuGraphAddKernelNode ({n.label})")
                     node.handle_int = int(node.handle)
@@ -176,9 +206,9 @@ class CompiledGraph:
             raise
 
         # The patch table, the one place a value goes on its way to the GPU:
-        # (block, parameter) -> ((node id, typed view into the node's argument storage), ...)
+        # (block, parameter) -> ((node id, typed view of the argument storage, index), ...)
         self.scalar_views: dict[tuple[int, str], tuple] = {
-            key: tuple((nid, self.nodes[nid].views[arg]) for nid, arg in slots) for key, slots in plan.slots.items()}
+            key: tuple((nid, *self.nodes[nid].slots[arg]) for nid, arg in slots) for key, slots in plan.slots.items()}
         # the hot case: keys that only kernel nodes use (no device scalar, no recapture) -> ((typed view,
         # bound exec-node update), ...), bound once the executable graph exists (see _arm)
         self.hot: dict[tuple[int, str], tuple] = {}
@@ -205,8 +235,9 @@ class CompiledGraph:
         plan, fast, exec_h = self.plan, self.fast, self._exec_h
         self.launcher = fast.launcher(exec_h)
         self.hot = {
-            key: tuple((view, fast.node_updater(exec_h, self.nodes[nid].handle_int, self.nodes[nid].params_ptr,
-                                                self.nodes[nid].params)) for nid, view in targets)
+            key: tuple((view, idx, fast.node_updater(exec_h, self.nodes[nid].handle_int,
+                                                     self.nodes[nid].params_ptr, self.nodes[nid].params))
+                       for nid, view, idx in targets)
             for key, targets in self.scalar_views.items()
             if key not in plan.device_scalars and key not in plan.recapture}
 
@@ -241,7 +272,8 @@ class CompiledGraph:
 
     # -- staged updates --------------------------------------------------------------------------------
     def set_scalar(self, node_id: int, arg: int, value) -> None:
-        self.nodes[node_id].views[arg][0] = value
+        view, idx = self.nodes[node_id].slots[arg]
+        view[idx] = value
         self._dirty.add(node_id)
 
     def set_buffer(self, buffer_id: int, ptr: int) -> list[int]:
@@ -256,7 +288,8 @@ class CompiledGraph:
             node = self.nodes[nid]
             if isinstance(node, KernelNode):
                 for i in node.buffer_args[buffer_id]:
-                    node.views[i][0] = ptr
+                    view, idx = node.slots[i]
+                    view[idx] = ptr
                 self._dirty.add(nid)
             elif isinstance(node, MemsetNode):
                 node.params.dst = ptr
@@ -329,7 +362,7 @@ class CompiledGraph:
                     p = node.params
                     check(drv.cuLaunchKernel(p.func, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY,
                                              p.blockDimZ, p.sharedMemBytes, stream,
-                                             int(node.ptrs.ctypes.data) if node.plan.args else 0, 0),
+                                             p.kernelParams, 0),
                           f"cuLaunchKernel ({label})")
                 elif isinstance(node, MemsetNode):
                     p = node.params

@@ -126,8 +126,8 @@ class Updater:
             (key, value), = params.items()
             targets = g.hot.get(key)
             if targets is not None:
-                for view, update in targets:
-                    view[0] = value
+                for view, idx, update in targets:
+                    view[idx] = value
                     err = update()
                     if err:
                         g.fast.raise_for(err)
@@ -139,8 +139,8 @@ class Updater:
             targets = g.scalar_views.get(key)
             if targets is not None:
                 patched = True
-                for nid, view in targets:
-                    view[0] = value
+                for nid, view, idx in targets:
+                    view[idx] = value
                     g.mark(nid)
             sid = p.device_scalars.get(key)
             if sid is not None:
