@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-import attrs
+import numpy as np
 from reactivex import Observable
 from reactivex.disposable import Disposable
 
@@ -21,21 +21,24 @@ from ..cuda._driver import is_sticky
 from ..cuda._fast import FastDriver
 from ..cuda._memory import BufferPool, resolve_device_array
 from ..cuda._modules import ModuleCache
-from ..model import _dtypes
-from ..model._describe import Connection, PipelineDescription, PortRef
-from ..model._errors import CudaError, DeviceLostError, EngineClosedError, ValidationError
-from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound, Tier
+from ..model._describe import PipelineDescription, PortRef
+from ..model._errors import CudaError, DeviceLostError, EngineClosedError
+from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import FrameLoop
 from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
 from ._io import DataIO
+from ._model import Model
 from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
 from ._reload import HotReload
 from ._runtime import Runtime, quietly
 from ._update import Updater
 from .plan._plan import GraphPlan
+
+_now = time.perf_counter_ns
+_ident = threading.get_ident
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
@@ -86,15 +89,17 @@ class Engine:
 
     def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, debug: bool = False,
                  driver=None):
+        self._timing = self._debug = False
         self.debug = debug
+        self.timing = timing
         try:
-            self._open(device, sync, timing, driver)
+            self._open(device, sync, driver)
         except CudaError as e:
             if is_sticky(e):  # another engine (or library) in this process lost the context
                 raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
             raise
 
-    def _open(self, device: int, sync: bool, timing: bool, driver) -> None:
+    def _open(self, device: int, sync: bool, driver) -> None:
         dev = Device(device, api=driver)
         api = dev.api
         if driver is None:
@@ -103,7 +108,6 @@ class Engine:
             _nvrtc.warm_up(dev.arch)  # NVRTC's ~200 ms first call, paid off the frame path (background thread)
         self.device = dev
         self.sync = sync
-        self.timing = timing
         blocks: dict[int, Block] = {}
         rt = Runtime(
             device=dev, api=api, fast=FastDriver(api=api), stream=dev.create_stream(),
@@ -112,6 +116,7 @@ class Engine:
             blocks=blocks)
         self._rt: Runtime = rt
         self._io = DataIO(rt, self._ensure_built, self)
+        self._model = Model(rt, self._io)
         self._builder = Builder(rt, self._io.upload_staged)
         self._updater = Updater(rt, self._builder)
         self._frames = Broadcast(on_error=self._frame_subscriber_failed)
@@ -132,46 +137,14 @@ class Engine:
 
         A block whose name is taken is renamed ``name_2``, ``name_3``, ... (``block.name`` tells)."""
         self._check_open()
-        if not isinstance(block, Block):
-            raise TypeError(f"engine.add takes a Block (got {type(block).__name__})")
-        rt = self._rt
-        with rt.lock:
-            if block._engine is not None:
-                raise ValueError(f"{block.name} is already in an engine; remove it there first")
-            name = rt.index.free_name(block.name)
-            if name != block.name:
-                block._desc = attrs.evolve(block._desc, name=name)
-            rt.index.add_block(block.id, block.description)
-            rt.blocks[block.id] = block
-            block._engine = self
-            block._sink = rt.pending
-            block.state, block.message = "not built", ""
-        rt.pending.add(BlockAdded(block.id, block.name))
+        self._model.add(block, self)
         if self._reload is not None:
             self._reload.refresh()
         return block
 
     def remove(self, block: Block) -> None:
         """Remove a block with its connections and bindings; the next tick rebuilds without it."""
-        rt = self._rt
-        if rt.blocks.get(block.id) is not block:
-            raise ValueError(f"{block.name} is not in this engine")
-        block.dispose_bindings()  # before the removal event, so no late value recreates its entries
-        for ref in [r for r in self._io.feeds if r.block == block.id]:
-            self._io.close_feed(ref, self._gpu)
-        with rt.lock:
-            del rt.blocks[block.id]
-            for c in rt.index.remove_block(block.id):
-                del rt.connections[c.dst]
-            for ref in [r for r in rt.bindings if r.block == block.id]:
-                del rt.bindings[ref]
-            rt.fed = {r for r in rt.fed if r.block != block.id}
-            for ref in [r for r in self._io.staged if r.block == block.id]:
-                self._io.forget(ref)
-            block._engine = None
-            block._sink = None
-            block.state, block.message = "removed", ""
-        rt.pending.add(BlockRemoved(block.id, block.name))
+        self._model.remove(block, self._gpu)
 
     @property
     def blocks(self) -> tuple[Block, ...]:
@@ -189,75 +162,28 @@ class Engine:
         """Connect an output port to an input port. Raises ValidationError at once if the ports don't fit
         (direction, dtype, size, an existing connection, a cycle); the engine is left unchanged."""
         self._check_open()
-        rt = self._rt
-        conn = Connection(self._ref(src), self._ref(dst))
-        with rt.lock:
-            rt.index.add_connection(conn)  # checks what it touches; a refusal changes nothing
-            rt.connections[conn.dst] = conn
-            rt.fed.discard(conn.dst)
-            self._io.forget(conn.dst)
-        rt.pending.add(Connected(conn.src, conn.dst))
+        self._model.connect(src, dst)
 
     def disconnect(self, src: PortHandle, dst: PortHandle) -> None:
         """Remove a connection (a rebuild on the next tick)."""
-        rt = self._rt
-        conn = Connection(self._ref(src), self._ref(dst))
-        with rt.lock:
-            if rt.connections.get(conn.dst) != conn:
-                raise ValidationError(f"{src!r} is not connected to {dst!r}", subject=src.block.name)
-            del rt.connections[conn.dst]
-            rt.index.remove_connection(conn)
-        rt.pending.add(Disconnected(conn.src, conn.dst))
+        self._model.disconnect(src, dst)
 
     def bind(self, port: PortHandle, array) -> None:
         """Use a device array (CuPy, PyTorch, anything with DLPack or ``__cuda_array_interface__``) as a
         port's memory, zero-copy. The engine's stream waits for the array's producer stream first (the
         protocols' contract; an event wait, no device sync): for work you queue on it later, call
         ``engine.wait(stream)``. Rebinding a bound port to another array of the same dtype and at least the
-        same size is a warm update (no rebuild). A NumPy array is copied into the port's own buffer."""
+        same size is a warm update (no rebuild). A read-only array is refused for a port the pipeline writes.
+        A NumPy array is copied into the port's own buffer."""
         self._check_open()
-        ref = self._ref(port)
-        import numpy as np
-
         if isinstance(array, np.ndarray):
             self.write(port, array)
             return
-        spec = port.spec
-        rt = self._rt
-        ext = self._gpu(resolve_device_array, array, rt.stream_h)
-        if spec.dtype and ext.dtype != spec.dtype:
-            raise ValidationError(f"cannot bind a {ext.dtype} array to {port.block.name}.{port.name}, which takes "
-                                  f"{spec.dtype}; convert it first (arr.astype('{_dtypes.to_numpy(spec.dtype)}'))",
-                                  subject=port.block.name)
-        if ext.count < spec.count:
-            raise ValidationError(f"cannot bind {ext.count} elements to {port.block.name}.{port.name}, which needs "
-                                  f"{spec.count}", subject=port.block.name)
-        if ext.readonly and spec.direction != "in":
-            raise ValidationError(f"{port.block.name}.{port.name} is written by the pipeline, but the array is "
-                                  "read-only; bind a writable array", subject=port.block.name)
-        with rt.lock:
-            if rt.is_connected(ref):
-                raise ValidationError(f"{port.block.name}.{port.name} is connected; disconnect it before binding "
-                                      "an array", subject=port.block.name)
-            was_bound = ref in rt.bindings
-            rt.bindings[ref] = ext
-            rt.index.bind(ref)
-            rt.fed.discard(ref)
-            self._io.forget(ref)
-        if was_bound:
-            rt.pending.add(PortRebound(ref.block, ref.port, ext))
-        else:
-            rt.pending.add(BlockChanged(ref.block, port.block.name, f"port {port.name} bound to an array"))
+        self._model.bind(port, self._gpu(resolve_device_array, array, self._rt.stream_h))
 
     def unbind(self, port: PortHandle) -> None:
         """Give a port its own engine-owned buffer again (a rebuild)."""
-        ref = self._ref(port)
-        rt = self._rt
-        with rt.lock:
-            if rt.bindings.pop(ref, None) is None:
-                raise ValidationError(f"{port!r} is not bound", subject=port.block.name)
-            rt.index.unbind(ref)
-        rt.pending.add(BlockChanged(ref.block, port.block.name, f"port {port.name} unbound"))
+        self._model.unbind(port)
 
     def _ref(self, port: PortHandle) -> PortRef:
         return resolve_port(port, self._rt.blocks)
@@ -276,10 +202,10 @@ class Engine:
         return self._tick(self.sync if sync is None else sync)
 
     def _tick(self, sync: bool) -> Frame:
-        t0 = time.perf_counter_ns()
-        if threading.get_ident() != self._gpu_thread:
+        t0 = _now()
+        if _ident() != self._gpu_thread:
             self.device.make_current()
-            self._gpu_thread = threading.get_ident()
+            self._gpu_thread = _ident()
         rt = self._rt
         try:
             tiers = self._updater.apply_pending() if rt.pending._count else ()
@@ -289,23 +215,17 @@ class Engine:
                 io = self._io
                 if io.feeds:
                     io.stage_feeds(g)
-                fast, stream, timing = rt.fast, rt.stream_h, self.timing
-                if timing:
-                    fast.record(self._ev_start_h, stream)
-                if self.debug:
-                    g.run_eagerly(stream, check_each=True)
-                else:
+                stream = rt.stream_h
+                if self._plain:  # no timing, no debug: the frame is one launch (and a wait)
                     err = g.launcher(stream)
                     if err:
-                        fast.raise_for(err, "cuGraphLaunch")
-                if timing:
-                    fast.record(self._ev_end_h, stream)
-                if io.taps:
-                    io.enqueue_taps(g, rt.frame + 1)  # before the sync: a synced frame's outputs come with it
-                if sync:
-                    fast.wait(stream)
-                    if timing:
-                        gpu_us = fast.elapsed_us(self._ev_start_h, self._ev_end_h)
+                        rt.fast.raise_for(err, "cuGraphLaunch")
+                    if io.taps:
+                        io.enqueue_taps(g, rt.frame + 1)  # before the sync: a synced frame's outputs come with it
+                    if sync:
+                        rt.fast.wait(stream)
+                else:
+                    gpu_us = self._launch_instrumented(g, stream, sync)
         except CudaError as e:
             if is_sticky(e):
                 raise self._lose(e) from e
@@ -313,12 +233,53 @@ class Engine:
         rt.frame += 1
         if g is not None and self._io.taps:
             self._io.deliver_taps(sync, self._warn)
-        frame = Frame(rt.frame, (time.perf_counter_ns() - t0) / 1e3, tiers,
-                      "idle" if g is None else rt.reporter.state, g is not None, gpu_us)
+        frame = Frame(rt.frame, (_now() - t0) / 1e3, tiers, "idle" if g is None else rt.reporter.state,
+                      g is not None, gpu_us)
         self.last_frame = frame
         if self._frames.observers:
             self._frames.emit(frame)
         return frame
+
+    def _launch_instrumented(self, g, stream: int, sync: bool) -> float | None:
+        """A frame with ``timing`` (events around the launch) or ``debug`` (node by node, each waited for)."""
+        fast, timing = self._rt.fast, self.timing
+        if timing:
+            fast.record(self._ev_start_h, stream)
+        if self.debug:
+            g.run_eagerly(stream, check_each=True)
+        else:
+            err = g.launcher(stream)
+            if err:
+                fast.raise_for(err, "cuGraphLaunch")
+        if timing:
+            fast.record(self._ev_end_h, stream)
+        if self._io.taps:
+            self._io.enqueue_taps(g, self._rt.frame + 1)
+        if sync:
+            fast.wait(stream)
+            if timing:
+                return fast.elapsed_us(self._ev_start_h, self._ev_end_h)
+        return None
+
+    @property
+    def timing(self) -> bool:
+        """Record GPU time per frame (``Frame.gpu_us``): two event records a frame."""
+        return self._timing
+
+    @timing.setter
+    def timing(self, on: bool) -> None:
+        self._timing = bool(on)
+        self._plain = not (self._timing or self._debug)
+
+    @property
+    def debug(self) -> bool:
+        """Run each frame's nodes one by one, waiting after each, so a faulting kernel is named (slow)."""
+        return self._debug
+
+    @debug.setter
+    def debug(self, on: bool) -> None:
+        self._debug = bool(on)
+        self._plain = not (self._timing or self._debug)
 
     def _lose(self, err: CudaError) -> DeviceLostError:
         """The context is gone (sticky error): say so once, clearly, and refuse GPU work from now on."""

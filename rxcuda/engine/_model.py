@@ -1,0 +1,125 @@
+"""The pipeline the user declares: blocks, connections and bindings, changed from any thread.
+
+Each verb checks only what it touches (the PipelineIndex), changes the registry under the model lock, and
+folds one change event into the pending plan; the engine's thread applies it before a following frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from ..cuda._memory import ExternalArray
+from ..model import _dtypes
+from ..model._describe import Connection, PortRef
+from ..model._errors import ValidationError
+from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound
+from ._blocks import Block, PortHandle, resolve_port
+from ._io import DataIO
+from ._runtime import Runtime
+
+
+class Model:
+    def __init__(self, rt: Runtime, io: DataIO):
+        self.rt = rt
+        self.io = io
+
+    def ref(self, port: PortHandle) -> PortRef:
+        return resolve_port(port, self.rt.blocks)
+
+    def add(self, block: Block, engine) -> None:
+        if not isinstance(block, Block):
+            raise TypeError(f"engine.add takes a Block (got {type(block).__name__})")
+        rt = self.rt
+        with rt.lock:
+            if block._engine is not None:
+                raise ValueError(f"{block.name} is already in an engine; remove it there first")
+            name = rt.index.free_name(block.name)
+            if name != block.name:
+                block._desc = attrs.evolve(block._desc, name=name)
+            rt.index.add_block(block.id, block.description)
+            rt.blocks[block.id] = block
+            block._engine = engine
+            block._sink = rt.pending
+            block.state, block.message = "not built", ""
+        rt.pending.add(BlockAdded(block.id, block.name))
+
+    def remove(self, block: Block, gpu: Callable) -> None:
+        rt, io = self.rt, self.io
+        if rt.blocks.get(block.id) is not block:
+            raise ValueError(f"{block.name} is not in this engine")
+        block.dispose_bindings()  # before the removal event, so no late value recreates its entries
+        for ref in [r for r in io.feeds if r.block == block.id]:
+            io.close_feed(ref, gpu)
+        with rt.lock:
+            del rt.blocks[block.id]
+            for c in rt.index.remove_block(block.id):
+                del rt.connections[c.dst]
+            for ref in [r for r in rt.bindings if r.block == block.id]:
+                del rt.bindings[ref]
+            rt.fed = {r for r in rt.fed if r.block != block.id}
+            for ref in [r for r in io.staged if r.block == block.id]:
+                io.forget(ref)
+            block._engine = None
+            block._sink = None
+            block.state, block.message = "removed", ""
+        rt.pending.add(BlockRemoved(block.id, block.name))
+
+    def connect(self, src: PortHandle, dst: PortHandle) -> None:
+        rt = self.rt
+        conn = Connection(self.ref(src), self.ref(dst))
+        with rt.lock:
+            rt.index.add_connection(conn)  # checks what it touches; a refusal changes nothing
+            rt.connections[conn.dst] = conn
+            rt.fed.discard(conn.dst)
+            self.io.forget(conn.dst)
+        rt.pending.add(Connected(conn.src, conn.dst))
+
+    def disconnect(self, src: PortHandle, dst: PortHandle) -> None:
+        rt = self.rt
+        conn = Connection(self.ref(src), self.ref(dst))
+        with rt.lock:
+            if rt.connections.get(conn.dst) != conn:
+                raise ValidationError(f"{src!r} is not connected to {dst!r}", subject=src.block.name)
+            del rt.connections[conn.dst]
+            rt.index.remove_connection(conn)
+        rt.pending.add(Disconnected(conn.src, conn.dst))
+
+    def bind(self, port: PortHandle, ext: ExternalArray) -> None:
+        """Bind a resolved device array to a port, after checking it fits."""
+        ref = self.ref(port)
+        spec = port.spec
+        rt = self.rt
+        where = f"{port.block.name}.{port.name}"
+        if spec.dtype and ext.dtype != spec.dtype:
+            raise ValidationError(f"cannot bind a {ext.dtype} array to {where}, which takes {spec.dtype}; convert "
+                                  f"it first (arr.astype('{_dtypes.to_numpy(spec.dtype)}'))", subject=port.block.name)
+        if ext.count < spec.count:
+            raise ValidationError(f"cannot bind {ext.count} elements to {where}, which needs {spec.count}",
+                                  subject=port.block.name)
+        if ext.readonly and spec.direction != "in":
+            raise ValidationError(f"{where} is written by the pipeline, but the array is read-only; bind a "
+                                  "writable array", subject=port.block.name)
+        with rt.lock:
+            if rt.is_connected(ref):
+                raise ValidationError(f"{where} is connected; disconnect it before binding an array",
+                                      subject=port.block.name)
+            was_bound = ref in rt.bindings
+            rt.bindings[ref] = ext
+            rt.index.bind(ref)
+            rt.fed.discard(ref)
+            self.io.forget(ref)
+        if was_bound:
+            rt.pending.add(PortRebound(ref.block, ref.port, ext))
+        else:
+            rt.pending.add(BlockChanged(ref.block, port.block.name, f"port {port.name} bound to an array"))
+
+    def unbind(self, port: PortHandle) -> None:
+        ref = self.ref(port)
+        rt = self.rt
+        with rt.lock:
+            if rt.bindings.pop(ref, None) is None:
+                raise ValidationError(f"{port!r} is not bound", subject=port.block.name)
+            rt.index.unbind(ref)
+        rt.pending.add(BlockChanged(ref.block, port.block.name, f"port {port.name} unbound"))
