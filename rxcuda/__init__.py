@@ -16,7 +16,8 @@ import logging as _logging
 
 from .cuda._device import device_info
 from .cuda._driver import probe
-from .engine._blocks import Block, BlockBuilder, Parameter, PortHandle
+from .engine._blocks import Block, Parameter, PortHandle
+from .engine._builder import BlockBuilder
 from .engine._engine import AppliedUpdate, Diagnostic, Engine, EngineStream, Frame
 from .engine.plan._plan import GraphPlan, plan
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch

@@ -1,0 +1,297 @@
+"""Declaring blocks: kernels and library calls, their ports, parameters and internal connections.
+
+``BlockBuilder`` checks each declaration as it is made (a parameter nothing feeds, a port on a scalar, a
+type that disagrees with the kernel) and builds an immutable BlockDescription wrapped in a Block.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import attrs
+
+from ..model._describe import (
+    BlockDescription,
+    CallSpec,
+    InternalBuffer,
+    KernelCode,
+    KernelParam,
+    KernelSpec,
+    Launch,
+    Pin,
+    PortSpec,
+    ScalarSpec,
+    check_block_size,
+    check_dtype,
+    step_params,
+)
+from ..model._errors import ValidationError
+from ._blocks import Block, _as_tuple, _load_code
+
+
+def append_pairs(code: KernelCode) -> dict[str, int]:
+    """data pointer name -> counter parameter index, for kernels with a counter parameter.
+
+    The data pointer is the output declared right before the counter (the sidecar's 'append' names the
+    pair explicitly; the loader folds that into directions)."""
+    pairs = {}
+    params = code.signature.params
+    for i, p in enumerate(params):
+        if p.direction == "counter":
+            for j in range(i - 1, -1, -1):
+                if params[j].is_pointer and params[j].direction == "out":
+                    pairs[params[j].name] = i
+                    break
+    return pairs
+
+
+@attrs.frozen
+class KernelHandle:
+    """A kernel or call added to a builder; index it by parameter name or position to get a Pin."""
+
+    name: str
+    params: tuple[KernelParam, ...]
+
+    def __getitem__(self, key: str | int) -> Pin:
+        if isinstance(key, int):
+            if not 0 <= key < len(self.params):
+                raise IndexError(f"'{self.name}' has {len(self.params)} parameters (got index {key})")
+            return Pin(self.name, key)
+        for i, p in enumerate(self.params):
+            if p.name == key:
+                return Pin(self.name, i)
+        raise KeyError(f"'{self.name}' has no parameter '{key}' "
+                       f"(it has: {', '.join(p.name for p in self.params) or 'none'})")
+
+
+class BlockBuilder:
+    """Declare a block: kernels, ports, parameters and internal connections; then ``build()``.
+
+    >>> b = BlockBuilder("scaled_sum", size=n)
+    >>> add = b.add_kernel("kernels/vector_add.ptx")
+    >>> mul = b.add_kernel("kernels/scalar_mul.ptx")
+    >>> b.input("a", add["a"]); b.input("b", add["b"])
+    >>> b.connect(add["out"], mul["x"])          # an internal buffer of n elements
+    >>> b.output("out", mul["out"])
+    >>> b.scalar("scale", mul["scale"], default=3.0)
+    >>> b.scalar("n", [add["n"], mul["n"]])      # one parameter feeding two kernels
+    >>> block = b.build()
+    """
+
+    def __init__(self, name: str, *, size: int | None = None):
+        if not name or not isinstance(name, str):
+            raise ValueError(f"'name' must be a non-empty str (got {name!r})")
+        if size is not None and (not isinstance(size, int) or size <= 0):
+            raise ValueError(f"'size' must be a positive int (got {size!r})")
+        self.name = name
+        self.size = size
+        self._steps: list = []
+        self._ports: list[PortSpec] = []
+        self._scalars: list[ScalarSpec] = []
+        self._internals: list[InternalBuffer] = []
+        self._used: dict[Pin, str] = {}
+
+    # -- steps ---------------------------------------------------------------------------------------
+    def add_kernel(self, source, *, name: str | None = None, threads: int | None = None, grid=None,
+                   block: int | tuple | None = None, shared_mem: int | None = None) -> KernelHandle:
+        """Add a kernel (KernelCode or file path). Launch: ``grid`` x ``block``, or enough blocks to cover
+        ``threads`` (default: the builder's size). Block size and shared memory default to the sidecar's."""
+        if isinstance(block, int):  # a tuple is checked by Launch
+            check_block_size(block, "block")
+        code = _load_code(source)
+        name = self._unique(name or code.entry)
+        bs = block if block is not None else code.block_size
+        sm = shared_mem if shared_mem is not None else code.shared_mem
+        if grid is not None:
+            launch = Launch(grid=grid, block=bs, shared_mem=sm)
+        else:
+            n = threads if threads is not None else self.size
+            if n is None:
+                raise ValueError(f"{self.name}: give 'threads' or 'grid' for kernel '{name}', or a builder size")
+            if threads is None:  # a size counts elements; a kernel may handle several per thread
+                n = -(-n // code.items_per_thread)
+            launch = Launch.for_threads(n, block=math.prod(_as_tuple(bs)), shared_mem=sm)
+        self._steps.append(KernelSpec(name, code, launch))
+        return KernelHandle(name, code.signature.params)
+
+    def add_call(self, spec: CallSpec, *, name: str | None = None) -> KernelHandle:
+        """Add a captured library call (see rxcuda.libraries)."""
+        if not isinstance(spec, CallSpec):
+            raise TypeError(f"add_call takes a CallSpec (got {type(spec).__name__})")
+        name = self._unique(name or spec.name)
+        spec = attrs.evolve(spec, name=name)
+        self._steps.append(spec)
+        return KernelHandle(name, spec.params)
+
+    def _unique(self, name: str) -> str:
+        taken = {s.name for s in self._steps}
+        if name not in taken:
+            return name
+        for i in itertools.count(2):
+            if f"{name}_{i}" not in taken:
+                return f"{name}_{i}"
+        raise AssertionError
+
+    # -- ports and parameters --------------------------------------------------------------------------
+    def input(self, name: str, pins, *, dtype=None, count: int | None = None, required: bool = True) -> None:
+        """Declare an input port feeding one or more pointer parameters."""
+        self._port(name, "in", pins, dtype, count, required, None)
+
+    def output(self, name: str, pin: Pin, *, dtype=None, count: int | None = None,
+               counter: Pin | None = None) -> None:
+        """Declare an output port. With ``counter`` (a u32* parameter) it is an append output: the counter
+        is zeroed every frame before the kernel runs, and ``count`` is the capacity."""
+        self._port(name, "out", pin, dtype, count, True, counter)
+
+    def _port(self, name, direction, pins, dtype, count, required, counter) -> None:
+        self._check_name(name)
+        pins = _pins(pins)
+        if direction == "out" and len(pins) != 1:
+            raise ValueError(f"{self.name}: output '{name}' must come from exactly one kernel parameter")
+        inferred = None
+        for pin in pins:
+            prm = self._param(pin)
+            if not prm.is_pointer:
+                raise ValidationError(f"{self.name}: port '{name}' maps to '{prm.name}' of '{pin.kernel}', which "
+                                      f"is a scalar; declare it with scalar() instead", subject=self.name)
+            if direction == "in" and prm.direction == "out":
+                raise ValidationError(f"{self.name}: input '{name}' maps to '{prm.name}' of '{pin.kernel}', "
+                                      "which the kernel writes (direction 'out'); declare an output",
+                                      subject=self.name)
+            if prm.dtype and inferred and prm.dtype != inferred:
+                raise ValidationError(f"{self.name}: port '{name}' feeds parameters of different types "
+                                      f"({inferred}, {prm.dtype})", subject=self.name)
+            inferred = inferred or prm.dtype
+            self._check_free(pin)
+        dtype = check_dtype(dtype) or inferred
+        if inferred and dtype != inferred:
+            raise ValidationError(f"{self.name}: port '{name}' is declared {dtype} but the kernel parameter is "
+                                  f"{inferred}", subject=self.name)
+        count = count if count is not None else (self._call_count(pins[0]) or self.size)
+        if not isinstance(count, int) or count <= 0:
+            raise ValueError(f"{self.name}: port '{name}' needs a positive element 'count' (or a builder size)")
+        if counter is not None:
+            cp = self._param(counter)
+            if not cp.is_pointer or (cp.dtype not in (None, "u32", "i32")):
+                raise ValidationError(f"{self.name}: the counter of append output '{name}' must be a u32* "
+                                      f"parameter (got {cp.describe()})", subject=self.name)
+            self._check_free(counter)
+        # claim only once every check passed: a refused declaration leaves the builder as it was
+        for pin in pins:
+            self._claim(pin, name)
+        if counter is not None:
+            self._claim(counter, f"{name} counter")
+        self._ports.append(PortSpec(name, direction, dtype, count, pins, required, counter))
+
+    def scalar(self, name: str, pins, *, default=None, dtype=None) -> None:
+        """Declare a scalar parameter feeding one or more scalar kernel parameters."""
+        self._check_name(name)
+        pins = _pins(pins)
+        params = [self._param(p) for p in pins]
+        for pin, prm in zip(pins, params, strict=True):
+            if prm.is_pointer:
+                raise ValidationError(f"{self.name}: parameter '{name}' maps to '{prm.name}' of '{pin.kernel}', "
+                                      "which is a pointer; declare a port instead", subject=self.name)
+            self._check_free(pin)
+        dtype = check_dtype(dtype) or params[0].dtype
+        if dtype is None:
+            raise ValidationError(f"{self.name}: the type of parameter '{name}' is unknown (no sidecar); "
+                                  "pass dtype=", subject=self.name)
+        if default is None:
+            default = params[0].default
+        if default == "size":
+            if self.size is None:
+                raise ValueError(f"{self.name}: parameter '{name}' defaults to the block size; give the builder "
+                                 "a size")
+            default = self.size
+        if default is None:
+            default = 0
+        for pin in pins:
+            self._claim(pin, name)
+        self._scalars.append(ScalarSpec(name, dtype, default, pins))
+
+    def connect(self, src: Pin, dst, *, count: int | None = None, name: str | None = None) -> None:
+        """Connect a kernel's output parameter to later kernels' inputs through an internal buffer."""
+        dsts = _pins(dst)
+        sp = self._param(src)
+        order = [s.name for s in self._steps]
+        for d in dsts:
+            dp = self._param(d)
+            if not (sp.is_pointer and dp.is_pointer):
+                raise ValidationError(f"{self.name}: internal connections join pointer parameters "
+                                      f"({sp.describe()} -> {dp.describe()})", subject=self.name)
+            if sp.dtype and dp.dtype and sp.dtype != dp.dtype:
+                raise ValidationError(f"{self.name}: cannot connect {src.kernel}.{sp.name} ({sp.dtype}) to "
+                                      f"{d.kernel}.{dp.name} ({dp.dtype})", subject=self.name)
+            if order.index(d.kernel) <= order.index(src.kernel):
+                raise ValidationError(f"{self.name}: {d.kernel} runs before or with {src.kernel}; internal "
+                                      "connections go from an earlier kernel to a later one", subject=self.name)
+        count = count if count is not None else self.size
+        if count is None:
+            raise ValueError(f"{self.name}: give the internal buffer a 'count' (or the builder a size)")
+        name = name or f"{src.kernel}.{sp.name}"
+        for pin in (src, *dsts):
+            self._check_free(pin)
+        self._claim(src, name)
+        for d in dsts:
+            self._claim(d, name)
+        self._internals.append(InternalBuffer(name, sp.dtype or self._param(dsts[0]).dtype, count, src, dsts))
+
+    def build(self) -> Block:
+        """Check that every parameter is fed and return the Block."""
+        if not self._steps:
+            raise ValidationError(f"{self.name}: a block needs at least one kernel or call", subject=self.name)
+        for s in self._steps:
+            for i, prm in enumerate(step_params(s)):
+                if Pin(s.name, i) not in self._used and (prm.is_pointer or prm.default is None):
+                    what = "port or internal connection" if prm.is_pointer else "scalar parameter"
+                    raise ValidationError(f"{self.name}: parameter {i} ('{prm.name}') of '{s.name}' is not fed; "
+                                          f"declare a {what} for it", subject=self.name)
+        desc = BlockDescription(self.name, tuple(self._steps), tuple(self._ports), tuple(self._scalars),
+                                tuple(self._internals))
+        return Block(desc)
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _call_count(self, pin: Pin) -> int | None:
+        """Element count a library call declares for one of its buffers (LibraryCall.counts)."""
+        for st in self._steps:
+            if st.name == pin.kernel and isinstance(st, CallSpec):
+                counts = getattr(st, "counts", None) or {}
+                return counts.get(step_params(st)[pin.param].name)
+        return None
+
+    def _param(self, pin: Pin) -> KernelParam:
+        if not isinstance(pin, Pin):
+            raise TypeError(f"expected a kernel parameter such as kernel['name'] (got {pin!r})")
+        for s in self._steps:
+            if s.name == pin.kernel:
+                return step_params(s)[pin.param]
+        raise KeyError(f"{self.name}: no kernel '{pin.kernel}' in this builder")
+
+    def _check_free(self, pin: Pin) -> None:
+        if pin in self._used:
+            raise ValidationError(f"{self.name}: parameter {pin.param} of '{pin.kernel}' is already used by "
+                                  f"'{self._used[pin]}'", subject=self.name)
+
+    def _claim(self, pin: Pin, what: str) -> None:
+        self._check_free(pin)
+        self._used[pin] = what
+
+    def _check_name(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"port and parameter names must be non-empty str (got {name!r})")
+        taken = {p.name for p in self._ports} | {s.name for s in self._scalars}
+        if name in taken:
+            raise ValidationError(f"{self.name}: '{name}' is declared twice", subject=self.name)
+
+
+def _pins(pins) -> tuple[Pin, ...]:
+    if isinstance(pins, Pin):
+        return (pins,)
+    pins = tuple(pins)
+    if not pins:
+        raise ValueError("give at least one kernel parameter")
+    if len(set(pins)) != len(pins):
+        raise ValueError(f"a kernel parameter is listed twice ({pins!r})")
+    return pins
