@@ -29,7 +29,7 @@ from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import FrameLoop
 from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
-from ._io import DataIO
+from ._io import DataIO, EngineStream
 from ._model import Model
 from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
 from ._reload import HotReload
@@ -43,30 +43,6 @@ _ident = threading.get_ident
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
 RUN_SWITCH_INTERVAL = 0.0002
-
-
-class EngineStream:
-    """The engine's CUDA stream, for ordering your own work with the frames (``__cuda_stream__``).
-
-    >>> import cupy                                                     # doctest: +SKIP
-    >>> with cupy.cuda.ExternalStream(engine.stream.handle):            # doctest: +SKIP
-    ...     y = engine.array(blk["out"]) * 2   # runs after the frames already queued
-    """
-
-    __slots__ = ("handle", "device")
-
-    def __init__(self, handle: int, device: int):
-        self.handle = handle
-        self.device = device
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.handle)
-
-    def __int__(self) -> int:
-        return self.handle
-
-    def __repr__(self) -> str:
-        return f"<EngineStream 0x{self.handle:x} on GPU {self.device}>"
 
 
 class Engine:
