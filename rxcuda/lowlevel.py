@@ -40,11 +40,12 @@ each wired to kernel parameters by :class:`Pin`.
 Plans: :class:`GraphPlan` of :class:`KernelNodePlan`, :class:`CallNodePlan` and :class:`MemsetNodePlan`
 nodes, :class:`BufferPlan` buffers, and :class:`BufferArg` / :class:`ScalarArg` arguments.
 
-Functions: :func:`plan`, :func:`validate` (raises the first :class:`~rxcuda.ValidationError`),
-:func:`order_blocks` (the topological order the plan uses).
+Functions: :func:`plan`, :func:`validate` (raises one :class:`~rxcuda.ValidationError` listing every
+error), :func:`check` (every :class:`Problem`, errors and warnings, raising nothing), :func:`order_blocks`
+(the topological order the plan uses).
 """
 
-from .engine.plan._plan import order_blocks, plan, validate
+from .engine.plan._plan import check, order_blocks, plan, validate
 from .model._describe import (
     BlockDescription,
     BlockEntry,
@@ -63,6 +64,7 @@ from .model._describe import (
     PortSpec,
     ScalarSpec,
 )
+from .model._errors import Problem
 from .model._graphplan import (
     BufferArg,
     BufferPlan,
@@ -97,8 +99,10 @@ __all__ = [
     "PipelineDescription",
     "PortRef",
     "PortSpec",
+    "Problem",
     "ScalarArg",
     "ScalarSpec",
+    "check",
     "order_blocks",
     "plan",
     "validate",

@@ -98,6 +98,14 @@ class Builder:
             err = e.error if isinstance(e, _BlockFailure) else e
             block = rt.blocks.get(failure) if failure else rt.reporter.block_for(err)
             rt.reporter.error(err, block, "rebuild")
+            # the planner reports every error at once (ValidationError.problems): mark each block it names
+            named: dict[int, list[str]] = {}
+            for p in getattr(err, "problems", ()):
+                if p.severity == "error" and p.block in rt.blocks and rt.blocks[p.block] is not block:
+                    named.setdefault(p.block, []).append(p.message)
+            for bid, messages in named.items():
+                rt.blocks[bid].state, rt.blocks[bid].message = "error", "\n".join(messages)
+                rt.reporter.state = "error"
             if raise_errors:
                 raise err from None
             return False

@@ -2,6 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Literal
+
+import attrs
+
+Severity = Literal["error", "warning"]
+
+
+@attrs.frozen
+class Problem:
+    """One thing the planner found wrong with a pipeline (``"error"``: it cannot be planned) or probably
+    wrong (``"warning"``: it plans, but likely not as meant). ``subject`` names the block or ``block.port``;
+    ``block`` is the block's id where one block is concerned, so a caller can mark it."""
+
+    severity: Severity
+    subject: str
+    message: str
+    block: int | None = None
+
 
 class RxcudaError(Exception):
     """Base class of every error rxcuda raises on purpose."""
@@ -10,12 +29,29 @@ class RxcudaError(Exception):
 class ValidationError(RxcudaError, ValueError):
     """A pipeline description is inconsistent (ports, dtypes, sizes, cycles, missing inputs).
 
-    ``subject`` names the block, port or file concerned, so a caller can mark it.
+    ``subject`` names the block, port or file concerned, so a caller can mark it. ``problems`` holds every
+    :class:`Problem` the planner found at once, warnings included (``subject`` is the first error's).
     """
 
-    def __init__(self, message: str, subject: str | None = None):
+    def __init__(self, message: str, subject: str | None = None, problems: Iterable[Problem] = ()):
         super().__init__(message)
         self.subject = subject
+        self.problems = tuple(problems)
+
+    @classmethod
+    def from_problems(cls, problems: Iterable[Problem]) -> ValidationError:
+        """One error for all the ``problems`` (at least one an error): a single error's message as it is,
+        several as ``"N problems: subjects"`` and then one line each."""
+        problems = tuple(problems)
+        errors = [p for p in problems if p.severity == "error"]
+        if not errors:
+            raise ValueError("from_problems needs at least one problem of severity 'error'")
+        if len(errors) == 1:
+            message = errors[0].message
+        else:
+            subjects = ", ".join(dict.fromkeys(p.subject for p in errors))
+            message = "\n".join([f"{len(errors)} problems: {subjects}", *(f"- {p.message}" for p in errors)])
+        return cls(message, subject=errors[0].subject, problems=problems)
 
 
 class UnknownPortError(ValidationError, KeyError):

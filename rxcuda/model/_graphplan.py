@@ -12,6 +12,7 @@ import attrs
 
 from . import _dtypes
 from ._describe import Launch, PortRef
+from ._errors import Problem
 
 BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar"]
 
@@ -120,6 +121,8 @@ class GraphPlan:
     recapture: Mapping[tuple[int, str], tuple[int, ...]]
     # (block, kernel) -> node id
     kernel_nodes: Mapping[tuple[int, str], int]
+    # what the planner found legal but probably not meant (Problem records of severity "warning")
+    warnings: tuple[Problem, ...] = ()
 
     def topology(self) -> tuple:
         """Node kinds and dependencies: equal topologies allow cuGraphExecUpdate instead of instantiating."""

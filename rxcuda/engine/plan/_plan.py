@@ -1,15 +1,15 @@
 """The planner: a pure function from a pipeline description to a graph plan.
 
 validate -> order blocks -> assign buffers to ports -> emit nodes in order -> derive dependencies from
-buffer hazards -> map parameters to argument slots. Imports nothing from CUDA; every error is a
-:class:`ValidationError` that names the block and port and says how to fix it.
+buffer hazards -> map parameters to argument slots. Imports nothing from CUDA. It finds every problem in
+one pass: each is a :class:`Problem` that names the block and port and says how to fix it, and errors are
+raised together as one :class:`ValidationError` (``.problems``) once the pass is done.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Container, Mapping
-from typing import NoReturn
 
 from ...model import _dtypes
 from ...model._describe import (
@@ -21,7 +21,7 @@ from ...model._describe import (
     PipelineDescription,
     PortRef,
 )
-from ...model._errors import ValidationError
+from ...model._errors import Problem, UnknownPortError, ValidationError
 from ...model._graphplan import (
     Arg,
     BufferArg,
@@ -36,8 +36,33 @@ from ...model._graphplan import (
 )
 
 
-def _fail(msg: str, subject: str) -> NoReturn:
-    raise ValidationError(msg, subject=subject)
+class _Report:
+    """The problems found so far, in the order found. Checks call it only when something is wrong, so a
+    pipeline without problems costs nothing here (and no message is ever formatted for it)."""
+
+    __slots__ = ("errors", "kind", "problems")
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.errors = 0
+        self.kind: type[ValidationError] = ValidationError  # the first error's class (raised when it is alone)
+
+    def error(self, message: str, subject: str, block: int | None = None,
+              kind: type[ValidationError] = ValidationError) -> None:
+        if not self.errors:
+            self.kind = kind
+        self.errors += 1
+        self.problems.append(Problem("error", subject, message, block))
+
+    def warning(self, message: str, subject: str, block: int | None = None) -> None:
+        self.problems.append(Problem("warning", subject, message, block))
+
+    def raise_errors(self) -> None:
+        """Raise one ValidationError for every error found (a lone error keeps its class, e.g.
+        UnknownPortError, and its message); nothing when there are only warnings."""
+        if self.errors:
+            kind = self.kind if self.errors == 1 else ValidationError
+            raise kind.from_problems(self.problems)
 
 
 def _label(blocks: Mapping[int, BlockDescription], ref: PortRef) -> str:
@@ -45,28 +70,36 @@ def _label(blocks: Mapping[int, BlockDescription], ref: PortRef) -> str:
     return f"{b.name}.{ref.port}" if b is not None else f"<block {ref.block}>.{ref.port}"
 
 
+def check(desc: PipelineDescription) -> tuple[Problem, ...]:
+    """Every problem with the pipeline, errors and warnings, in one pass; () when there is none. Raises
+    nothing: :func:`plan` raises the errors among them as one ValidationError."""
+    return _Planner(desc).run_checked()[1]
+
+
 def validate(desc: PipelineDescription) -> None:
-    """Raise ValidationError for the first thing wrong with the pipeline."""
-    _validate_blocks(desc)
-    _validate_connections(desc)
-    order_blocks(desc)
-    _validate_inputs(desc)
+    """Raise one ValidationError for everything wrong with the pipeline (``.problems`` lists each)."""
+    _Planner(desc).run()
 
 
-def _validate_blocks(desc: PipelineDescription) -> None:
-    """Each block once, each name once: names are how messages and plans tell blocks apart."""
+def _validate_blocks(desc: PipelineDescription, report: _Report) -> tuple[BlockEntry, ...]:
+    """Each block once, each name once: names are how messages and plans tell blocks apart. Returns the
+    blocks with each id once (``desc.blocks`` itself when none repeats)."""
     ids: set[int] = set()
     names: dict[str, int] = {}
+    repeated = False
     for b in desc.blocks:
         if b.id in ids:
-            _fail(f"block '{b.label()}' (id {b.id}) appears twice in the pipeline; a block is added once "
-                  "(create another Block for a second copy)", subject=b.label())
+            report.error(f"block '{b.label()}' (id {b.id}) appears twice in the pipeline; a block is added once "
+                         "(create another Block for a second copy)", b.label(), b.id)
+            repeated = True
+            continue
         ids.add(b.id)
         other = names.setdefault(b.label(), b.id)
         if other != b.id:
-            _fail(f"two blocks are named '{b.label()}' (ids {other} and {b.id}); give each block its own name "
-                  "(Block.from_kernel(..., name=...)); an engine renames a repeated name itself",
-                  subject=b.label())
+            report.error(f"two blocks are named '{b.label()}' (ids {other} and {b.id}); give each block its own "
+                         "name (Block.from_kernel(..., name=...)); an engine renames a repeated name itself",
+                         b.label(), b.id)
+    return tuple(desc.block(i) for i in dict.fromkeys(b.id for b in desc.blocks)) if repeated else desc.blocks
 
 
 def check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sources: Mapping[PortRef, PortRef],
@@ -74,42 +107,66 @@ def check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sour
     """Raise ValidationError if connection ``c`` does not fit: both blocks present, the ports exist, an output
     to an input, equal dtypes and sizes, the input neither connected (``sources``: input -> its source) nor
     bound. Cycles are checked elsewhere (they depend on every connection). O(ports of the two blocks)."""
+    report = _Report()
+    if not _check_connection(c, blocks, sources, bound, report):
+        report.raise_errors()
+
+
+def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sources: Mapping[PortRef, PortRef],
+                      bound: Container[PortRef], report: _Report) -> bool:
+    """Report what is wrong with ``c`` (see check_connection); True when nothing is."""
     ports = []
     for end, want in ((c.src, "out"), (c.dst, "in")):
         block = blocks.get(end.block)
         if block is None:
-            _fail(f"connection {c.src.port} -> {c.dst.port} names a block that is not in the engine; "
-                  "add the block first", subject=end.port)
-        port = block.port(end.port)  # UnknownPortError (a ValidationError) naming the ports
+            report.error(f"connection {c.src.port} -> {c.dst.port} names a block that is not in the engine; "
+                         "add the block first", end.port)
+            continue
+        try:
+            port = block.port(end.port)
+        except UnknownPortError as e:  # names the block's ports, with a did-you-mean
+            report.error(str(e), e.subject or block.name, end.block, type(e))
+            continue
         if port.direction != want:
             side = "source" if want == "out" else "target"
-            _fail(f"{_label(blocks, end)} is an {port.direction}put port and cannot be a connection's "
-                  f"{side}; connect an output port to an input port", subject=block.name)
+            report.error(f"{_label(blocks, end)} is an {port.direction}put port and cannot be a connection's "
+                         f"{side}; connect an output port to an input port", block.name, end.block)
+            continue
         ports.append(port)
+    if len(ports) != 2:
+        return False  # the ends themselves are wrong: nothing more to compare
     sp, dp = ports
+    ok = True
     if sp.dtype and dp.dtype and sp.dtype != dp.dtype:
         s, d = _label(blocks, c.src), _label(blocks, c.dst)
-        _fail(f"cannot connect {s} ({sp.dtype}) to {d} ({dp.dtype}): element types differ; "
-              f"insert a conversion block or declare both ports as {sp.dtype}", subject=d)
+        report.error(f"cannot connect {s} ({sp.dtype}) to {d} ({dp.dtype}): element types differ; "
+                     f"insert a conversion block or declare both ports as {sp.dtype}", d, c.dst.block)
+        ok = False
     if sp.count != dp.count:
         s, d = _label(blocks, c.src), _label(blocks, c.dst)
-        _fail(f"cannot connect {s} ({sp.count} elements) to {d} ({dp.count} elements): sizes differ; "
-              "give both blocks the same size", subject=d)
+        report.error(f"cannot connect {s} ({sp.count} elements) to {d} ({dp.count} elements): sizes differ; "
+                     "give both blocks the same size", d, c.dst.block)
+        ok = False
     if c.dst in sources:
         d = _label(blocks, c.dst)
-        _fail(f"{d} is already connected from {_label(blocks, sources[c.dst])}; an input takes one "
-              "connection: disconnect the other first", subject=d)
+        report.error(f"{d} is already connected from {_label(blocks, sources[c.dst])}; an input takes one "
+                     "connection: disconnect the other first", d, c.dst.block)
+        ok = False
     if c.dst in bound:
         d = _label(blocks, c.dst)
-        _fail(f"{d} is both connected and bound to an array; unbind it or remove the connection", subject=d)
+        report.error(f"{d} is both connected and bound to an array; unbind it or remove the connection", d,
+                     c.dst.block)
+        ok = False
+    return ok
 
 
-def _validate_connections(desc: PipelineDescription) -> None:
+def _validate_connections(desc: PipelineDescription, report: _Report) -> None:
     blocks = {b.id: b.desc for b in desc.blocks}
     sources: dict[PortRef, PortRef] = {}
+    bindings = desc.bindings
     for c in desc.connections:
-        check_connection(c, blocks, sources, desc.bindings)
-        sources[c.dst] = c.src
+        if _check_connection(c, blocks, sources, bindings, report):
+            sources[c.dst] = c.src
 
 
 def cycle_message(names: list[str]) -> str:
@@ -118,30 +175,35 @@ def cycle_message(names: list[str]) -> str:
             "one of the connections (feed state back through a buffer the block owns)")
 
 
-def _validate_inputs(desc: PipelineDescription) -> None:
+def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], report: _Report) -> None:
     # (block, port) tuples: they hash several times faster than PortRefs, and this visits every port
     connected = {(c.dst.block, c.dst.port) for c in desc.connections}
     fed = {(r.block, r.port) for r in desc.fed}
     bound = {(r.block, r.port): binding for r, binding in desc.bindings.items()}
-    for b in desc.blocks:
+    for b in blocks:
         for p in b.desc.ports:
             key = (b.id, p.name)
             binding = bound.get(key) if bound else None
             if binding is not None:
                 if p.dtype and binding.dtype != p.dtype:
-                    _fail(f"array bound to {b.label()}.{p.name} has dtype {binding.dtype}, the port takes "
-                          f"{p.dtype}; convert it (e.g. arr.astype('{_np_name(p.dtype)}'))",
-                          subject=b.label())
+                    report.error(f"array bound to {b.label()}.{p.name} has dtype {binding.dtype}, the port takes "
+                                 f"{p.dtype}; convert it (e.g. arr.astype('{_np_name(p.dtype)}'))",
+                                 b.label(), b.id)
                 if binding.count < p.count:
-                    _fail(f"array bound to {b.label()}.{p.name} has {binding.count} elements, the port needs "
-                          f"{p.count}; bind a larger array or give the block a smaller size",
-                          subject=b.label())
+                    report.error(f"array bound to {b.label()}.{p.name} has {binding.count} elements, the port "
+                                 f"needs {p.count}; bind a larger array or give the block a smaller size",
+                                 b.label(), b.id)
                 continue
-            if p.direction == "in" and p.required and key not in connected and key not in fed:
-                _fail(f"required input {b.label()}.{p.name} is neither connected nor bound; connect an "
-                      f"output to it (engine.connect(src, {b.label()}['{p.name}'])) or bind an array "
-                      f"(engine.bind({b.label()}['{p.name}'], array)) or write data to it (engine.write(...))",
-                      subject=b.label())
+            if p.direction == "in" and key not in connected and key not in fed:
+                if p.required:
+                    report.error(f"required input {b.label()}.{p.name} is neither connected nor bound; connect an "
+                                 f"output to it (engine.connect(src, {b.label()}['{p.name}'])) or bind an array "
+                                 f"(engine.bind({b.label()}['{p.name}'], array)) or write data to it "
+                                 "(engine.write(...))", b.label(), b.id)
+                else:
+                    report.warning(f"optional input {b.label()}.{p.name} is neither connected, bound nor written: "
+                                   f"{b.label()} reads zeros from it every frame; connect, bind or write it if "
+                                   "that is not what you meant", f"{b.label()}.{p.name}", b.id)
 
 
 def _np_name(dtype: str) -> str:
@@ -150,6 +212,15 @@ def _np_name(dtype: str) -> str:
 
 def order_blocks(desc: PipelineDescription) -> tuple[BlockEntry, ...]:
     """Topological order of blocks by connections; ties keep insertion order. Raises on a cycle."""
+    report = _Report()
+    order = _order_blocks(desc, report)
+    report.raise_errors()
+    return order
+
+
+def _order_blocks(desc: PipelineDescription, report: _Report) -> tuple[BlockEntry, ...]:
+    """Topological order (ties in insertion order); each cycle is reported, and the blocks that could not be
+    ordered (on a cycle or downstream of one) follow in insertion order, so the caller can check them too."""
     index = {b.id: i for i, b in enumerate(desc.blocks)}
     succ: dict[int, set[int]] = {b.id: set() for b in desc.blocks}
     indeg = dict.fromkeys(succ, 0)
@@ -169,13 +240,58 @@ def order_blocks(desc: PipelineDescription) -> tuple[BlockEntry, ...]:
             if indeg[nxt] == 0:
                 heapq.heappush(ready, (index[nxt], nxt))
     if len(out_ids) != len(succ):
-        # blocks downstream of a cycle are stuck too: peel off those that feed no stuck block
-        stuck = {b for b, d in indeg.items() if d > 0}
-        while leaves := {b for b in stuck if not succ[b] & stuck}:
-            stuck -= leaves
-        names = sorted(desc.block(b).label() for b in stuck)
-        _fail(cycle_message(names), subject=names[0])
+        stuck = sorted((b for b, d in indeg.items() if d > 0), key=index.__getitem__)
+        for cycle in _cycles(stuck, succ):
+            names = sorted(desc.block(b).label() for b in cycle)
+            first = min(cycle, key=lambda b: desc.block(b).label())
+            report.error(cycle_message(names), names[0], first)
+        out_ids.extend(stuck)
     return tuple(desc.block(b) for b in out_ids)
+
+
+def _cycles(stuck: list[int], succ: Mapping[int, set[int]]) -> list[list[int]]:
+    """The cycles among the ``stuck`` blocks (those left after a topological sort): each strongly connected
+    component with more than one block or with a self-loop, in the order of their first block. Kosaraju's
+    two passes, iterative (a cycle may be thousands of blocks long)."""
+    members = set(stuck)
+    finished: list[int] = []
+    seen: set[int] = set()
+    for root in stuck:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(succ[root]))]
+        while stack:
+            node, it = stack[-1]
+            for nxt in it:
+                if nxt in members and nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, iter(succ[nxt])))
+                    break
+            else:
+                stack.pop()
+                finished.append(node)
+    pred: dict[int, list[int]] = {b: [] for b in stuck}
+    for b in stuck:
+        for nxt in succ[b]:
+            if nxt in members:
+                pred[nxt].append(b)
+    order = {b: i for i, b in enumerate(stuck)}
+    cycles, assigned = [], set()
+    for root in reversed(finished):
+        if root in assigned:
+            continue
+        assigned.add(root)
+        component, todo = [root], [root]
+        while todo:
+            for prev in pred[todo.pop()]:
+                if prev not in assigned:
+                    assigned.add(prev)
+                    component.append(prev)
+                    todo.append(prev)
+        if len(component) > 1 or root in succ[root]:
+            cycles.append(sorted(component, key=order.__getitem__))
+    return sorted(cycles, key=lambda c: order[c[0]])
 
 
 class _Planner:
@@ -191,6 +307,7 @@ class _Planner:
         self.recapture: dict[tuple[int, str], list[int]] = {}
         self.kernel_nodes: dict[tuple[int, str], int] = {}
         self.buffer_args: dict[int, BufferArg] = {}  # one per buffer: a value, shared by the nodes using it
+        self.report = _Report()
 
     def buffer(self, key: tuple, label: str, dtype, count: int, kind: BufferKind) -> int:
         bid = self.by_key.get(key)
@@ -200,16 +317,32 @@ class _Planner:
         return bid
 
     def run(self) -> GraphPlan:
-        desc = self.desc
-        _validate_blocks(desc)
-        _validate_connections(desc)
-        blocks = order_blocks(desc)
-        _validate_inputs(desc)
+        """The plan; raises one ValidationError for every error found (warnings ride on it, or on the plan)."""
+        gp, report = self._run()
+        report.raise_errors()
+        assert gp is not None
+        return gp
+
+    def run_checked(self) -> tuple[GraphPlan | None, tuple[Problem, ...]]:
+        """The plan (None when there are errors) and every problem found, raising nothing."""
+        gp, report = self._run()
+        return (None if report.errors else gp), tuple(report.problems)
+
+    def _run(self) -> tuple[GraphPlan | None, _Report]:
+        desc, report = self.desc, self.report
+        unique = _validate_blocks(desc, report)
+        _validate_connections(desc, report)
+        blocks = _order_blocks(desc, report)
+        _validate_inputs(desc, unique, report)
         sources = {c.dst: c.src for c in desc.connections}
         # In topological order every connected input's source block has been emitted already, so one pass
-        # gives each port its buffer and emits the block's nodes.
+        # gives each port its buffer and emits the block's nodes. With errors found above every block is still
+        # emitted (only for the problems inside its kernels: the plan is dropped), so a block after a cycle or a
+        # bad connection gets its own buffers.
         for b in blocks:
             self.emit_block(b, sources)
+        if report.errors:
+            return None, report
         return GraphPlan(
             nodes=tuple(self.nodes),
             deps=_hazard_deps(self.nodes),
@@ -220,7 +353,8 @@ class _Planner:
             device_scalars=self.device_scalars,
             recapture={k: tuple(v) for k, v in self.recapture.items()},
             kernel_nodes=self.kernel_nodes,
-        )
+            warnings=tuple(report.problems),  # no errors: all of them are warnings
+        ), report
 
     def emit_block(self, b: BlockEntry, sources: Mapping[PortRef, PortRef]) -> None:
         d, bid, label = b.desc, b.id, b.desc.name
@@ -231,9 +365,9 @@ class _Planner:
         for p in d.ports:
             ref = PortRef(bid, p.name)
             src = sources.get(ref) if p.direction == "in" else None
-            if src is not None:
-                buf = port_buffers[src]
-            else:
+            # no buffer for the source only after an error (a cycle, a bad connection): the plan is dropped
+            buf = port_buffers.get(src) if src is not None else None
+            if buf is None:
                 kind: BufferKind = ("external" if ref in bindings else "port" if p.direction == "out" or ref in fed
                                     else "zeros")
                 buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, p.count, kind)
@@ -266,9 +400,10 @@ class _Planner:
                 if prm.kind == "pointer":
                     fed_by = pin_buffer.get(key)
                     if fed_by is None:
-                        _fail(f"{label}: parameter {i} ('{prm.name}') of '{sname}' is a pointer that no "
-                              "port or internal connection feeds; declare it as a port or connect it",
-                              subject=label)
+                        self.report.error(f"{label}: parameter {i} ('{prm.name}') of '{sname}' is a pointer "
+                                          "that no port or internal connection feeds; declare it as a port or "
+                                          "connect it", label, bid)
+                        continue
                     arg = buffer_args.get(fed_by)
                     if arg is None:
                         arg = buffer_args[fed_by] = BufferArg(fed_by)
@@ -282,9 +417,11 @@ class _Planner:
                 name = scalar_of.get(key)
                 if name is None:
                     if prm.default is None or isinstance(prm.default, str):  # no value, or "size" unresolved
-                        _fail(f"{label}: scalar parameter {i} ('{prm.name}') of '{sname}' has no value; "
-                              "declare it as a block parameter or give it a numeric default (new code whose "
-                              "parameters the block does not declare needs a new block)", subject=label)
+                        self.report.error(f"{label}: scalar parameter {i} ('{prm.name}') of '{sname}' has no "
+                                          "value; declare it as a block parameter or give it a numeric default "
+                                          "(new code whose parameters the block does not declare needs a new "
+                                          "block)", label, bid)
+                        continue
                     args.append(ScalarArg(bid, None, prm.dtype, prm.size, prm.default))
                     continue
                 value = values[name] if name in values else b.value(name)
@@ -345,5 +482,6 @@ def _hazard_deps(nodes: list[NodePlan]) -> tuple[tuple[int, ...], ...]:
 
 
 def plan(desc: PipelineDescription) -> GraphPlan:
-    """Validate a pipeline and plan its graph. Pure; raises ValidationError."""
+    """Validate a pipeline and plan its graph. Pure. Raises one ValidationError listing every error found
+    (``.problems``, warnings included); the warnings of a pipeline that plans are ``GraphPlan.warnings``."""
     return _Planner(desc).run()
