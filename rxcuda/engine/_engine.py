@@ -184,7 +184,7 @@ class Engine:
             self._gpu_thread = _ident()
         rt = self._rt
         try:
-            tiers = self._updater.apply_pending() if rt.pending._count else ()
+            tiers = self._updater.apply_pending() if rt.pending.count else ()
             g = rt.graph
             gpu_us = None
             if g is not None:
@@ -354,7 +354,7 @@ class Engine:
 
     def _ensure_built(self):
         rt = self._rt
-        if rt.pending._count or rt.graph is None:
+        if rt.pending.count or rt.graph is None:
             self._updater.apply(rt.pending.drain() or UpdatePlan())
         if rt.graph is None:
             log = rt.reporter.log

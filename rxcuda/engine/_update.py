@@ -40,17 +40,30 @@ class Updater:
 
     # -- entry points --------------------------------------------------------------------------------
     def apply_pending(self, raise_errors: bool = False) -> tuple[Tier, ...]:
-        """Apply everything pending. Values alone (the common case) skip the plan object."""
+        """Apply everything pending. Values alone (the common case) skip the plan object, and one value of
+        kernel nodes alone goes straight through the patch table to its nodes' exec updates."""
         rt = self.rt
         pending = rt.pending
         g = rt.graph
-        if g is not None and not pending._others:
-            if not self.updates.observers:
-                return self.apply_values(pending.take_parameters())
-            t0 = time.perf_counter_ns()
-            events = pending._count
-            params = pending.take_parameters()
-            tiers = self.apply_values(params)
+        if g is None or pending.others:
+            up = pending.drain()
+            return self.apply(up, raise_errors) if up else ()
+        observed = self.updates.observers
+        t0 = time.perf_counter_ns() if observed else 0
+        events = pending.count
+        params = pending.take_parameters()
+        targets = g.hot.get(next(iter(params))) if len(params) == 1 else None
+        if targets is not None:  # the hot path
+            (value,) = params.values()
+            for view, idx, update in targets:
+                view[idx] = value
+                err = update()
+                if err:
+                    g.fast.raise_for(err)
+            tiers: tuple[Tier, ...] = _PARAMETERS
+        else:
+            tiers = self.apply_values(params, raise_errors=raise_errors)
+        if observed:
             blocks = rt.blocks
             if len(params) == 1:
                 (bid, _), = params
@@ -58,10 +71,8 @@ class Updater:
             else:
                 names = tuple(sorted({blocks[b].name for b, _ in params if b in blocks}))
             self.updates.emit(AppliedUpdate(rt.frame + 1, tiers, names, (time.perf_counter_ns() - t0) / 1e9,
-                                               events))
-            return tiers
-        up = pending.drain()
-        return self.apply(up, raise_errors) if up else ()
+                                            events))
+        return tiers
 
     def apply(self, up: UpdatePlan, raise_errors: bool = False) -> tuple[Tier, ...]:
         """Apply a drained plan, highest tier first; returns the tiers that were applied."""
@@ -121,17 +132,6 @@ class Updater:
     def apply_values(self, params: dict, rebinds: dict | None = None, launches: dict | None = None,
                      raise_errors: bool = False) -> tuple[Tier, ...]:
         g = self.rt.running()
-        if not (rebinds or launches) and len(params) == 1:
-            # the hot case: one value of kernel nodes only, each node updated at once
-            (key, value), = params.items()
-            targets = g.hot.get(key)
-            if targets is not None:
-                for view, idx, update in targets:
-                    view[idx] = value
-                    err = update()
-                    if err:
-                        g.fast.raise_for(err)
-                return _PARAMETERS
         p = g.plan
         recapture: dict[int, None] = {}
         patched = bool(launches)  # anything written into kernel/memset nodes or device memory

@@ -103,18 +103,19 @@ class PendingPlan:
         self._params: dict = {}
         self._rebinds: dict = {}
         self._launches: dict = {}
-        self._count = 0
-        self._others = 0  # pending changes that are not parameter values
+        # read without the lock by the engine thread (a stale answer only delays a change by a frame):
+        self.count = 0  # changes folded since the last drain
+        self.others = 0  # ... of which not parameter values
 
     @property
     def dirty(self) -> bool:
         """True when something is pending. Read without the lock: a stale answer only delays a frame."""
-        return self._count > 0
+        return self.count > 0
 
     @property
     def only_parameters(self) -> bool:
         """True when nothing but scalar values is pending (the hot path). Read without the lock."""
-        return not self._others
+        return not self.others
 
     @property
     def structure_pending(self) -> bool:
@@ -126,7 +127,7 @@ class PendingPlan:
         """The hottest change there is: one dict store under the lock, no event object."""
         with self._lock:
             self._params[(block, name)] = value
-            self._count += 1
+            self.count += 1
         if self._changes.observers:
             self._changes.emit(ParameterChanged(block, name, value))  # type: ignore[call-arg]
 
@@ -146,12 +147,12 @@ class PendingPlan:
                 self._changes.emit(ev)
 
     def _fold(self, ev) -> None:
-        self._count += 1
+        self.count += 1
         t = type(ev)
         if t is ParameterChanged:
             self._params[(ev.block, ev.name)] = ev.value
             return
-        self._others += 1
+        self.others += 1
         if t is PortRebound:
             self._rebinds[(ev.block, ev.port)] = ev.array
         elif t is LaunchChanged:
@@ -165,8 +166,8 @@ class PendingPlan:
                     for key in [k for k in d if k[0] == ev.block]:
                         del d[key]
         else:
-            self._count -= 1
-            self._others -= 1
+            self.count -= 1
+            self.others -= 1
             raise TypeError(f"not a change event: {ev!r}")
 
     # -- the engine thread ---------------------------------------------------------------------------
@@ -175,12 +176,12 @@ class PendingPlan:
         with self._lock:
             params = self._params
             self._params = {}
-            self._count = self._others  # 0 unless a change of another kind just arrived (drained next time)
+            self.count = self.others  # 0 unless a change of another kind just arrived (drained next time)
         return params
 
     def drain(self) -> UpdatePlan | None:
         """Take everything pending as one plan (None when nothing is), leaving the pending plan empty."""
-        if not self._count:
+        if not self.count:
             return None
         with self._lock:
             plan = UpdatePlan(
@@ -189,7 +190,7 @@ class PendingPlan:
                 params=self._params,
                 rebinds=self._rebinds,
                 launches=self._launches,
-                events=self._count,
+                events=self.count,
             )
             self._reset()
         return plan
