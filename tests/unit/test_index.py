@@ -7,7 +7,7 @@ import time
 
 import attrs
 import pytest
-from _pipeline import IMUL, add, mul, pipeline, ref
+from _pipeline import IMUL, add, all_inputs, mul, pipeline, ref
 
 from rxcuda import Block, UnknownPortError, ValidationError, plan
 from rxcuda.engine.plan._index import PipelineIndex
@@ -55,7 +55,9 @@ def cases():
 @pytest.mark.parametrize("case", list(cases()))
 def test_refusals_read_as_the_planners(case):
     blocks, existing, new, bound = cases()[case]
-    whole = pipeline(*blocks, conns=[*existing, new], bindings={p: ("f32", 64) for p in bound})
+    # every input fed: the connection is the pipeline's one problem (the planner reports them all at once)
+    whole = pipeline(*blocks, conns=[*existing, new], fed=all_inputs(*blocks),
+                     bindings={p: ("f32", 64) for p in bound})
     expected = refusal(lambda: plan(whole))
     index = index_of(*blocks, bound=bound)
     for s, d in existing:
@@ -73,7 +75,7 @@ def test_cycle_names_only_the_blocks_on_it():
     with pytest.raises(ValidationError, match=r"cycle through blocks m1, m2, m3; a frame must be a DAG") as e:
         index.add_connection(closing)
     assert e.value.subject == "m1"
-    whole = attrs.evolve(pipeline(*blocks), connections=(*edges, closing))
+    whole = attrs.evolve(pipeline(*blocks, fed=all_inputs(*blocks)), connections=(*edges, closing))
     assert refusal(lambda: plan(whole)) == str(e.value)
 
 
