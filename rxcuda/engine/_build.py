@@ -119,6 +119,8 @@ class Builder:
             if b.id in built:
                 b.state, b.message = "ok", ""
         rt.reporter.refresh()
+        for w in gp.warnings:  # it planned, but probably not as meant: say so once per rebuild
+            rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None)
         self._on_built()
         return True
 

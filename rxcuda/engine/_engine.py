@@ -341,7 +341,8 @@ class Engine:
             raise
 
     def rebuild(self) -> None:
-        """Apply pending changes now and rebuild the graph, raising the first error instead of reporting it."""
+        """Apply pending changes now and rebuild the graph, raising instead of reporting: a planning failure
+        is one ValidationError listing every problem found (``err.problems``, warnings included)."""
         self._check_open()
         self._gpu(self._rebuild_now)
 
