@@ -208,7 +208,7 @@ def bench_engine(b: Bench, size: str, tf32: bool):
         (f"fft c64 {fn} x{batch}", lib.fft(fn, batch=batch, norm=None),
          {"x": (rng.standard_normal(fn * batch) + 1j * rng.standard_normal(fn * batch)).astype(np.complex64)}),
     ]
-    with rxcuda.Engine() as engine:
+    with rxcuda.Engine(timing=True) as engine:  # Frame.gpu_us needs the frame's events
         for label, spec, inputs in cases:
             blk = engine.add(rxcuda.Block.from_call(spec))
             for name, arr in inputs.items():

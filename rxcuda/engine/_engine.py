@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 from reactivex import Observable
@@ -43,6 +44,36 @@ _ident = threading.get_ident
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
 RUN_SWITCH_INTERVAL = 0.0002
+
+
+class _SwitchInterval:
+    """The interpreter's GIL switch interval while any engine runs: set by the first run(), restored to what
+    it was when the last one stops (the setting is process-wide; several engines may run at once)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._previous = 0.0
+        self._seconds = 0.0
+
+    def acquire(self, seconds: float) -> None:
+        with self._lock:
+            if self._running == 0:
+                self._previous = sys.getswitchinterval()
+                self._seconds = seconds
+            else:
+                self._seconds = min(self._seconds, seconds)
+            self._running += 1
+            sys.setswitchinterval(self._seconds)
+
+    def release(self) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                sys.setswitchinterval(self._previous)
+
+
+_SWITCH = _SwitchInterval()
 
 
 class Engine:
@@ -98,6 +129,7 @@ class Engine:
         self._frames = Broadcast(on_error=self._frame_subscriber_failed)
         self._file_changes = Broadcast()
         self._loop: FrameLoop | None = None
+        self._stop_run: Callable[[], None] | None = None  # ends the run() in progress
         self._reload: HotReload | None = None
         self._ev_start = dev.create_event()
         self._ev_end = dev.create_event()
@@ -299,19 +331,29 @@ class Engine:
 
         loop = FrameLoop(tick, self.device.make_current, on_error)
         self._loop = loop
-        previous = sys.getswitchinterval()
+        try:
+            stop = loop.start(clock)  # a bad clock raises before the thread starts
+        except BaseException:
+            self._loop = None
+            raise
         if switch_interval is not None:
-            sys.setswitchinterval(switch_interval)
-        stop = loop.start(clock)
+            _SWITCH.acquire(switch_interval)
+        stopped = False
 
         def dispose() -> None:
+            nonlocal stopped
+            if stopped:
+                return
+            stopped = True
             stop.dispose()
             if switch_interval is not None:
-                sys.setswitchinterval(previous)
+                _SWITCH.release()
             if self._loop is loop:
                 self._loop = None
             self._gpu_thread = None
+            self._stop_run = None
 
+        self._stop_run = dispose
         return Disposable(dispose)
 
     @property
@@ -569,9 +611,8 @@ class Engine:
         if self._closed:
             return
         rt = self._rt
-        if self._loop is not None:
-            quietly(self._loop.stop)
-            self._loop = None
+        if self._stop_run is not None:
+            quietly(self._stop_run)
         quietly(self._stop_watch)
         for b in list(rt.blocks.values()):
             quietly(b.dispose_bindings)

@@ -71,6 +71,11 @@ class DataIO:
         if arr.size > spec.count:
             raise ValidationError(f"{arr.size} elements do not fit {port.block.name}.{port.name} "
                                   f"({spec.count} elements)", subject=port.block.name)
+        if spec.dtype is None and arr.nbytes > max(spec.count, 4):
+            raise ValidationError(f"{port.block.name}.{port.name} has no element type, so its buffer holds "
+                                  f"{spec.count} bytes, and {arr.nbytes} bytes do not fit; give the kernel's "
+                                  "parameters types in a JSON sidecar (rxcuda kernels build writes one), or bind a "
+                                  "device array", subject=port.block.name)
         with rt.lock:
             newly_fed = (spec.direction == "in" and ref not in rt.fed and ref not in rt.bindings
                          and not rt.is_connected(ref))
@@ -94,8 +99,13 @@ class DataIO:
         for ref, arr in list(self.staged.items()):
             bid = g.plan.port_buffers.get(ref)
             if bid is not None:
-                DeviceBuffer(g.pointers[bid], g.plan.buffers[bid].nbytes, api=rt.api).upload(arr, rt.stream)
                 del self.staged[ref]
+                try:
+                    DeviceBuffer(g.pointers[bid], g.plan.buffers[bid].nbytes, api=rt.api).upload(arr, rt.stream)
+                except ValueError as e:  # checked at write(); a buffer that changed size since then lands here
+                    block = rt.blocks.get(ref.block)
+                    rt.reporter.warn(f"{block.name if block else ref.block}.{ref.port}",
+                                     f"data written before the rebuild was dropped: {e}", block)
 
     def forget(self, ref: PortRef) -> None:
         self.staged.pop(ref, None)

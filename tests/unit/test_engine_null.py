@@ -331,3 +331,34 @@ def test_debug_mode_runs_nodes_one_by_one_and_names_the_one_that_faults(api):
     with pytest.raises(rxcuda.DeviceLostError, match=r"the fault came from vector_add/vector_add"):
         engine.tick()
     engine.close()
+
+
+def test_writing_more_bytes_than_an_untyped_port_holds_is_refused_at_once(engine, api, tmp_path):
+    # a PTX without a sidecar: its pointers have no element type, so a port of `size` holds `size` bytes
+    ptx = (tmp_path / "raw.ptx")
+    ptx.write_text(open(f"{KERNELS}/scalar_mul.ptx").read())
+    blk = engine.add(Block.from_kernel(str(ptx), size=N, arg3=N))
+    port = blk.inputs[0] if blk.inputs else blk.outputs[0]
+    with pytest.raises(rxcuda.ValidationError, match=r"has no element type, so its buffer holds 1024 bytes"):
+        engine.write(port, np.ones(N, np.float32))
+    engine.write(port, np.ones(N // 4, np.float32))  # what fits is taken
+    assert engine.tick().launched
+
+
+def test_engines_share_the_switch_interval_while_any_runs(api):
+    import sys
+
+    before = sys.getswitchinterval()
+    a, b = rxcuda.Engine(driver=api), rxcuda.Engine(driver=NullDriver())
+    try:
+        run_a = a.run(1000.0)
+        run_b = b.run(1000.0)
+        run_a.dispose()
+        assert sys.getswitchinterval() == pytest.approx(0.0002)  # b still runs
+        run_b.dispose()
+        assert sys.getswitchinterval() == before
+        run_a.dispose()  # twice is harmless
+        assert sys.getswitchinterval() == before
+    finally:
+        a.close()
+        b.close()
