@@ -7,6 +7,8 @@ chose -- never numbers a kernel would have computed (tests/gpu does that).
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -335,8 +337,8 @@ def test_debug_mode_runs_nodes_one_by_one_and_names_the_one_that_faults(api):
 
 def test_writing_more_bytes_than_an_untyped_port_holds_is_refused_at_once(engine, api, tmp_path):
     # a PTX without a sidecar: its pointers have no element type, so a port of `size` holds `size` bytes
-    ptx = (tmp_path / "raw.ptx")
-    ptx.write_text(open(f"{KERNELS}/scalar_mul.ptx").read())
+    ptx = tmp_path / "raw.ptx"
+    ptx.write_text(pathlib.Path(KERNELS, "scalar_mul.ptx").read_text())
     blk = engine.add(Block.from_kernel(str(ptx), size=N, arg3=N))
     port = blk.inputs[0] if blk.inputs else blk.outputs[0]
     with pytest.raises(rxcuda.ValidationError, match=r"has no element type, so its buffer holds 1024 bytes"):
