@@ -10,7 +10,7 @@ import difflib
 import hashlib
 import math
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import attrs
 
@@ -279,9 +279,9 @@ class BlockDescription:
         raise KeyError(f"block '{self.name}' has no kernel '{name}' (kernels: {names})")
 
 
-@attrs.frozen(cache_hash=True)  # a dict key everywhere in the planner and the engine
-class PortRef:
-    """A port of a block in a pipeline."""
+class PortRef(NamedTuple):
+    """A port of a block in a pipeline (a named tuple: a dict key everywhere in the planner and the engine,
+    hashed and compared in C)."""
 
     block: int
     port: str
