@@ -127,8 +127,9 @@ class Engine:
         self._builder = Builder(rt, self._io.upload_staged)
         self._updater = Updater(rt, self._builder)
         self._frames = Broadcast(on_error=self._frame_subscriber_failed)
-        self._file_changes = Broadcast()
+        self._file_changes = Broadcast(on_error=self._file_subscriber_failed)
         self._loop: FrameLoop | None = None
+        self._last_loop: FrameLoop | None = None
         self._stop_run: Callable[[], None] | None = None  # ends the run() in progress
         self._reload: HotReload | None = None
         self._ev_start = dev.create_event()
@@ -330,7 +331,7 @@ class Engine:
             self._tick(sync_)
 
         loop = FrameLoop(tick, self.device.make_current, on_error)
-        self._loop = loop
+        self._loop = self._last_loop = loop
         try:
             stop = loop.start(clock)  # a bad clock raises before the thread starts
         except BaseException:
@@ -362,8 +363,9 @@ class Engine:
 
     @property
     def loop(self) -> FrameLoop | None:
-        """The frame loop while ``run()`` drives frames (its ``stats``: frames, merged ticks, wake-up lag)."""
-        return self._loop
+        """The frame loop of the current (or last) ``run()``: its ``stats`` count frames, ticks merged into
+        later frames, and how late frames started (mostly waiting for the GIL)."""
+        return self._loop or self._last_loop
 
     def _gpu(self, fn, *args):
         """Run ``fn`` where the GPU may be touched: here, or on the engine thread while run() drives frames."""
@@ -507,7 +509,7 @@ class Engine:
     @property
     def diagnostics(self) -> Observable:
         """Errors and warnings (Diagnostic), each naming its block, port or file. Past ones: diagnostic_log."""
-        return self._rt.reporter.stream
+        return self._rt.reporter.stream.observable
 
     @property
     def diagnostic_log(self):
@@ -518,12 +520,12 @@ class Engine:
     def frames(self) -> Observable:
         """One Frame per tick (index, host time, tiers applied, state, GPU time with ``timing``), on the
         engine thread. A subscriber that raises is reported as a diagnostic; the frames go on."""
-        return self._frames
+        return self._frames.observable
 
     @property
     def updates(self) -> Observable:
         """One AppliedUpdate per applied update plan (tiers, blocks, seconds)."""
-        return self._updater.updates
+        return self._updater.updates.observable
 
     @property
     def changes(self) -> Observable:
@@ -552,7 +554,7 @@ class Engine:
     @property
     def file_changes(self) -> Observable:
         """FileChanged events from watch() (debounced, deduplicated by content)."""
-        return self._file_changes
+        return self._file_changes.observable
 
     def watch(self, *, debounce: float = 0.05, scheduler=None) -> Disposable:
         """Reload kernels when their files (.ptx/.cubin/.fatbin/.cu and .json sidecars) are saved.
@@ -589,6 +591,9 @@ class Engine:
 
     def _change_subscriber_failed(self, err: Exception, event) -> None:
         self._warn("engine.changes", f"a subscriber raised {type(err).__name__}: {err}; the change was applied")
+
+    def _file_subscriber_failed(self, err: Exception, event) -> None:
+        self._warn("engine.file_changes", f"a subscriber raised {type(err).__name__}: {err}; the reload goes on")
 
     def _frame_subscriber_failed(self, err: Exception, frame) -> None:
         self._warn("engine.frames", f"a subscriber raised {type(err).__name__}: {err}; the frames go on")

@@ -17,36 +17,31 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
 
-class Broadcast(Observable):
-    """Publishes to every current observer. ``on_error`` receives an observer's exception (with the
-    observer's ``on_next`` failing, the item still reaches the other observers): the publisher is never
-    interrupted by a subscriber.
+class Broadcast:
+    """The publishing side: ``emit`` hands an item to every current observer; ``observable`` is what
+    subscribers get -- an ordinary, read-only ``reactivex.Observable`` (``pipe``, ``subscribe``) with no way
+    to push into it. ``on_error`` receives an observer's exception (the item still reaches the other
+    observers): the publisher is never interrupted by a subscriber.
 
     >>> from rxcuda.streams import Broadcast
     >>> frames = Broadcast()
     >>> seen = []
-    >>> sub = frames.subscribe(seen.append)
+    >>> sub = frames.observable.subscribe(seen.append)
     >>> frames.emit(1); frames.emit(2); frames.close()
     >>> seen
     [1, 2]
+    >>> hasattr(frames.observable, "emit") or hasattr(frames.observable, "on_next")
+    False
     """
 
     def __init__(self, on_error: Callable[[Exception, Any], None] | None = None) -> None:
-        super().__init__()
         self.observers: tuple[abc.ObserverBase, ...] = ()
         self._lock = threading.Lock()
         self._closed = False
         self._on_error = on_error
+        self.observable: Observable = _Subscribers(self)
 
-    def subscribe(self, on_next=None, on_error=None, on_completed=None, *, scheduler=None) -> abc.DisposableBase:
-        """As ``Observable.subscribe``. Plain callbacks are called directly (no auto-detaching wrapper: the
-        publisher already isolates a failing callback), which keeps publishing cheap."""
-        if on_next is None or isinstance(on_next, abc.ObserverBase) or hasattr(on_next, "on_next"):
-            return super().subscribe(on_next, on_error, on_completed, scheduler=scheduler)
-        return self._subscribe_core(cast(abc.ObserverBase, _Callbacks(on_next, on_error, on_completed)), scheduler)
-
-    def _subscribe_core(self, observer: abc.ObserverBase, scheduler: abc.SchedulerBase | None = None
-                        ) -> abc.DisposableBase:
+    def add(self, observer: abc.ObserverBase) -> abc.DisposableBase:
         with self._lock:
             if self._closed:
                 observer.on_completed()
@@ -87,6 +82,24 @@ class Broadcast(Observable):
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+class _Subscribers(Observable):
+    """What a Broadcast's subscribers see. Plain callbacks are called directly (no auto-detaching wrapper:
+    the publisher already isolates a failing callback), which keeps publishing cheap."""
+
+    def __init__(self, broadcast: Broadcast) -> None:
+        super().__init__()
+        self._broadcast = broadcast
+
+    def subscribe(self, on_next=None, on_error=None, on_completed=None, *, scheduler=None) -> abc.DisposableBase:
+        if on_next is None or isinstance(on_next, abc.ObserverBase) or hasattr(on_next, "on_next"):
+            return super().subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+        return self._broadcast.add(cast(abc.ObserverBase, _Callbacks(on_next, on_error, on_completed)))
+
+    def _subscribe_core(self, observer: abc.ObserverBase, scheduler: abc.SchedulerBase | None = None
+                        ) -> abc.DisposableBase:
+        return self._broadcast.add(observer)
 
 
 class _Callbacks:

@@ -199,10 +199,10 @@ class PendingPlan:
     @property
     def changes(self) -> Observable:
         """Every change event, on the thread that made it (read-only; completes on ``close``)."""
-        return self._changes
+        return self._changes.observable
 
     def of_type(self, *types) -> Observable:
-        return self._changes.pipe(ops.filter(lambda e: isinstance(e, types)))
+        return self._changes.observable.pipe(ops.filter(lambda e: isinstance(e, types)))
 
     def close(self) -> None:
         self._changes.close()
