@@ -4,8 +4,13 @@ Blocks (kernels and library calls) wired into a pipeline; one Engine per GPU com
 graph and launches it every frame; every change is applied with the cheapest legal update.
 
 >>> import rxcuda
->>> engine = rxcuda.Engine()
->>> add = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024))
+>>> add = rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024)
+>>> add["out"], add.params["n"].value
+(<port vector_add.out>, 1024)
+>>> engine = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())   # rxcuda.Engine() on a GPU
+>>> engine.add(add).state
+'not built'
+>>> engine.close()
 
 Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (cuBLAS, cuFFT, cuRAND,
 cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators), ``rxcuda.lowlevel``

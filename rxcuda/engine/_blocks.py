@@ -136,7 +136,12 @@ class Parameter:
     take Python and NumPy ints and floats that are finite and within their range (not bool or str). A value
     that breaks the rule raises TypeError or ValueError and the parameter keeps its old value.
 
+    >>> block = Block.from_kernel("kernels/scalar_mul.ptx", size=1024)
     >>> block.params["scale"].value = 0.5     # or block.set(scale=0.5)
+    >>> block.params["scale"].value = "2.5"
+    Traceback (most recent call last):
+    ...
+    TypeError: scalar_mul.scale (f32) takes a number: a Python or NumPy int or float (got '2.5', a str)
     """
 
     __slots__ = ("name", "dtype", "_value", "_block", "_check")
@@ -166,7 +171,12 @@ class Parameter:
         Values are coalesced: the latest before a frame wins. A bad value is reported as a diagnostic
         (when the block is in an engine) and the binding stays alive; disposing ends it.
 
-        >>> sub = block.params["gravity"].bind(midi_knob.pipe(ops.map(lambda v: v / 127 * 9.81)))
+        >>> from reactivex.subject import Subject
+        >>> knob = Subject()
+        >>> block = Block.from_kernel("kernels/scalar_mul.ptx", size=1024)
+        >>> sub = block.params["scale"].bind(knob)
+        >>> knob.on_next(64); block.params["scale"].value
+        64.0
         >>> sub.dispose()
         """
         from ..streams._bind import bind_parameter
@@ -208,6 +218,7 @@ class Block:
 
     >>> add = Block.from_kernel("kernels/vector_add.ptx", size=1 << 20)
     >>> add["out"], add.params["n"].value
+    (<port vector_add.out>, 1048576)
     """
 
     def __init__(self, description: BlockDescription):
@@ -264,7 +275,10 @@ class Block:
         """A one-call block from a library call (see ``rxcuda.libraries``): its input buffers become input
         ports, written buffers output ports, scalars parameters (``alpha=2.0`` sets a default).
 
-        >>> mm = Block.from_call(rxcuda.libraries.gemm(256, 256, 256), alpha=1.0)
+        >>> from rxcuda import libraries as lib
+        >>> mm = Block.from_call(lib.gemm(256, 256, 256), alpha=1.0)
+        >>> [p.name for p in mm.inputs], mm.params["alpha"].value
+        (['a', 'b'], 1.0)
         """
         from ._builder import BlockBuilder
 

@@ -68,6 +68,7 @@ class KernelHandle:
 class BlockBuilder:
     """Declare a block: kernels, ports, parameters and internal connections; then ``build()``.
 
+    >>> n = 1 << 16
     >>> b = BlockBuilder("scaled_sum", size=n)
     >>> add = b.add_kernel("kernels/vector_add.ptx")
     >>> mul = b.add_kernel("kernels/scalar_mul.ptx")
@@ -77,6 +78,8 @@ class BlockBuilder:
     >>> b.scalar("scale", mul["scale"], default=3.0)
     >>> b.scalar("n", [add["n"], mul["n"]])      # one parameter feeding two kernels
     >>> block = b.build()
+    >>> [p.name for p in block.inputs], block.params["scale"].value
+    (['a', 'b'], 3.0)
     """
 
     def __init__(self, name: str, *, size: int | None = None):
