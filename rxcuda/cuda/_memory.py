@@ -129,6 +129,7 @@ class ExternalArray:
     shape: tuple
     owner: object = attrs.field(repr=False)
     readonly: bool = False
+    device: int = 0  # the GPU ordinal the memory lives on
 
 
 def resolve_device_array(obj, stream: int | None = None) -> ExternalArray:
@@ -149,7 +150,7 @@ def resolve_device_array(obj, stream: int | None = None) -> ExternalArray:
                         "__dlpack__); pass a CuPy/PyTorch CUDA array, or use engine.write(port, array) to copy "
                         "host data into the port's buffer")
     try:
-        view = StridedMemoryView(obj, stream_ptr=-1 if stream is None else int(stream))
+        view = StridedMemoryView.from_any_interface(obj, stream_ptr=-1 if stream is None else int(stream))
     except BufferError as e:
         raise TypeError(f"{type(obj).__name__} could not be viewed as a device array ({e})") from e
     if not view.is_device_accessible:
@@ -166,7 +167,7 @@ def resolve_device_array(obj, stream: int | None = None) -> ExternalArray:
         if any(s != e for s, e, d in zip(strides, reversed(expected), shape, strict=True) if d > 1):
             raise TypeError("the array is not C-contiguous; pass a contiguous copy (e.g. cupy.ascontiguousarray)")
     return ExternalArray(int(view.ptr), _dtypes.dtype_name(np.dtype(view.dtype)), count, shape, obj,
-                         bool(view.readonly))
+                         bool(view.readonly), int(view.device_id))
 
 
 class PinnedBuffer:

@@ -98,6 +98,10 @@ class Model:
         if ext.count < spec.count:
             raise ValidationError(f"cannot bind {ext.count} elements to {where}, which needs {spec.count}",
                                   subject=port.block.name)
+        if ext.device != rt.device.ordinal:
+            raise ValidationError(f"the array lives on GPU {ext.device}, but this engine runs on GPU "
+                                  f"{rt.device.ordinal}; copy it there first (e.g. cupy.asarray under "
+                                  f"cupy.cuda.Device({rt.device.ordinal}))", subject=port.block.name)
         if ext.readonly and spec.direction != "in":
             raise ValidationError(f"{where} is written by the pipeline, but the array is read-only; bind a "
                                   "writable array", subject=port.block.name)

@@ -365,3 +365,15 @@ def test_engines_share_the_switch_interval_while_any_runs(api):
     finally:
         a.close()
         b.close()
+
+
+def test_an_array_on_another_gpu_is_refused_and_changes_nothing(engine, api, monkeypatch):
+    import rxcuda.engine._engine as engine_module
+    from rxcuda.cuda._memory import ExternalArray
+
+    blk = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+    monkeypatch.setattr(engine_module, "resolve_device_array",
+                        lambda arr, stream=None: ExternalArray(0xC000, "f32", N, (N,), arr, device=1))
+    with pytest.raises(rxcuda.ValidationError, match=r"the array lives on GPU 1, but this engine runs on GPU 0"):
+        engine.bind(blk["x"], object())
+    assert engine.describe().bindings == {}
