@@ -255,7 +255,7 @@ def format_plan(blocks, gp, fed=frozenset()) -> str:
     lines.append("parameters (how a change reaches the GPU):")
     for b in blocks:
         for name, prm in b.params.items():
-            lines.append(f"  {b.name}.{name} = {prm.value!r} ({prm.dtype}): {gp.tier_of(b.id, name)}")
+            lines.append(f"  {b.name}.{name} = {prm.value!r} ({prm.dtype}): {gp.route_of(b.id, name)}")
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ from ..model._describe import (
     check_block_size,
 )
 from ..model._errors import ForeignBlockError, NotAPortError
+from ..model._events import Tier
 
 _ids = itertools.count(1)
 
@@ -355,7 +356,7 @@ class Block:
             self._sink.add(LaunchChanged(self.id, kernel, new))
         return new
 
-    def set_code(self, kernel: str | None, code) -> str:
+    def set_code(self, kernel: str | None, code) -> Tier:
         """Give a kernel new code. Same parameter layout: swapped in place (Code tier); otherwise the block
         is rebuilt (Structure tier) — its ports must still fit. Returns the tier name."""
         from ..model._events import BlockChanged, CodeChanged
@@ -374,9 +375,9 @@ class Block:
                 self._sink.add(CodeChanged(self.id, kernel, code))
             else:
                 self._sink.add(BlockChanged(self.id, self.name, f"kernel '{kernel}' changed its signature"))
-        return "code" if same else "structure"
+        return Tier.CODE if same else Tier.STRUCTURE
 
-    def reload(self) -> list[str]:
+    def reload(self) -> list[Tier]:
         """Re-read (or recompile) every file kernel of this block; returns the tiers of those that changed."""
         from ..sources._load import load_source
 

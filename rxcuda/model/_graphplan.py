@@ -13,6 +13,7 @@ import attrs
 from . import _dtypes
 from ._describe import Launch, PortRef
 from ._errors import Problem
+from ._events import Tier
 
 BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar"]
 
@@ -128,12 +129,22 @@ class GraphPlan:
         """Node kinds and dependencies: equal topologies allow cuGraphExecUpdate instead of instantiating."""
         return tuple((type(n).__name__, self.deps[n.id]) for n in self.nodes), len(self.nodes)
 
-    def tier_of(self, block: int, name: str) -> str:
-        """How a change of this parameter reaches the GPU (for summaries)."""
-        if (block, name) in self.device_scalars:
+    def tier_of(self, block: int, name: str) -> Tier | None:
+        """The tier a change of this parameter takes (None: no node uses it)."""
+        key = (block, name)
+        if key in self.recapture:
+            return Tier.RECAPTURE
+        if key in self.device_scalars or key in self.slots:
+            return Tier.PARAMETERS
+        return None
+
+    def route_of(self, block: int, name: str) -> str:
+        """How a change of this parameter reaches the GPU, in words (for summaries)."""
+        key = (block, name)
+        if key in self.device_scalars:
             return "parameters (device scalar copy)"
-        if (block, name) in self.recapture:
-            return "recapture"
-        if (block, name) in self.slots:
+        if key in self.recapture:
+            return "recapture (the library call is captured again)"
+        if key in self.slots:
             return "parameters (exec-node update)"
         return "unused"

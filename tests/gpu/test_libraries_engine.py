@@ -78,7 +78,7 @@ def test_device_scalar_update_without_recapture(engine, rng):
         assert f.tiers == ("parameters",)
         assert rel(engine.read(mm["c"]).reshape(m, n), alpha * (a.astype(np.float64) @ b)) < 1e-5
     assert (engine.recaptures, engine.rebuilds) == (recaptures, rebuilds)
-    assert engine.plan.tier_of(mm.id, "alpha").startswith("parameters (device scalar")
+    assert engine.plan.route_of(mm.id, "alpha").startswith("parameters (device scalar")
 
 
 def test_host_scalar_change_recaptures_in_place(engine, rng, kernels):
@@ -91,7 +91,7 @@ def test_host_scalar_change_recaptures_in_place(engine, rng, kernels):
     engine.tick()
     np.testing.assert_allclose(engine.read(blk["out"]), 2 * x, rtol=1e-6)
     recaptures, rebuilds = engine.recaptures, engine.rebuilds
-    assert engine.plan.tier_of(blk.id, "scale") == "recapture"
+    assert engine.plan.tier_of(blk.id, "scale") == "recapture"  # a Tier: equal to its name
     blk.set(scale=-4.0)
     engine.tick()
     np.testing.assert_allclose(engine.read(blk["out"]), -4 * x, rtol=1e-6)

@@ -21,7 +21,7 @@ from _pipeline import (
     scalar,
 )
 
-from rxcuda import Block, CallSpec, UnknownPortError, ValidationError
+from rxcuda import Block, CallSpec, Tier, UnknownPortError, ValidationError
 from rxcuda.engine.plan._plan import _hazard_deps  # the hazard rule alone, on hand-made nodes
 from rxcuda.lowlevel import (
     BlockDescription,
@@ -543,10 +543,14 @@ def test_tier_of_each_kind_of_parameter():
     m = mul()
     blas = call_block()
     gp = plan(pipeline(m, blas, fed=[m["x"], blas["a"]]))
-    assert gp.tier_of(m.id, "scale") == "parameters (exec-node update)"
-    assert gp.tier_of(blas.id, "alpha") == "parameters (device scalar copy)"
-    assert gp.tier_of(blas.id, "m") == "recapture"
-    assert gp.tier_of(m.id, "nope") == "unused"
+    assert gp.tier_of(m.id, "scale") is Tier.PARAMETERS
+    assert gp.tier_of(blas.id, "alpha") is Tier.PARAMETERS
+    assert gp.tier_of(blas.id, "m") is Tier.RECAPTURE
+    assert gp.tier_of(m.id, "nope") is None
+    assert gp.route_of(m.id, "scale") == "parameters (exec-node update)"
+    assert gp.route_of(blas.id, "alpha") == "parameters (device scalar copy)"
+    assert gp.route_of(blas.id, "m").startswith("recapture")
+    assert gp.route_of(m.id, "nope") == "unused"
 
 
 def test_library_call_gets_device_scalar_buffer_and_recapture_list():
