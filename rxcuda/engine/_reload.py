@@ -15,7 +15,7 @@ from pathlib import Path
 
 from reactivex.disposable import CompositeDisposable
 
-from ..model._events import FileChanged
+from ..model._events import FileChanged, Tier
 from ..streams._files import watch_files
 
 
@@ -62,7 +62,7 @@ class HotReload:
         for block, kernel in users:
             self.reload(block, kernel)
 
-    def reload(self, block, kernel: str) -> str | None:
+    def reload(self, block, kernel: str) -> Tier | None:
         from ..sources._load import load_source
 
         spec = block.description.kernel(kernel)
