@@ -40,6 +40,7 @@ from .plan._plan import GraphPlan
 
 _now = time.perf_counter_ns
 _ident = threading.get_ident
+_tuple_new = tuple.__new__
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
@@ -242,8 +243,8 @@ class Engine:
         rt.frame += 1
         if g is not None and self._io.taps:
             self._io.deliver_taps(sync, self._warn)
-        frame = Frame(rt.frame, (_now() - t0) / 1e3, tiers, "idle" if g is None else rt.reporter.state,
-                      g is not None, gpu_us)
+        frame = _tuple_new(Frame, (rt.frame, (_now() - t0) / 1e3, tiers, "idle" if g is None else rt.reporter.state,
+                                   g is not None, gpu_us))  # Frame(...) without its Python-level __new__
         self.last_frame = frame
         if self._frames.observers:
             self._frames.emit(frame)

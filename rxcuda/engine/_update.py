@@ -22,6 +22,7 @@ from ._records import AppliedUpdate
 from ._runtime import Runtime
 
 _PARAMETERS = (Tier.PARAMETERS,)
+_tuple_new = tuple.__new__  # builds a named tuple without its Python-level __new__ (the hot path)
 
 
 class Updater:
@@ -70,8 +71,8 @@ class Updater:
                 names = (blocks[bid].name,) if bid in blocks else ()
             else:
                 names = tuple(sorted({blocks[b].name for b, _ in params if b in blocks}))
-            self.updates.emit(AppliedUpdate(rt.frame + 1, tiers, names, (time.perf_counter_ns() - t0) / 1e9,
-                                            events))
+            self.updates.emit(_tuple_new(AppliedUpdate, (rt.frame + 1, tiers, names,
+                                                          (time.perf_counter_ns() - t0) / 1e9, events)))
         return tiers
 
     def apply(self, up: UpdatePlan, raise_errors: bool = False) -> tuple[Tier, ...]:

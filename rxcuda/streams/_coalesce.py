@@ -42,6 +42,8 @@ from ..model._events import (
 )
 from ._broadcast import Broadcast
 
+_tuple_new = tuple.__new__  # builds a named tuple without its Python-level __new__ (the hot path)
+
 
 @attrs.frozen(eq=False)
 class UpdatePlan:
@@ -129,7 +131,7 @@ class PendingPlan:
             self._params[(block, name)] = value
             self.count += 1
         if self._changes.observers:
-            self._changes.emit(ParameterChanged(block, name, value))  # type: ignore[call-arg]
+            self._changes.emit(_tuple_new(ParameterChanged, (block, name, value)))
 
     def add(self, event) -> None:
         with self._lock:
