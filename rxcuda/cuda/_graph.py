@@ -162,6 +162,18 @@ def _refuse_memory_nodes(drv, graph) -> None:
                             "node cannot hold; give the library a preallocated workspace before capture")
 
 
+class _Table(dict):
+    """A dict that makes a missing entry on first lookup (``table[key]``) with ``make(key)`` and keeps it."""
+
+    def __init__(self, make: Callable):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key):
+        value = self[key] = self._make(key)
+        return value
+
+
 class CompiledGraph:
     """An instantiated CUDA graph built from a plan, with in-place update operations.
 
@@ -205,20 +217,42 @@ class CompiledGraph:
             self._destroy_graphs()
             raise
 
-        # The patch table, the one place a value goes on its way to the GPU:
-        # (block, parameter) -> ((node id, typed view of the argument storage, index), ...)
-        self.scalar_views: dict[tuple[int, str], tuple] = {
-            key: tuple((nid, *self.nodes[nid].slots[arg]) for nid, arg in slots) for key, slots in plan.slots.items()}
-        # the hot case: keys that only kernel nodes use (no device scalar, no recapture) -> ((typed view,
-        # bound exec-node update), ...), bound once the executable graph exists (see _arm)
-        self.hot: dict[tuple[int, str], tuple] = {}
-        # buffer id -> the nodes that use it: what a rebound array must reach
-        self.consumers: dict[int, list[int]] = {}
-        for node in self.nodes:
-            used = (node.plan.buffer,) if isinstance(node, MemsetNode) else (
-                a.buffer for a in node.plan.args if isinstance(a, BufferArg))
-            for b in dict.fromkeys(used):
-                self.consumers.setdefault(b, []).append(node.plan.id)
+        # The patch table, the one place a value goes on its way to the GPU, filled on first use (a build of a
+        # large pipeline should not pay for tables of parameters nobody changes):
+        # (block, parameter) -> ((node id, typed view of the argument storage, index), ...) or None
+        self.scalar_views: _Table = _Table(self._views_of)
+        # the hot case: keys that only kernel nodes use (no device scalar, no recapture) -> ((typed view, index,
+        # bound exec-node update), ...), bound to the executable graph (see _arm)
+        self.hot: _Table = _Table(self._hot_of)
+        self._consumers: dict[int, list[int]] | None = None
+
+    def _views_of(self, key: tuple[int, str]) -> tuple | None:
+        slots = self.plan.slots.get(key)
+        return None if slots is None else tuple((nid, *self.nodes[nid].slots[arg]) for nid, arg in slots)
+
+    def _hot_of(self, key: tuple[int, str]) -> tuple | None:
+        plan = self.plan
+        if key in plan.device_scalars or key in plan.recapture:
+            return None
+        targets = self.scalar_views[key]
+        if targets is None:
+            return None
+        fast, exec_h, nodes = self.fast, self._exec_h, self.nodes
+        return tuple((view, idx, fast.node_updater(exec_h, nodes[nid].handle_int, nodes[nid].params_ptr,
+                                                   nodes[nid].params)) for nid, view, idx in targets)
+
+    @property
+    def consumers(self) -> dict[int, list[int]]:
+        """Buffer id -> the nodes that use it: what a rebound array must reach (made on first use)."""
+        if self._consumers is None:
+            consumers: dict[int, list[int]] = {}
+            for node in self.nodes:
+                used = (node.plan.buffer,) if isinstance(node, MemsetNode) else (
+                    a.buffer for a in node.plan.args if isinstance(a, BufferArg))
+                for b in dict.fromkeys(used):
+                    consumers.setdefault(b, []).append(node.plan.id)
+            self._consumers = consumers
+        return self._consumers
 
     def instantiate(self) -> None:
         drv = self.api
@@ -231,15 +265,9 @@ class CompiledGraph:
         self._arm()
 
     def _arm(self) -> None:
-        """Bind the hot path's exec-node updates to this executable graph."""
-        plan, fast, exec_h = self.plan, self.fast, self._exec_h
-        self.launcher = fast.launcher(exec_h)
-        self.hot = {
-            key: tuple((view, idx, fast.node_updater(exec_h, self.nodes[nid].handle_int,
-                                                     self.nodes[nid].params_ptr, self.nodes[nid].params))
-                       for nid, view, idx in targets)
-            for key, targets in self.scalar_views.items()
-            if key not in plan.device_scalars and key not in plan.recapture}
+        """Bind the frame's launch and the hot path's exec-node updates to this executable graph."""
+        self.launcher = self.fast.launcher(self._exec_h)
+        self.hot = _Table(self._hot_of)
 
     def adopt_exec(self, old: CompiledGraph) -> bool:
         """Take over ``old``'s executable graph through cuGraphExecUpdate when the topology is the same.

@@ -53,7 +53,7 @@ class Updater:
         t0 = time.perf_counter_ns() if observed else 0
         events = pending.count
         params = pending.take_parameters()
-        targets = g.hot.get(next(iter(params))) if len(params) == 1 else None
+        targets = g.hot[next(iter(params))] if len(params) == 1 else None
         if targets is not None:  # the hot path
             (value,) = params.values()
             for view, idx, update in targets:
@@ -137,7 +137,7 @@ class Updater:
         recapture: dict[int, None] = {}
         patched = bool(launches)  # anything written into kernel/memset nodes or device memory
         for key, value in params.items():
-            targets = g.scalar_views.get(key)
+            targets = g.scalar_views[key]
             if targets is not None:
                 patched = True
                 for nid, view, idx in targets:
