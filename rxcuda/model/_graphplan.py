@@ -6,7 +6,7 @@ The planner (``rxcuda.engine.plan``) makes it; the CUDA layer (``rxcuda.cuda``) 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import attrs
 
@@ -15,18 +15,20 @@ from ._describe import Launch, PortRef
 from ._errors import Problem
 from ._events import Tier
 
+# The plan's parts are named tuples: a plan of a large pipeline makes thousands of them on every rebuild,
+# and a named tuple is built, hashed and compared in C.
+
 BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar"]
 
 
-@attrs.frozen
-class BufferPlan:
+class BufferPlan(NamedTuple):
     """A device buffer the graph uses. ``key`` is stable across rebuilds for the same port."""
 
     id: int
     key: tuple
     label: str
     dtype: str | None
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count, as in any named tuple with it
     kind: BufferKind
 
     @property
@@ -35,15 +37,13 @@ class BufferPlan:
         return max(size * self.count, 4)
 
 
-@attrs.frozen
-class BufferArg:
+class BufferArg(NamedTuple):
     """A node argument that is a buffer's device pointer (``buffer``: its id in ``GraphPlan.buffers``)."""
 
     buffer: int
 
 
-@attrs.frozen
-class ScalarArg:
+class ScalarArg(NamedTuple):
     """A node argument passed by value: ``size`` bytes of ``dtype`` holding ``value``, the current value of
     the block parameter ``name`` (the Parameters tier rewrites it in place) or a fixed default."""
 
@@ -57,8 +57,7 @@ class ScalarArg:
 Arg = BufferArg | ScalarArg
 
 
-@attrs.frozen
-class KernelNodePlan:
+class KernelNodePlan(NamedTuple):
     """A kernel launch of a block: its code (by content key), launch geometry, arguments, and the buffers it
     reads and writes (from which the planner derives the dependencies)."""
 
@@ -73,8 +72,7 @@ class KernelNodePlan:
     label: str
 
 
-@attrs.frozen
-class CallNodePlan:
+class CallNodePlan(NamedTuple):
     """A block's library call (or chain of calls), captured from a stream into a child graph."""
 
     id: int
