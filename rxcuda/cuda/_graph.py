@@ -293,17 +293,7 @@ class CompiledGraph:
         self._arm()
         return True
 
-    # -- per frame -------------------------------------------------------------------------------------
-    def launch(self, stream: int) -> None:
-        """``stream``: the raw CUstream handle as an int."""
-        self.fast.launch(self._exec_h, stream)
-
     # -- staged updates --------------------------------------------------------------------------------
-    def set_scalar(self, node_id: int, arg: int, value) -> None:
-        view, idx = self.nodes[node_id].slots[arg]
-        view[idx] = value
-        self._dirty.add(node_id)
-
     def set_buffer(self, buffer_id: int, ptr: int) -> list[int]:
         """Point every node that uses a buffer at new memory (a warm rebind).
 
@@ -342,11 +332,6 @@ class CompiledGraph:
     def discard(self, node_id: int) -> None:
         """Drop a staged change that could not be completed."""
         self._dirty.discard(node_id)
-
-    def update_node(self, node_id: int) -> None:
-        """Apply one kernel node's staged arguments now (one cuGraphExecKernelNodeSetParams)."""
-        node = self.nodes[node_id]
-        self.fast.set_kernel_params_raw(self._exec_h, node.handle_int, node.params_ptr, node.params)
 
     def flush(self) -> None:
         """Apply staged kernel-node changes: one cuGraphExecKernelNodeSetParams per touched node."""

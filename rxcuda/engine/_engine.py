@@ -8,7 +8,6 @@ parameters, connect, add or remove blocks: that only folds a change into the pen
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from ..model._errors import CudaError, DeviceLostError, EngineClosedError
 from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
-from ..streams._scheduler import FrameLoop
+from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
 from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
 from ._io import DataIO, EngineStream
@@ -45,36 +44,6 @@ _tuple_new = tuple.__new__
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
 RUN_SWITCH_INTERVAL = 0.0002
-
-
-class _SwitchInterval:
-    """The interpreter's GIL switch interval while any engine runs: set by the first run(), restored to what
-    it was when the last one stops (the setting is process-wide; several engines may run at once)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running = 0
-        self._previous = 0.0
-        self._seconds = 0.0
-
-    def acquire(self, seconds: float) -> None:
-        with self._lock:
-            if self._running == 0:
-                self._previous = sys.getswitchinterval()
-                self._seconds = seconds
-            else:
-                self._seconds = min(self._seconds, seconds)
-            self._running += 1
-            sys.setswitchinterval(self._seconds)
-
-    def release(self) -> None:
-        with self._lock:
-            self._running -= 1
-            if self._running == 0:
-                sys.setswitchinterval(self._previous)
-
-
-_SWITCH = _SwitchInterval()
 
 
 class Engine:
@@ -339,7 +308,7 @@ class Engine:
             self._loop = None
             raise
         if switch_interval is not None:
-            _SWITCH.acquire(switch_interval)
+            SWITCH_INTERVAL.acquire(switch_interval)
         stopped = False
 
         def dispose() -> None:
@@ -349,7 +318,7 @@ class Engine:
             stopped = True
             stop.dispose()
             if switch_interval is not None:
-                _SWITCH.release()
+                SWITCH_INTERVAL.release()
             if self._loop is loop:
                 self._loop = None
             self._gpu_thread = None

@@ -15,6 +15,7 @@ Work that must run on the GPU thread (reads, writes, rebuilds asked for from els
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -161,3 +162,33 @@ class FrameLoop:
             self._cv.notify()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join()
+
+
+class SwitchInterval:
+    """The interpreter's GIL switch interval while any engine runs: set by the first run(), restored to what
+    it was when the last one stops (the setting is process-wide; several engines may run at once)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._previous = 0.0
+        self._seconds = 0.0
+
+    def acquire(self, seconds: float) -> None:
+        with self._lock:
+            if self._running == 0:
+                self._previous = sys.getswitchinterval()
+                self._seconds = seconds
+            else:
+                self._seconds = min(self._seconds, seconds)
+            self._running += 1
+            sys.setswitchinterval(self._seconds)
+
+    def release(self) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                sys.setswitchinterval(self._previous)
+
+
+SWITCH_INTERVAL = SwitchInterval()
