@@ -163,18 +163,23 @@ def _curand_setup(fn: str, n: int, itemsize: int, dist: str, seed: int, offset: 
         gen = st.libs.curand_generator(PHILOX4_32_10)
         st.extra["generator"] = gen
         st.cleanups.append(lambda: st.libs.drop_generator(gen))
+        # priming and positioning run on a stream of their own, waited for alone: neither the legacy stream
+        # nor a device-wide sync, so nobody else's work is ordered with (or stalled by) a block's setup
+        stream = check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         tmp = st.alloc(n * itemsize)
         try:
-            curand.set_stream(gen, 0)
+            curand.set_stream(gen, int(stream))
             if dist == "uniform":
                 getattr(curand, fn)(gen, tmp.ptr, n)
             else:
                 getattr(curand, fn)(gen, tmp.ptr, n, 0.0, 1.0)
-            check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
+            check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+            _curand_position(curand, gen, int(stream), seed, offset)
         finally:
+            curand.set_stream(gen, 0)  # an association only; prepare() sets the capture's stream
             st.pool.release(tmp)
             st.pool.trim()  # the priming buffer is not needed again
-        _curand_position(curand, gen, 0, seed, offset)
+            check(drv.cuStreamDestroy(stream), "cuStreamDestroy")
         st.extra["stream"] = 0
         st.extra["at"] = (seed, offset)
     except BaseException:

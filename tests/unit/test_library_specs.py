@@ -684,9 +684,10 @@ def test_recapture_after_a_rebind_uses_only_the_new_pointers(make, monkeypatch):
     monkeypatch.setattr(_handles, "Resources", FakeResources)
     monkeypatch.setattr(_launch, "launch_kernel", lambda *a: log.append(("launch", a)))
     monkeypatch.setattr(_launch, "copy_async", lambda *a: log.append(("copy", a)))
-    monkeypatch.setattr(_rand, "drv", types.SimpleNamespace(cuStreamSynchronize=lambda s: 0,
-                                                            cuCtxSynchronize=lambda: 0))
-    monkeypatch.setattr(_rand, "check", lambda result, call: None)
+    monkeypatch.setattr(_rand, "drv", types.SimpleNamespace(
+        cuStreamSynchronize=lambda s: (0,), cuStreamCreate=lambda flags: (0, 42), cuStreamDestroy=lambda s: (0,),
+        CUstream_flags=types.SimpleNamespace(CU_STREAM_NON_BLOCKING=1)))
+    monkeypatch.setattr(_rand, "check", lambda result, call: result[1] if len(result) > 1 else None)
     monkeypatch.setattr(_rand, "device_arch", lambda ordinal: "sm_90")
     monkeypatch.setattr(_rand, "_philox_code", lambda entry, arch: _scale_code())
     spec = make()
