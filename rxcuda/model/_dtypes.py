@@ -57,6 +57,10 @@ def dtype_name(dtype) -> str:
 
 def to_numpy(dtype) -> np.dtype:
     """NumPy dtype of a name or dtype-like."""
+    if isinstance(dtype, str):  # the common case (planning, building): a canonical name, one lookup
+        found = _BY_NAME.get(dtype)
+        if found is not None:
+            return found
     return _BY_NAME[dtype_name(dtype)]
 
 
