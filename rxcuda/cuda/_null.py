@@ -1,6 +1,6 @@
 """A null driver: records every driver call the layer makes and succeeds, so the engine runs without a GPU.
 
-It computes nothing: device memory is never written and kernels never run. Tests use it to check the
+It computes nothing: device memory is never written, reads from it give zeros, and kernels never run. Tests use it to check the
 engine's *decisions* (which tier ran, which driver operations it chose, that a failed load keeps the last
 good graph) by reading :attr:`NullDriver.calls`, never numbers a kernel would have produced.
 
@@ -206,6 +206,8 @@ class NullDriver:
         return self._call("cuMemcpyHtoDAsync", (int(dst), nbytes, int(stream)))
 
     def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
+        # device memory holds nothing: a read lands zeros (deterministic, never garbage) in the host buffer
+        ctypes.memset(int(dst), 0, int(nbytes))
         return self._call("cuMemcpyDtoHAsync", (int(src), nbytes, int(stream)))
 
     def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
