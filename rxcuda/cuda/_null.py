@@ -1,8 +1,9 @@
 """A null driver: records every driver call the layer makes and succeeds, so the engine runs without a GPU.
 
-It computes nothing: device memory is never written, reads from it give zeros, and kernels never run. Tests use it to check the
-engine's *decisions* (which tier ran, which driver operations it chose, that a failed load keeps the last
-good graph) by reading :attr:`NullDriver.calls`, never numbers a kernel would have produced.
+It computes nothing: device memory is never written, reads from it give zeros, and kernels never run.
+Tests use it to check the engine's *decisions* (which tier ran, which driver operations it chose, that a
+failed load keeps the last good graph) by reading :attr:`NullDriver.calls`, never numbers a kernel would
+have produced.
 
 >>> from rxcuda.cuda import NullDriver
 >>> api = NullDriver()
