@@ -7,6 +7,7 @@ import functools
 import re
 import threading
 
+from ..cuda._context import device_arch as cuda_device_arch
 from ..model._errors import CompileError
 
 _arch_lock = threading.Lock()
@@ -14,25 +15,13 @@ _device_arch: list[str | None] = []
 
 
 def device_arch() -> str | None:
-    """``sm_XY`` of CUDA device 0, or ``None`` when there is no usable device (no driver, no GPU)."""
+    """``sm_XY`` of CUDA device 0, or ``None`` when there is no usable device (no driver, no GPU). Asked of
+    the CUDA layer once per process."""
     with _arch_lock:
         if not _device_arch:
-            arch = None
             try:
-                from cuda.bindings import driver
-
-                (err,) = driver.cuInit(0)
-                if int(err) == 0:
-                    err, dev = driver.cuDeviceGet(0)
-                    if int(err) == 0:
-                        attr = driver.CUdevice_attribute
-                        err1, major = driver.cuDeviceGetAttribute(
-                            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-                        err2, minor = driver.cuDeviceGetAttribute(
-                            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
-                        if int(err1) == 0 and int(err2) == 0:
-                            arch = f"sm_{major}{minor}"
-            except Exception:  # no driver library (DynamicLibNotFoundError), no device, ...
+                arch: str | None = cuda_device_arch(0)
+            except Exception:  # NoDeviceError, a driver that refuses: compile for the default instead
                 arch = None
             _device_arch.append(arch)
         return _device_arch[0]
