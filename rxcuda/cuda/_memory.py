@@ -63,12 +63,23 @@ class PoolStats:
 
 
 class BufferPool:
-    """Device memory by size class. ``release`` keeps a buffer for reuse; ``trim``/``close`` free memory."""
+    """Device memory by size class. ``release`` keeps a buffer for reuse; ``trim``/``close`` free memory.
+
+    Small buffers (up to ``SMALL`` bytes) are carved from slabs that double from ``SMALL`` up to ``SLAB``
+    bytes: a pipeline of a thousand small ports costs a handful of allocations, not a thousand, a pool that
+    needs one small buffer holds 64 KiB, and buffers acquired together sit side by side, so ``zero`` clears
+    them with a few memsets. Slab memory returns to the driver when the pool closes.
+    """
+
+    SMALL = 64 << 10
+    SLAB = 2 << 20
 
     def __init__(self, api=None) -> None:
         self._api = api if api is not None else drv
         self._free: dict[int, list[int]] = {}
         self._live: dict[int, int] = {}  # ptr -> capacity
+        self._slabs: list[tuple[int, int]] = []  # (base, bytes)
+        self._cursor = self._end = 0  # the free tail of the newest slab
         self.stats = PoolStats()
 
     def acquire(self, nbytes: int, *, zero: bool = False, stream=None) -> DeviceBuffer:
@@ -80,18 +91,41 @@ class BufferPool:
         if free:
             ptr = free.pop()
             self.stats.reuses += 1
+        elif cap <= self.SMALL:
+            if self._cursor + cap > self._end:
+                size = min(self.SLAB, self.SMALL << len(self._slabs))
+                self._cursor = self._alloc(size)
+                self._end = self._cursor + size
+                self._slabs.append((self._cursor, size))
+            ptr, self._cursor = self._cursor, self._cursor + cap
         else:
-            ptr = int(check(self._api.cuMemAlloc(cap), "cuMemAlloc"))
-            self.stats.allocations += 1
-            self.stats.bytes_reserved += cap
-            self.stats.peak_bytes = max(self.stats.peak_bytes, self.stats.bytes_reserved)
+            ptr = self._alloc(cap)
         self._live[ptr] = cap
         self.stats.in_use += 1
+        buf = DeviceBuffer(ptr, nbytes, cap, pool=self, api=self._api)
         if zero:
-            if stream is None:
-                raise ValueError("zeroing needs the stream it is ordered on (the engine's stream)")
-            check(self._api.cuMemsetD8Async(ptr, 0, cap, stream), "cuMemsetD8Async")
-        return DeviceBuffer(ptr, nbytes, cap, pool=self, api=self._api)
+            self.zero([buf], stream)
+        return buf
+
+    def _alloc(self, nbytes: int) -> int:
+        ptr = int(check(self._api.cuMemAlloc(nbytes), "cuMemAlloc"))
+        self.stats.allocations += 1
+        self.stats.bytes_reserved += nbytes
+        self.stats.peak_bytes = max(self.stats.peak_bytes, self.stats.bytes_reserved)
+        return ptr
+
+    def zero(self, buffers, stream) -> None:
+        """Clear ``buffers`` (whole capacities) on ``stream``: one memset per run of adjacent buffers."""
+        if stream is None:
+            raise ValueError("zeroing needs the stream it is ordered on (the engine's stream)")
+        runs: list[list[int]] = []
+        for b in sorted(buffers, key=lambda b: b.ptr):
+            if runs and runs[-1][1] == b.ptr:
+                runs[-1][1] = b.ptr + b.capacity
+            else:
+                runs.append([b.ptr, b.ptr + b.capacity])
+        for start, end in runs:
+            check(self._api.cuMemsetD8Async(start, 0, end - start, stream), "cuMemsetD8Async")
 
     def release(self, buf: DeviceBuffer) -> None:
         cap = self._live.pop(buf.ptr, None)
@@ -101,21 +135,27 @@ class BufferPool:
         self._free.setdefault(cap, []).append(buf.ptr)
 
     def trim(self) -> int:
-        """Free all unused memory; returns the bytes freed."""
+        """Free the unused large buffers (small ones live in slabs until ``close``); returns the bytes freed."""
         freed = 0
-        for cap, ptrs in self._free.items():
-            for p in ptrs:
+        for cap in [c for c in self._free if c > self.SMALL]:
+            for p in self._free.pop(cap):
                 check(self._api.cuMemFree(p), "cuMemFree")
                 freed += cap
-        self._free.clear()
         self.stats.bytes_reserved -= freed
         return freed
 
     def close(self) -> None:
         self.trim()
-        for p in list(self._live):
-            check(self._api.cuMemFree(p), "cuMemFree")
-            self.stats.bytes_reserved -= self._live.pop(p)
+        for p, cap in list(self._live.items()):
+            if cap > self.SMALL:
+                check(self._api.cuMemFree(p), "cuMemFree")
+                self.stats.bytes_reserved -= cap
+        for base, size in self._slabs:
+            check(self._api.cuMemFree(base), "cuMemFree")
+            self.stats.bytes_reserved -= size
+        self._live.clear()
+        self._free.clear()
+        self._slabs, self._cursor, self._end = [], 0, 0
         self.stats.in_use = 0
 
 

@@ -49,6 +49,7 @@ class NullDriver:
         self._ids = itertools.count(0x1000, 0x100)
         self._counts: Counter[str] = Counter()
         self._host: dict[int, object] = {}
+        self._next_ptr = 0x7F00_0000_0000  # the device address space the null driver hands out
         self.live: dict[str, set[int]] = {}  # handle kind -> live handles (what a test can check for leaks)
 
     # -- recording, failures ---------------------------------------------------------------------------
@@ -172,7 +173,14 @@ class NullDriver:
 
     # -- memory ----------------------------------------------------------------------------------------
     def cuMemAlloc(self, nbytes):
-        return self._call("cuMemAlloc", (nbytes,), lambda: (self._new("memory", _real.CUdeviceptr),))
+        # addresses as a driver hands them out: aligned, and never overlapping another live allocation
+        def alloc():
+            ptr = self._next_ptr
+            self._next_ptr += -(-max(int(nbytes), 1) // 4096) * 4096 + 4096
+            self.live.setdefault("memory", set()).add(ptr)
+            return (_real.CUdeviceptr(ptr),)
+
+        return self._call("cuMemAlloc", (nbytes,), alloc)
 
     def cuMemFree(self, ptr):
         self._drop("memory", ptr)

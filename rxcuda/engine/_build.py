@@ -92,10 +92,12 @@ class Builder:
                 key = (b.key, b.nbytes)
                 buf = self.buffers.get(key)
                 if buf is None:
-                    buf = rt.pool.acquire(b.nbytes, zero=True, stream=rt.stream)
+                    buf = rt.pool.acquire(b.nbytes)
                     acquired.append(buf)
                 buffers[key] = buf
                 pointers[b.id] = buf.ptr
+            if acquired:  # new buffers start zeroed: a few memsets over adjacent buffers, on the engine's stream
+                rt.pool.zero(acquired, rt.stream)
             for (bid, name), sid in gp.device_scalars.items():
                 host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
                 DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)

@@ -64,3 +64,29 @@ def test_host_array_is_refused_with_the_fix():
 def test_an_object_that_is_no_array_is_refused_with_the_fix():
     with pytest.raises(TypeError, match=r"list is not a device array .*engine\.write\(port, array\)"):
         resolve_device_array([1.0, 2.0])
+
+
+def test_small_buffers_come_from_a_few_slabs_and_zero_in_a_few_memsets():
+    from rxcuda.cuda import NullDriver
+
+    api = NullDriver()
+    pool = BufferPool(api)
+    bufs = [pool.acquire(4096) for _ in range(1000)]  # 4 MiB of small buffers
+    assert api.count("cuMemAlloc") <= 8  # 64 KiB, 128 KiB, ... 2 MiB slabs
+    assert len({b.ptr for b in bufs}) == 1000 and all(b.ptr % 256 == 0 for b in bufs)
+    spans = sorted((b.ptr, b.ptr + b.capacity) for b in bufs)
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:], strict=False))  # no overlap
+    pool.zero(bufs, stream=7)
+    memsets = [args for name, args in api.calls if name == "cuMemsetD8Async"]
+    assert len(memsets) == api.count("cuMemAlloc")  # one per slab: the buffers of a slab are adjacent
+    assert sum(m[2] for m in memsets) == 1000 * 4096
+    big = pool.acquire(1 << 20)
+    assert api.count("cuMemAlloc") == len(memsets) + 1  # a large buffer has its own allocation
+    for b in bufs:
+        pool.release(b)
+    again = pool.acquire(4096)
+    assert again.ptr in {b.ptr for b in bufs} and pool.stats.reuses == 1
+    pool.release(big)
+    pool.release(again)
+    pool.close()
+    assert api.leaks() == {} and pool.stats.bytes_reserved == 0
