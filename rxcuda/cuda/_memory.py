@@ -79,6 +79,7 @@ class BufferPool:
         self._free: dict[int, list[int]] = {}
         self._live: dict[int, int] = {}  # ptr -> capacity
         self._slabs: list[tuple[int, int]] = []  # (base, bytes)
+        self._home: dict[int, int] = {}  # small buffer -> the base of its slab
         self._cursor = self._end = 0  # the free tail of the newest slab
         self.stats = PoolStats()
 
@@ -98,6 +99,7 @@ class BufferPool:
                 self._end = self._cursor + size
                 self._slabs.append((self._cursor, size))
             ptr, self._cursor = self._cursor, self._cursor + cap
+            self._home[ptr] = self._slabs[-1][0]
         else:
             ptr = self._alloc(cap)
         self._live[ptr] = cap
@@ -106,6 +108,11 @@ class BufferPool:
         if zero:
             self.zero([buf], stream)
         return buf
+
+    @property
+    def slabs(self) -> tuple[tuple[int, int], ...]:
+        """(base, bytes) of each slab the small buffers are carved from."""
+        return tuple(self._slabs)
 
     def _alloc(self, nbytes: int) -> int:
         ptr = int(check(self._api.cuMemAlloc(nbytes), "cuMemAlloc"))
@@ -118,13 +125,14 @@ class BufferPool:
         """Clear ``buffers`` (whole capacities) on ``stream``: one memset per run of adjacent buffers."""
         if stream is None:
             raise ValueError("zeroing needs the stream it is ordered on (the engine's stream)")
-        runs: list[list[int]] = []
+        runs: list[list[int]] = []  # [start, end, allocation]: a run never spans two allocations
         for b in sorted(buffers, key=lambda b: b.ptr):
-            if runs and runs[-1][1] == b.ptr:
+            home = self._home.get(b.ptr, b.ptr)
+            if runs and runs[-1][1] == b.ptr and runs[-1][2] == home:
                 runs[-1][1] = b.ptr + b.capacity
             else:
-                runs.append([b.ptr, b.ptr + b.capacity])
-        for start, end in runs:
+                runs.append([b.ptr, b.ptr + b.capacity, home])
+        for start, end, _home in runs:
             check(self._api.cuMemsetD8Async(start, 0, end - start, stream), "cuMemsetD8Async")
 
     def release(self, buf: DeviceBuffer) -> None:
@@ -156,6 +164,7 @@ class BufferPool:
         self._live.clear()
         self._free.clear()
         self._slabs, self._cursor, self._end = [], 0, 0
+        self._home.clear()
         self.stats.in_use = 0
 
 

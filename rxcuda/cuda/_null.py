@@ -173,10 +173,11 @@ class NullDriver:
 
     # -- memory ----------------------------------------------------------------------------------------
     def cuMemAlloc(self, nbytes):
-        # addresses as a driver hands them out: aligned, and never overlapping another live allocation
+        # addresses as a driver may hand them out: aligned, never overlapping, and possibly adjacent (so code
+        # that treats two allocations as one range is caught)
         def alloc():
             ptr = self._next_ptr
-            self._next_ptr += -(-max(int(nbytes), 1) // 4096) * 4096 + 4096
+            self._next_ptr += -(-max(int(nbytes), 1) // 4096) * 4096
             self.live.setdefault("memory", set()).add(ptr)
             return (_real.CUdeviceptr(ptr),)
 

@@ -80,6 +80,9 @@ def test_small_buffers_come_from_a_few_slabs_and_zero_in_a_few_memsets():
     memsets = [args for name, args in api.calls if name == "cuMemsetD8Async"]
     assert len(memsets) == api.count("cuMemAlloc")  # one per slab: the buffers of a slab are adjacent
     assert sum(m[2] for m in memsets) == 1000 * 4096
+    # never one range over two allocations, even where the driver placed them side by side
+    for start, _value, count, _stream in memsets:
+        assert any(base <= start and start + count <= base + size for base, size in pool.slabs), hex(start)
     big = pool.acquire(1 << 20)
     assert api.count("cuMemAlloc") == len(memsets) + 1  # a large buffer has its own allocation
     for b in bufs:
