@@ -29,8 +29,9 @@ from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
 from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
-from ._io import DataIO, EngineStream
+from ._io import DataIO
 from ._model import Model
+from ._ports import EngineStream
 from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
 from ._reload import HotReload
 from ._runtime import Runtime, quietly

@@ -26,30 +26,6 @@ from ._ports import InputFeed, OutputTap
 from ._runtime import Runtime, quietly
 
 
-class EngineStream:
-    """The engine's CUDA stream, for ordering your own work with the frames (``__cuda_stream__``).
-
-    >>> import cupy                                                     # doctest: +SKIP
-    >>> with cupy.cuda.ExternalStream(engine.stream.handle):            # doctest: +SKIP
-    ...     y = engine.array(blk["out"]) * 2   # runs after the frames already queued
-    """
-
-    __slots__ = ("handle", "device")
-
-    def __init__(self, handle: int, device: int):
-        self.handle = handle
-        self.device = device
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.handle)
-
-    def __int__(self) -> int:
-        return self.handle
-
-    def __repr__(self) -> str:
-        return f"<EngineStream 0x{self.handle:x} on GPU {self.device}>"
-
-
 class DataIO:
     def __init__(self, rt: Runtime, ensure_built: Callable[[], CompiledGraph], owner):
         self.rt = rt

@@ -21,6 +21,30 @@ from ..cuda._memory import PinnedBuffer, resolve_device_array
 from ..model import _dtypes
 
 
+class EngineStream:
+    """The engine's CUDA stream, for ordering your own work with the frames (``__cuda_stream__``).
+
+    >>> import cupy                                                     # doctest: +SKIP
+    >>> with cupy.cuda.Stream.from_external(engine.stream):             # doctest: +SKIP
+    ...     y = engine.array(blk["out"]) * 2   # runs after the frames already queued
+    """
+
+    __slots__ = ("handle", "device")
+
+    def __init__(self, handle: int, device: int):
+        self.handle = handle
+        self.device = device
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+    def __int__(self) -> int:
+        return self.handle
+
+    def __repr__(self) -> str:
+        return f"<EngineStream 0x{self.handle:x} on GPU {self.device}>"
+
+
 class InputFeed:
     """Holds the newest array from a source; ``stage`` copies it into the port buffer on the engine thread."""
 
@@ -175,7 +199,7 @@ class OutputTap:
         if synced:
             self.emit(view)  # valid until the next frame; copy it to keep it
         else:
-            with cupy.cuda.ExternalStream(int(stream), device_id):
+            with cupy.cuda.Stream.from_external(EngineStream(int(stream), device_id)):
                 self.emit(view.copy())  # ordered after this frame on the engine stream
 
     def close(self) -> None:

@@ -84,9 +84,9 @@ def test_engine_stream_orders_user_work_after_frames(engine, kernels, rng):
     s = engine.stream
     assert s.__cuda_stream__() == (0, s.handle) and int(s) == s.handle
     engine.tick(sync=False)
-    with cp.cuda.ExternalStream(s.handle):
+    with cp.cuda.Stream.from_external(s):
         doubled = engine.array(mul["out"]) * 2  # queued after the frame on the engine's stream
-    cp.cuda.ExternalStream(s.handle).synchronize()
+    cp.cuda.Stream.from_external(s).synchronize()
     np.testing.assert_allclose(cp.asnumpy(doubled), x * 8, rtol=1e-6)
 
 
