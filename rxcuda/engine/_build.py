@@ -45,7 +45,6 @@ class Builder:
         self.library_teardown: dict[tuple, Callable] = {}
         self.node_code: dict[int, str] = {}  # node id -> code key in use (after code swaps)
         self.rebuilds = 0
-        self.instantiations = 0
 
     def build(self, raise_errors: bool = False) -> bool:
         """Plan, load, allocate, build and instantiate (or update the running executable in place); swap in
@@ -105,7 +104,6 @@ class Builder:
                                 api=rt.api)
             if rt.graph is None or not new.adopt_exec(rt.graph):
                 new.instantiate()
-                self.instantiations += 1
         except Exception as e:
             if new is not None:
                 new.close()

@@ -115,11 +115,6 @@ class PendingPlan:
         return self.count > 0
 
     @property
-    def only_parameters(self) -> bool:
-        """True when nothing but scalar values is pending (the hot path). Read without the lock."""
-        return not self.others
-
-    @property
     def structure_pending(self) -> bool:
         """True when a structure change waits for the next rebuild. Read without the lock."""
         return bool(self._structure)
