@@ -100,7 +100,29 @@ class MemsetNodePlan:
         return frozenset((self.buffer,))
 
 
-NodePlan = KernelNodePlan | CallNodePlan | MemsetNodePlan
+RegionKind = Literal["if", "ifelse", "while", "for"]
+
+
+class RegionNodePlan(NamedTuple):
+    """A region as one conditional graph node: its bodies (one, or two for ``ifelse``) hold the nodes of the
+    region's blocks (``GraphPlan.parents`` says which), and run when a condition kernel on the device says
+    so. ``reads``/``writes`` are everything the bodies use: outside the region it is one node that uses them."""
+
+    id: int
+    region: int  # the region's id in the pipeline description
+    kind: RegionKind
+    bodies: int
+    reads: frozenset[int]
+    writes: frozenset[int]
+    label: str
+
+    @property
+    def loops(self) -> bool:
+        """True when the body may run more than once in a frame (``while``, ``for``)."""
+        return self.kind in ("while", "for")
+
+
+NodePlan = KernelNodePlan | CallNodePlan | MemsetNodePlan | RegionNodePlan
 
 
 @attrs.frozen
@@ -122,6 +144,10 @@ class GraphPlan:
     kernel_nodes: Mapping[tuple[int, str], int]
     # what the planner found legal but probably not meant (Problem records of severity "warning")
     warnings: tuple[Problem, ...] = ()
+    # node id -> (region node id, body index) for every node inside a region's body; a node not named here is
+    # at the top level. A region node comes before the nodes of its bodies in ``nodes``, and ``deps`` of a
+    # body node name nodes of the same body only.
+    parents: Mapping[int, tuple[int, int]] = attrs.field(factory=dict)
 
     def topology(self) -> tuple:
         """Node kinds and dependencies: equal topologies allow cuGraphExecUpdate instead of instantiating."""
