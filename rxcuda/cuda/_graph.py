@@ -14,7 +14,7 @@ import numpy as np
 from ..model import _dtypes
 from ..model._describe import CaptureArgs, Launch
 from ..model._errors import CudaError
-from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, KernelNodePlan, MemsetNodePlan
+from ..model._graphplan import BufferArg, CallNodePlan, CopyNodePlan, GraphPlan, KernelNodePlan, MemsetNodePlan
 from ._driver import check, drv
 from ._driver import drv as _drv
 from ._fast import FastDriver
@@ -127,6 +127,25 @@ class MemsetNode:
         self.handle = None
 
 
+class CopyNode:
+    """A device-to-device copy (a delayed connection's end-of-frame copy): a memcpy node of ``nbytes``."""
+
+    __slots__ = ("plan", "handle", "params")
+
+    def __init__(self, plan: CopyNodePlan, src: int, dst: int):
+        self.plan = plan
+        p = drv.CUDA_MEMCPY3D()
+        device = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        p.srcMemoryType = p.dstMemoryType = device
+        p.srcDevice, p.dstDevice = src, dst
+        # a 1-D copy as stream capture records cudaMemcpyAsync: one row of one slice, pitches and heights 0
+        # (no pitch limit applies, whatever the size)
+        p.WidthInBytes = plan.nbytes
+        p.Height = p.Depth = 1
+        self.params = p
+        self.handle = None
+
+
 Capture = Callable[[CallNodePlan, Mapping[int, int]], tuple[object, CaptureArgs]]
 
 
@@ -205,6 +224,10 @@ class CompiledGraph:
                     node = MemsetNode(n, pointers[n.buffer])
                     node.handle = check(drv.cuGraphAddMemsetNode(self.graph, deps, len(deps), node.params, ctx),
                                         f"cuGraphAddMemsetNode ({n.label})")
+                elif isinstance(n, CopyNodePlan):
+                    node = CopyNode(n, pointers[n.src], pointers[n.dst])
+                    node.handle = check(drv.cuGraphAddMemcpyNode(self.graph, deps, len(deps), node.params, ctx),
+                                        f"cuGraphAddMemcpyNode ({n.label})")
                 else:
                     if capture is None:
                         raise RuntimeError("this graph has library calls but no capture function was given")
@@ -248,7 +271,8 @@ class CompiledGraph:
             consumers: dict[int, list[int]] = {}
             for node in self.nodes:
                 used = (node.plan.buffer,) if isinstance(node, MemsetNode) else (
-                    a.buffer for a in node.plan.args if isinstance(a, BufferArg))
+                    (node.plan.src, node.plan.dst) if isinstance(node, CopyNode) else
+                    (a.buffer for a in node.plan.args if isinstance(a, BufferArg)))
                 for b in dict.fromkeys(used):
                     consumers.setdefault(b, []).append(node.plan.id)
             self._consumers = consumers
@@ -313,6 +337,14 @@ class CompiledGraph:
                 node.params.dst = ptr
                 check(self.api.cuGraphExecMemsetNodeSetParams(self.exec, node.handle, node.params, self._ctx),
                       "cuGraphExecMemsetNodeSetParams")
+            elif isinstance(node, CopyNode):
+                p = node.params
+                if node.plan.src == buffer_id:
+                    p.srcDevice = ptr
+                if node.plan.dst == buffer_id:
+                    p.dstDevice = ptr
+                check(self.api.cuGraphExecMemcpyNodeSetParams(self.exec, node.handle, p, self._ctx),
+                      "cuGraphExecMemcpyNodeSetParams")
             else:
                 calls.append(nid)
         return calls
@@ -380,6 +412,10 @@ class CompiledGraph:
                 elif isinstance(node, MemsetNode):
                     p = node.params
                     check(drv.cuMemsetD32Async(p.dst, p.value, p.width, stream), f"cuMemsetD32Async ({label})")
+                elif isinstance(node, CopyNode):
+                    p = node.params
+                    check(drv.cuMemcpyDtoDAsync(p.dstDevice, p.srcDevice, p.WidthInBytes, stream),
+                          f"cuMemcpyDtoDAsync ({label})")
                 else:
                     if node.child_exec is None:
                         node.child_exec = check(drv.cuGraphInstantiate(node.child, 0), f"cuGraphInstantiate ({label})")

@@ -259,6 +259,11 @@ class NullDriver:
     def cuGraphAddMemsetNode(self, graph, deps, n, params, ctx):
         return self._call("cuGraphAddMemsetNode", (int(graph), n), lambda: (self._new("node", _real.CUgraphNode),))
 
+    def cuGraphAddMemcpyNode(self, graph, deps, n, params, ctx):
+        return self._call("cuGraphAddMemcpyNode", (int(graph), n, int(params.srcDevice), int(params.dstDevice),
+                                                   int(params.WidthInBytes)),
+                          lambda: (self._new("node", _real.CUgraphNode),))
+
     def cuGraphAddChildGraphNode(self, graph, deps, n, child):
         return self._call("cuGraphAddChildGraphNode", (int(graph), n),
                           lambda: (self._new("node", _real.CUgraphNode),))
@@ -284,6 +289,10 @@ class NullDriver:
 
     def cuGraphExecMemsetNodeSetParams(self, graph_exec, node, params, ctx):
         return self._call("cuGraphExecMemsetNodeSetParams", (int(graph_exec), int(node)))
+
+    def cuGraphExecMemcpyNodeSetParams(self, graph_exec, node, params, ctx):
+        return self._call("cuGraphExecMemcpyNodeSetParams", (int(graph_exec), int(node), int(params.srcDevice),
+                                                             int(params.dstDevice), int(params.WidthInBytes)))
 
     def cuGraphExecChildGraphNodeSetParams(self, graph_exec, node, child):
         return self._call("cuGraphExecChildGraphNodeSetParams", (int(graph_exec), int(node)))

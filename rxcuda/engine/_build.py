@@ -20,6 +20,7 @@ from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
 from ..model._graphplan import BufferArg, CallNodePlan, KernelNodePlan
+from ._delaystate import DelayState
 from ._runtime import Runtime
 from .plan._plan import plan as make_plan
 
@@ -45,6 +46,7 @@ class Builder:
         self.library_teardown: dict[tuple, Callable] = {}
         self.node_code: dict[int, str] = {}  # node id -> code key in use (after code swaps)
         self.rebuilds = 0
+        self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
 
     def build(self, raise_errors: bool = False) -> bool:
         """Plan, load, allocate, build and instantiate (or update the running executable in place); swap in
@@ -124,7 +126,9 @@ class Builder:
             if raise_errors:
                 raise err from None
             return False
+        new_delays = [k[0] for k in buffers if k[0][0] == "delay" and k not in self.buffers] if gp.delays else ()
         self.retire(new, buffers)
+        self.delays.built(gp, desc, pointers, new_delays)  # frame-0 values of new or reconnected delays
         self.release_library_state(keep={b.id for b in desc.blocks})
         self.node_code = node_code
         rt.modules.prune(set(node_code.values()))

@@ -138,15 +138,36 @@ class Engine:
             return tuple((PortHandle(rt.blocks[c.src.block], c.src.port),
                           PortHandle(rt.blocks[c.dst.block], c.dst.port)) for c in rt.connections.values())
 
-    def connect(self, src: PortHandle, dst: PortHandle) -> None:
+    def connect(self, src: PortHandle, dst: PortHandle, *, delay: int = 0, initial=None) -> None:
         """Connect an output port to an input port. Raises ValidationError at once if the ports don't fit
-        (direction, dtype, size, an existing connection, a cycle); the engine is left unchanged."""
+        (direction, dtype, size, an existing connection, a cycle); the engine is left unchanged.
+
+        ``delay=1``: feedback across frames. The input reads the value the output had at the end of the
+        previous frame, so the connection may close a cycle (a block may feed itself). Frame 0 reads
+        ``initial``: None (zeros), a number (every element) or an array of the output's dtype and element
+        count. Every delayed input fed by one output shares one previous-frame buffer, kept with its contents
+        through rebuilds that leave the connection alone (``reset_delays()`` starts it over).
+
+        >>> acc = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=n))     # doctest: +SKIP
+        >>> engine.connect(acc["out"], acc["a"], delay=1)   # out = previous out + b        # doctest: +SKIP
+        """
         self._check_open()
-        self._model.connect(src, dst)
+        self._model.connect(src, dst, delay, initial)
 
     def disconnect(self, src: PortHandle, dst: PortHandle) -> None:
-        """Remove a connection (a rebuild on the next tick)."""
+        """Remove a connection, delayed or not (a rebuild on the next tick). The last delayed connection from
+        an output takes its previous-frame buffer with it."""
         self._model.disconnect(src, dst)
+
+    def reset_delays(self) -> None:
+        """Give every delayed connection's previous-frame buffer its frame-0 value again (zeros, or the
+        ``initial`` given to ``connect``), after the frames in flight: the next frame reads it as frame 0 did.
+        Feedback state (an accumulator, particle positions) starts over; nothing is rebuilt.
+
+        >>> engine.reset_delays()                                                        # doctest: +SKIP
+        """
+        self._check_open()
+        self._gpu(self._builder.delays.reset)
 
     def bind(self, port: PortHandle, array) -> None:
         """Use a device array (CuPy, PyTorch, anything with DLPack or ``__cuda_array_interface__``) as a

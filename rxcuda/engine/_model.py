@@ -16,6 +16,7 @@ from ..model._describe import Connection, PortRef
 from ..model._errors import ValidationError
 from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound
 from ._blocks import Block, PortHandle, resolve_port
+from ._delaystate import check_shared_initial, initial_connection
 from ._io import DataIO
 from ._runtime import Runtime
 
@@ -66,10 +67,21 @@ class Model:
             block.state, block.message = "removed", ""
         rt.pending.add(BlockRemoved(block.id, block.name))
 
-    def connect(self, src: PortHandle, dst: PortHandle) -> None:
+    def connect(self, src: PortHandle, dst: PortHandle, delay: int = 0, initial=None) -> None:
         rt = self.rt
-        conn = Connection(self.ref(src), self.ref(dst))
+        try:
+            conn = Connection(self.ref(src), self.ref(dst), delay)  # refuses a delay other than 0 or 1
+        except ValueError as e:
+            raise ValidationError(f"{src!r} -> {dst!r}: {e}", subject=dst.block.name) from None
+        if initial is not None:
+            if not delay:
+                raise ValidationError(f"an initial value is the frame-0 value of a delayed connection, and {src!r} "
+                                      f"-> {dst!r} has no delay: pass delay=1 too, or drop initial",
+                                      subject=dst.block.name)
+            conn = initial_connection(conn, src, dst, initial)
         with rt.lock:
+            if conn.initial is not None:
+                check_shared_initial(conn, rt.connections.values(), rt.blocks)
             rt.index.add_connection(conn)  # checks what it touches; a refusal changes nothing
             rt.connections[conn.dst] = conn
             rt.fed.discard(conn.dst)
@@ -78,9 +90,10 @@ class Model:
 
     def disconnect(self, src: PortHandle, dst: PortHandle) -> None:
         rt = self.rt
-        conn = Connection(self.ref(src), self.ref(dst))
+        s, d = self.ref(src), self.ref(dst)
         with rt.lock:
-            if rt.connections.get(conn.dst) != conn:
+            conn = rt.connections.get(d)  # delayed or not: one input has one connection
+            if conn is None or conn.src != s:
                 raise ValidationError(f"{src!r} is not connected to {dst!r}", subject=src.block.name)
             del rt.connections[conn.dst]
             rt.index.remove_connection(conn)

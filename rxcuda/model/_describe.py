@@ -287,12 +287,36 @@ class PortRef(NamedTuple):
     port: str
 
 
-@attrs.frozen
+def _check_delay(_self, _attribute, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value not in (0, 1):
+        raise ValueError(f"'delay' must be 0 (the input reads this frame's value) or 1 (it reads the value the "
+                         f"output had at the end of the previous frame), got {value!r}; for a longer delay chain "
+                         "blocks that pass the value on, each through a delay=1 connection")
+
+
+@attrs.frozen(repr=False)
 class Connection:
-    """An edge from an output port to an input port."""
+    """An edge from an output port to an input port.
+
+    ``delay=1`` makes it a delayed connection: the input reads the value the output had at the end of the
+    previous frame (feedback across frames), so it orders no blocks and may close a cycle. Frame 0 reads
+    ``initial``: None for zeros, else the previous-frame buffer's first contents (an array of the port's dtype
+    and element count; ``engine.connect`` makes one from a scalar or a list). ``initial`` takes no part in
+    equality: two connections are equal when their ports and delay are.
+
+    >>> Connection(PortRef(1, "out"), PortRef(2, "x"), delay=1).delay
+    1
+    """
 
     src: PortRef
     dst: PortRef
+    delay: int = attrs.field(default=0, validator=_check_delay)
+    initial: object = attrs.field(default=None, eq=False)
+
+    def __repr__(self) -> str:  # a plain connection prints as before delays existed
+        delay = f", delay={self.delay}" if self.delay else ""
+        initial = ", initial=<given>" if self.initial is not None else ""
+        return f"Connection(src={self.src!r}, dst={self.dst!r}{delay}{initial})"
 
 
 @attrs.frozen

@@ -18,7 +18,7 @@ from ._events import Tier
 # The plan's parts are named tuples: a plan of a large pipeline makes thousands of them on every rebuild,
 # and a named tuple is built, hashed and compared in C.
 
-BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar"]
+BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar", "delay"]
 
 
 class BufferPlan(NamedTuple):
@@ -100,6 +100,20 @@ class MemsetNodePlan:
         return frozenset((self.buffer,))
 
 
+class CopyNodePlan(NamedTuple):
+    """Copies ``nbytes`` from buffer ``src`` to buffer ``dst`` on the device, once a frame: a delayed
+    connection's producer buffer into its previous-frame buffer. It runs after every other node that writes
+    ``src`` or uses ``dst`` (the planner emits it last), so next frame's readers see this frame's value."""
+
+    id: int
+    src: int
+    dst: int
+    nbytes: int
+    label: str
+    reads: frozenset[int]
+    writes: frozenset[int]
+
+
 RegionKind = Literal["if", "ifelse", "while", "for"]
 
 
@@ -122,7 +136,7 @@ class RegionNodePlan(NamedTuple):
         return self.kind in ("while", "for")
 
 
-NodePlan = KernelNodePlan | CallNodePlan | MemsetNodePlan | RegionNodePlan
+NodePlan = KernelNodePlan | CallNodePlan | MemsetNodePlan | RegionNodePlan | CopyNodePlan
 
 
 @attrs.frozen
@@ -148,6 +162,9 @@ class GraphPlan:
     # at the top level. A region node comes before the nodes of its bodies in ``nodes``, and ``deps`` of a
     # body node name nodes of the same body only.
     parents: Mapping[int, tuple[int, int]] = attrs.field(factory=dict)
+    # delayed connections: the buffer a delayed output writes -> its previous-frame buffer (kind "delay"),
+    # which a copy node refreshes at the end of each frame; the delayed inputs read the latter
+    delays: Mapping[int, int] = attrs.field(factory=dict)
 
     def topology(self) -> tuple:
         """Node kinds and dependencies: equal topologies allow cuGraphExecUpdate instead of instantiating."""

@@ -107,7 +107,7 @@ class PipelineIndex:
         """Raise ValidationError if ``conn`` cannot be added: a block or port missing, the wrong direction,
         different dtypes or sizes, an input already connected or bound, or a cycle. Changes nothing."""
         check_connection(conn, self._blocks, self._sources, _BoundView(self._bound))
-        names = self._cycle(conn.src.block, conn.dst.block)
+        names = [] if conn.delay else self._cycle(conn.src.block, conn.dst.block)  # a delay closes no cycle
         if names:
             raise ValidationError(cycle_message(names), subject=names[0])
 
@@ -119,6 +119,8 @@ class PipelineIndex:
         self._sources[conn.dst] = conn.src
         self._touching[s][conn] = None
         self._touching[d][conn] = None
+        if conn.delay:  # it orders no blocks: the adjacency (for cycles) leaves it out
+            return
         self._succ[s][d] = self._succ[s].get(d, 0) + 1
         self._pred[d][s] = self._pred[d].get(s, 0) + 1
 
@@ -135,6 +137,8 @@ class PipelineIndex:
         del self._sources[conn.dst]
         self._touching[s].pop(conn, None)
         self._touching[d].pop(conn, None)
+        if conn.delay:
+            return
         for adj, a, b in ((self._succ, s, d), (self._pred, d, s)):
             left = adj[a][b] - 1
             if left:

@@ -34,6 +34,7 @@ from ...model._graphplan import (
     NodePlan,
     ScalarArg,
 )
+from . import _delays
 
 
 class _Report:
@@ -129,8 +130,10 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
             continue
         if port.direction != want:
             side = "source" if want == "out" else "target"
-            report.error(f"{_label(blocks, end)} is an {port.direction}put port and cannot be a connection's "
-                         f"{side}; connect an output port to an input port", block.name, end.block)
+            message = (_delays.direction_message(c, blocks) if c.delay and want == "out" else
+                       f"{_label(blocks, end)} is an {port.direction}put port and cannot be a connection's "
+                       f"{side}; connect an output port to an input port")
+            report.error(message, block.name, end.block)
             continue
         ports.append(port)
     if len(ports) != 2:
@@ -140,12 +143,13 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
     if sp.dtype and dp.dtype and sp.dtype != dp.dtype:
         s, d = _label(blocks, c.src), _label(blocks, c.dst)
         report.error(f"cannot connect {s} ({sp.dtype}) to {d} ({dp.dtype}): element types differ; "
-                     f"insert a conversion block or declare both ports as {sp.dtype}", d, c.dst.block)
+                     f"insert a conversion block or declare both ports as {sp.dtype}"
+                     + (_delays.MISMATCH_HINT if c.delay else ""), d, c.dst.block)
         ok = False
     if sp.count != dp.count:
         s, d = _label(blocks, c.src), _label(blocks, c.dst)
         report.error(f"cannot connect {s} ({sp.count} elements) to {d} ({dp.count} elements): sizes differ; "
-                     "give both blocks the same size", d, c.dst.block)
+                     "give both blocks the same size" + (_delays.MISMATCH_HINT if c.delay else ""), d, c.dst.block)
         ok = False
     if c.dst in sources:
         d = _label(blocks, c.dst)
@@ -171,8 +175,9 @@ def _validate_connections(desc: PipelineDescription, report: _Report) -> None:
 
 def cycle_message(names: list[str]) -> str:
     """The message for connections that form a cycle through the named blocks (sorted)."""
-    return (f"the connections form a cycle through blocks {', '.join(names)}; a frame must be a DAG: remove "
-            "one of the connections (feed state back through a buffer the block owns)")
+    return (f"the connections form a cycle through blocks {', '.join(names)}; a frame must be a DAG: make one "
+            "of its connections delayed (engine.connect(src, dst, delay=1): the input then reads the value of the "
+            "previous frame), or remove one")
 
 
 def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], report: _Report) -> None:
@@ -226,7 +231,7 @@ def _order_blocks(desc: PipelineDescription, report: _Report) -> tuple[BlockEntr
     indeg = dict.fromkeys(succ, 0)
     for c in desc.connections:
         out = succ.get(c.src.block)
-        if out is not None and c.dst.block in indeg and c.dst.block not in out:
+        if out is not None and c.dst.block in indeg and c.dst.block not in out and not c.delay:
             out.add(c.dst.block)
             indeg[c.dst.block] += 1
     ready = [(index[b], b) for b, d in indeg.items() if d == 0]
@@ -307,6 +312,7 @@ class _Planner:
         self.recapture: dict[tuple[int, str], list[int]] = {}
         self.kernel_nodes: dict[tuple[int, str], int] = {}
         self.buffer_args: dict[int, BufferArg] = {}  # one per buffer: a value, shared by the nodes using it
+        self.delayed: dict[PortRef, PortRef] = {}  # input -> the output feeding it through a delayed connection
         self.report = _Report()
 
     def buffer(self, key: tuple, label: str, dtype, count: int, kind: BufferKind) -> int:
@@ -334,13 +340,18 @@ class _Planner:
         _validate_connections(desc, report)
         blocks = _order_blocks(desc, report)
         _validate_inputs(desc, unique, report)
-        sources = {c.dst: c.src for c in desc.connections}
+        sources, self.delayed = _delays.split_sources(desc.connections)
+        if self.delayed:
+            _delays.check_initials(desc, report)
         # In topological order every connected input's source block has been emitted already, so one pass
         # gives each port its buffer and emits the block's nodes. With errors found above every block is still
         # emitted (only for the problems inside its kernels: the plan is dropped), so a block after a cycle or a
         # bad connection gets its own buffers.
         for b in blocks:
             self.emit_block(b, sources)
+        # delayed outputs: a copy node each, after every other node (so after the producer and every reader)
+        delays = _delays.emit_copies(self.delayed, self.port_buffers, self.by_key, self.buffers,
+                                     self.nodes) if self.delayed else {}
         if report.errors:
             return None, report
         return GraphPlan(
@@ -353,6 +364,7 @@ class _Planner:
             device_scalars=self.device_scalars,
             recapture={k: tuple(v) for k, v in self.recapture.items()},
             kernel_nodes=self.kernel_nodes,
+            delays=delays,
             warnings=tuple(report.problems),  # no errors: all of them are warnings
         ), report
 
@@ -367,7 +379,11 @@ class _Planner:
             src = sources.get(ref) if p.direction == "in" else None
             # no buffer for the source only after an error (a cycle, a bad connection): the plan is dropped
             buf = port_buffers.get(src) if src is not None else None
-            if buf is None:
+            prev = self.delayed.get(ref) if buf is None and self.delayed else None
+            if prev is not None:  # a delayed input reads its source's previous-frame buffer
+                buf = self.buffer(_delays.delay_key(prev), _delays.buffer_label(self.desc, prev), p.dtype,
+                                  p.count, "delay")
+            elif buf is None:
                 kind: BufferKind = ("external" if ref in bindings else "port" if p.direction == "out" or ref in fed
                                     else "zeros")
                 buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, p.count, kind)
