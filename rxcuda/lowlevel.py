@@ -40,6 +40,10 @@ each wired to kernel parameters by :class:`Pin`.
 Plans: :class:`GraphPlan` of :class:`KernelNodePlan`, :class:`CallNodePlan` and :class:`MemsetNodePlan`
 nodes, :class:`BufferPlan` buffers, and :class:`BufferArg` / :class:`ScalarArg` arguments.
 
+Delayed connections (``Connection(src, dst, delay=1)``, feedback across frames) give a plan a
+:class:`CopyNodePlan` per delayed output, after every other node; ``GraphPlan.delays`` maps the buffer the
+output writes to its previous-frame buffer.
+
 Functions: :func:`plan`, :func:`validate` (raises one :class:`~rxcuda.ValidationError` listing every
 error), :func:`check` (every :class:`Problem`, errors and warnings, raising nothing), :func:`order_blocks`
 (the topological order the plan uses).
@@ -69,6 +73,7 @@ from .model._graphplan import (
     BufferArg,
     BufferPlan,
     CallNodePlan,
+    CopyNodePlan,
     GraphPlan,
     KernelNodePlan,
     MemsetNodePlan,
@@ -84,6 +89,7 @@ __all__ = [
     "CallNodePlan",
     "CallSpec",
     "Connection",
+    "CopyNodePlan",
     "ExternalBinding",
     "GraphPlan",
     "InternalBuffer",

@@ -371,10 +371,18 @@ def test_a_debug_frame_runs_the_copy_eagerly_after_the_kernel(api):
         assert copy[0] == ptr and copy[2] == nbytes
 
 
-def test_a_delayed_input_reads_back_the_previous_frame(engine):
+def test_writing_a_delayed_input_sets_what_the_next_frame_reads(engine, api):
     acc = accumulator(engine)
     engine.tick()
-    assert engine.read(acc["a"]).shape == (N,)  # the previous-frame buffer, as the kernel sees it
+    ptr, nbytes = delay_buffer(engine)
+    mark, rebuilds = len(api.calls), engine.rebuilds
+    engine.write(acc["a"], np.full(N, 7.0, np.float32))
+    assert touches(api, mark, ptr, nbytes) == ["cuMemcpyHtoDAsync"]  # into the previous-frame buffer
+    mark = len(api.calls)
+    assert engine.read(acc["a"]).shape == (N,)
+    assert [a[0] for n, a in api.calls[mark:] if n == "cuMemcpyDtoHAsync"] == [ptr]
+    engine.tick()
+    assert engine.rebuilds == rebuilds and PortRef(acc.id, "a") not in engine.describe().fed  # still connected
 
 
 def test_a_cycle_without_a_delay_is_refused_at_connect_with_the_suggestion(engine):
