@@ -237,11 +237,25 @@ def test_the_engine_turns_initial_values_into_port_arrays_and_refuses_what_does_
     with pytest.raises(ValidationError, match=r"has dtype float64, the port holds f32; convert it "
                                               r"\(initial=arr.astype\('float32'\)\)"):
         engine.connect(acc["out"], acc["a"], delay=1, initial=np.zeros(N))
+    with pytest.raises(ValidationError, match=r"must be None \(zeros\), a number or an array of 1024 f32 elements "
+                                              r"\(got str"):
+        engine.connect(acc["out"], acc["a"], delay=1, initial="zero")
+
+    class OnTheDevice:
+        __cuda_array_interface__: dict = {}
+
+    with pytest.raises(ValidationError, match=r"is a device array; give a NumPy array \(e.g. cupy.asnumpy\(arr\)\)"):
+        engine.connect(acc["out"], acc["a"], delay=1, initial=OnTheDevice())
     with pytest.raises(ValidationError, match="an initial value is the frame-0 value of a delayed connection"):
         engine.connect(acc["out"], acc["a"], initial=1.0)
     with pytest.raises(ValidationError, match=r"'delay' must be 0 .* or 1 .*got 3"):
         engine.connect(acc["out"], acc["a"], delay=3)
     assert engine.connections == ()  # every refusal left the engine as it was
+    for scalar in (np.float64(1.5), 1.5, 2):  # a number of any kind fills every element
+        engine.connect(acc["out"], acc["a"], delay=1, initial=scalar)
+        (conn,) = engine.describe().connections
+        assert conn.initial.dtype == np.float32 and conn.initial.shape == (N,) and conn.initial[-1] == scalar
+        engine.disconnect(acc["out"], acc["a"])
     given = np.arange(N, dtype=np.float32)
     engine.connect(acc["out"], acc["a"], delay=1, initial=given)
     given[:] = 0  # the engine kept its own copy

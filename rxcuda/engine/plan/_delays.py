@@ -41,12 +41,13 @@ def initial_array(value, port: PortSpec, where: str) -> np.ndarray | None:
         return None
     dt = _dtypes.to_numpy(port.dtype) if port.dtype else np.dtype(np.uint8)
     kind = port.dtype or "untyped (bytes)"
-    if isinstance(value, np.ndarray) or hasattr(value, "__array_interface__"):
-        arr = np.asarray(value)
+    if isinstance(value, np.ndarray) and value.ndim:  # an array keeps its type: no silent conversion
+        arr = value
         if arr.dtype != dt:
             raise ValueError(f"the initial value of {where} has dtype {arr.dtype}, the port holds {kind}; convert "
                              f"it (initial=arr.astype('{dt}'))")
-    elif hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__"):
+    elif hasattr(value, "__cuda_array_interface__") or (hasattr(value, "__dlpack__")
+                                                         and not isinstance(value, np.generic | np.ndarray)):
         raise ValueError(f"the initial value of {where} is a device array; give a NumPy array (e.g. "
                          "cupy.asnumpy(arr)): it is uploaded once, when the previous-frame buffer is made")
     else:
