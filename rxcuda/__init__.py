@@ -21,13 +21,10 @@ import logging as _logging
 
 from .cuda._device import device_info
 from .cuda._driver import probe
-from .engine._append import AppendState
 from .engine._blocks import Block, Parameter, PortHandle
 from .engine._builder import BlockBuilder
 from .engine._composite import Composite, CompositeInstance
 from .engine._engine import AppliedUpdate, Diagnostic, Engine, EngineStream, Frame
-from .engine._regions import For, If, IfElse, Region, While
-from .engine.plan._liveness import BufferStats
 from .engine.plan._plan import GraphPlan, plan
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from .model._errors import (
@@ -56,11 +53,9 @@ _logging.getLogger("rxcuda").addHandler(_logging.NullHandler())
 __version__ = "0.1.0"
 
 __all__ = [
-    "AppendState",
     "AppliedUpdate",
     "Block",
     "BlockBuilder",
-    "BufferStats",
     "CallSpec",
     "CaptureArgs",
     "CompileError",
@@ -73,12 +68,9 @@ __all__ = [
     "Engine",
     "EngineClosedError",
     "EngineStream",
-    "For",
     "ForeignBlockError",
     "Frame",
     "GraphPlan",
-    "If",
-    "IfElse",
     "In",
     "InOut",
     "KernelCode",
@@ -92,12 +84,10 @@ __all__ = [
     "Parameter",
     "PortHandle",
     "Problem",
-    "Region",
     "RxcudaError",
     "Tier",
     "UnknownPortError",
     "ValidationError",
-    "While",
     "compile_cuda",
     "compose",
     "device_info",

@@ -35,18 +35,14 @@ Descriptions: :class:`PipelineDescription` (blocks, connections, bindings, fed i
 :class:`BlockEntry` (a block's id, :class:`BlockDescription`, scalar values and launches),
 :class:`Connection` between two :class:`PortRef`, :class:`ExternalBinding`. A block description holds
 :class:`KernelSpec` / ``CallSpec`` steps, :class:`PortSpec`, :class:`ScalarSpec` and :class:`InternalBuffer`,
-each wired to kernel parameters by :class:`Pin`. An append port's counter is a port of its own,
-``"<port>.count"`` (:class:`CountSpec`, from ``BlockDescription.port``): a connection from
-``PortRef(block, "items.count")`` feeds an input the count on the device.
+each wired to kernel parameters by :class:`Pin`.
 
 Composites as data (``rxcuda.Composite.describe()``, rebuilt by ``Composite.from_description``):
 :class:`CompositeDescription` of :class:`MemberDescription` members, :class:`InnerConnection` between
 :class:`MemberPort` ends, :class:`ExposedPort` and :class:`ExposedParameter` (of :class:`MemberParameter`).
 
-Plans: :class:`GraphPlan` of :class:`KernelNodePlan`, :class:`CallNodePlan`, :class:`MemsetNodePlan` and
-:class:`RegionNodePlan` (a conditional node; ``GraphPlan.parents`` says which nodes are in its bodies) nodes,
-:class:`BufferPlan` buffers, and :class:`BufferArg` / :class:`ScalarArg` / :class:`HandleArg` arguments.
-Regions as data: :class:`RegionSpec` (``PipelineDescription.regions``).
+Plans: :class:`GraphPlan` of :class:`KernelNodePlan`, :class:`CallNodePlan` and :class:`MemsetNodePlan`
+nodes, :class:`BufferPlan` buffers, and :class:`BufferArg` / :class:`ScalarArg` arguments.
 
 Delayed connections (``Connection(src, dst, delay=1)``, feedback across frames) give a plan a
 :class:`CopyNodePlan` per delayed output, after every other node; ``GraphPlan.delays`` maps the buffer the
@@ -72,7 +68,6 @@ from .model._describe import (
     BlockEntry,
     CallSpec,
     Connection,
-    CountSpec,
     ExternalBinding,
     InternalBuffer,
     KernelCode,
@@ -93,14 +88,11 @@ from .model._graphplan import (
     CallNodePlan,
     CopyNodePlan,
     GraphPlan,
-    HandleArg,
     KernelNodePlan,
     MemsetNodePlan,
     NodePlan,
-    RegionNodePlan,
     ScalarArg,
 )
-from .model._regions import RegionSpec
 
 __all__ = [
     "BlockDescription",
@@ -112,12 +104,10 @@ __all__ = [
     "CompositeDescription",
     "Connection",
     "CopyNodePlan",
-    "CountSpec",
     "ExposedParameter",
     "ExposedPort",
     "ExternalBinding",
     "GraphPlan",
-    "HandleArg",
     "InnerConnection",
     "InternalBuffer",
     "KernelCode",
@@ -136,8 +126,6 @@ __all__ = [
     "PortRef",
     "PortSpec",
     "Problem",
-    "RegionNodePlan",
-    "RegionSpec",
     "ScalarArg",
     "ScalarSpec",
     "check",

@@ -28,7 +28,6 @@ from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
-from ._batch import Batches
 from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
 from ._composite import Composite, CompositeInstance, Composites
@@ -36,12 +35,10 @@ from ._io import DataIO
 from ._model import Model
 from ._ports import EngineStream
 from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
-from ._regions import Region, add_region, remove_region_member
 from ._reload import HotReload
 from ._replace import replace_block
 from ._runtime import Runtime, quietly
 from ._update import Updater
-from .plan._liveness import BufferStats, buffer_stats
 from .plan._plan import GraphPlan
 
 _now = time.perf_counter_ns
@@ -68,12 +65,11 @@ class Engine:
     record GPU time per frame (``Frame.gpu_us``; two event records a frame). ``debug``: run each frame's
     nodes one by one, waiting after each (slow), so a faulting kernel is named in the error. ``driver``:
     ``None`` for the CUDA driver, or a ``rxcuda.cuda.NullDriver`` that records the driver calls and runs no
-    GPU work (tests). ``reuse_memory``: intermediate buffers whose lifetimes never overlap share memory
-    (``engine.stats`` tells what that saved); False gives every buffer its own (debugging, comparisons).
+    GPU work (tests).
     """
 
     def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, debug: bool = False,
-                 driver=None, reuse_memory: bool = True):
+                 driver=None):
         self._timing = self._debug = False
         self.debug = debug
         self.timing = timing
@@ -83,7 +79,6 @@ class Engine:
             if is_sticky(e):  # another engine (or library) in this process lost the context
                 raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
             raise
-        self._rt.reuse_memory = bool(reuse_memory)
 
     def _open(self, device: int, sync: bool, driver) -> None:
         dev = Device(device, api=driver)
@@ -106,7 +101,6 @@ class Engine:
         self._composites = Composites(rt, self._model)
         self._builder = Builder(rt, self._io.upload_staged)
         self._updater = Updater(rt, self._builder)
-        self._batches = Batches(rt, self._updater)  # engine.run_batch's graph, made on first use
         self._frames = Broadcast(on_error=self._frame_subscriber_failed)
         self._file_changes = Broadcast(on_error=self._file_subscriber_failed)
         self._loop: FrameLoop | None = None
@@ -132,18 +126,13 @@ class Engine:
         A composite (``rxcuda.Composite``) is added as a new instance of its blocks, named ``instance/member``,
         with its inner connections; returns the :class:`CompositeInstance` (``instance["x"]`` for its ports).
 
-        A block whose name is taken is renamed ``name_2``, ``name_3``, ... (``block.name`` tells). A region
-        (``If``, ``While``, ...) comes with the blocks of its bodies that are not in the engine yet, and its
-        condition port is connected."""
+        A block whose name is taken is renamed ``name_2``, ``name_3``, ... (``block.name`` tells)."""
         self._check_open()
         if isinstance(block, Composite):
             inst = self._composites.add(block, self)
             if self._reload is not None:
                 self._reload.refresh()
             return inst
-        if isinstance(block, Region):
-            add_region(self, block)
-            return block
         self._model.add(block, self)
         if self._reload is not None:
             self._reload.refresh()
@@ -151,16 +140,11 @@ class Engine:
 
     def remove(self, block: Block | CompositeInstance) -> None:
         """Remove a block with its connections and bindings; the next tick rebuilds without it. Removing a
-        region removes the blocks of its bodies too; removing a block of a region's body takes it out of the
-        body. Removing a composite instance removes every block inside it (a block inside one is removed only
-        with it)."""
+        composite instance removes every block inside it (a block inside one is removed only with it)."""
         if isinstance(block, CompositeInstance):
             self._composites.remove(block, self._gpu)
             return
         self._composites.check_removable(block)
-        if isinstance(block, Region) or self._rt.regions:
-            remove_region_member(self, block)
-            return
         self._model.remove(block, self._gpu)
 
     def replace(self, old: Block, new: Block) -> Block:
@@ -304,68 +288,7 @@ class Engine:
         if g is not None and self._io.taps:
             self._io.deliver_taps(sync, self._warn)
         frame = _tuple_new(Frame, (rt.frame, (_now() - t0) / 1e3, tiers, "idle" if g is None else rt.reporter.state,
-                                   g is not None, gpu_us, 1))  # Frame(...) without its Python-level __new__
-        self.last_frame = frame
-        if self._frames.observers:
-            self._frames.emit(frame)
-        return frame
-
-    def run_batch(self, k: int, *, until: PortHandle | None = None) -> Frame:
-        """Run ``k`` frames with one host launch, the GPU looping over the frame graph itself; returns when the
-        GPU is done, with one :class:`Frame` for the batch (``frames``: how many ran; ``index``: the last).
-
-        Changes made before the call (parameters, code, structure) apply before the batch, as for ``tick``;
-        fed inputs are read once per batch and ``observe`` delivers the batch's last frame; append counts are
-        the last frame's. With ``until`` (a port holding one u32/bool flag, such as a residual check's
-        ``converged``), the batch ends after the first frame that leaves the flag nonzero. A batch gives, bit
-        for bit, what ``k`` ticks give.
-
-        >>> frame = engine.run_batch(1000)                       # doctest: +SKIP
-        >>> frame = engine.run_batch(500, until=check["done"])   # doctest: +SKIP
-        >>> frame.frames                                         # doctest: +SKIP
-        37
-        """
-        self._check_open()
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k < 2**32:
-            raise ValueError(f"run_batch takes a frame count from 1 to 2**32-1 (got {k!r})")
-        if self._loop is not None and threading.current_thread() is not self._loop.thread:
-            raise RuntimeError("engine.run(...) drives the frames on its own thread; dispose it before calling "
-                               "run_batch() yourself")
-        t0 = _now()
-        if _ident() != self._gpu_thread:
-            self.device.make_current()
-            self._gpu_thread = _ident()
-        rt, io = self._rt, self._io
-        stop_ref = self._ref(until) if until is not None else None
-        try:
-            tiers = self._updater.apply_pending() if rt.pending.count else ()
-            g = rt.graph
-            if g is None:
-                return self._tick(True)
-            stop = self._batches.stop_flag(stop_ref, g) if stop_ref is not None else None
-            batch = self._batches.prepare(stop)
-            if io.feeds:
-                io.stage_feeds(g)
-            stream = rt.stream_h
-            fast = rt.fast
-            if self.timing:
-                fast.record(self._ev_start_h, stream)
-            batch.launch(k, stream)
-            if self.timing:
-                fast.record(self._ev_end_h, stream)
-            if io.taps:
-                io.enqueue_taps(g, rt.frame + k)
-            fast.wait(stream)
-            frames = self._batches.frames_run(k)
-            gpu_us = fast.elapsed_us(self._ev_start_h, self._ev_end_h) if self.timing else None
-        except CudaError as e:
-            if is_sticky(e):
-                raise self._lose(e) from e
-            raise
-        rt.frame += frames
-        if io.taps:
-            io.deliver_taps(True, self._warn)
-        frame = Frame(rt.frame, (_now() - t0) / 1e3, tiers, rt.reporter.state, True, gpu_us, frames)
+                                   g is not None, gpu_us))  # Frame(...) without its Python-level __new__
         self.last_frame = frame
         if self._frames.observers:
             self._frames.emit(frame)
@@ -565,30 +488,6 @@ class Engine:
         return self._rt.pool.stats
 
     @property
-    def stats(self) -> BufferStats:
-        """The running graph's buffers: how many, in how many allocations, bytes allocated, bytes they would
-        take without memory reuse, and bytes saved (all zero before the first build).
-
-        >>> print(engine.stats)                                                   # doctest: +SKIP
-        101 buffers in 3 allocations (2 shared groups): 12.0 KiB allocated, 404.0 KiB without sharing, ...
-        """
-        g = self._rt.graph
-        return buffer_stats(g.plan if g else None)
-
-    @property
-    def reuse_memory(self) -> bool:
-        """Whether buffers whose lifetimes never overlap share memory (``Engine(reuse_memory=...)``)."""
-        return self._rt.reuse_memory
-
-    def keep(self, port: PortHandle) -> None:
-        """Give a port memory of its own that memory reuse never shares, so its value after a frame can be
-        read. ``read``, ``array``, ``observe``, ``write``, ``feed`` and ``bind`` keep their port themselves;
-        keep a port before the frame whose value you will read (the first read of a port that shared memory
-        rebuilds the graph, and the value of the frame before may be gone)."""
-        self._check_open()
-        self._io.keep(self._ref(port), port)
-
-    @property
     def rebuilds(self) -> int:
         """Successful Structure-tier rebuilds so far."""
         return self._builder.rebuilds
@@ -777,7 +676,6 @@ class Engine:
                 lost = is_sticky(e)
         self._io.close()
         if not lost:  # with the context gone, driver calls only fail: the process exit frees everything
-            quietly(self._batches.release)
             quietly(self._builder.close)
             quietly(rt.modules.close)
             quietly(rt.pool.close)
