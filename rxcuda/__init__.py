@@ -25,6 +25,7 @@ from .engine._blocks import Block, Parameter, PortHandle
 from .engine._builder import BlockBuilder
 from .engine._composite import Composite, CompositeInstance
 from .engine._engine import AppliedUpdate, Diagnostic, Engine, EngineStream, Frame
+from .engine.plan._liveness import BufferStats
 from .engine.plan._plan import GraphPlan, plan
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from .model._errors import (
@@ -56,6 +57,7 @@ __all__ = [
     "AppliedUpdate",
     "Block",
     "BlockBuilder",
+    "BufferStats",
     "CallSpec",
     "CaptureArgs",
     "CompileError",

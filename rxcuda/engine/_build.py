@@ -22,6 +22,7 @@ from ..model._errors import KernelFileError
 from ..model._graphplan import BufferArg, CallNodePlan, KernelNodePlan
 from ._delaystate import DelayState
 from ._runtime import Runtime
+from .plan._liveness import holds_own_value
 from .plan._plan import plan as make_plan
 
 
@@ -74,7 +75,7 @@ class Builder:
         acquired: list[DeviceBuffer] = []
         new: CompiledGraph | None = None
         try:
-            gp = make_plan(desc)
+            gp = make_plan(desc, reuse_memory=rt.reuse_memory)
             functions, node_code = {}, {}
             for n in gp.nodes:
                 if isinstance(n, KernelNodePlan):
@@ -86,9 +87,22 @@ class Builder:
                         raise _BlockFailure(n.block, e) from e
                     node_code[n.id] = n.code_key
             pointers, buffers = {}, {}
+            storage = gp.storage
+            for group in gp.shared:  # memory reuse: one allocation per group, sized for its largest member
+                nbytes = max(gp.buffers[m].nbytes for m in group)
+                key = (("shared", gp.buffers[group[0]].key), nbytes)  # never a buffer's own key
+                buf = self.buffers.get(key)
+                if buf is None:
+                    buf = rt.pool.acquire(nbytes)
+                    acquired.append(buf)
+                buffers[key] = buf
+                for m in group:
+                    pointers[m] = buf.ptr
             for b in gp.buffers:
                 if b.kind == "external":
                     pointers[b.id] = rt.bindings[PortRef(b.key[1], b.key[2])].ptr
+                    continue
+                if storage and b.id in storage:
                     continue
                 key = (b.key, b.nbytes)
                 buf = self.buffers.get(key)
@@ -99,6 +113,8 @@ class Builder:
                 pointers[b.id] = buf.ptr
             if acquired:  # new buffers start zeroed: a few memsets over adjacent buffers, on the engine's stream
                 rt.pool.zero(acquired, rt.stream)
+                if desc.kept and rt.graph is not None and rt.graph.plan.shared:
+                    self._carry_kept(rt.graph, gp, desc.kept, pointers)
             for (bid, name), sid in gp.device_scalars.items():
                 host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
                 DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)
@@ -142,6 +158,18 @@ class Builder:
             rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None)
         self._on_built()
         return True
+
+    def _carry_kept(self, old: CompiledGraph, gp, kept, pointers) -> None:
+        """A kept port that shared memory in the running graph gets memory of its own in the new one: copy
+        its value over where the shared memory still holds it (it was the last of its group to use it)."""
+        rt, was = self.rt, old.plan
+        for ref in kept:
+            bid, old_bid = gp.port_buffers.get(ref), was.port_buffers.get(ref)
+            if (bid is None or old_bid is None or old_bid not in was.storage or bid in gp.storage
+                    or gp.buffers[bid].nbytes != was.buffers[old_bid].nbytes or not holds_own_value(was, old_bid)):
+                continue
+            check(rt.api.cuMemcpyDtoDAsync(pointers[bid], old.pointers[old_bid], gp.buffers[bid].nbytes,
+                                           rt.stream), "cuMemcpyDtoDAsync")
 
     def retire(self, new: CompiledGraph | None, buffers: dict) -> None:
         """Make ``new`` the running graph; free the old one and the buffers it alone used."""

@@ -39,6 +39,7 @@ from ._reload import HotReload
 from ._replace import replace_block
 from ._runtime import Runtime, quietly
 from ._update import Updater
+from .plan._liveness import BufferStats, buffer_stats
 from .plan._plan import GraphPlan
 
 _now = time.perf_counter_ns
@@ -65,11 +66,12 @@ class Engine:
     record GPU time per frame (``Frame.gpu_us``; two event records a frame). ``debug``: run each frame's
     nodes one by one, waiting after each (slow), so a faulting kernel is named in the error. ``driver``:
     ``None`` for the CUDA driver, or a ``rxcuda.cuda.NullDriver`` that records the driver calls and runs no
-    GPU work (tests).
+    GPU work (tests). ``reuse_memory``: intermediate buffers whose lifetimes never overlap share memory
+    (``engine.stats`` tells what that saved); False gives every buffer its own (debugging, comparisons).
     """
 
     def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, debug: bool = False,
-                 driver=None):
+                 driver=None, reuse_memory: bool = True):
         self._timing = self._debug = False
         self.debug = debug
         self.timing = timing
@@ -79,6 +81,7 @@ class Engine:
             if is_sticky(e):  # another engine (or library) in this process lost the context
                 raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
             raise
+        self._rt.reuse_memory = bool(reuse_memory)
 
     def _open(self, device: int, sync: bool, driver) -> None:
         dev = Device(device, api=driver)
@@ -486,6 +489,30 @@ class Engine:
     def memory(self):
         """The buffer pool's statistics: allocations, reuses, buffers in use, bytes reserved and at peak."""
         return self._rt.pool.stats
+
+    @property
+    def stats(self) -> BufferStats:
+        """The running graph's buffers: how many, in how many allocations, bytes allocated, bytes they would
+        take without memory reuse, and bytes saved (all zero before the first build).
+
+        >>> print(engine.stats)                                                   # doctest: +SKIP
+        101 buffers in 3 allocations (2 shared groups): 12.0 KiB allocated, 404.0 KiB without sharing, ...
+        """
+        g = self._rt.graph
+        return buffer_stats(g.plan if g else None)
+
+    @property
+    def reuse_memory(self) -> bool:
+        """Whether buffers whose lifetimes never overlap share memory (``Engine(reuse_memory=...)``)."""
+        return self._rt.reuse_memory
+
+    def keep(self, port: PortHandle) -> None:
+        """Give a port memory of its own that memory reuse never shares, so its value after a frame can be
+        read. ``read``, ``array``, ``observe``, ``write``, ``feed`` and ``bind`` keep their port themselves;
+        keep a port before the frame whose value you will read (the first read of a port that shared memory
+        rebuilds the graph, and the value of the frame before may be gone)."""
+        self._check_open()
+        self._io.keep(self._ref(port), port)
 
     @property
     def rebuilds(self) -> int:

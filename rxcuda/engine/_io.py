@@ -24,6 +24,7 @@ from ..model._errors import ValidationError
 from ..model._events import BlockChanged
 from ._ports import InputFeed, OutputTap
 from ._runtime import Runtime, quietly
+from .plan._liveness import holds_own_value
 
 
 class DataIO:
@@ -36,6 +37,30 @@ class DataIO:
         self.taps: list[tuple[PortRef, OutputTap, Any]] = []  # (port, tap, observer)
 
     # -- write / read --------------------------------------------------------------------------------
+    def keep(self, ref: PortRef, port, reading: bool = False) -> None:
+        """Keep the port out of memory reuse (``PipelineDescription.kept``). Where it shares memory in the
+        running graph a rebuild is queued that gives it memory of its own (the next build, or the read that
+        follows). ``reading``: say so when that rebuild cannot bring the last frame's value along."""
+        rt = self.rt
+        if ref in rt.kept:
+            return
+        with rt.lock:
+            rt.kept.add(ref)
+        g = rt.graph
+        if g is None or not g.plan.storage:
+            return
+        bid = g.plan.port_buffers.get(ref)
+        if bid is None or bid not in g.plan.storage:
+            return
+        name = f"{port.block.name}.{port.name}"
+        rt.pending.add(BlockChanged(ref.block, port.block.name, f"{name} kept: it gets memory of its own"))
+        if reading and rt.frame and not holds_own_value(g.plan, bid):
+            rt.reporter.warn(name, f"{name} shared its memory with later buffers (memory reuse), so its value from "
+                             "the last frame is gone: this read gives zeros, and from the next frame on the port has "
+                             f"memory of its own. Call engine.keep({port.block.name}['{port.name}']) before the "
+                             "first frame to read it from the start, or create the engine with "
+                             "Engine(reuse_memory=False)", port.block)
+
     def write(self, ref: PortRef, port, data) -> None:
         rt = self.rt
         spec = port.spec
@@ -52,6 +77,7 @@ class DataIO:
                                   f"{spec.count} bytes, and {arr.nbytes} bytes do not fit; give the kernel's "
                                   "parameters types in a JSON sidecar (rxcuda kernels build writes one), or bind a "
                                   "device array", subject=port.block.name)
+        self.keep(ref, port)
         with rt.lock:
             newly_fed = (spec.direction == "in" and ref not in rt.fed and ref not in rt.bindings
                          and not rt.is_connected(ref))
@@ -92,10 +118,16 @@ class DataIO:
         if bid is None:
             raise RuntimeError(f"{port.block.name}.{port.name} is not in the running graph (its block failed to "
                                "build?); see engine.diagnostics")
+        if bid in g.plan.storage and ref in self.rt.kept:  # the rebuild that un-shares it failed
+            raise RuntimeError(f"{port.block.name}.{port.name} still shares its memory with other buffers: the "
+                               "rebuild that gives it its own failed (see engine.diagnostics); fix that, or create "
+                               "the engine with Engine(reuse_memory=False)")
         return bid, g.pointers[bid]
 
     def read(self, ref: PortRef, port) -> np.ndarray:
         rt = self.rt
+        if ref not in rt.kept:
+            self.keep(ref, port, reading=True)
         bid, ptr = self.port_buffer(ref, port)
         spec = port.spec
         count = spec.count
@@ -121,6 +153,8 @@ class DataIO:
         return int(DeviceBuffer(g.pointers[cid], 4, api=self.rt.api).download(out, self.rt.stream)[0])
 
     def array(self, ref: PortRef, port):
+        if ref not in self.rt.kept:
+            self.keep(ref, port, reading=True)
         bid, ptr = self.port_buffer(ref, port)
         spec = port.spec
         return as_cupy(ptr, self.rt.running().plan.buffers[bid].nbytes, spec.dtype, (spec.count,), self._owner,
@@ -162,6 +196,7 @@ class DataIO:
                                       "its own buffer", subject=port.block.name)
             newly = ref not in rt.fed
             rt.fed.add(ref)
+            rt.kept.add(ref)
 
         def on_next(arr) -> None:
             try:
@@ -204,6 +239,7 @@ class DataIO:
             if closed():
                 observer.on_completed()
                 return Disposable()
+            self.keep(ref, port)
             tap = OutputTap(observer.on_next, dtype=spec.dtype, count=spec.count, every=every,
                             as_numpy=kind == "numpy", append=spec.counter is not None, api=api)
             entry = (ref, tap, observer)
@@ -221,9 +257,10 @@ class DataIO:
 
     def enqueue_taps(self, g: CompiledGraph, frame: int) -> None:
         stream = self.rt.stream
+        storage = g.plan.storage
         for ref, tap, _obs in self.taps:
             bid = g.plan.port_buffers.get(ref)
-            if bid is None:
+            if bid is None or bid in storage:  # sharing memory until the rebuild its subscription queued
                 continue
             cid = g.plan.counters.get(ref)
             tap.enqueue(frame, g.pointers[bid], g.pointers[cid] if cid is not None else None, stream)

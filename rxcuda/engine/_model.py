@@ -60,6 +60,7 @@ class Model:
             for ref in [r for r in rt.bindings if r.block == block.id]:
                 del rt.bindings[ref]
             rt.fed = {r for r in rt.fed if r.block != block.id}
+            rt.kept = {r for r in rt.kept if r.block != block.id}
             for ref in [r for r in io.staged if r.block == block.id]:
                 io.forget(ref)
             block._engine = None
@@ -125,6 +126,7 @@ class Model:
             was_bound = ref in rt.bindings
             rt.bindings[ref] = ext
             rt.index.bind(ref)
+            rt.kept.add(ref)  # a bound port never shares memory, bound or (later) unbound
             rt.fed.discard(ref)
             self.io.forget(ref)
         if was_bound:

@@ -37,6 +37,9 @@ class Runtime:
     connections: dict[PortRef, Connection] = attrs.field(factory=dict)  # by input port: one source each
     bindings: dict[PortRef, ExternalArray] = attrs.field(factory=dict)
     fed: set[PortRef] = attrs.field(factory=set)  # inputs the user fills with write() or feed()
+    # ports the user reads, observes, writes, binds or feeds: never sharing memory (PipelineDescription.kept)
+    kept: set[PortRef] = attrs.field(factory=set)
+    reuse_memory: bool = True  # buffers whose lifetimes never overlap share memory (Engine(reuse_memory=...))
     graph: CompiledGraph | None = None
     frame: int = 0
     lock: threading.RLock = attrs.field(factory=threading.RLock)  # the model; never held while waiting
@@ -52,7 +55,8 @@ class Runtime:
         with self.lock:
             blocks = tuple(BlockEntry(b.id, b.description, b.values(), b.launches()) for b in self.blocks.values())
             binds = {r: ExternalBinding(e.dtype, e.count) for r, e in self.bindings.items()}
-            return PipelineDescription(blocks, tuple(self.connections.values()), binds, frozenset(self.fed))
+            return PipelineDescription(blocks, tuple(self.connections.values()), binds, frozenset(self.fed),
+                                       kept=frozenset(self.kept))
 
     def running(self) -> CompiledGraph:
         """The graph now running (callers know there is one)."""

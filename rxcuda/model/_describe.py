@@ -360,6 +360,9 @@ class PipelineDescription:
     connections: tuple[Connection, ...] = ()
     bindings: Mapping[PortRef, ExternalBinding] = attrs.field(factory=dict, converter=lambda m: dict(m))
     fed: frozenset[PortRef] = frozenset()
+    # ports the user reads, observes, writes, binds or feeds (the engine adds them): memory reuse never gives
+    # their buffers to another buffer, so what is read there is the port's own value
+    kept: frozenset[PortRef] = frozenset()
     # id -> entry, built once: lookups by id stay O(1) however large the pipeline (the first entry wins
     # where a hand-built description repeats an id; the planner refuses that)
     _by_id: Mapping[int, BlockEntry] = attrs.field(init=False, repr=False, eq=False)

@@ -165,6 +165,11 @@ class GraphPlan:
     # delayed connections: the buffer a delayed output writes -> its previous-frame buffer (kind "delay"),
     # which a copy node refreshes at the end of each frame; the delayed inputs read the latter
     delays: Mapping[int, int] = attrs.field(factory=dict)
+    # memory reuse (rxcuda.engine.plan._liveness): buffers whose lifetimes never overlap share one allocation.
+    # ``shared``: each group of buffers sharing one, in the order they use it; ``storage``: buffer id -> the
+    # first buffer of its group, for every member. A buffer in no group has memory of its own.
+    shared: tuple[tuple[int, ...], ...] = ()
+    storage: Mapping[int, int] = attrs.field(factory=dict)
 
     def topology(self) -> tuple:
         """Node kinds and dependencies: equal topologies allow cuGraphExecUpdate instead of instantiating."""

@@ -34,7 +34,7 @@ from ...model._graphplan import (
     NodePlan,
     ScalarArg,
 )
-from . import _delays
+from . import _delays, _liveness
 
 
 class _Report:
@@ -300,8 +300,9 @@ def _cycles(stuck: list[int], succ: Mapping[int, set[int]]) -> list[list[int]]:
 
 
 class _Planner:
-    def __init__(self, desc: PipelineDescription):
+    def __init__(self, desc: PipelineDescription, reuse_memory: bool = False):
         self.desc = desc
+        self.reuse_memory = reuse_memory
         self.buffers: list[BufferPlan] = []
         self.by_key: dict[tuple, int] = {}
         self.nodes: list[NodePlan] = []
@@ -354,7 +355,7 @@ class _Planner:
                                      self.nodes) if self.delayed else {}
         if report.errors:
             return None, report
-        return GraphPlan(
+        gp = GraphPlan(
             nodes=tuple(self.nodes),
             deps=_hazard_deps(self.nodes),
             buffers=tuple(self.buffers),
@@ -366,7 +367,8 @@ class _Planner:
             kernel_nodes=self.kernel_nodes,
             delays=delays,
             warnings=tuple(report.problems),  # no errors: all of them are warnings
-        ), report
+        )
+        return (_liveness.share_memory(gp, desc) if self.reuse_memory else gp), report
 
     def emit_block(self, b: BlockEntry, sources: Mapping[PortRef, PortRef]) -> None:
         d, bid, label = b.desc, b.id, b.desc.name
@@ -497,7 +499,10 @@ def _hazard_deps(nodes: list[NodePlan]) -> tuple[tuple[int, ...], ...]:
     return tuple(deps)
 
 
-def plan(desc: PipelineDescription) -> GraphPlan:
+def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
     """Validate a pipeline and plan its graph. Pure. Raises one ValidationError listing every error found
-    (``.problems``, warnings included); the warnings of a pipeline that plans are ``GraphPlan.warnings``."""
-    return _Planner(desc).run()
+    (``.problems``, warnings included); the warnings of a pipeline that plans are ``GraphPlan.warnings``.
+
+    ``reuse_memory``: let intermediate buffers whose lifetimes never overlap share memory (``GraphPlan.shared``,
+    see ``rxcuda.engine.plan._liveness``); False gives every buffer its own."""
+    return _Planner(desc, reuse_memory).run()
