@@ -17,6 +17,11 @@ top level (a write inside a region body may not run). Never shared, besides:
 - an append output's data, the two ends of a delayed connection (``GraphPlan.delays``);
 - anything a region that may run its body more than once in a frame (``while``, ``for``) uses.
 
+The planner trusts parameter directions: a kernel that writes only part of a parameter it declares ``out``
+would leave another buffer's data in the rest (without sharing, the rest would keep older frames' values).
+Declare such a parameter ``inout`` (state: never shared), keep its port (``engine.keep``), or turn reuse off
+(``Engine(reuse_memory=False)``).
+
 Assignment is greedy over the buffers in topological order of their first use: each takes the slot (a
 future allocation) whose every user is an ancestor of its first writer, preferring the smallest slot it fits,
 else the largest (which then grows). Ancestor sets are bitsets in Python ints, so a 1000-block chain plans in
