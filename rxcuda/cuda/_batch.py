@@ -138,7 +138,9 @@ class BatchGraph:
         else:
             self._step_args.words[3] = 4
         self._step_params = _kernel_params(loop_step, self._step_args)
-        last = [self.mirror[s] for s in sorted(sinks)]
+        # without a stop flag the step only counts: it runs beside the frame (the handle is read when the pass
+        # ends); with one it reads the flag, so it follows the frame
+        last = [self.mirror[s] for s in sorted(sinks)] if stop is not None else []
         check(api.cuGraphAddKernelNode(body, last, len(last), self._step_params), "cuGraphAddKernelNode (batch)")
 
     def _copy(self, node: KernelNode, handle_slots: dict[int, int], handles: dict) -> object:

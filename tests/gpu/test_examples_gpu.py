@@ -33,3 +33,15 @@ def test_hot_reload_runs_and_removes_its_kernel(tmp_path):
     path = pathlib.Path(re.search(r"edit and save (\S+forces\.cu)", proc.stdout).group(1))
     assert not path.parent.exists()  # its temporary folder is gone
     assert list(tmp_path.iterdir()) == []  # and nothing was written to the current directory
+
+
+def test_solver_converges_on_the_device(tmp_path):
+    proc = run_example("solver.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK: every solve met tol=" in proc.stdout
+
+
+def test_peaks_refines_only_when_loud(tmp_path):
+    proc = run_example("peaks.py", "30", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK: 30 frames, 10 refined on the GPU's decision" in proc.stdout

@@ -349,8 +349,7 @@ def _only_kernel(d, kernel: str):
 def region_deps(nodes: list[NodePlan], parents: Mapping[int, tuple[int, int]], setters: Mapping[int, int],
                 steps: Mapping[int, int]) -> tuple[tuple[int, ...], ...]:
     """Dependencies from buffer hazards within each level (the top, each body), in node order, plus each
-    region node's dependency on the kernel that sets its condition (they share no buffer for an If), and a
-    loop's step kernel after every other node of its body (it closes the pass)."""
+    region node's dependency on the kernel that sets its condition (they share no buffer for an If)."""
     from ._plan import _hazard_deps
 
     by_level: dict[tuple[int, int] | None, list[NodePlan]] = {}
@@ -364,10 +363,8 @@ def region_deps(nodes: list[NodePlan], parents: Mapping[int, tuple[int, int]], s
     for region_node, setter in setters.items():
         if setter not in deps[region_node]:
             deps[region_node] = tuple(sorted((*deps[region_node], setter)))
-    for region_node, step in steps.items():
-        body = [n.id for n in by_level.get((region_node, 0), ()) if n.id != step]
-        needed = set(body)
-        for nid in body:
-            needed.difference_update(deps[nid])
-        deps[step] = tuple(sorted(needed | set(deps[step])))
+    # A loop's step kernel needs nothing but the hazards: it reads a While's flag (so it follows the kernel
+    # that makes it) and a For's counter only; the handle it sets is read when the whole pass is done, so a
+    # For's step runs beside the body instead of adding a launch after it.
+    del steps
     return tuple(deps)
