@@ -554,3 +554,61 @@ def test_a_read_after_a_failed_unsharing_rebuild_is_refused(engine, api):
     api.fail("cuGraphExecUpdate", "CUDA_ERROR_OUT_OF_MEMORY", times=5)
     with pytest.raises(RuntimeError, match=r"m2.out still shares its memory .* Engine\(reuse_memory=False\)"):
         engine.read(port)
+
+
+# -- the real region and delay planners (the engine on the null driver) --------------------------------------------
+def _around(engine, middle):
+    """p0 -> p1 -> p2 -> middle(p2.out) -> q0 -> q1 -> q2; ``middle(engine, src)`` returns the port feeding q0."""
+    pre = [engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=1024, name=f"p{i}")) for i in range(3)]
+    post = [engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=1024, name=f"q{i}")) for i in range(3)]
+    for chain in (pre, post):
+        for a, b in zip(chain, chain[1:], strict=False):
+            engine.connect(a["out"], b["x"])
+    engine.connect(middle(engine, pre[-1]["out"]), post[0]["x"])
+    engine.write(pre[0]["x"], np.ones(1024, np.float32))
+    engine.tick()
+    gp = engine.plan
+    assert_lifetimes_disjoint(gp)
+    return gp
+
+
+def test_a_delayed_connection_keeps_both_ends_and_the_rest_shares(engine):
+    def middle(engine, src):
+        acc = engine.add(Block.from_kernel(f"{KERNELS}/vector_add.ptx", size=1024, name="acc"))
+        engine.connect(acc["out"], acc["a"], delay=1)
+        engine.connect(src, acc["b"])
+        return acc["out"]
+
+    gp = _around(engine, middle)
+    ((cur, prev),) = gp.delays.items()
+    assert cur not in gp.storage and prev not in gp.storage
+    assert labels(gp) == [["p0.out", "p2.out", "q0.out"], ["p1.out", "q1.out"]]
+
+
+@pytest.mark.parametrize("kind", ["if", "for"])
+def test_regions_share_only_what_runs_once_outside_a_loop(engine, kind):
+    body = [Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=1024, name=f"b{i}") for i in range(3)]
+
+    def middle(engine, src):
+        if kind == "if":
+            cmp = BlockBuilder("cmp", size=1)
+            k = cmp.add_kernel(kcode("cmp", ptr("v"), ptr("flag", "out", "u32")), threads=1)
+            cmp.input("v", k["v"], count=1024)
+            cmp.output("flag", k["flag"], count=1)
+            flag = engine.add(cmp.build())
+            engine.connect(src, flag["v"])
+            engine.add(rxcuda.If(flag["flag"], body))
+        else:
+            engine.add(rxcuda.For(3, body))
+        for a, b in zip(body, body[1:], strict=False):
+            engine.connect(a["out"], b["x"])
+        engine.connect(src, body[0]["x"])
+        return body[-1]["out"]
+
+    gp = _around(engine, middle)
+    inside = {gp.port_buffers[ref(b["out"])] for b in body}
+    assert not any(len(inside & set(g)) > 1 for g in gp.shared)  # one region node uses them all: never ordered
+    if kind == "for":
+        assert not inside & set(gp.storage)  # a loop may run its body again: nothing it uses shares
+        assert gp.port_buffers[ref(engine.blocks[2]["out"])] not in gp.storage  # p2.out: read by the loop
+    assert gp.shared and engine.stats.bytes_saved > 0
