@@ -21,6 +21,7 @@ import logging as _logging
 
 from .cuda._device import device_info
 from .cuda._driver import probe
+from .engine._append import AppendState
 from .engine._blocks import Block, Parameter, PortHandle
 from .engine._builder import BlockBuilder
 from .engine._composite import Composite, CompositeInstance
@@ -54,6 +55,7 @@ _logging.getLogger("rxcuda").addHandler(_logging.NullHandler())
 __version__ = "0.1.0"
 
 __all__ = [
+    "AppendState",
     "AppliedUpdate",
     "Block",
     "BlockBuilder",

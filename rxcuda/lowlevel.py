@@ -35,7 +35,9 @@ Descriptions: :class:`PipelineDescription` (blocks, connections, bindings, fed i
 :class:`BlockEntry` (a block's id, :class:`BlockDescription`, scalar values and launches),
 :class:`Connection` between two :class:`PortRef`, :class:`ExternalBinding`. A block description holds
 :class:`KernelSpec` / ``CallSpec`` steps, :class:`PortSpec`, :class:`ScalarSpec` and :class:`InternalBuffer`,
-each wired to kernel parameters by :class:`Pin`.
+each wired to kernel parameters by :class:`Pin`. An append port's counter is a port of its own,
+``"<port>.count"`` (:class:`CountSpec`, from ``BlockDescription.port``): a connection from
+``PortRef(block, "items.count")`` feeds an input the count on the device.
 
 Composites as data (``rxcuda.Composite.describe()``, rebuilt by ``Composite.from_description``):
 :class:`CompositeDescription` of :class:`MemberDescription` members, :class:`InnerConnection` between
@@ -68,6 +70,7 @@ from .model._describe import (
     BlockEntry,
     CallSpec,
     Connection,
+    CountSpec,
     ExternalBinding,
     InternalBuffer,
     KernelCode,
@@ -103,6 +106,7 @@ __all__ = [
     "CallSpec",
     "CompositeDescription",
     "Connection",
+    "CountSpec",
     "CopyNodePlan",
     "ExposedParameter",
     "ExposedPort",

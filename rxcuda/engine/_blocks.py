@@ -19,8 +19,10 @@ import numpy as np
 
 from ..model import _dtypes
 from ..model._describe import (
+    COUNT_SUFFIX,
     BlockDescription,
     CallSpec,
+    CountSpec,
     KernelCode,
     KernelSpec,
     Launch,
@@ -28,8 +30,9 @@ from ..model._describe import (
     PortSpec,
     check_block_size,
 )
-from ..model._errors import ForeignBlockError, NotAPortError
+from ..model._errors import ForeignBlockError, NotAPortError, ValidationError
 from ..model._events import Tier
+from ._append import AppendState
 
 _ids = itertools.count(1)
 
@@ -50,6 +53,48 @@ class PortHandle:
     @property
     def spec(self) -> PortSpec:
         return self.block.description.port(self.name)
+
+    # -- append ports ----------------------------------------------------------------------------------------
+    @property
+    def count(self) -> PortHandle:
+        """The counter of this append port as a port of its own: a u32[1] output (``"<port>.count"``).
+
+        Connect it to an input of one u32 element, and a kernel reads the count on the device (launch it over
+        the capacity and guard ``i < *n``); ``engine.observe`` it for the raw count as Python ints, read back
+        each frame without a sync; ``engine.read`` it for the count now.
+
+        >>> emit = Block.from_kernel("kernels/append_above.ptx", size=1024)
+        >>> emit["out"].count
+        <port append_above.out.count>
+        """
+        spec = self.spec
+        if spec.counter is None:
+            raise ValidationError(f"{self.block.name}.{self.name} is not an append port, so it has no count; only "
+                                  "ports declared with a counter (BlockBuilder.output(..., counter=...)) have one",
+                                  subject=self.block.name)
+        return PortHandle(self.block, self.name + COUNT_SUFFIX)
+
+    @property
+    def append_state(self) -> AppendState:
+        """What the engine last read of this append port's counter (raw count, frame, capacity, peak,
+        ``overflowed``). The engine reads it when someone observes the count or the data, or calls
+        ``engine.count`` / ``engine.read``; nothing is read back otherwise."""
+        spec = self.spec
+        base = spec.base if isinstance(spec, CountSpec) else self.name
+        if spec.counter is None and not isinstance(spec, CountSpec):
+            raise ValidationError(f"{self.block.name}.{self.name} is not an append port; only append ports have a "
+                                  "count and an overflow state", subject=self.block.name)
+        return self.block._append_state(base)
+
+    @property
+    def overflowed(self) -> bool:
+        """True while the last count read back exceeded the capacity (items were dropped in that frame)."""
+        return self.append_state.overflowed
+
+    @property
+    def last_count(self) -> int | None:
+        """The raw count last read back (may exceed the capacity), or None before any was read."""
+        return self.append_state.last_count
 
     def __repr__(self) -> str:
         return f"<port {self.block.name}.{self.name}>"
@@ -234,16 +279,21 @@ class Block:
         self._subscriptions = CompositeDisposable()  # parameter bindings, disposed on removal
         self.state = "not built"
         self.message = ""
+        self._appends: dict[str, AppendState] = {}  # append port -> what the engine last read of its counter
         self.params = Parameters({s.name: Parameter(self, s.name, s.dtype, s.default) for s in description.scalars})
 
     @classmethod
     def from_kernel(cls, source, *, size: int, name: str | None = None, threads: int | None = None,
-                    block_size: int | None = None, **defaults) -> Block:
+                    block_size: int | None = None, counts: Mapping[str, int] | None = None,
+                    **defaults) -> Block:
         """A one-kernel block: pointer parameters become ports, scalars become parameters.
 
         ``source`` is a KernelCode or a kernel file path. ``size`` is the element count of every port and
-        the default thread count. Scalars whose default is "size" get ``size``; keyword arguments set
-        other defaults (``scale=3.0``).
+        the default thread count; ``counts`` gives some ports another element count (``counts={"n": 1}`` for
+        an input that takes an append port's device count). Scalars whose default is "size" get ``size``;
+        keyword arguments set other defaults (``scale=3.0``). A pointer followed by a counter parameter is an
+        append port: an output, or, when the pointer is 'inout', an in/out append port (see
+        ``BlockBuilder.append_to``).
         """
         if block_size is not None:
             check_block_size(block_size, "block_size")
@@ -254,21 +304,29 @@ class Block:
         k = b.add_kernel(code, threads=threads, block=block_size)
         counters = {p.name for p in code.signature.params if p.direction == "counter"}
         appends = append_pairs(code)
+        counts = dict(counts or {})
         for i, p in enumerate(code.signature.params):
             if p.is_pointer:
                 if p.name in counters:
                     continue
+                n = counts.pop(p.name, None)
                 if p.direction == "in":
-                    b.input(p.name, k[i])
+                    b.input(p.name, k[i], count=n)
+                elif p.name in appends and p.direction == "inout":  # continues an upstream append buffer
+                    b.append_to(p.name, k[i], counter=k[appends[p.name]], count=n)
                 elif p.name in appends:
-                    b.output(p.name, k[i], counter=k[appends[p.name]])
+                    b.output(p.name, k[i], counter=k[appends[p.name]], count=n)
                 else:  # out, and inout: state the block owns, which others may read
-                    b.output(p.name, k[i])
+                    b.output(p.name, k[i], count=n)
             else:
                 b.scalar(p.name, k[i], default=defaults.pop(p.name, None))
         if defaults:
             raise TypeError(f"{b.name}: unknown parameter(s) {', '.join(defaults)}; the kernel's scalars are "
                             f"{', '.join(p.name for p in code.signature.params if not p.is_pointer) or 'none'}")
+        if counts:
+            ports = [p.name for p in code.signature.params if p.is_pointer and p.name not in counters]
+            raise TypeError(f"{b.name}: 'counts' names {', '.join(counts)}, which are not ports; the kernel's "
+                            f"ports are {', '.join(ports) or 'none'}")
         return b.build()
 
     @classmethod
@@ -389,6 +447,12 @@ class Block:
                     changed.append(self.set_code(k.name, code))
         return changed
 
+    def _append_state(self, port: str) -> AppendState:
+        state = self._appends.get(port)
+        if state is None:
+            state = self._appends[port] = AppendState(self._desc.port(port).count)
+        return state
+
     def _binding_error(self, name: str, err: Exception) -> None:
         engine = self._engine
         if engine is not None:
@@ -423,8 +487,11 @@ class Block:
             else:
                 lines.append(f"  call {k.name}")
         for p in self._desc.ports:
-            kind = "append " if p.counter else ""
-            lines.append(f"  {p.direction:>3} {kind}port {p.name}: {p.dtype or 'any'}[{p.count}]")
+            kind = ("in/out append " if p.direction == "in" else "append ") if p.counter else ""
+            direction = "" if kind.startswith("in/out") else f"{p.direction:>3} "
+            state = self._appends.get(p.name) if p.counter else None
+            counted = f" — {state.describe()}" if state is not None and state.last_count is not None else ""
+            lines.append(f"  {direction}{kind}port {p.name}: {p.dtype or 'any'}[{p.count}]{counted}")
         for n, prm in self.params.items():
             lines.append(f"  parameter {n}: {prm.dtype} = {prm.value!r}")
         return "\n".join(lines)

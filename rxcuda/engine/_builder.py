@@ -33,14 +33,15 @@ from ._blocks import Block, _as_tuple, _load_code
 def append_pairs(code: KernelCode) -> dict[str, int]:
     """data pointer name -> counter parameter index, for kernels with a counter parameter.
 
-    The data pointer is the output declared right before the counter (the sidecar's 'append' names the
-    pair explicitly; the loader folds that into directions)."""
+    The data pointer is the output (or inout) pointer declared last before the counter (the sidecar's
+    'append' names the pair explicitly; the loader folds that into directions). An 'inout' data pointer
+    makes an in/out append port (``BlockBuilder.append_to``): the kernel continues an upstream append buffer."""
     pairs = {}
     params = code.signature.params
     for i, p in enumerate(params):
         if p.direction == "counter":
             for j in range(i - 1, -1, -1):
-                if params[j].is_pointer and params[j].direction == "out":
+                if params[j].is_pointer and params[j].direction in ("out", "inout"):
                     pairs[params[j].name] = i
                     break
     return pairs
@@ -141,24 +142,51 @@ class BlockBuilder:
         """Declare an input port feeding one or more pointer parameters."""
         self._port(name, "in", pins, dtype, count, required, None)
 
-    def output(self, name: str, pin: Pin, *, dtype=None, count: int | None = None,
-               counter: Pin | None = None) -> None:
+    def output(self, name: str, pin, *, dtype=None, count: int | None = None, counter=None) -> None:
         """Declare an output port. With ``counter`` (a u32* parameter) it is an append output: the counter
-        is zeroed every frame before the kernel runs, and ``count`` is the capacity."""
+        is zeroed every frame before the kernel runs, and ``count`` is the capacity.
+
+        Several kernels may append to one output: give their data pointers and their counters as two lists
+        in the same order. They share one buffer and one counter, zeroed once per frame before the first.
+
+        >>> b = BlockBuilder("hits", size=4096)                                          # doctest: +SKIP
+        >>> lo, hi = b.add_kernel(below, name="lo"), b.add_kernel(above, name="hi")      # doctest: +SKIP
+        >>> b.output("hits", [lo["out"], hi["out"]], counter=[lo["count"], hi["count"]], count=1024)  # doctest: +SKIP
+        """
         self._port(name, "out", pin, dtype, count, True, counter)
+
+    def append_to(self, name: str, pins, *, counter, dtype=None, count: int | None = None) -> None:
+        """Declare an in/out append port: this block's kernels append to the buffer connected here from an
+        upstream append port, continuing its counter (no reset in between), or, when nothing is connected,
+        to a buffer and counter of their own (zeroed every frame). Downstream blocks connect *from* this port
+        (or its ``.count``) to see every block's items; ``count`` is the capacity, equal to the upstream one.
+
+        >>> b = BlockBuilder("more", size=4096)                                          # doctest: +SKIP
+        >>> k = b.add_kernel(append_more)                                                # doctest: +SKIP
+        >>> b.append_to("items", k["out"], counter=k["count"], count=1024)               # doctest: +SKIP
+        >>> engine.connect(first["items"], more["items"])                                # doctest: +SKIP
+        >>> engine.connect(more["items"], draw["items"])                                 # doctest: +SKIP
+        """
+        self._port(name, "in", pins, dtype, count, False, counter)
 
     def _port(self, name, direction, pins, dtype, count, required, counter) -> None:
         self._check_name(name)
         pins = _pins(pins)
-        if direction == "out" and len(pins) != 1:
-            raise ValueError(f"{self.name}: output '{name}' must come from exactly one kernel parameter")
+        counters = _pins(counter) if counter is not None else ()
+        if counter is not None and len(counters) != len(pins):
+            raise ValueError(f"{self.name}: append port '{name}' has {len(pins)} data parameter(s) and "
+                             f"{len(counters)} counter(s); give one counter per appending kernel, in the same "
+                             "order as the data parameters")
+        if direction == "out" and len(pins) != 1 and counter is None:
+            raise ValueError(f"{self.name}: output '{name}' must come from exactly one kernel parameter "
+                             "(several kernels may fill one output only as an append output: give counter=[...])")
         inferred = None
         for pin in pins:
             prm = self._param(pin)
             if not prm.is_pointer:
                 raise ValidationError(f"{self.name}: port '{name}' maps to '{prm.name}' of '{pin.kernel}', which "
                                       f"is a scalar; declare it with scalar() instead", subject=self.name)
-            if direction == "in" and prm.direction == "out":
+            if direction == "in" and prm.direction == "out" and counter is None:
                 raise ValidationError(f"{self.name}: input '{name}' maps to '{prm.name}' of '{pin.kernel}', "
                                       "which the kernel writes (direction 'out'); declare an output",
                                       subject=self.name)
@@ -174,18 +202,24 @@ class BlockBuilder:
         count = count if count is not None else (self._call_count(pins[0]) or self.size)
         if not isinstance(count, int) or count <= 0:
             raise ValueError(f"{self.name}: port '{name}' needs a positive element 'count' (or a builder size)")
-        if counter is not None:
-            cp = self._param(counter)
+        for pin, cpin in zip(pins, counters, strict=False):  # () for a port without a counter
+            cp = self._param(cpin)
             if not cp.is_pointer or (cp.dtype not in (None, "u32", "i32")):
                 raise ValidationError(f"{self.name}: the counter of append output '{name}' must be a u32* "
                                       f"parameter (got {cp.describe()})", subject=self.name)
-            self._check_free(counter)
+            if cpin.kernel != pin.kernel:
+                raise ValidationError(f"{self.name}: append port '{name}' pairs data parameter "
+                                      f"'{self._param(pin).name}' of '{pin.kernel}' with counter '{cp.name}' of "
+                                      f"'{cpin.kernel}'; each kernel's counter goes with its own data pointer, in "
+                                      "the same order", subject=self.name)
+            self._check_free(cpin)
         # claim only once every check passed: a refused declaration leaves the builder as it was
         for pin in pins:
             self._claim(pin, name)
-        if counter is not None:
-            self._claim(counter, f"{name} counter")
-        self._ports.append(PortSpec(name, direction, dtype, count, pins, required, counter))
+        for cpin in counters:
+            self._claim(cpin, f"{name} counter")
+        stored = None if not counters else counters[0] if len(counters) == 1 else counters
+        self._ports.append(PortSpec(name, direction, dtype, count, pins, required, stored))
 
     def scalar(self, name: str, pins, *, default=None, dtype=None) -> None:
         """Declare a scalar parameter feeding one or more scalar kernel parameters."""

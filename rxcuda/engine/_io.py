@@ -19,9 +19,10 @@ from ..cuda._driver import check
 from ..cuda._graph import CompiledGraph
 from ..cuda._memory import DeviceBuffer, as_cupy
 from ..model import _dtypes
-from ..model._describe import PortRef
+from ..model._describe import CountSpec, PortRef
 from ..model._errors import ValidationError
 from ..model._events import BlockChanged
+from ._append import AppendMonitor
 from ._ports import InputFeed, OutputTap
 from ._runtime import Runtime, quietly
 from .plan._liveness import holds_own_value
@@ -35,6 +36,7 @@ class DataIO:
         self.staged: dict[PortRef, np.ndarray] = {}  # host data written before its port had a buffer
         self.feeds: dict[PortRef, tuple[InputFeed, Any]] = {}  # (feed, subscription)
         self.taps: list[tuple[PortRef, OutputTap, Any]] = []  # (port, tap, observer)
+        self.appends = AppendMonitor(rt)  # append ports' counts read back: states, warnings, count watches
 
     # -- write / read --------------------------------------------------------------------------------
     def keep(self, ref: PortRef, port, reading: bool = False) -> None:
@@ -130,6 +132,8 @@ class DataIO:
             self.keep(ref, port, reading=True)
         bid, ptr = self.port_buffer(ref, port)
         spec = port.spec
+        if isinstance(spec, CountSpec):  # an append port's count: read (and noted) like engine.count
+            return np.array([self.count(ref, port)], np.uint32)
         count = spec.count
         if spec.counter is not None:
             count = min(self.count(ref, port), spec.count)
@@ -143,6 +147,8 @@ class DataIO:
     def _counter(self, ref: PortRef, port) -> tuple[CompiledGraph, int]:
         g = self._ensure_built()
         cid = g.plan.counters.get(ref)
+        if cid is None and isinstance(port.spec, CountSpec):  # port.count: the counter itself
+            cid = g.plan.port_buffers.get(ref)
         if cid is None:
             raise ValueError(f"{port.block.name}.{port.name} is not an append output")
         return g, cid
@@ -150,7 +156,9 @@ class DataIO:
     def count(self, ref: PortRef, port) -> int:
         g, cid = self._counter(ref, port)
         out = np.empty(1, np.uint32)
-        return int(DeviceBuffer(g.pointers[cid], 4, api=self.rt.api).download(out, self.rt.stream)[0])
+        raw = int(DeviceBuffer(g.pointers[cid], 4, api=self.rt.api).download(out, self.rt.stream)[0])
+        self.appends.note(ref, self.rt.frame, raw)
+        return raw
 
     def array(self, ref: PortRef, port):
         if ref not in self.rt.kept:
@@ -234,6 +242,13 @@ class DataIO:
             raise ValueError(f"'every' must be a positive int (got {every!r})")
         spec = port.spec
         api = self.rt.api
+        if isinstance(spec, CountSpec):  # engine.observe(port.count): ints, one shared 4-byte copy per frame
+            return self.appends.observe(ref, every, gpu, closed, self)
+        on_count = None
+        if spec.counter is not None:  # the data's counter comes back with it: it updates the port's state too
+
+            def on_count(frame: int, raw: int) -> None:
+                self.appends.note(ref, frame, raw)
 
         def subscribe(observer, scheduler=None):
             if closed():
@@ -241,7 +256,8 @@ class DataIO:
                 return Disposable()
             self.keep(ref, port)
             tap = OutputTap(observer.on_next, dtype=spec.dtype, count=spec.count, every=every,
-                            as_numpy=kind == "numpy", append=spec.counter is not None, api=api)
+                            as_numpy=kind == "numpy", append=spec.counter is not None, api=api,
+                            on_count=on_count)
             entry = (ref, tap, observer)
             self.taps = self.taps + [entry]
 

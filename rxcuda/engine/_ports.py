@@ -109,8 +109,9 @@ class OutputTap:
     """Emits a port's content after every ``every``-th frame to ``emit`` (called on the engine thread)."""
 
     def __init__(self, emit, *, dtype: str | None, count: int, every: int, as_numpy: bool, append: bool,
-                 depth: int = 3, api=None):
+                 depth: int = 3, api=None, on_count=None):
         self._api = api if api is not None else drv
+        self.on_count = on_count  # append: called (frame, raw count) with each counter read back
         if not isinstance(every, int) or every <= 0:
             raise ValueError(f"'every' must be a positive int (got {every!r})")
         self.emit = emit
@@ -121,7 +122,7 @@ class OutputTap:
         self.append = append
         self._depth = depth
         self._ring: list[PinnedBuffer] = []
-        self._pending: list[tuple[PinnedBuffer, PinnedBuffer | None]] = []
+        self._pending: list[tuple[PinnedBuffer, PinnedBuffer | None, int]] = []  # (data, counter, frame)
         self._counters: list[PinnedBuffer] = []
         self._i = 0
         self._due: tuple | None = None
@@ -133,7 +134,7 @@ class OutputTap:
         if frame % self.every:
             return
         if not self.as_numpy:
-            self._due = (ptr, counter_ptr)
+            self._due = (ptr, counter_ptr, frame)
             if self.append:
                 if not self._counters:
                     self._counters = [PinnedBuffer(4, self._api)]
@@ -156,21 +157,21 @@ class OutputTap:
         if cslot is not None:
             check(self._api.cuMemcpyDtoHAsync(cslot.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
         slot.record(stream)
-        self._pending.append((slot, cslot))
+        self._pending.append((slot, cslot, frame))
 
     def deliver(self, stream, synced: bool, owner, device_id: int) -> None:
         """After the frame (and its sync, if any): emit what has arrived."""
         if self.as_numpy:
             self.poll()
         elif self._due is not None:
-            ptr, _ = self._due
+            ptr, _, frame = self._due
             self._due = None
-            self._emit_cupy(ptr, stream, synced, owner, device_id)
+            self._emit_cupy(ptr, stream, synced, owner, device_id, frame)
 
     def poll(self, block_until: PinnedBuffer | None = None) -> None:
         """Emit every finished readback, oldest first."""
         while self._pending:
-            slot, cslot = self._pending[0]
+            slot, cslot, frame = self._pending[0]
             if block_until is not None:
                 slot.wait()
             elif not slot.done():
@@ -178,13 +179,16 @@ class OutputTap:
             self._pending.pop(0)
             n = self.count
             if cslot is not None:
-                n = min(int(cslot.view(np.uint32, 1)[0]), self.count)
+                raw = int(cslot.view(np.uint32, 1)[0])
+                n = min(raw, self.count)
+                if self.on_count is not None:
+                    self.on_count(frame, raw)
             if not self.closed:
                 self.emit(slot.view(self.dtype, self.count)[:n].copy())
             if slot is block_until:
                 return
 
-    def _emit_cupy(self, ptr, stream, synced, owner, device_id) -> None:
+    def _emit_cupy(self, ptr, stream, synced, owner, device_id, frame: int = 0) -> None:
         import cupy
 
         from ..cuda._memory import as_cupy
@@ -193,7 +197,10 @@ class OutputTap:
         if self.append:
             c = self._counters[0]
             c.wait()
-            n = min(int(c.view(np.uint32, 1)[0]), self.count)
+            raw = int(c.view(np.uint32, 1)[0])
+            n = min(raw, self.count)
+            if self.on_count is not None:
+                self.on_count(frame, raw)
         view = as_cupy(ptr, max(self.count * self.dtype.itemsize, 1), self.dtype, (self.count,), owner,
                        device_id)[:n]
         if synced:

@@ -197,8 +197,12 @@ class PortSpec:
     """A buffer port of a block. ``count`` is the element count; ``pins`` the kernel parameters it feeds.
 
     An append port (``counter`` set) carries a u32 counter that the graph zeroes every frame before the
-    kernels that append run; ``count`` is then the capacity.
+    kernels that append run; ``count`` is then the capacity. Several kernels may append to one port: then
+    ``pins`` holds each one's data pointer and ``counter`` a tuple of their counter pointers, in the same
+    order (``counter_pins`` is always a tuple). An append port of direction ``"in"`` is an in/out append port:
+    its kernels continue the append buffer connected to it (no reset), or fill their own when none is.
     """
+
 
     name: str
     direction: Literal["in", "out"]
@@ -206,7 +210,27 @@ class PortSpec:
     count: int
     pins: tuple[Pin, ...]
     required: bool = True
-    counter: Pin | None = None
+    counter: Pin | tuple[Pin, ...] | None = None
+
+
+    @property
+    def counter_pins(self) -> tuple[Pin, ...]:
+        """The counter parameters of an append port (one per appending kernel); () for any other port."""
+        c = self.counter
+        return () if c is None else (c,) if isinstance(c, Pin) else c
+
+
+#: ``"items.count"`` names the counter of append port ``items`` as a port of its own (see :class:`CountSpec`).
+COUNT_SUFFIX = ".count"
+
+
+@attrs.frozen
+class CountSpec(PortSpec):
+    """The counter of append port ``base`` seen as a port: a u32[1] output named ``base + ".count"``, which a
+    block that takes the count on the device connects to (``engine.connect(emit["items"].count, draw["n"])``).
+    ``BlockDescription.port`` makes one on demand; it is never among ``BlockDescription.ports``."""
+
+    base: str = ""
 
 
 @attrs.frozen
@@ -264,6 +288,11 @@ class BlockDescription:
         for p in self.ports:
             if p.name == name:
                 return p
+        if isinstance(name, str) and name.endswith(COUNT_SUFFIX):  # "items.count": an append port's counter
+            base = name[: -len(COUNT_SUFFIX)]
+            for p in self.ports:
+                if p.name == base and p.counter is not None:
+                    return CountSpec(name, "out", "u32", 1, (), True, None, base)
         names = [p.name for p in self.ports]
         msg = f"block '{self.name}' has no port '{name}' (ports: {', '.join(names) or 'none'})"
         close = difflib.get_close_matches(name, names, n=1) if isinstance(name, str) else []

@@ -30,11 +30,10 @@ from ...model._graphplan import (
     CallNodePlan,
     GraphPlan,
     KernelNodePlan,
-    MemsetNodePlan,
     NodePlan,
     ScalarArg,
 )
-from . import _delays, _liveness
+from . import _appends, _delays, _liveness
 
 
 class _Report:
@@ -128,7 +127,7 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
         except UnknownPortError as e:  # names the block's ports, with a did-you-mean
             report.error(str(e), e.subject or block.name, end.block, type(e))
             continue
-        if port.direction != want:
+        if port.direction != want and not (want == "out" and port.counter is not None):  # in/out append: a source
             side = "source" if want == "out" else "target"
             message = (_delays.direction_message(c, blocks) if c.delay and want == "out" else
                        f"{_label(blocks, end)} is an {port.direction}put port and cannot be a connection's "
@@ -139,6 +138,11 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
     if len(ports) != 2:
         return False  # the ends themselves are wrong: nothing more to compare
     sp, dp = ports
+    if _appends.involved(sp, dp):  # a count as a device value, or an in/out append port
+        problem = _appends.connection_problem(c, sp, dp, blocks)
+        if problem is not None:
+            report.error(problem, _label(blocks, c.dst), c.dst.block)
+            return False
     ok = True
     if sp.dtype and dp.dtype and sp.dtype != dp.dtype:
         s, d = _label(blocks, c.src), _label(blocks, c.dst)
@@ -199,7 +203,7 @@ def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], 
                                  f"needs {p.count}; bind a larger array or give the block a smaller size",
                                  b.label(), b.id)
                 continue
-            if p.direction == "in" and key not in connected and key not in fed:
+            if p.direction == "in" and key not in connected and key not in fed and p.counter is None:
                 if p.required:
                     report.error(f"required input {b.label()}.{p.name} is neither connected nor bound; connect an "
                                  f"output to it (engine.connect(src, {b.label()}['{p.name}'])) or bind an array "
@@ -314,6 +318,7 @@ class _Planner:
         self.kernel_nodes: dict[tuple[int, str], int] = {}
         self.buffer_args: dict[int, BufferArg] = {}  # one per buffer: a value, shared by the nodes using it
         self.delayed: dict[PortRef, PortRef] = {}  # input -> the output feeding it through a delayed connection
+        self.append_users: dict | None = None  # append port -> its readers, once a chain needs them (_appends)
         self.report = _Report()
 
     def buffer(self, key: tuple, label: str, dtype, count: int, kind: BufferKind) -> int:
@@ -387,16 +392,13 @@ class _Planner:
                                   p.count, "delay")
             elif buf is None:
                 kind: BufferKind = ("external" if ref in bindings else "port" if p.direction == "out" or ref in fed
-                                    else "zeros")
+                                    or p.counter is not None else "zeros")
                 buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, p.count, kind)
             port_buffers[ref] = buf
             for pin in p.pins:
                 pin_buffer[pin.kernel, pin.param] = buf
-            if p.counter is not None:
-                cid = self.buffer(("counter", bid, p.name), f"{label}.{p.name}.count", "u32", 1, "counter")
-                self.counters[ref] = cid
-                pin_buffer[p.counter.kernel, p.counter.param] = cid
-                nodes.append(MemsetNodePlan(len(nodes), cid, 0, 1, f"reset {label}.{p.name}"))
+            if p.counter is not None:  # one counter per append buffer, reset once (see _appends)
+                _appends.emit_counter(self, bid, label, p, ref, src, pin_buffer)
         for ib in d.internals:
             iid = self.buffer(("internal", bid, ib.name), f"{label}/{ib.name}", ib.dtype, ib.count, "internal")
             for pin in (ib.writer, *ib.readers):
