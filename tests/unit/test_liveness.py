@@ -612,3 +612,13 @@ def test_regions_share_only_what_runs_once_outside_a_loop(engine, kind):
         assert not inside & set(gp.storage)  # a loop may run its body again: nothing it uses shares
         assert gp.port_buffers[ref(engine.blocks[2]["out"])] not in gp.storage  # p2.out: read by the loop
     assert gp.shared and engine.stats.bytes_saved > 0
+
+
+def test_keep_names_what_is_wrong_with_the_port(engine):
+    stray = Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=16, name="stray")
+    with pytest.raises(rxcuda.ForeignBlockError, match=r"stray is not in this engine; engine.add\(block\) first"):
+        engine.keep(stray["out"])
+    engine.add(stray)
+    with pytest.raises(rxcuda.UnknownPortError, match=r"block 'stray' has no port 'nope' \(ports: x, out\)"):
+        engine.keep(stray["nope"])
+    assert engine.describe().kept == frozenset()
