@@ -29,6 +29,7 @@ from .engine._engine import AppliedUpdate, Diagnostic, Engine, EngineStream, Fra
 from .engine.plan._liveness import BufferStats
 from .engine.plan._plan import GraphPlan, plan
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
+from .model._dtypes import numpy_dtype, struct
 from .model._errors import (
     CompileError,
     CudaError,
@@ -44,6 +45,7 @@ from .model._errors import (
     ValidationError,
 )
 from .model._events import Tier
+from .model._shapes import Broadcast, Follow, Like, Reduce, ShapeError
 from .sources._compose import ComposeError, In, InOut, Out, compose, elementwise, kernel
 from .sources._files import load_kernel_file
 from .sources._load import load_source
@@ -59,6 +61,7 @@ __all__ = [
     "AppliedUpdate",
     "Block",
     "BlockBuilder",
+    "Broadcast",
     "BufferStats",
     "CallSpec",
     "CaptureArgs",
@@ -72,6 +75,7 @@ __all__ = [
     "Engine",
     "EngineClosedError",
     "EngineStream",
+    "Follow",
     "ForeignBlockError",
     "Frame",
     "GraphPlan",
@@ -82,13 +86,16 @@ __all__ = [
     "KernelParam",
     "KernelSignature",
     "Launch",
+    "Like",
     "NoDeviceError",
     "NotAPortError",
     "Out",
     "Parameter",
     "PortHandle",
     "Problem",
+    "Reduce",
     "RxcudaError",
+    "ShapeError",
     "Tier",
     "UnknownPortError",
     "ValidationError",
@@ -99,6 +106,8 @@ __all__ = [
     "kernel",
     "load_kernel_file",
     "load_source",
+    "numpy_dtype",
     "plan",
     "probe",
+    "struct",
 ]

@@ -283,9 +283,9 @@ class Block:
         self.params = Parameters({s.name: Parameter(self, s.name, s.dtype, s.default) for s in description.scalars})
 
     @classmethod
-    def from_kernel(cls, source, *, size: int, name: str | None = None, threads: int | None = None,
-                    block_size: int | None = None, counts: Mapping[str, int] | None = None,
-                    **defaults) -> Block:
+    def from_kernel(cls, source, *, size: int | None = None, name: str | None = None, threads: int | None = None,
+                    block_size: int | tuple | None = None, counts: Mapping[str, int] | None = None,
+                    shape=None, **defaults) -> Block:
         """A one-kernel block: pointer parameters become ports, scalars become parameters.
 
         ``source`` is a KernelCode or a kernel file path. ``size`` is the element count of every port and
@@ -294,13 +294,20 @@ class Block:
         keyword arguments set other defaults (``scale=3.0``). A pointer followed by a counter parameter is an
         append port: an output, or, when the pointer is 'inout', an in/out append port (see
         ``BlockBuilder.append_to``).
+
+        ``shape`` instead of ``size`` gives every port an N-D shape, e.g. ``shape=(480, 640)``; with a 2-D
+        ``block_size`` such as ``(16, 16)`` the grid is 2-D, x over the last axis. The first input follows
+        whatever feeds it and the other ports are like it: a resize upstream flows through the block (its
+        "size" scalars and its grid follow).
         """
-        if block_size is not None:
+        if block_size is not None and not isinstance(block_size, tuple):
             check_block_size(block_size, "block_size")
+        if size is None and shape is None:
+            raise TypeError("Block.from_kernel needs 'size' (the element count of its ports) or 'shape'")
         from ._builder import BlockBuilder, append_pairs
 
         code = _load_code(source)
-        b = BlockBuilder(name or code.entry, size=size)
+        b = BlockBuilder(name or code.entry, size=size, shape=shape)
         k = b.add_kernel(code, threads=threads, block=block_size)
         counters = {p.name for p in code.signature.params if p.direction == "counter"}
         appends = append_pairs(code)
@@ -328,6 +335,29 @@ class Block:
             raise TypeError(f"{b.name}: 'counts' names {', '.join(counts)}, which are not ports; the kernel's "
                             f"ports are {', '.join(ports) or 'none'}")
         return b.build()
+
+    @classmethod
+    def from_cuda(cls, source, entry: str | None = None, *, size: int | None = None, shape=None,
+                  name: str | None = None, threads: int | None = None, block_size: int | tuple | None = None,
+                  defines=None, options=None, counts: Mapping[str, int] | None = None, **defaults) -> Block:
+        """A one-kernel block from CUDA C++: source text or a ``.cu`` path, compiled with NVRTC (cached; see
+        ``rxcuda.compile_cuda`` for ``defines`` and ``options``), then as :meth:`from_kernel`. Pointers to CUDA
+        vector types (``float4*``) and to structs the source declares are ports of those element types.
+
+        >>> src = ('extern "C" __global__ void drift(const float4* pos, const float4* vel, float4* out, '
+        ...        'float dt, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) { '
+        ...        'float4 p = pos[i], v = vel[i]; out[i] = make_float4(p.x + dt * v.x, p.y + dt * v.y, '
+        ...        'p.z + dt * v.z, p.w); } }')
+        >>> drift = Block.from_cuda(src, size=1000, dt=0.01)
+        >>> drift["pos"].spec.dtype, drift["out"].spec.shape
+        ('float4', (1000,))
+        """
+        from ..sources._nvrtc import compile_cuda
+
+        bs = block_size if isinstance(block_size, int) else None
+        code = compile_cuda(source, entry, defines=defines, options=options, block_size=bs)
+        return cls.from_kernel(code, size=size, shape=shape, name=name, threads=threads, block_size=block_size,
+                               counts=counts, **defaults)
 
     @classmethod
     def from_call(cls, spec: CallSpec, *, name: str | None = None, **defaults) -> Block:

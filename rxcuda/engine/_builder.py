@@ -28,6 +28,7 @@ from ..model._describe import (
 )
 from ..model._errors import ValidationError
 from ._blocks import Block, _as_tuple, _load_code
+from ._builder_shapes import Shaping, builder_shape
 
 
 def append_pairs(code: KernelCode) -> dict[str, int]:
@@ -83,13 +84,13 @@ class BlockBuilder:
     (['a', 'b'], 3.0)
     """
 
-    def __init__(self, name: str, *, size: int | None = None):
+    def __init__(self, name: str, *, size: int | None = None, shape=None):
         if not name or not isinstance(name, str):
             raise ValueError(f"'name' must be a non-empty str (got {name!r})")
-        if size is not None and (not isinstance(size, int) or size <= 0):
-            raise ValueError(f"'size' must be a positive int (got {size!r})")
+        # ``shape`` (an N-D size): ports without a count or shape of their own get it (see _builder_shapes)
+        self.size, self.shape = builder_shape(size, shape)
         self.name = name
-        self.size = size
+        self._shaping = Shaping(name, self.shape)
         self._steps: list = []
         self._ports: list[PortSpec] = []
         self._scalars: list[ScalarSpec] = []
@@ -98,16 +99,25 @@ class BlockBuilder:
 
     # -- steps ---------------------------------------------------------------------------------------
     def add_kernel(self, source, *, name: str | None = None, threads: int | None = None, grid=None,
-                   block: int | tuple | None = None, shared_mem: int | None = None) -> KernelHandle:
+                   block: int | tuple | None = None, shared_mem: int | None = None,
+                   over: str | None = None) -> KernelHandle:
         """Add a kernel (KernelCode or file path). Launch: ``grid`` x ``block``, or enough blocks to cover
-        ``threads`` (default: the builder's size). Block size and shared memory default to the sidecar's."""
+        ``threads``, or (the default) enough to cover a shape: the builder's, or that of the port named
+        ``over`` (a reduction runs over its output, say). Over a shape the grid follows a resize; a 1-D block
+        makes a 1-D grid over the elements, a 2-D block (``block=(16, 16)``) a 2-D grid, x over the last
+        axis. Block size and shared memory default to the sidecar's."""
         if isinstance(block, int):  # a tuple is checked by Launch
             check_block_size(block, "block")
         code = _load_code(source)
         name = self._unique(name or code.entry)
         bs = block if block is not None else code.block_size
         sm = shared_mem if shared_mem is not None else code.shared_mem
-        if grid is not None:
+        derived = None
+        if grid is None and threads is None and (over is not None or self.shape is not None):
+            derived = self._shaping.launch(name, over, bs, sm, code.items_per_thread)
+        if derived is not None:
+            launch = derived
+        elif grid is not None:
             launch = Launch(grid=grid, block=bs, shared_mem=sm)
         else:
             n = threads if threads is not None else self.size
@@ -138,13 +148,22 @@ class BlockBuilder:
         raise AssertionError
 
     # -- ports and parameters --------------------------------------------------------------------------
-    def input(self, name: str, pins, *, dtype=None, count: int | None = None, required: bool = True) -> None:
-        """Declare an input port feeding one or more pointer parameters."""
-        self._port(name, "in", pins, dtype, count, required, None)
+    def input(self, name: str, pins, *, dtype=None, count: int | None = None, required: bool = True,
+              shape=None, strides=None, rule=None) -> None:
+        """Declare an input port feeding one or more pointer parameters.
 
-    def output(self, name: str, pin, *, dtype=None, count: int | None = None, counter=None) -> None:
+        ``shape`` (a tuple; default ``(count,)`` or the builder's shape) with optional ``strides`` (in
+        elements), and ``rule``: ``Follow()`` takes whatever shape feeds it, ``Like("other input")`` must
+        agree with that input; without a rule a port with its own count or shape is fixed."""
+        self._port(name, "in", pins, dtype, count, required, None, shape=shape, strides=strides, rule=rule)
+
+    def output(self, name: str, pin, *, dtype=None, count: int | None = None, counter=None, shape=None,
+               strides=None) -> None:
         """Declare an output port. With ``counter`` (a u32* parameter) it is an append output: the counter
         is zeroed every frame before the kernel runs, and ``count`` is the capacity.
+
+        ``shape``: a tuple, or a rule deriving it from the block's ports, resolved again whenever the
+        pipeline resizes: ``Like("x")``, ``Reduce("x", axis=1)``, ``Broadcast("a", "b")``.
 
         Several kernels may append to one output: give their data pointers and their counters as two lists
         in the same order. They share one buffer and one counter, zeroed once per frame before the first.
@@ -153,7 +172,7 @@ class BlockBuilder:
         >>> lo, hi = b.add_kernel(below, name="lo"), b.add_kernel(above, name="hi")      # doctest: +SKIP
         >>> b.output("hits", [lo["out"], hi["out"]], counter=[lo["count"], hi["count"]], count=1024)  # doctest: +SKIP
         """
-        self._port(name, "out", pin, dtype, count, True, counter)
+        self._port(name, "out", pin, dtype, count, True, counter, shape=shape, strides=strides)
 
     def append_to(self, name: str, pins, *, counter, dtype=None, count: int | None = None) -> None:
         """Declare an in/out append port: this block's kernels append to the buffer connected here from an
@@ -169,7 +188,8 @@ class BlockBuilder:
         """
         self._port(name, "in", pins, dtype, count, False, counter)
 
-    def _port(self, name, direction, pins, dtype, count, required, counter) -> None:
+    def _port(self, name, direction, pins, dtype, count, required, counter, *, shape=None, strides=None,
+              rule=None) -> None:
         self._check_name(name)
         pins = _pins(pins)
         counters = _pins(counter) if counter is not None else ()
@@ -199,6 +219,7 @@ class BlockBuilder:
         if inferred and dtype != inferred:
             raise ValidationError(f"{self.name}: port '{name}' is declared {dtype} but the kernel parameter is "
                                   f"{inferred}", subject=self.name)
+        count, shaped = self._shaping.declare(name, direction, count, shape, strides, rule, self._call_count(pins[0]))
         count = count if count is not None else (self._call_count(pins[0]) or self.size)
         if not isinstance(count, int) or count <= 0:
             raise ValueError(f"{self.name}: port '{name}' needs a positive element 'count' (or a builder size)")
@@ -219,10 +240,15 @@ class BlockBuilder:
         for cpin in counters:
             self._claim(cpin, f"{name} counter")
         stored = None if not counters else counters[0] if len(counters) == 1 else counters
-        self._ports.append(PortSpec(name, direction, dtype, count, pins, required, stored))
+        self._ports.append(PortSpec(name, direction, dtype, count, pins, required, stored, **shaped))
 
-    def scalar(self, name: str, pins, *, default=None, dtype=None) -> None:
-        """Declare a scalar parameter feeding one or more scalar kernel parameters."""
+    def scalar(self, name: str, pins, *, default=None, dtype=None, size_of=None) -> None:
+        """Declare a scalar parameter feeding one or more scalar kernel parameters.
+
+        ``size_of`` derives its value from a port's shape, again whenever the pipeline resizes: a port name
+        (its element count) or ``(port, axis)`` (the length of one axis): ``b.scalar("cols", k["cols"],
+        size_of=("x", 1))``. A scalar that defaults to ``"size"`` takes the builder's element count, and
+        follows the block's first input when that resizes."""
         self._check_name(name)
         pins = _pins(pins)
         params = [self._param(p) for p in pins]
@@ -237,7 +263,15 @@ class BlockBuilder:
                                   "pass dtype=", subject=self.name)
         if default is None:
             default = params[0].default
-        if default == "size":
+        if size_of is not None:
+            port, axis = (size_of, None) if isinstance(size_of, str) else tuple(size_of)
+            if not isinstance(port, str) or not (axis is None or isinstance(axis, int)):
+                raise ValueError(f"{self.name}: 'size_of' of parameter '{name}' is a port name or (port, axis) "
+                                 f"(got {size_of!r})")
+            self._shaping.size_scalars[name] = (port, axis)
+            default = 0  # build() computes it from the port's shape
+        elif default == "size":
+            self._shaping.size_scalars[name] = (None, None)
             if self.size is None:
                 raise ValueError(f"{self.name}: parameter '{name}' defaults to the block size; give the builder "
                                  "a size")
@@ -264,6 +298,8 @@ class BlockBuilder:
             if order.index(d.kernel) <= order.index(src.kernel):
                 raise ValidationError(f"{self.name}: {d.kernel} runs before or with {src.kernel}; internal "
                                       "connections go from an earlier kernel to a later one", subject=self.name)
+        if count is None and self.size is not None:
+            self._shaping.sized_internals.add(name or f"{src.kernel}.{sp.name}")  # follows a resize
         count = count if count is not None else self.size
         if count is None:
             raise ValueError(f"{self.name}: give the internal buffer a 'count' (or the builder a size)")
@@ -285,8 +321,9 @@ class BlockBuilder:
                     what = "port or internal connection" if prm.is_pointer else "scalar parameter"
                     raise ValidationError(f"{self.name}: parameter {i} ('{prm.name}') of '{s.name}' is not fed; "
                                           f"declare a {what} for it", subject=self.name)
-        desc = BlockDescription(self.name, tuple(self._steps), tuple(self._ports), tuple(self._scalars),
-                                tuple(self._internals))
+        ports, scalars, internals, steps = self._shaping.finish(self._ports, self._scalars, self._internals,
+                                                                self._steps)
+        desc = BlockDescription(self.name, tuple(steps), tuple(ports), tuple(scalars), tuple(internals))
         return Block(desc)
 
     # -- helpers ---------------------------------------------------------------------------------------

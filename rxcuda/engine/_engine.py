@@ -28,6 +28,7 @@ from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
+from . import _shapes_io
 from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
 from ._composite import Composite, CompositeInstance, Composites
@@ -525,14 +526,39 @@ class Engine:
         return self._updater.recaptures
 
     # -- data in and out -----------------------------------------------------------------------------------
-    def write(self, port: PortHandle, data) -> None:
+    def write(self, port: PortHandle, data, *, resize: bool = False) -> None:
         """Copy host data into a port's buffer (synchronously, stream-ordered with the frames).
 
         Writing to an input that is neither connected nor bound makes it host-fed: it gets its own buffer
-        (the first write rebuilds; later writes only copy). A rejected write changes nothing."""
+        (the first write rebuilds; later writes only copy). A rejected write changes nothing. A smaller array
+        fills the start of the buffer. ``resize=True``: the input takes the array's shape (see
+        :meth:`resize`). A vector port (float4) takes its scalar type with the lanes on a last axis, a float32
+        array shaped (n, 4); a struct port a structured array of its layout."""
         self._check_open()
         ref = self._ref(port)
-        return self._gpu(self._io.write, ref, port, data)
+        return self._gpu(self._io.write, ref, port, data, resize)
+
+    def resize(self, port: PortHandle, shape) -> None:
+        """Give an input a new shape; it flows downstream at the next frame through every port that follows
+        it (``Block.from_kernel``'s ports do, with their "size" scalars and grids). Where every buffer it
+        touches still fits its pool size class, the buffers stay and only the kernel nodes' grids and sizes
+        change (exec-node updates, the Parameters tier); otherwise the affected buffers are reallocated and
+        the graph rebuilt (cuGraphExecUpdate where the topology allows). The input must be host-fed, bound
+        or unused (a connected input takes its source's shape); a shape some port cannot take is a
+        ValidationError naming both ports and both shapes, at once or at the next frame.
+
+        >>> engine.resize(add["a"], (2048,)); engine.resize(add["b"], (2048,))        # doctest: +SKIP
+        >>> engine.tick(); engine.shape(mul["out"])                                     # doctest: +SKIP
+        (2048,)
+        """
+        self._check_open()
+        ref = self._ref(port)
+        _shapes_io.resize(self._rt, ref, port, _shapes_io.check_resize(self._rt, ref, port, shape))
+
+    def shape(self, port: PortHandle) -> tuple[int, ...]:
+        """The port's shape: in the running graph, or as resized for the next frame."""
+        ref = self._ref(port)
+        return _shapes_io.current_shape(self._rt, ref, port.spec)
 
     def read(self, port: PortHandle):
         """The port's data as a new NumPy array (waits for the frames in flight). For an append output, only

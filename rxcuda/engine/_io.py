@@ -7,6 +7,7 @@ frames) and every copy goes on the engine's stream, ordered with the frames.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -18,10 +19,10 @@ from reactivex.disposable import Disposable
 from ..cuda._driver import check
 from ..cuda._graph import CompiledGraph
 from ..cuda._memory import DeviceBuffer, as_cupy
-from ..model import _dtypes
 from ..model._describe import CountSpec, PortRef
 from ..model._errors import ValidationError
 from ..model._events import BlockChanged
+from . import _shapes_io
 from ._append import AppendMonitor
 from ._ports import InputFeed, OutputTap
 from ._runtime import Runtime, quietly
@@ -63,22 +64,15 @@ class DataIO:
                              "first frame to read it from the start, or create the engine with "
                              "Engine(reuse_memory=False)", port.block)
 
-    def write(self, ref: PortRef, port, data) -> None:
+    def write(self, ref: PortRef, port, data, resize: bool = False) -> None:
         rt = self.rt
         spec = port.spec
-        arr = np.ascontiguousarray(data)
-        # check before anything changes: a rejected write must not make the input host-fed
-        if spec.dtype and arr.dtype != _dtypes.to_numpy(spec.dtype):
-            raise ValidationError(f"{port.block.name}.{port.name} takes {spec.dtype}, got {arr.dtype}; convert "
-                                  f"with .astype('{_dtypes.to_numpy(spec.dtype)}')", subject=port.block.name)
-        if arr.size > spec.count:
-            raise ValidationError(f"{arr.size} elements do not fit {port.block.name}.{port.name} "
-                                  f"({spec.count} elements)", subject=port.block.name)
-        if spec.dtype is None and arr.nbytes > max(spec.count, 4):
-            raise ValidationError(f"{port.block.name}.{port.name} has no element type, so its buffer holds "
-                                  f"{spec.count} bytes, and {arr.nbytes} bytes do not fit; give the kernel's "
-                                  "parameters types in a JSON sidecar (rxcuda kernels build writes one), or bind a "
-                                  "device array", subject=port.block.name)
+        # check before anything changes: a rejected write must not make the input host-fed (element types,
+        # shapes, vector lanes on a last axis, structs: rxcuda.engine._shapes_io)
+        arr, _shape, new_shape = _shapes_io.host_elements(port, data, _shapes_io.current_shape(rt, ref, spec),
+                                                          resize)
+        if new_shape is not None:
+            _shapes_io.resize(rt, ref, port, _shapes_io.check_resize(rt, ref, port, new_shape))
         self.keep(ref, port)
         with rt.lock:
             newly_fed = (spec.direction == "in" and ref not in rt.fed and ref not in rt.bindings
@@ -134,15 +128,15 @@ class DataIO:
         spec = port.spec
         if isinstance(spec, CountSpec):  # an append port's count: read (and noted) like engine.count
             return np.array([self.count(ref, port)], np.uint32)
-        count = spec.count
+        shape = _shapes_io.running_shape(rt.running(), ref, spec)
         if spec.counter is not None:
-            count = min(self.count(ref, port), spec.count)
-        out = np.empty(count, dtype=_dtypes.to_numpy(spec.dtype) if spec.dtype else np.uint8)
-        if count:
-            DeviceBuffer(ptr, out.nbytes, api=rt.api).download(out, rt.stream)
+            shape = (min(self.count(ref, port), math.prod(shape)),)
+        out, raw = _shapes_io.empty_for_read(spec, shape)  # vectors as (..., lanes), strided ports gathered
+        if out.size:
+            DeviceBuffer(ptr, raw.nbytes, api=rt.api).download(raw, rt.stream)
         else:
             rt.synchronize()
-        return out
+        return _shapes_io.gathered(out, raw, spec)
 
     def _counter(self, ref: PortRef, port) -> tuple[CompiledGraph, int]:
         g = self._ensure_built()
@@ -165,8 +159,9 @@ class DataIO:
             self.keep(ref, port, reading=True)
         bid, ptr = self.port_buffer(ref, port)
         spec = port.spec
-        return as_cupy(ptr, self.rt.running().plan.buffers[bid].nbytes, spec.dtype, (spec.count,), self._owner,
-                       self.rt.device.ordinal)
+        g = self.rt.running()
+        dtype, shape = _shapes_io.device_view(spec, _shapes_io.running_shape(g, ref, spec))
+        return as_cupy(ptr, g.plan.buffers[bid].nbytes, dtype, shape, self._owner, self.rt.device.ordinal)
 
     def counter_array(self, ref: PortRef, port):
         g, cid = self._counter(ref, port)
@@ -195,7 +190,9 @@ class DataIO:
         if spec.direction != "in":
             raise ValidationError(f"{port.block.name}.{port.name} is an output; feed() takes an input port",
                                   subject=port.block.name)
-        feed = InputFeed(f"{port.block.name}.{port.name}", spec.dtype, spec.count, api=rt.api)
+        # a vector port streams its lanes as scalars: arrays shaped (..., lanes)
+        dtype, count, _lanes = _shapes_io.stream_layout(spec, math.prod(_shapes_io.current_shape(rt, ref, spec)))
+        feed = InputFeed(f"{port.block.name}.{port.name}", dtype, count, api=rt.api)
         with rt.lock:
             if ref in self.feeds:
                 raise ValueError(f"{port.block.name}.{port.name} is already fed by a stream; dispose that first")
@@ -255,7 +252,16 @@ class DataIO:
                 observer.on_completed()
                 return Disposable()
             self.keep(ref, port)
-            tap = OutputTap(observer.on_next, dtype=spec.dtype, count=spec.count, every=every,
+            emit, dtype, count = observer.on_next, spec.dtype, spec.count
+            if spec.counter is None:  # N-D ports and vector lanes: arrays of the port's shape (at subscription)
+                shape = _shapes_io.current_shape(self.rt, ref, spec)
+                dtype, count, lanes = _shapes_io.stream_layout(spec, math.prod(shape))
+                if lanes or len(shape) > 1:
+                    full = shape + lanes
+
+                    def emit(a, on_next=observer.on_next, full=full):
+                        on_next(a.reshape(full))
+            tap = OutputTap(emit, dtype=dtype, count=count, every=every,
                             as_numpy=kind == "numpy", append=spec.counter is not None, api=api,
                             on_count=on_count)
             entry = (ref, tap, observer)

@@ -6,6 +6,7 @@ folds one change event into the pending plan; the engine's thread applies it bef
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import attrs
@@ -15,6 +16,7 @@ from ..model import _dtypes
 from ..model._describe import Connection, PortRef
 from ..model._errors import ValidationError
 from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound
+from . import _shapes_io
 from ._blocks import Block, PortHandle, resolve_port
 from ._delaystate import check_shared_initial, initial_connection
 from ._io import DataIO
@@ -61,6 +63,7 @@ class Model:
                 del rt.bindings[ref]
             rt.fed = {r for r in rt.fed if r.block != block.id}
             rt.kept = {r for r in rt.kept if r.block != block.id}
+            rt.shapes = {r: s for r, s in rt.shapes.items() if r.block != block.id}
             for ref in [r for r in io.staged if r.block == block.id]:
                 io.forget(ref)
             block._engine = None
@@ -86,6 +89,7 @@ class Model:
             rt.index.add_connection(conn)  # checks what it touches; a refusal changes nothing
             rt.connections[conn.dst] = conn
             rt.fed.discard(conn.dst)
+            rt.shapes.pop(conn.dst, None)  # a connected input takes its source's shape
             self.io.forget(conn.dst)
         rt.pending.add(Connected(conn.src, conn.dst))
 
@@ -106,11 +110,13 @@ class Model:
         spec = port.spec
         rt = self.rt
         where = f"{port.block.name}.{port.name}"
+        ext = _shapes_io.as_elements(ext, spec, where)  # a float32 (..., 4) array is float4 elements
         if spec.dtype and ext.dtype != spec.dtype:
             raise ValidationError(f"cannot bind a {ext.dtype} array to {where}, which takes {spec.dtype}; convert "
                                   f"it first (arr.astype('{_dtypes.to_numpy(spec.dtype)}'))", subject=port.block.name)
-        if ext.count < spec.count:
-            raise ValidationError(f"cannot bind {ext.count} elements to {where}, which needs {spec.count}",
+        need = math.prod(_shapes_io.current_shape(rt, ref, spec))
+        if ext.count < need:
+            raise ValidationError(f"cannot bind {ext.count} elements to {where}, which needs {need}",
                                   subject=port.block.name)
         if ext.device != rt.device.ordinal:
             raise ValidationError(f"the array lives on GPU {ext.device}, but this engine runs on GPU "

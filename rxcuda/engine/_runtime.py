@@ -39,6 +39,7 @@ class Runtime:
     fed: set[PortRef] = attrs.field(factory=set)  # inputs the user fills with write() or feed()
     # ports the user reads, observes, writes, binds or feeds: never sharing memory (PipelineDescription.kept)
     kept: set[PortRef] = attrs.field(factory=set)
+    shapes: dict[PortRef, tuple] = attrs.field(factory=dict)  # inputs the user resized (PipelineDescription.shapes)
     reuse_memory: bool = True  # buffers whose lifetimes never overlap share memory (Engine(reuse_memory=...))
     graph: CompiledGraph | None = None
     frame: int = 0
@@ -56,7 +57,7 @@ class Runtime:
             blocks = tuple(BlockEntry(b.id, b.description, b.values(), b.launches()) for b in self.blocks.values())
             binds = {r: ExternalBinding(e.dtype, e.count) for r, e in self.bindings.items()}
             return PipelineDescription(blocks, tuple(self.connections.values()), binds, frozenset(self.fed),
-                                       kept=frozenset(self.kept))
+                                       kept=frozenset(self.kept), shapes=self.shapes)
 
     def running(self) -> CompiledGraph:
         """The graph now running (callers know there is one)."""

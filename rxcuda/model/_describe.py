@@ -14,7 +14,7 @@ from typing import Literal, NamedTuple
 
 import attrs
 
-from . import _dtypes
+from . import _dtypes, _shapes
 from ._errors import UnknownPortError
 
 ParamKind = Literal["pointer", "scalar"]
@@ -203,7 +203,6 @@ class PortSpec:
     its kernels continue the append buffer connected to it (no reset), or fill their own when none is.
     """
 
-
     name: str
     direction: Literal["in", "out"]
     dtype: str | None
@@ -211,7 +210,29 @@ class PortSpec:
     pins: tuple[Pin, ...]
     required: bool = True
     counter: Pin | tuple[Pin, ...] | None = None
+    # The port's N-D shape (default ``(count,)``; its product is ``count``), its strides in elements (None:
+    # C-contiguous) and the rule that derives its shape from the block's other ports when the pipeline resizes
+    # (rxcuda.model._shapes: Follow, Like, Reduce, Broadcast; None: fixed). Keyword-only, so subclasses keep
+    # their positional fields.
+    shape: tuple[int, ...] = attrs.field(default=(), kw_only=True)
+    strides: tuple[int, ...] | None = attrs.field(default=None, kw_only=True)
+    rule: object = attrs.field(default=None, kw_only=True)
+    #: elements the buffer spans (``count`` unless ``strides`` leave gaps)
+    extent: int = attrs.field(init=False, eq=False, repr=False)
 
+    def __attrs_post_init__(self):
+        if not self.shape:
+            shape: tuple[int, ...] = (self.count,)
+        else:
+            shape = _shapes.check_shape(self.shape, f"{self.name}: shape")
+            if math.prod(shape) != self.count:
+                raise ValueError(f"port '{self.name}': shape {shape} holds {math.prod(shape)} elements, but 'count' "
+                                 f"is {self.count}")
+        object.__setattr__(self, "shape", shape)
+        strides = _shapes.check_strides(self.strides, shape, f"{self.name}: strides")
+        object.__setattr__(self, "strides", strides)
+        _shapes.check_rule(self.rule, self.direction, self.name)
+        object.__setattr__(self, "extent", _shapes.extent(shape, strides))
 
     @property
     def counter_pins(self) -> tuple[Pin, ...]:
@@ -241,6 +262,9 @@ class ScalarSpec:
     dtype: str
     default: float | int
     pins: tuple[Pin, ...]
+    # derived from a shape: (port, None) takes the port's element count, (port, axis) the length of one axis,
+    # whenever the planner resolves that port to a shape other than the declared one (a resize)
+    size_of: tuple[str, int | None] | None = None
 
 
 @attrs.frozen
@@ -252,6 +276,7 @@ class InternalBuffer:
     count: int
     writer: Pin
     readers: tuple[Pin, ...]
+    like: str | None = None  # a port whose resolved element count this buffer takes when the pipeline resizes
 
 
 @attrs.frozen
@@ -261,6 +286,7 @@ class KernelSpec:
     name: str
     code: KernelCode
     launch: Launch
+    grid_of: str | None = None  # a port whose resolved shape gives the grid when the pipeline resizes
 
 
 Step = KernelSpec | CallSpec
@@ -392,6 +418,9 @@ class PipelineDescription:
     # ports the user reads, observes, writes, binds or feeds (the engine adds them): memory reuse never gives
     # their buffers to another buffer, so what is read there is the port's own value
     kept: frozenset[PortRef] = frozenset()
+    # inputs the user resized (engine.resize, engine.write(..., resize=True)): port -> shape; what flows from
+    # there downstream is resolved by the planner (rxcuda.engine.plan._shapes)
+    shapes: Mapping[PortRef, tuple[int, ...]] = attrs.field(factory=dict, converter=lambda m: dict(m))
     # id -> entry, built once: lookups by id stay O(1) however large the pipeline (the first entry wins
     # where a hand-built description repeats an id; the planner refuses that)
     _by_id: Mapping[int, BlockEntry] = attrs.field(init=False, repr=False, eq=False)

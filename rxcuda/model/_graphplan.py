@@ -170,6 +170,9 @@ class GraphPlan:
     # first buffer of its group, for every member. A buffer in no group has memory of its own.
     shared: tuple[tuple[int, ...], ...] = ()
     storage: Mapping[int, int] = attrs.field(factory=dict)
+    # resolved shapes of the ports whose shape differs from the declared one (a resize upstream, a 2-D output
+    # into a 1-D input, ...): ``shapes.get(ref, spec.shape)`` is a port's shape (rxcuda.engine.plan._shapes)
+    shapes: Mapping[PortRef, tuple[int, ...]] = attrs.field(factory=dict)
 
     def topology(self) -> tuple:
         """Node kinds and dependencies: equal topologies allow cuGraphExecUpdate instead of instantiating."""

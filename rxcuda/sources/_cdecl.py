@@ -223,7 +223,7 @@ def _literal(text: str) -> float | int | str:
         raise ValueError(f"default {text!r} is not a number or 'size'") from None
 
 
-def _parse_param(text: str, file: str, line: int) -> DeclaredParam:
+def _parse_param(text: str, file: str, line: int, structs: dict[str, str] | None = None) -> DeclaredParam:
     def fail(msg: str) -> CompileError:
         return declaration_error(file, line, msg)
 
@@ -265,6 +265,8 @@ def _parse_param(text: str, file: str, line: int) -> DeclaredParam:
     base_name = " ".join(base)
     dtype = _dtypes.from_c_name(base_name)
     pointer = stars > 0
+    if dtype is None and structs:  # a struct the source declares
+        dtype = structs.get(base_name)
     if stars > 1 or "&" in tokens:
         dtype = None
     if pointer:
@@ -295,6 +297,7 @@ def parse_declarations(source: str, file: str = "<source>") -> dict[str, KernelD
     [('a', 'f32*', 'in', None), ('b', 'f32*', 'out', None), ('n', 'i32', 'in', 'size')]
     """
     clean = _clean_source(source)
+    structs = parse_structs(clean, cleaned=True)
     blocks = []
     for m in _EXTERN_BLOCK_RE.finditer(clean):
         end = _matching(clean, m.end() - 1, "{", "}")
@@ -320,7 +323,7 @@ def parse_declarations(source: str, file: str = "<source>") -> dict[str, KernelD
         for raw in _split_params(clean[open_ + 1 : close]):
             pos = clean.find(raw, offset)
             offset = pos + len(raw) if pos >= 0 else offset
-            params.append(_parse_param(raw, file, clean.count("\n", 0, max(pos, 0)) + 1))
+            params.append(_parse_param(raw, file, clean.count("\n", 0, max(pos, 0)) + 1, structs))
         seen = set()
         for p in params:
             if p.name in seen:
@@ -330,6 +333,76 @@ def parse_declarations(source: str, file: str = "<source>") -> dict[str, KernelD
         found[name] = KernelDeclaration(entry=name, params=tuple(params), line=line, file=file,
                                         block_size=_launch_bounds(prefix + " " + head.group(0)))
     return found
+
+
+_STRUCT_RE = re.compile(r"\b(typedef\s+)?struct\s+((?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s*)*)"
+                        r"([A-Za-z_]\w*)?\s*((?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s*)*)\{")
+_ALIGN_RE = re.compile(r"(?:__align__|alignas)\s*\(\s*(\d+)\s*\)")
+_FIELD_RE = re.compile(r"^((?:const\s+|volatile\s+)*)([A-Za-z_][\w\s]*?)\s+([A-Za-z_]\w*)\s*(?:\[\s*(\d+)\s*\])?$")
+
+
+def parse_structs(source: str, *, cleaned: bool = False) -> dict[str, str]:
+    """The plain structs a CUDA C++ source declares (``struct Name { float3 pos; float mass; };`` or
+    ``typedef struct { ... } Name;``), each declared as an rxcuda dtype (see ``rxcuda.struct``): name ->
+    dtype name. A struct rxcuda cannot lay out (a field of an unknown type, a bit field, a member function)
+    is left out: a pointer to it stays untyped, as any type rxcuda does not know.
+
+    >>> parse_structs("struct P { float3 pos; float mass; };")["P"]
+    'P{pos:float3,mass:f32}'
+    """
+    clean = source if cleaned else _clean_source(source)
+    found: dict[str, str] = {}
+    for m in _STRUCT_RE.finditer(clean):
+        typedef, name = bool(m.group(1)), m.group(3)
+        close = _matching(clean, m.end() - 1, "{", "}")
+        if close < 0:
+            continue
+        if typedef:  # typedef struct [Tag] { ... } Name;
+            tail = re.match(r"\s*([A-Za-z_]\w*)\s*;", clean[close + 1:])
+            if tail is None:
+                continue
+            name = tail.group(1)
+        if name is None:
+            continue
+        aligns = [int(a) for a in _ALIGN_RE.findall((m.group(2) or "") + (m.group(4) or ""))]
+        try:
+            fields = _struct_fields(clean[m.end():close], found)
+            found[name] = _dtypes.struct(name, fields, known=found, align=max(aligns, default=0))
+        except (ValueError, _Unreadable):
+            continue
+    return found
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _struct_fields(body: str, known: dict[str, str]) -> list[tuple[str, str]]:
+    fields: list[tuple[str, str]] = []
+    for raw in body.split(";"):
+        decl = " ".join(raw.split())
+        if not decl:
+            continue
+        if "(" in decl or "{" in decl or ":" in decl.replace("::", ""):
+            raise _Unreadable(f"'{decl}' is not a plain field")
+        if decl.startswith("static "):
+            continue
+        decl = _ALIGN_RE.sub(" ", decl).strip()
+        head, *more = [d.strip() for d in decl.split(",")]
+        m = _FIELD_RE.match(head)
+        if m is None:
+            raise _Unreadable(f"cannot read the field '{decl}'")
+        ctype = " ".join(w for w in m.group(2).split() if w != "struct")
+        for part in [head, *more]:
+            fm = _FIELD_RE.match(part) if part is head else re.match(r"^([A-Za-z_]\w*)\s*(?:\[\s*(\d+)\s*\])?$", part)
+            if fm is None:
+                raise _Unreadable(f"cannot read the field '{part}'")
+            fname, length = (fm.group(3), fm.group(4)) if part is head else (fm.group(1), fm.group(2))
+            dtype = _dtypes.from_c_name(ctype) or known.get(ctype)
+            if dtype is None:
+                raise _Unreadable(f"field '{fname}' has type '{ctype}', which rxcuda does not know")
+            fields.append((fname, f"{dtype}[{length}]" if length else dtype))
+    return fields
 
 
 _BOUNDS_RE = re.compile(r"__launch_bounds__\s*\(\s*([^,()]+)")

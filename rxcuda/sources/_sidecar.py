@@ -28,7 +28,7 @@ from ..model._describe import DIRECTIONS, Direction, KernelParam, KernelSignatur
 from ..model._errors import KernelFileError
 from ._paths import decode_text
 
-_TOP_KEYS = ("entry", "block_size", "shared_mem", "params", "append")
+_TOP_KEYS = ("entry", "block_size", "shared_mem", "params", "append", "structs")
 _PARAM_KEYS = ("name", "type", "direction", "default")
 _APPEND_KEYS = ("data", "counter")
 _TYPE_CHOICES = ", ".join([*_dtypes.TYPE_NAMES, *(t + "*" for t in _dtypes.TYPE_NAMES), "void*"])
@@ -131,12 +131,13 @@ def parse_sidecar(data: str | Mapping[str, Any], path: str = "<sidecar>") -> Sid
     if not _is_int(shared_mem) or shared_mem < 0:
         raise fail(f"'shared_mem' must be a non-negative int, in bytes (got {shared_mem!r})")
 
+    structs = _parse_structs(data.get("structs", {}), fail)
     params = None
     if "params" in data:
         raw = data["params"]
         if not isinstance(raw, list):
             raise fail(f"'params' must be a list of objects (got {type(raw).__name__})")
-        params = [_parse_param(p, i, fail) for i, p in enumerate(raw)]
+        params = [_parse_param(p, i, fail, structs) for i, p in enumerate(raw)]
         seen: dict[str, int] = {}
         for i, p in enumerate(params):
             if p.name in seen:
@@ -163,7 +164,24 @@ def parse_sidecar(data: str | Mapping[str, Any], path: str = "<sidecar>") -> Sid
     )
 
 
-def _parse_param(raw: Any, i: int, fail) -> SidecarParam:
+def _parse_structs(raw: Any, fail) -> dict[str, str]:
+    """``"structs": {"Particle": {"pos": "float3", "vel": "float3", "mass": "f32"}}``: name -> dtype name,
+    in order (a struct may use those before it)."""
+    if not isinstance(raw, Mapping):
+        raise fail('\'structs\' must be an object like {"Particle": {"pos": "float3", "mass": "f32"}}')
+    found: dict[str, str] = {}
+    for name, fields in raw.items():
+        if not isinstance(fields, Mapping):
+            raise fail(f"structs: '{name}' must be an object of field names to types, like "
+                       '{"pos": "float3", "mass": "f32"}')
+        try:
+            found[name] = _dtypes.struct(name, fields, known=found)
+        except ValueError as e:
+            raise fail(f"structs: {e}") from None
+    return found
+
+
+def _parse_param(raw: Any, i: int, fail, structs: Mapping[str, str] | None = None) -> SidecarParam:
     if not isinstance(raw, Mapping):
         raise fail(f'params[{i}] must be an object like {{"name": "x", "type": "f32*"}} (got {raw!r})')
     name = raw.get("name")
@@ -181,11 +199,17 @@ def _parse_param(raw: Any, i: int, fail) -> SidecarParam:
     base = text[:-1].strip() if pointer else text
     if pointer and base == "void":
         dtype = None
+    elif structs and base in structs:
+        dtype = structs[base]
     else:
         try:
             dtype = _dtypes.dtype_name(base)
         except ValueError:
-            raise fail(f"{where}: 'type' must be one of {_TYPE_CHOICES} (got {spelled!r})") from None
+            raise fail(f"{where}: 'type' must be one of {_TYPE_CHOICES} (got {spelled!r}); pointers may also point "
+                       "to a vector type ('float4*') or a struct declared under 'structs' ('Particle*')") from None
+    if not pointer and (_dtypes.vector_layout(dtype) or _dtypes.struct_type(dtype)):
+        raise fail(f"{where}: a {_dtypes.describe(dtype)} is passed by pointer ('{spelled}*'); a scalar parameter "
+                   "takes one number: pass its components as separate scalars")
 
     direction = raw.get("direction", "inout" if pointer else "in")
     if direction not in DIRECTIONS:

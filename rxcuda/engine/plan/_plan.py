@@ -33,7 +33,7 @@ from ...model._graphplan import (
     NodePlan,
     ScalarArg,
 )
-from . import _appends, _delays, _liveness
+from . import _appends, _delays, _liveness, _shapes
 
 
 class _Report:
@@ -113,8 +113,9 @@ def check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sour
 
 
 def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sources: Mapping[PortRef, PortRef],
-                      bound: Container[PortRef], report: _Report) -> bool:
-    """Report what is wrong with ``c`` (see check_connection); True when nothing is."""
+                      bound: Container[PortRef], report: _Report, reshaped: list | None = None) -> bool:
+    """Report what is wrong with ``c`` (see check_connection); True when nothing is. ``reshaped`` collects the
+    connections that join different (compatible) declared shapes: the planner then resolves shapes."""
     ports = []
     for end, want in ((c.src, "out"), (c.dst, "in")):
         block = blocks.get(end.block)
@@ -144,17 +145,20 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
             report.error(problem, _label(blocks, c.dst), c.dst.block)
             return False
     ok = True
-    if sp.dtype and dp.dtype and sp.dtype != dp.dtype:
+    if sp.dtype != dp.dtype and sp.dtype and dp.dtype:  # element types, then shapes (rxcuda.engine.plan._shapes)
         s, d = _label(blocks, c.src), _label(blocks, c.dst)
-        report.error(f"cannot connect {s} ({sp.dtype}) to {d} ({dp.dtype}): element types differ; "
-                     f"insert a conversion block or declare both ports as {sp.dtype}"
-                     + (_delays.MISMATCH_HINT if c.delay else ""), d, c.dst.block)
-        ok = False
-    if sp.count != dp.count:
+        problem = _shapes.dtype_problem(s, d, sp, dp)
+        if problem is not None:
+            report.error(problem + (_delays.MISMATCH_HINT if c.delay else ""), d, c.dst.block)
+            ok = False
+    if sp.shape != dp.shape or sp.strides != dp.strides:
         s, d = _label(blocks, c.src), _label(blocks, c.dst)
-        report.error(f"cannot connect {s} ({sp.count} elements) to {d} ({dp.count} elements): sizes differ; "
-                     "give both blocks the same size" + (_delays.MISMATCH_HINT if c.delay else ""), d, c.dst.block)
-        ok = False
+        problem = _shapes.layout_problem(s, d, sp, dp)
+        if problem is not None:
+            report.error(problem + (_delays.MISMATCH_HINT if c.delay else ""), d, c.dst.block)
+            ok = False
+        elif reshaped is not None:
+            reshaped.append(c)
     if c.dst in sources:
         d = _label(blocks, c.dst)
         report.error(f"{d} is already connected from {_label(blocks, sources[c.dst])}; an input takes one "
@@ -168,13 +172,16 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
     return ok
 
 
-def _validate_connections(desc: PipelineDescription, report: _Report) -> None:
+def _validate_connections(desc: PipelineDescription, report: _Report) -> bool:
+    """Check every connection; True when one joins different (compatible) declared shapes."""
     blocks = {b.id: b.desc for b in desc.blocks}
     sources: dict[PortRef, PortRef] = {}
     bindings = desc.bindings
+    reshaped: list = []
     for c in desc.connections:
-        if _check_connection(c, blocks, sources, bindings, report):
+        if _check_connection(c, blocks, sources, bindings, report, reshaped):
             sources[c.dst] = c.src
+    return bool(reshaped)
 
 
 def cycle_message(names: list[str]) -> str:
@@ -320,6 +327,7 @@ class _Planner:
         self.delayed: dict[PortRef, PortRef] = {}  # input -> the output feeding it through a delayed connection
         self.append_users: dict | None = None  # append port -> its readers, once a chain needs them (_appends)
         self.report = _Report()
+        self.resolved = _shapes.NOTHING  # shapes that differ from the declared ones (set in _run)
 
     def buffer(self, key: tuple, label: str, dtype, count: int, kind: BufferKind) -> int:
         bid = self.by_key.get(key)
@@ -343,12 +351,14 @@ class _Planner:
     def _run(self) -> tuple[GraphPlan | None, _Report]:
         desc, report = self.desc, self.report
         unique = _validate_blocks(desc, report)
-        _validate_connections(desc, report)
+        reshaped = _validate_connections(desc, report)
         blocks = _order_blocks(desc, report)
         _validate_inputs(desc, unique, report)
         sources, self.delayed = _delays.split_sources(desc.connections)
         if self.delayed:
             _delays.check_initials(desc, report)
+        # every port's shape, in topological order (nothing to do unless something was resized or reshaped)
+        self.resolved = _shapes.resolve(desc, blocks, sources, self.delayed, reshaped, report)
         # In topological order every connected input's source block has been emitted already, so one pass
         # gives each port its buffer and emits the block's nodes. With errors found above every block is still
         # emitted (only for the problems inside its kernels: the plan is dropped), so a block after a cycle or a
@@ -371,6 +381,7 @@ class _Planner:
             recapture={k: tuple(v) for k, v in self.recapture.items()},
             kernel_nodes=self.kernel_nodes,
             delays=delays,
+            shapes=self.resolved.shapes,
             warnings=tuple(report.problems),  # no errors: all of them are warnings
         )
         return (_liveness.share_memory(gp, desc) if self.reuse_memory else gp), report
@@ -379,6 +390,8 @@ class _Planner:
         d, bid, label = b.desc, b.id, b.desc.name
         bindings, fed, nodes, port_buffers = self.desc.bindings, self.desc.fed, self.nodes, self.port_buffers
         buffer_args, slots, values = self.buffer_args, self.slots, b.values
+        # what a resize changes in this block (None: nothing): counts, derived scalars, launches (see _shapes)
+        shaped = self.resolved.blocks.get(bid) if self.resolved.blocks else None
         # (kernel, parameter index) -> buffer id or scalar name; plain tuples hash faster than Pins
         pin_buffer: dict[tuple[str, int], int] = {}
         for p in d.ports:
@@ -389,18 +402,20 @@ class _Planner:
             prev = self.delayed.get(ref) if buf is None and self.delayed else None
             if prev is not None:  # a delayed input reads its source's previous-frame buffer
                 buf = self.buffer(_delays.delay_key(prev), _delays.buffer_label(self.desc, prev), p.dtype,
-                                  p.count, "delay")
+                                  self.resolved.count_of(prev, p.extent), "delay")
             elif buf is None:
                 kind: BufferKind = ("external" if ref in bindings else "port" if p.direction == "out" or ref in fed
                                     or p.counter is not None else "zeros")
-                buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, p.count, kind)
+                count = p.extent if shaped is None else shaped.counts.get(p.name, p.extent)
+                buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, count, kind)
             port_buffers[ref] = buf
             for pin in p.pins:
                 pin_buffer[pin.kernel, pin.param] = buf
             if p.counter is not None:  # one counter per append buffer, reset once (see _appends)
                 _appends.emit_counter(self, bid, label, p, ref, src, pin_buffer)
         for ib in d.internals:
-            iid = self.buffer(("internal", bid, ib.name), f"{label}/{ib.name}", ib.dtype, ib.count, "internal")
+            count = ib.count if shaped is None else shaped.internals.get(ib.name, ib.count)
+            iid = self.buffer(("internal", bid, ib.name), f"{label}/{ib.name}", ib.dtype, count, "internal")
             for pin in (ib.writer, *ib.readers):
                 pin_buffer[pin.kernel, pin.param] = iid
         scalar_of: dict[tuple[str, int], str] = {}
@@ -445,6 +460,8 @@ class _Planner:
                     args.append(ScalarArg(bid, None, prm.dtype, prm.size, prm.default))
                     continue
                 value = values[name] if name in values else b.value(name)
+                if shaped is not None and name in shaped.values:  # a size that followed a resize
+                    value = shaped.values[name]
                 args.append(ScalarArg(bid, name, prm.dtype, prm.size, value))
                 if call is None:
                     slot = (bid, name)
@@ -467,6 +484,8 @@ class _Planner:
             else:
                 assert isinstance(step, KernelSpec)
                 launch = b.launches.get(sname) or step.launch
+                if shaped is not None and sname in shaped.launches:  # a grid that followed a resize
+                    launch = shaped.launches[sname]
                 node = KernelNodePlan(nid, bid, sname, step.code.key, launch, tuple(args), frozenset(reads),
                                       frozenset(writes), f"{label}/{sname}")
             self.kernel_nodes[(bid, sname)] = nid
