@@ -45,3 +45,10 @@ def test_peaks_refines_only_when_loud(tmp_path):
     proc = run_example("peaks.py", "30", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK: 30 frames, 10 refined on the GPU's decision" in proc.stdout
+
+
+def test_particles_match_numpy_and_a_batch_matches_ticks(tmp_path):
+    proc = run_example("particles.py", "200", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK: 200 frames match NumPy" in proc.stdout and "run_batch(120) equals 120 ticks" in proc.stdout
+    assert list(tmp_path.iterdir()) == []  # forces.cu lived in a temporary folder
