@@ -14,7 +14,8 @@ graph and launches it every frame; every change is applied with the cheapest leg
 
 Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (cuBLAS, cuFFT, cuRAND,
 cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators), ``rxcuda.lowlevel``
-(the pipeline as data: descriptions and the planner).
+(the pipeline as data: descriptions and the planner), ``rxcuda.view`` (pictures of the graph: ``to_dot``,
+``engine.save_graph``).
 """
 
 import logging as _logging
@@ -50,6 +51,7 @@ from .sources._compose import ComposeError, In, InOut, Out, compose, elementwise
 from .sources._files import load_kernel_file
 from .sources._load import load_source
 from .sources._nvrtc import compile_cuda
+from .view._dot import GraphvizNotFoundError, save_graph, to_dot  # importing view installs engine.to_dot & co.
 
 # a library logs, the application decides where it goes (nothing is printed unless it configures logging)
 _logging.getLogger("rxcuda").addHandler(_logging.NullHandler())
@@ -79,6 +81,7 @@ __all__ = [
     "ForeignBlockError",
     "Frame",
     "GraphPlan",
+    "GraphvizNotFoundError",
     "In",
     "InOut",
     "KernelCode",
@@ -109,5 +112,7 @@ __all__ = [
     "numpy_dtype",
     "plan",
     "probe",
+    "save_graph",
     "struct",
+    "to_dot",
 ]

@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--kernels", type=Path, default=None, metavar="DIR",
                       help="folder with vector_add, scalar_mul and append_above (.ptx + .json); default: "
                       "$RXCUDA_KERNELS, else the kernels shipped with rxcuda")
+    demo.add_argument("--dot", type=Path, default=None, metavar="FILE",
+                      help="also write a picture of the pipeline to FILE: DOT text for .dot (needs nothing), "
+                      ".svg/.png/.pdf through Graphviz; after a GPU run it shows each block's state")
     demo.set_defaults(func=_cmd_demo, command=demo.prog)
 
     _add_optional_commands(sub)
@@ -272,6 +275,9 @@ _BUFFER_KINDS = {
 def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None = None) -> int:
     out = out or sys.stdout
     kernels = find_kernels(args.kernels)
+    dot = getattr(args, "dot", None)
+    if dot is not None:
+        _check_dot(dot)
     if engine_factory is None:
         from .cuda._driver import probe
 
@@ -281,18 +287,43 @@ def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None =
             print(f"The quickstart pipeline, {args.size} float32 elements per buffer, as the planner builds it:",
                   file=out)
             print(format_plan(blocks, gp, desc.fed), file=out)
+            if dot is not None:
+                _write_dot(desc, dot, out, gp)
             if not ok:
                 print(f"Running it needs a CUDA device, and this machine has none: {why}", file=out)
             return 0
         from .engine._engine import Engine
 
         engine_factory = Engine
-    return run_demo(kernels, args.frames, args.size, engine_factory, out)
+    return run_demo(kernels, args.frames, args.size, engine_factory, out, dot=dot)
 
 
-def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, out: TextIO) -> int:
+def _check_dot(path: Path) -> None:
+    """Refuse ``--dot FILE`` before any work: a format save_graph does not write, or Graphviz missing for
+    .svg/.png/.pdf (rxcuda.GraphvizNotFoundError says how to install it)."""
+    from .view._dot import format_of, render
+
+    fmt = format_of(path, None)
+    if fmt not in ("dot", "gv"):
+        render("digraph {}", fmt)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"--dot {path}: the folder {path.parent} does not exist")
+
+
+def _write_dot(what, path: Path, out: TextIO, plan=None) -> None:
+    """Write the picture of ``what`` (an engine, or the demo's description with its ``plan``) for ``--dot``."""
+    from .view._dot import format_of, save_graph
+
+    save_graph(what, path, plan=plan)
+    hint = f" (render it: dot -Tsvg {path} -o pipeline.svg)" if format_of(path, None) in ("dot", "gv") else ""
+    print(f"wrote a picture of the pipeline to {path}{hint}", file=out)
+
+
+def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, out: TextIO,
+             dot: Path | None = None) -> int:
     """Run the pipeline for ``frames`` frames, hot-updating 'scale' every SEGMENT frames, and check the last
-    frame of each segment against NumPy. Returns 0 when every check passed, 1 otherwise."""
+    frame of each segment against NumPy. Returns 0 when every check passed, 1 otherwise. ``dot``: write a
+    picture of the pipeline there at the end (``--dot FILE``), with each block's state."""
     rng = np.random.default_rng(7)
     a = rng.standard_normal(size).astype(np.float32)
     b = rng.standard_normal(size).astype(np.float32)
@@ -316,6 +347,8 @@ def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, ou
                     log = list(getattr(engine, "diagnostic_log", ()))
                     why = log[-1].message if log else "nothing was built"
                     print(f"the pipeline did not build: {why}", file=out)
+                    if dot is not None:
+                        _write_dot(engine, dot, out)
                     return 1
             elif i % SEGMENT == 0:
                 hot_ticks.append(frame.host_us)
@@ -333,6 +366,8 @@ def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, ou
                 if problem:
                     failures.append(problem)
         rebuilds = getattr(engine, "rebuilds", None)
+        if dot is not None:
+            _write_dot(engine, dot, out)
     print(f"per frame (tick with sync): median {_median(ticks)}; with a hot update of 'scale': median "
           f"{_median(hot_ticks)}", file=out)
     if hot_ticks:

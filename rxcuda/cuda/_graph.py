@@ -426,6 +426,17 @@ class CompiledGraph:
                 e.node = label
                 raise
 
+    def debug_dot(self, path, *, verbose: bool = False) -> None:
+        """Write the driver's own DOT description of this graph to ``path`` (``cuGraphDebugDotPrint``): the
+        topology, node types and ids, kernel names, memcpy directions; ``verbose=True`` adds every node's
+        parameters, attributes and handles (CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE). For debugging the build."""
+        import os
+
+        if self.graph is None:
+            raise RuntimeError("this graph was closed: there is nothing to describe")
+        flags = int(self.api.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE) if verbose else 0
+        check(self.api.cuGraphDebugDotPrint(self.graph, os.fsencode(path), flags), "cuGraphDebugDotPrint")
+
     # -- lifetime --------------------------------------------------------------------------------------
     def _destroy_graphs(self) -> None:
         drv = self.api

@@ -271,6 +271,25 @@ class NullDriver:
     def cuGraphGetNodes(self, graph, count):
         return self._call("cuGraphGetNodes", (int(graph), count), ([], 0))
 
+    def cuGraphDebugDotPrint(self, graph, path, flags):
+        """Writes a small placeholder DOT file that says it is the null driver's (it keeps no graphs to
+        describe); an unwritable path fails as the driver's does, with CUDA_ERROR_OPERATING_SYSTEM."""
+        import os
+
+        def write():
+            nodes = sum(1 for name, args in self.calls
+                        if name.startswith("cuGraphAdd") and args and args[0] == int(graph))
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f'digraph "null driver" {{\n  label="rxcuda NullDriver: no CUDA driver ran, so there is no '
+                        f'driver picture of graph {int(graph):#x} ({nodes} nodes added)";\n  null_driver '
+                        f'[shape=note, label="NullDriver placeholder"];\n}}\n')
+            return ()
+
+        try:
+            return self._call("cuGraphDebugDotPrint", (int(graph), os.fsdecode(path), int(flags)), write)
+        except OSError:
+            return (_real.CUresult.CUDA_ERROR_OPERATING_SYSTEM,)
+
     def cuGraphInstantiate(self, graph, flags):
         return self._call("cuGraphInstantiate", (int(graph), flags), lambda: (self._new("exec", _real.CUgraphExec),))
 

@@ -20,6 +20,7 @@ ALLOWED = {
     "sources": {"model", "cuda"},
     "libraries": {"model", "cuda", "sources"},
     "engine": {"model", "cuda", "streams", "sources", "libraries"},
+    "view": {"model", "cuda", "streams", "sources", "libraries", "engine"},  # seeing inside: the top layer
 }
 FACADE = {"__init__.py", "__main__.py", "_cli.py", "lang.py", "lowlevel.py"}
 

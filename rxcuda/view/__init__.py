@@ -1,0 +1,24 @@
+"""Seeing inside a running pipeline: pictures of the graph (DOT), above the engine.
+
+``to_dot(x)`` draws an Engine, a PipelineDescription or a GraphPlan as DOT text in pure Python (no GPU, no
+Graphviz); ``save_graph(x, "pipeline.svg")`` renders it through Graphviz (optional: ``pip install graphviz``
+and the system ``dot``), or writes the text for ``.dot``; ``save_driver_graph(engine, path)`` writes the CUDA
+driver's own picture of the running graph (cuGraphDebugDotPrint).
+
+Importing this package (``import rxcuda`` does) installs the conveniences ``engine.to_dot()``,
+``engine.save_graph(path)``, ``engine.save_driver_graph(path)`` and ``plan.to_dot()``: the engine never
+imports this package (DESIGN.md, "Layout": view sits above engine).
+
+>>> import rxcuda
+>>> with rxcuda.Engine(driver=rxcuda.cuda.NullDriver()) as engine:
+...     _ = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=16))
+...     engine.to_dot() == rxcuda.view.to_dot(engine)
+True
+"""
+
+from ._dot import GraphvizNotFoundError, save_driver_graph, save_graph, to_dot
+from ._dot import install as _install_dot
+
+_install_dot()
+
+__all__ = ["GraphvizNotFoundError", "save_driver_graph", "save_graph", "to_dot"]

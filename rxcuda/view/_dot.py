@@ -1,0 +1,688 @@
+"""Pictures of the graph: DOT text for an engine, a pipeline description or a graph plan, in pure Python.
+
+``to_dot(x)`` draws
+
+* an :class:`~rxcuda.Engine` or a :class:`~rxcuda.lowlevel.PipelineDescription` as the pipeline: one node per
+  block (its input ports on the left, its output ports on the right, each with its type and shape, then its
+  parameters), one edge per connection from the output port to the input port, labelled with what flows
+  (``f32[4096]`` and its size in bytes); a delayed connection is dashed and labelled ``delay 1``; inputs the
+  user feeds or binds are marked ``(fed)`` / ``(bound)``; regions are clusters labelled ``If check.flag``,
+  ``For n=5``, ... (an ``IfElse`` holds two, ``then`` and ``else``), composite instances are clusters too
+  (nested ones nested). An engine's blocks are coloured by state: ok green, warning amber (the block's state,
+  or a warning about it in ``engine.diagnostic_log``), error red, not built grey;
+* a :class:`~rxcuda.GraphPlan` node by node: kernel, library call, memset, copy and region nodes with their
+  dependency edges (labelled with the buffers that order them), region bodies as clusters.
+
+The text is deterministic (blocks, connections and regions in the pipeline's order), so it can be compared
+and diffed. ``save_graph`` renders it through Graphviz (the ``graphviz`` Python package and the system ``dot``
+program, both optional) or writes the text itself for ``.dot``. ``save_driver_graph`` asks the CUDA driver for
+its own picture of the graph it runs (``cuGraphDebugDotPrint``), for debugging the build itself.
+
+>>> import rxcuda
+>>> from rxcuda.cuda import NullDriver
+>>> with rxcuda.Engine(driver=NullDriver()) as engine:
+...     add = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024))
+...     text = rxcuda.to_dot(engine)
+>>> text.splitlines()[0]
+'digraph pipeline {'
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import pathlib
+import re
+from collections.abc import Iterable, Mapping
+
+from ..engine._composite import CompositeInstance
+from ..engine._engine import Engine
+from ..model import _dtypes
+from ..model._describe import BlockEntry, KernelSpec, PipelineDescription, PortRef, PortSpec
+from ..model._errors import RxcudaError
+from ..model._graphplan import (
+    CallNodePlan,
+    CopyNodePlan,
+    GraphPlan,
+    KernelNodePlan,
+    MemsetNodePlan,
+    RegionNodePlan,
+)
+from ..model._regions import RegionSpec
+
+# block state -> (fill, border) colours; None: a description, which has no states
+STATE_COLOURS: Mapping[str | None, tuple[str, str]] = {
+    "ok": ("#e6f4ea", "#1e8e3e"),
+    "warning": ("#fef7e0", "#e37400"),
+    "error": ("#fce8e6", "#d93025"),
+    "not built": ("#f1f3f4", "#80868b"),
+    None: ("#ffffff", "#5f6368"),
+}
+_WORST_FIRST = ("error", "warning", "not built", "ok")
+_REGION_NAMES = {"if": "If", "ifelse": "IfElse", "while": "While", "for": "For"}
+_FONT = 'fontname="Helvetica"'
+_MESSAGE_CHARS = 80  # a state message longer than this is cut in the label (the tooltip holds all of it)
+FORMATS = ("svg", "png", "pdf", "dot", "gv")
+
+
+class GraphvizNotFoundError(RxcudaError, RuntimeError):
+    """Rendering a picture needs Graphviz: the ``graphviz`` Python package and the system ``dot`` program.
+    The message says which one is missing and how to install it; ``.dot`` files need neither."""
+
+
+# -- text helpers -------------------------------------------------------------------------------------------
+def quote(text: object) -> str:
+    r"""``text`` as a quoted DOT string: quotes and backslashes escaped, line breaks as ``\n``.
+
+    >>> print(quote('say "hi"'))
+    "say \"hi\""
+    """
+    s = str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\r\n", "\n").replace("\n", "\\n")
+    return f'"{s}"'
+
+
+def _lines(*parts: str) -> str:
+    """Several lines as one quoted DOT label (each part escaped, joined by centred line breaks)."""
+    return quote("\n".join(p for p in parts if p))
+
+
+def _h(text: object) -> str:
+    """``text`` for an HTML-like label (``&``, ``<``, ``>`` and quotes escaped)."""
+    return html.escape(str(text), quote=True)
+
+
+def _ident(text: str) -> str:
+    """A bare DOT identifier made from ``text`` (letters, digits and underscores)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text, flags=re.ASCII)
+
+
+def size_text(nbytes: int) -> str:
+    """Bytes for a label: ``"16 KiB"``, ``"1.5 MiB"``, ``"12 B"``."""
+    value, unit = float(nbytes), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{int(nbytes)} B" if unit == "B" else f"{value:.3g} {unit}"
+
+
+def _dtype_text(dtype: str | None) -> str:
+    if dtype is None:
+        return "any"
+    struct = _dtypes.struct_type(dtype)
+    return struct.name if struct is not None else dtype
+
+
+def type_text(dtype: str | None, shape: Iterable[int]) -> str:
+    """A port's type as labels show it: ``f32[4096]``, ``f32[64x64]``, ``float4[1024]``, ``any[1]``."""
+    return f"{_dtype_text(dtype)}[{'x'.join(str(int(d)) for d in shape)}]"
+
+
+def _nbytes(dtype: str | None, shape: Iterable[int]) -> int | None:
+    if dtype is None:
+        return None
+    try:
+        return _dtypes.itemsize(dtype) * math.prod(shape)
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _value_text(v: object) -> str:
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+# -- the pipeline -------------------------------------------------------------------------------------------
+class _Container:
+    """A cluster of the pipeline picture: a region, one body of an IfElse, or a composite instance."""
+
+    def __init__(self, key: str, label: str, style: str, blocks: set[int]):
+        self.key = key
+        self.label = label
+        self.style = style  # graph attributes as statements: 'style="dashed"; color="#8430ce"'
+        self.blocks = blocks
+        self.children: list[_Container] = []
+        self.placeholder: str | None = None  # an empty body gets one invisible-looking node, so it is drawn
+
+
+class _Pipeline:
+    """Builds the DOT text of a pipeline (see the module docstring)."""
+
+    def __init__(self, desc: PipelineDescription, *, states: Mapping[int, str] | None = None,
+                 messages: Mapping[int, str] | None = None, composites=(), plan: GraphPlan | None = None,
+                 title: str = ""):
+        self.desc = desc
+        self.states = states
+        self.messages = messages or {}
+        self.shapes: dict[PortRef, tuple[int, ...]] = dict(desc.shapes)
+        if plan is not None:
+            self.shapes.update(plan.shapes)
+        self.composites = composites
+        self.title = title
+        self.ids = {b.id for b in desc.blocks}
+        self.regions = {r.id: r for r in desc.regions if r.id in self.ids}
+        self.sources = {c.dst: c for c in desc.connections}
+        # extra output rows: count ports (``items.count``) that a connection reads
+        self.extra: dict[int, list[PortSpec]] = {}
+        for c in desc.connections:
+            if c.src.block in self.ids:
+                entry = desc.block(c.src.block)
+                if not any(p.name == c.src.port for p in entry.desc.ports):
+                    try:
+                        spec = entry.desc.port(c.src.port)
+                    except KeyError:
+                        continue
+                    if all(p.name != spec.name for p in self.extra.get(entry.id, [])):
+                        self.extra.setdefault(entry.id, []).append(spec)
+        self.port_ids: dict[PortRef, str] = {}
+
+    # ports ----------------------------------------------------------------------------------------------
+    def ports(self, entry: BlockEntry) -> list[PortSpec]:
+        return list(entry.desc.ports) + self.extra.get(entry.id, [])
+
+    def shape(self, ref: PortRef, spec: PortSpec) -> tuple[int, ...]:
+        found = self.shapes.get(ref)
+        if found is not None:
+            return tuple(found)
+        return tuple(getattr(spec, "shape", None) or (spec.count,))
+
+    def port_id(self, ref: PortRef) -> str:
+        return self.port_ids[ref]
+
+    def _assign_port_ids(self, entry: BlockEntry) -> None:
+        taken: set[str] = set()
+        for spec in self.ports(entry):
+            base = ("i_" if spec.direction == "in" else "o_") + _ident(spec.name)
+            pid, k = base, 2
+            while pid in taken:
+                pid, k = f"{base}_{k}", k + 1
+            taken.add(pid)
+            self.port_ids[PortRef(entry.id, spec.name)] = pid
+
+    # states ---------------------------------------------------------------------------------------------
+    def state(self, block_id: int) -> str | None:
+        return None if self.states is None else self.states.get(block_id, "not built")
+
+    # the picture ----------------------------------------------------------------------------------------
+    def text(self) -> str:
+        for entry in self.desc.blocks:
+            self._assign_port_ids(entry)
+        root = self._tree()
+        out = ["digraph pipeline {",
+               f"  graph [rankdir=LR, {_FONT}, fontsize=11, labelloc=t, label={quote(self.title)}];",
+               f"  node [shape=plaintext, {_FONT}, fontsize=10];",
+               f"  edge [{_FONT}, fontsize=9, color=\"#5f6368\"];"]
+        out += self._emit(root, "  ")
+        for c in self.desc.connections:
+            if c.src.block in self.ids and c.dst.block in self.ids:
+                out.append("  " + self._edge(c))
+        out.append("}")
+        return "\n".join(out) + "\n"
+
+    def _edge(self, c) -> str:
+        src_entry, dst_entry = self.desc.block(c.src.block), self.desc.block(c.dst.block)
+        src_spec = src_entry.desc.port(c.src.port)
+        dst_spec = dst_entry.desc.port(c.dst.port)
+        dtype = src_spec.dtype if src_spec.dtype is not None else dst_spec.dtype
+        shape = self.shape(c.src, src_spec)
+        nbytes = _nbytes(dtype, shape)
+        what = [type_text(dtype, shape), size_text(nbytes) if nbytes is not None else ""]
+        attrs = []
+        if c.delay:
+            attrs += ["style=dashed", 'color="#1a73e8"', 'fontcolor="#1a73e8"', "constraint=false"]
+            what.insert(0, f"delay {c.delay}")
+        attrs.insert(0, f"label={_lines(*what)}")
+        tail = f"b{c.src.block}:{self.port_id(c.src)}"
+        head = f"b{c.dst.block}:{self.port_id(c.dst)}"
+        return f"{tail} -> {head} [{', '.join(attrs)}];"
+
+    # clusters -------------------------------------------------------------------------------------------
+    def _total(self, block_id: int, seen: frozenset[int] = frozenset()) -> set[int]:
+        """A block and, for a region, every block inside it (nested regions included)."""
+        out = {block_id}
+        region = self.regions.get(block_id)
+        if region is not None and block_id not in seen:
+            for m in region.members:
+                if m in self.ids:
+                    out |= self._total(m, seen | {block_id})
+        return out
+
+    def _region_label(self, r: RegionSpec) -> str:
+        entry = self.desc.block(r.id)
+        head = _REGION_NAMES.get(r.kind, r.kind)
+        src = self.sources.get(PortRef(r.id, "condition"))
+        if src is not None and src.src.block in self.ids:
+            cond = f"{self.desc.block(src.src.block).desc.name}.{src.src.port}"
+        else:
+            cond = "(no condition connected)"
+        if r.kind == "for":
+            text = f"{head} n={_value_text(entry.value('n'))}"
+        elif r.kind == "while":
+            text = f"{head} {cond} (at most {_value_text(entry.value('max_iterations'))} passes)"
+        else:
+            text = f"{head} {cond}"
+        name = entry.desc.name
+        return text if name == r.kind else f"{text}: {name}"
+
+    def _tree(self) -> _Container:
+        root = _Container("", "", "", set(self.ids))
+        owner: dict[int, _Container] = {}  # region id -> the container of the body it sits in
+        made: dict[int, tuple[_Container, tuple[_Container, ...]]] = {}
+        for r in self.regions.values():
+            box = _Container(f"cluster_region_{r.id}", self._region_label(r),
+                             'style="rounded,filled"; fillcolor="#f8f0fc"; color="#8430ce"', self._total(r.id))
+            if r.kind == "ifelse":
+                bodies = tuple(
+                    _Container(f"cluster_region_{r.id}_{part}", part, 'style="dashed"; color="#8430ce"',
+                               set().union(*(self._total(m) for m in body if m in self.ids)))
+                    for part, body in zip(("then", "else"), r.bodies, strict=True))
+                box.children.extend(bodies)
+                for b in bodies:
+                    if not b.blocks:
+                        b.placeholder = f"{b.key.removeprefix('cluster_')}_empty"
+            else:
+                bodies = (box,)
+            made[r.id] = (box, bodies)
+            for body, members in zip(bodies, r.bodies, strict=True):
+                for m in members:
+                    owner[m] = body
+        region_of = {id(body): rid for rid, (_, bodies) in made.items() for body in bodies}
+        for rid, (box, _) in made.items():
+            parent, seen = owner.get(rid), {rid}
+            up = parent
+            while up is not None:  # a hand-made description may nest regions in a circle: draw those at the top
+                outer = region_of[id(up)]
+                if outer in seen:
+                    parent = None
+                    break
+                seen.add(outer)
+                up = owner.get(outer)
+            (parent or root).children.append(box)
+        counter = [0]  # numbers the composite clusters across every instance
+        for inst in self.composites:
+            self._place(root, inst, counter)
+        return root
+
+    def _place(self, root: _Container, inst, counter: list[int]) -> None:
+        """Put composite instance ``inst`` (then its nested ones) into the tree, where its blocks are."""
+        blocks = {b.id for b in inst.blocks} & self.ids
+        if blocks:
+            node = root
+            while True:
+                inner = next((k for k in node.children if k.blocks >= blocks), None)
+                if inner is None:
+                    break
+                node = inner
+            crossing = [k for k in node.children if k.blocks & blocks and not k.blocks <= blocks]
+            if not crossing:
+                d = inst.description
+                of = f" (of {d.name})" if inst.name.rsplit("/", 1)[-1] != d.name else ""
+                box = _Container(f"cluster_composite_{counter[0]}", f"composite {inst.name}{of}",
+                                 'style="rounded"; color="#1a73e8"; fontcolor="#1a73e8"', blocks)
+                counter[0] += 1
+                box.children = [k for k in node.children if k.blocks <= blocks]
+                node.children = [k for k in node.children if not k.blocks <= blocks] + [box]
+            # else: a region cuts through the composite; its blocks are drawn where the regions put them
+        for m in inst.members.values():
+            if isinstance(m, CompositeInstance):
+                self._place(root, m, counter)
+
+    def _emit(self, box: _Container, indent: str) -> list[str]:
+        out: list[str] = []
+        inner = indent
+        if box.key:
+            out.append(f"{indent}subgraph {box.key} {{")
+            inner = indent + "  "
+            out.append(f"{inner}label={quote(box.label)}; {box.style};")
+        placed = set().union(*(k.blocks for k in box.children)) if box.children else set()
+        for entry in self.desc.blocks:
+            if entry.id in box.blocks and entry.id not in placed:
+                out.append(inner + self._node(entry))
+        if box.placeholder:
+            out.append(f'{inner}{box.placeholder} [label="(empty)", fontcolor="#80868b"];')
+        for child in box.children:
+            out += self._emit(child, inner)
+        if box.key:
+            out.append(f"{indent}}}")
+        return out
+
+    # block nodes ----------------------------------------------------------------------------------------
+    def _node(self, entry: BlockEntry) -> str:
+        state = self.state(entry.id)
+        fill, border = STATE_COLOURS.get(state, STATE_COLOURS[None])
+        ins = [p for p in self.ports(entry) if p.direction == "in"]
+        outs = [p for p in self.ports(entry) if p.direction != "in"]
+        rows = [f'<TR><TD COLSPAN="2" BGCOLOR="{border}"><FONT COLOR="#ffffff"><B>{_h(entry.desc.name)}</B>'
+                f"</FONT></TD></TR>"]
+        steps = ", ".join(f"kernel {k.code.entry}" if isinstance(k, KernelSpec) else f"call {k.name}"
+                          for k in entry.desc.kernels)
+        sub = [s for s in (steps, state) if s]
+        if entry.id in self.regions:
+            sub.insert(0, f"region {self.regions[entry.id].kind}")
+        if sub:
+            rows.append(f'<TR><TD COLSPAN="2"><FONT POINT-SIZE="8">{_h(" | ".join(sub))}</FONT></TD></TR>')
+        message = self.messages.get(entry.id, "")
+        if message and state in ("error", "warning"):
+            cut = message if len(message) <= _MESSAGE_CHARS else message[: _MESSAGE_CHARS - 3] + "..."
+            rows.append(f'<TR><TD COLSPAN="2"><FONT POINT-SIZE="8" COLOR="{border}">{_h(cut)}</FONT></TD></TR>')
+        for i in range(max(len(ins), len(outs))):
+            cells = []
+            for side, align in ((ins, "LEFT"), (outs, "RIGHT")):
+                if i < len(side):
+                    spec = side[i]
+                    ref = PortRef(entry.id, spec.name)
+                    cells.append(f'<TD PORT="{self.port_id(ref)}" ALIGN="{align}">{_h(self._port_text(ref, spec))}'
+                                 "</TD>")
+                else:
+                    cells.append("<TD></TD>")
+            rows.append(f"<TR>{''.join(cells)}</TR>")
+        params = [f"{s.name} = {_value_text(entry.value(s.name))}" for s in entry.desc.scalars]
+        if params:
+            lines = '<BR ALIGN="LEFT"/>'.join(_h(p) for p in params)
+            rows.append(f'<TR><TD COLSPAN="2" ALIGN="LEFT"><FONT POINT-SIZE="8">{lines}<BR ALIGN="LEFT"/>'
+                        f"</FONT></TD></TR>")
+        table = (f'<TABLE BORDER="1" CELLBORDER="0" CELLSPACING="0" CELLPADDING="3" COLOR="{border}" '
+                 f'BGCOLOR="{fill}">{"".join(rows)}</TABLE>')
+        attrs = [f"label=<{table}>"]
+        if message:
+            attrs.append(f"tooltip={quote(message)}")
+        return f"b{entry.id} [{', '.join(attrs)}];"
+
+    def _port_text(self, ref: PortRef, spec: PortSpec) -> str:
+        text = f"{spec.name}: {type_text(spec.dtype, self.shape(ref, spec))}"
+        notes = []
+        if spec.counter is not None:
+            notes.append("append")
+        if ref in self.desc.bindings:
+            notes.append("bound")
+        if ref in self.desc.fed:
+            notes.append("fed")
+        return text + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _engine_parts(engine: Engine) -> dict:
+    """What the pipeline picture takes from an engine: its description, plan, states and composites."""
+    desc = engine.describe()
+    blocks = engine.blocks
+    warned: dict[int, str] = {}
+    for d in engine.diagnostic_log:  # the latest warning about a block
+        if d.severity == "warning" and d.block is not None:
+            warned[d.block] = d.message
+    states: dict[int, str] = {}
+    messages: dict[int, str] = {}
+    for b in blocks:
+        candidates = {b.state} | ({"warning"} if b.id in warned else set())
+        states[b.id] = next((s for s in _WORST_FIRST if s in candidates), b.state)
+        message = b.message or warned.get(b.id, "")
+        if states[b.id] == "warning" and b.state != "warning":
+            message = warned[b.id]
+        if message:
+            messages[b.id] = message
+    device = getattr(engine.device, "name", "a GPU")
+    title = (f"engine on {device}: frame {engine.frame}, {len(desc.blocks)} blocks, "
+             f"{len(desc.connections)} connections")
+    return {"states": states, "messages": messages, "composites": engine.composites, "plan": engine.plan,
+            "title": title, "desc": desc}
+
+
+# -- the graph plan -----------------------------------------------------------------------------------------
+_NODE_STYLE = {
+    KernelNodePlan: 'shape=box, style="rounded,filled", fillcolor="#e8f0fe"',
+    CallNodePlan: 'shape=box3d, style=filled, fillcolor="#e6f4ea"',
+    MemsetNodePlan: 'shape=note, style=filled, fillcolor="#f1f3f4"',
+    CopyNodePlan: 'shape=cds, style=filled, fillcolor="#fef7e0"',
+    RegionNodePlan: 'shape=diamond, style=filled, fillcolor="#f3e8fd"',
+}
+
+
+def _dims(d: tuple[int, ...]) -> str:
+    d = tuple(d)
+    while len(d) > 1 and d[-1] == 1:
+        d = d[:-1]
+    return "x".join(str(v) for v in d)
+
+
+def _plan_dot(gp: GraphPlan) -> str:
+    buffers = {b.id: b for b in gp.buffers}
+    regions = {n.id: n for n in gp.nodes if isinstance(n, RegionNodePlan)}
+    # (region node id, body) -> cluster key; a region's own cluster holds its anchor node
+    body_key: dict[tuple[int, int], str] = {}
+    children: dict[str | None, list[str]] = {None: []}
+    labels: dict[str, str] = {}
+    for r in regions.values():
+        key = f"cluster_node_{r.id}"
+        labels[key] = f"{_REGION_NAMES.get(r.kind, r.kind)} region: {r.label}"
+        parent = gp.parents.get(r.id)
+        children.setdefault(body_key[parent] if parent else None, []).append(key)
+        children.setdefault(key, [])
+        if r.bodies > 1:
+            for k in range(r.bodies):
+                sub = f"{key}_body{k}"
+                labels[sub] = ("then", "else")[k] if r.kind == "ifelse" and k < 2 else f"body {k}"
+                children[key].append(sub)
+                children.setdefault(sub, [])
+                body_key[(r.id, k)] = sub
+        else:
+            body_key[(r.id, 0)] = key
+    members: dict[str | None, list[str]] = {}
+    for n in gp.nodes:
+        where = f"cluster_node_{n.id}" if n.id in regions else (
+            body_key.get(gp.parents[n.id]) if n.id in gp.parents else None)
+        members.setdefault(where, []).append(_plan_node(n, buffers))
+
+    def emit(key: str | None, indent: str) -> list[str]:
+        out: list[str] = []
+        inner = indent
+        if key is not None:
+            out.append(f"{indent}subgraph {key} {{")
+            inner = indent + "  "
+            out.append(f'{inner}label={quote(labels[key])}; style="rounded"; color="#8430ce";')
+        out += [inner + line for line in members.get(key, [])]
+        for child in children.get(key, []):
+            out += emit(child, inner)
+        if key is not None:
+            out.append(f"{indent}}}")
+        return out
+
+    total = sum(b.nbytes for b in gp.buffers)
+    out = ["digraph plan {",
+           f"  graph [rankdir=TB, compound=true, {_FONT}, fontsize=11, labelloc=t, "
+           f"label={quote(f'{len(gp.nodes)} graph nodes, {len(gp.buffers)} buffers ({size_text(total)})')}];",
+           f"  node [{_FONT}, fontsize=10];",
+           f"  edge [{_FONT}, fontsize=8, color=\"#5f6368\"];"]
+    out += emit(None, "  ")
+    for n in gp.nodes:
+        for d in gp.deps[n.id]:
+            u = gp.nodes[d]
+            shared = sorted((u.writes & (n.reads | n.writes)) | (u.reads & n.writes))
+            names = [buffers[b].label for b in shared if b in buffers]
+            if len(names) > 3:
+                names = names[:3] + [f"+{len(names) - 3} more"]
+            attrs = [f"label={quote(', '.join(names))}"] if names else []
+            if d in regions:
+                attrs.append(f"ltail=cluster_node_{d}")
+            out.append(f"  n{d} -> n{n.id}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _plan_node(n, buffers) -> str:
+    if isinstance(n, KernelNodePlan):
+        la = n.launch
+        extra = f", {la.shared_mem} B shared" if la.shared_mem else ""
+        text = _lines(n.label, f"grid {_dims(la.grid)} x block {_dims(la.block)}{extra}")
+    elif isinstance(n, CallNodePlan):
+        text = _lines(n.label, f"library call {n.call}")
+    elif isinstance(n, MemsetNodePlan):
+        buf = buffers.get(n.buffer)
+        text = _lines(n.label, f"memset {buf.label if buf else n.buffer} = {n.value}")
+    elif isinstance(n, CopyNodePlan):
+        text = _lines(n.label, f"copy {size_text(n.nbytes)}")
+    elif isinstance(n, RegionNodePlan):
+        text = _lines(_REGION_NAMES.get(n.kind, n.kind), n.label)
+    else:  # a node kind this picture does not know yet: still drawn, by its type
+        text = _lines(getattr(n, "label", ""), type(n).__name__)
+    return f"n{n.id} [{_NODE_STYLE.get(type(n), 'shape=box')}, label={text}];"
+
+
+# -- the public functions -----------------------------------------------------------------------------------
+def to_dot(x, *, plan: GraphPlan | None = None) -> str:
+    """DOT text for an engine, a pipeline description or a graph plan (see the module docstring).
+
+    An ``Engine`` is drawn as its pipeline with each block's state, its composite instances, and the shapes
+    of the graph now running; a ``PipelineDescription`` as the same picture without states (``plan``: a plan
+    of it, whose resolved shapes the ports then show); a ``GraphPlan`` node by node. Pure Python: no GPU,
+    no Graphviz. ``engine.to_dot()`` and ``plan.to_dot()`` are the same function.
+
+    >>> import rxcuda
+    >>> with rxcuda.Engine(driver=rxcuda.cuda.NullDriver()) as engine:
+    ...     mul = engine.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=64))
+    ...     text = engine.to_dot()
+    >>> f"b{mul.id} [label=<" in text, "x: f32[64]" in text
+    (True, True)
+    """
+    if isinstance(x, Engine):
+        parts = _engine_parts(x)
+        return _Pipeline(parts.pop("desc"), **parts).text()
+    if isinstance(x, PipelineDescription):
+        if plan is not None and not isinstance(plan, GraphPlan):
+            raise TypeError(f"'plan' is a GraphPlan of the description (rxcuda.plan(desc)), got {plan!r}")
+        title = f"pipeline: {len(x.blocks)} blocks, {len(x.connections)} connections"
+        return _Pipeline(x, plan=plan, title=title).text()
+    if isinstance(x, GraphPlan):
+        if plan is not None:
+            raise TypeError("'plan' goes with a PipelineDescription; a GraphPlan is drawn by itself")
+        return _plan_dot(x)
+    raise TypeError(f"to_dot draws an Engine, a PipelineDescription (engine.describe()) or a GraphPlan "
+                    f"(engine.plan, rxcuda.plan(desc)); got {type(x).__name__}")
+
+
+def format_of(path: pathlib.Path, format: str | None) -> str:
+    """The format ``save_graph`` writes ``path`` in: ``format``, else the file's suffix; a ValueError for one
+    it does not write."""
+    if format is None:
+        fmt = path.suffix.lstrip(".").lower()
+        if not fmt:
+            raise ValueError(f"cannot tell the format of {str(path)!r} (no suffix): name the file .svg, .png, "
+                             ".pdf or .dot, or pass format='svg'")
+    elif isinstance(format, str):
+        fmt = format.lower().lstrip(".")
+    else:
+        raise TypeError(f"'format' is a str such as 'svg' (got {format!r})")
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r} is not one save_graph writes; use one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def render(text: str, format: str) -> bytes:
+    """Run DOT ``text`` through Graphviz's ``dot`` into ``format`` (svg, png, pdf); raises
+    :class:`GraphvizNotFoundError` saying how to install what is missing."""
+    try:
+        import graphviz  # optional: pip install graphviz (or rxcuda[view])
+    except ImportError:
+        raise GraphvizNotFoundError(
+            f"rendering {format} needs the graphviz Python package, which is not installed: pip install graphviz "
+            "(or pip install 'rxcuda[view]'), and Graphviz's dot program (apt install graphviz, brew install "
+            "graphviz or conda install graphviz); or save as .dot, which needs neither") from None
+    not_found = getattr(graphviz, "ExecutableNotFound", None)
+    try:
+        return graphviz.Source(text).pipe(format=format)
+    except Exception as e:
+        if not_found is not None and isinstance(e, not_found):
+            raise GraphvizNotFoundError(
+                f"rendering {format} needs Graphviz's dot program, which is not on the PATH: apt install graphviz, "
+                "brew install graphviz or conda install graphviz (the graphviz Python package is only its "
+                "interface); or save as .dot, which needs neither") from None
+        raise
+
+
+def save_graph(x, path, format: str | None = None, *, plan: GraphPlan | None = None) -> pathlib.Path:
+    """Write a picture of ``x`` (an Engine, a PipelineDescription or a GraphPlan, as :func:`to_dot` draws it)
+    to ``path``; returns the path.
+
+    ``format`` (default: the file's suffix): ``svg``, ``png`` or ``pdf`` render through Graphviz (the
+    ``graphviz`` Python package and the system ``dot``; :class:`GraphvizNotFoundError` says how to install
+    what is missing), ``dot`` (or ``gv``) writes the DOT text itself and needs nothing. ``plan``: as for
+    :func:`to_dot`, with a description.
+
+    >>> rxcuda.save_graph(engine, "pipeline.svg")        # doctest: +SKIP
+    >>> engine.save_graph("pipeline.dot")                # doctest: +SKIP
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"'path' is a file name or a path (got {path!r})")
+    path = pathlib.Path(path)
+    fmt = format_of(path, format)
+    text = to_dot(x, plan=plan)
+    if fmt in ("dot", "gv"):
+        path.write_text(text, encoding="utf-8")
+    else:
+        path.write_bytes(render(text, fmt))
+    return path
+
+
+def save_driver_graph(engine: Engine, path, *, verbose: bool = False) -> pathlib.Path:
+    """Write the CUDA driver's own DOT picture of the graph the engine runs (``cuGraphDebugDotPrint``) to
+    ``path``; returns the path. It shows what the driver built -- node types, kernel names, memset and copy
+    nodes, conditional nodes -- for debugging the build itself; ``verbose=True`` adds every node's parameters
+    and handles. Pending changes are applied first (the graph is built if it was not yet). On the null driver
+    the file says it is the null driver's.
+
+    >>> engine.save_driver_graph("driver.dot")           # doctest: +SKIP
+    """
+    if not isinstance(engine, Engine):
+        raise TypeError(f"save_driver_graph takes an Engine (got {type(engine).__name__})")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"'path' is a file name or a path (got {path!r})")
+    path = pathlib.Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+    engine._check_open()
+
+    def write() -> None:
+        engine._ensure_built().debug_dot(path, verbose=bool(verbose))
+
+    engine._gpu(write)
+    return path
+
+
+# -- conveniences installed on the classes below (the engine never imports this package) -------------------
+def _engine_to_dot(self: Engine) -> str:
+    """DOT text of the pipeline: blocks with their ports and states, connections, regions and composites.
+    Installed by ``rxcuda.view`` (imported with ``rxcuda``); see :func:`rxcuda.to_dot`."""
+    return to_dot(self)
+
+
+def _engine_save_graph(self: Engine, path, format: str | None = None) -> pathlib.Path:
+    """Write a picture of the pipeline (svg, png or pdf through Graphviz, or the DOT text for .dot).
+    Installed by ``rxcuda.view`` (imported with ``rxcuda``); see :func:`rxcuda.save_graph`.
+
+    >>> engine.save_graph("pipeline.svg")                # doctest: +SKIP
+    """
+    return save_graph(self, path, format)
+
+
+def _engine_save_driver_graph(self: Engine, path, *, verbose: bool = False) -> pathlib.Path:
+    """Write the CUDA driver's own DOT picture of the running graph (cuGraphDebugDotPrint). Installed by
+    ``rxcuda.view`` (imported with ``rxcuda``); see :func:`rxcuda.view.save_driver_graph`.
+
+    >>> engine.save_driver_graph("driver.dot")           # doctest: +SKIP
+    """
+    return save_driver_graph(self, path, verbose=verbose)
+
+
+def _plan_to_dot(self: GraphPlan) -> str:
+    """DOT text of the plan node by node (kernel, call, memset, copy and region nodes, dependencies).
+    Installed by ``rxcuda.view`` (imported with ``rxcuda``); see :func:`rxcuda.to_dot`."""
+    return to_dot(self)
+
+
+def install() -> None:
+    """Attach ``to_dot``, ``save_graph`` and ``save_driver_graph`` to ``Engine`` and ``to_dot`` to ``GraphPlan``
+    (DESIGN.md: a convenience that reaches upward lives in the upper package)."""
+    Engine.to_dot = _engine_to_dot  # type: ignore[attr-defined]
+    Engine.save_graph = _engine_save_graph  # type: ignore[attr-defined]
+    Engine.save_driver_graph = _engine_save_driver_graph  # type: ignore[attr-defined]
+    GraphPlan.to_dot = _plan_to_dot  # type: ignore[attr-defined]
+
+
+__all__ = ["GraphvizNotFoundError", "install", "render", "save_driver_graph", "save_graph", "to_dot"]
