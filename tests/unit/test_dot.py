@@ -461,11 +461,22 @@ def test_a_block_a_warning_names_is_amber(engine):
     engine.add(loop)
     feed(engine, check, body)
     engine.tick()
-    assert loop.state == "ok"
     node = parse_dot(engine.to_dot()).nodes[nid(loop)]
     assert header_colour(node["label"]) == rxcuda.view._dot.STATE_COLOURS["warning"][1]
     assert "computed outside its body" in node["tooltip"]
     assert texts(node["label"])[1].endswith("| warning")
+
+
+def test_a_block_in_state_ok_that_a_logged_warning_names_is_amber(engine):
+    m = engine.add(mul())
+    feed(engine, m)
+    engine.tick()
+    engine._rt.reporter.warn(m.name, "something odd about mul", m)  # as the engine reports a warning
+    assert m.state == "ok" and engine.diagnostic_log[-1].block == m.id
+    node = parse_dot(engine.to_dot()).nodes[nid(m)]
+    assert header_colour(node["label"]) == rxcuda.view._dot.STATE_COLOURS["warning"][1]
+    assert node["tooltip"] == "something odd about mul"
+    assert "something odd about mul" in texts(node["label"])
 
 
 def test_an_append_port_and_its_count_port(engine):
