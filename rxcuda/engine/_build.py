@@ -21,6 +21,7 @@ from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
 from ..model._graphplan import BufferArg, CallNodePlan, KernelNodePlan
 from ._delaystate import DelayState
+from ._resize import try_in_place
 from ._runtime import Runtime
 from .plan._liveness import holds_own_value
 from .plan._plan import plan as make_plan
@@ -47,6 +48,8 @@ class Builder:
         self.library_teardown: dict[tuple, Callable] = {}
         self.node_code: dict[int, str] = {}  # node id -> code key in use (after code swaps)
         self.rebuilds = 0
+        self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
+        self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
 
     def build(self, raise_errors: bool = False) -> bool:
@@ -76,6 +79,8 @@ class Builder:
         new: CompiledGraph | None = None
         try:
             gp = make_plan(desc, reuse_memory=rt.reuse_memory)
+            if rt.graph is not None and try_in_place(self, desc, gp):  # only shapes changed, and still fit
+                return True
             functions, node_code = {}, {}
             for n in gp.nodes:
                 if isinstance(n, KernelNodePlan):

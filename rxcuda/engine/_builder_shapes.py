@@ -135,11 +135,13 @@ class Shaping:
             if name in resolving:
                 raise ValidationError(f"{self.block}: the shape rules of ports {', '.join(sorted(resolving))} "
                                       "refer to each other; one of them needs an explicit shape", subject=self.block)
+            rule = p.rule
+            assert isinstance(rule, Like | Reduce | Broadcast)  # what makes a port derived
             resolving.add(name)
-            refs = {r: resolve(r, name) for r in p.rule.refs()}
+            refs = {r: resolve(r, name) for r in rule.refs()}
             resolving.discard(name)
             try:
-                shape = p.rule.apply(refs, name)
+                shape = rule.apply(refs, name)
             except ShapeError as e:
                 raise ShapeError(f"{self.block}: {e}", subject=self.block) from None
             out[name] = attrs.evolve(p, count=math.prod(shape), shape=shape)

@@ -8,6 +8,7 @@ frames) and every copy goes on the engine's stream, ordered with the frames.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,10 @@ class DataIO:
         self.staged: dict[PortRef, np.ndarray] = {}  # host data written before its port had a buffer
         self.feeds: dict[PortRef, tuple[InputFeed, Any]] = {}  # (feed, subscription)
         self.taps: list[tuple[PortRef, OutputTap, Any]] = []  # (port, tap, observer)
+        self.tap_shapes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tap -> (spec, [shape])
+        self.tap_plan = None  # the plan the taps' shapes were last checked against
+        self.feed_specs: dict[PortRef, Any] = {}  # fed port -> its spec, for resizes
+        self.feed_plan = None
         self.appends = AppendMonitor(rt)  # append ports' counts read back: states, warnings, count watches
 
     # -- write / read --------------------------------------------------------------------------------
@@ -193,6 +198,7 @@ class DataIO:
         # a vector port streams its lanes as scalars: arrays shaped (..., lanes)
         dtype, count, _lanes = _shapes_io.stream_layout(spec, math.prod(_shapes_io.current_shape(rt, ref, spec)))
         feed = InputFeed(f"{port.block.name}.{port.name}", dtype, count, api=rt.api)
+        self.feed_specs[ref] = spec
         with rt.lock:
             if ref in self.feeds:
                 raise ValueError(f"{port.block.name}.{port.name} is already fed by a stream; dispose that first")
@@ -224,6 +230,9 @@ class DataIO:
 
     def stage_feeds(self, g: CompiledGraph) -> None:
         stream = self.rt.stream
+        if g.plan is not self.feed_plan:  # a rebuild or a resize: feeds take the ports' new element counts
+            self.feed_plan = g.plan
+            _shapes_io.retarget_feeds(g, self.feeds, self.feed_specs)
         for ref, (feed, _sub) in self.feeds.items():
             if feed.dirty:
                 bid = g.plan.port_buffers.get(ref)
@@ -252,18 +261,20 @@ class DataIO:
                 observer.on_completed()
                 return Disposable()
             self.keep(ref, port)
-            emit, dtype, count = observer.on_next, spec.dtype, spec.count
-            if spec.counter is None:  # N-D ports and vector lanes: arrays of the port's shape (at subscription)
-                shape = _shapes_io.current_shape(self.rt, ref, spec)
+            emit, dtype, count, cell = observer.on_next, spec.dtype, spec.count, None
+            if spec.counter is None:  # arrays of the port's shape, vector lanes on a last axis; resizes follow
+                g = self.rt.graph
+                shape = spec.shape if g is None else _shapes_io.running_shape(g, ref, spec)
                 dtype, count, lanes = _shapes_io.stream_layout(spec, math.prod(shape))
-                if lanes or len(shape) > 1:
-                    full = shape + lanes
+                cell = [shape + lanes]
 
-                    def emit(a, on_next=observer.on_next, full=full):
-                        on_next(a.reshape(full))
+                def emit(a, on_next=observer.on_next, cell=cell):
+                    on_next(a.reshape(cell[0]))
             tap = OutputTap(emit, dtype=dtype, count=count, every=every,
                             as_numpy=kind == "numpy", append=spec.counter is not None, api=api,
                             on_count=on_count)
+            if cell is not None:
+                self.tap_shapes[tap] = (spec, cell)
             entry = (ref, tap, observer)
             self.taps = self.taps + [entry]
 
@@ -279,6 +290,9 @@ class DataIO:
 
     def enqueue_taps(self, g: CompiledGraph, frame: int) -> None:
         stream = self.rt.stream
+        if g.plan is not self.tap_plan:  # a rebuild or a resize: taps follow the ports' shapes
+            self.tap_plan = g.plan
+            _shapes_io.retarget_taps(g, self.taps, self.tap_shapes)
         storage = g.plan.storage
         for ref, tap, _obs in self.taps:
             bid = g.plan.port_buffers.get(ref)

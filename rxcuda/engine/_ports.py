@@ -99,6 +99,19 @@ class InputFeed:
             check(self._api.cuMemcpyDtoDAsync(ptr, src.ptr, nbytes, stream), "cuMemcpyDtoDAsync")
         self.staged += 1
 
+    def resize(self, count: int) -> None:
+        """Take arrays of up to ``count`` elements from now on (the port was resized); an array waiting that
+        no longer fits is dropped, and the pinned staging is made again at the new size."""
+        if count == self.count:
+            return
+        with self._lock:
+            self.count = count
+            if self._latest is not None and self._latest.size > count:
+                self._latest = None
+        for slot in self._slots:
+            slot.close()  # waits for its last copy
+        self._slots, self._next = [], 0
+
     def close(self) -> None:
         for s in self._slots:
             s.close()
@@ -187,6 +200,18 @@ class OutputTap:
                 self.emit(slot.view(self.dtype, self.count)[:n].copy())
             if slot is block_until:
                 return
+
+    def resize(self, count: int) -> None:
+        """Read ``count`` elements from the next frame on (the port was resized): what is in flight is emitted
+        first, at its old size, then the pinned ring is made again at the new one."""
+        if count == self.count:
+            return
+        while self._pending:
+            self.poll(block_until=self._pending[-1][0])
+        for s in self._ring + self._counters:
+            s.close()
+        self._ring, self._counters, self._i = [], [], 0
+        self.count = count
 
     def _emit_cupy(self, ptr, stream, synced, owner, device_id, frame: int = 0) -> None:
         import cupy

@@ -154,6 +154,29 @@ def as_elements(ext, spec: PortSpec, name: str):
     return attrs.evolve(ext, dtype=spec.dtype, count=math.prod(shape), shape=shape)
 
 
+def retarget_taps(g, taps, layouts) -> None:
+    """After a rebuild or a resize: each tap of a port whose shape changed reads the new element count, and
+    emits arrays of the new shape (``layouts``: tap -> (spec, [shape it emits]))."""
+    for ref, tap, _observer in taps:
+        layout = layouts.get(tap)
+        if layout is None:
+            continue
+        spec, cell = layout
+        shape = running_shape(g, ref, spec)
+        _dtype, count, lanes = stream_layout(spec, math.prod(shape))
+        if count != tap.count:
+            tap.resize(count)
+        cell[0] = shape + lanes
+
+
+def retarget_feeds(g, feeds, specs) -> None:
+    """After a rebuild or a resize: each streamed input takes arrays of its port's new element count."""
+    for ref, (feed, _sub) in feeds.items():
+        spec = specs.get(ref)
+        if spec is not None:
+            feed.resize(stream_layout(spec, math.prod(running_shape(g, ref, spec)))[1])
+
+
 # -- resizing ----------------------------------------------------------------------------------------------
 def check_resize(rt: Runtime, ref: PortRef, port, shape) -> Shape:
     """The new shape of ``port`` after checking it may take it: an input that is host-fed, bound or not yet

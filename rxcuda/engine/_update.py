@@ -95,7 +95,10 @@ class Updater:
 
     # -- handlers: each returns the tiers it applied ----------------------------------------------
     def _structure(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
-        return (Tier.STRUCTURE,) if self.builder.build(raise_errors) else ()
+        if not self.builder.build(raise_errors):
+            return ()
+        # a resize the running graph took in place (exec-node updates only) is the Parameters tier
+        return (Tier.PARAMETERS,) if self.builder.last_in_place else (Tier.STRUCTURE,)
 
     def _code(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
         rt = self.rt

@@ -41,6 +41,9 @@ def initial_array(value, port: PortSpec, where: str) -> np.ndarray | None:
         return None
     dt = _dtypes.to_numpy(port.dtype) if port.dtype else np.dtype(np.uint8)
     kind = port.dtype or "untyped (bytes)"
+    if isinstance(value, np.ndarray) and value.ndim and value.dtype != dt and _dtypes.vector_layout(port.dtype):
+        lanes, _shape = _dtypes.elements_of(port.dtype, value, f"the initial value of {where}")  # (..., lanes)
+        value = np.ascontiguousarray(lanes).view(dt)[..., 0]  # one float4 per element, as the port holds them
     if isinstance(value, np.ndarray) and value.ndim:  # an array keeps its type: no silent conversion
         arr = value
         if arr.dtype != dt:

@@ -205,9 +205,10 @@ def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], 
                     report.error(f"array bound to {b.label()}.{p.name} has dtype {binding.dtype}, the port takes "
                                  f"{p.dtype}; convert it (e.g. arr.astype('{_np_name(p.dtype)}'))",
                                  b.label(), b.id)
-                if binding.count < p.count:
+                need = p.count if not desc.shapes else _shapes.resized_count(desc, b.id, p)
+                if binding.count < need:
                     report.error(f"array bound to {b.label()}.{p.name} has {binding.count} elements, the port "
-                                 f"needs {p.count}; bind a larger array or give the block a smaller size",
+                                 f"needs {need}; bind a larger array or give the block a smaller size",
                                  b.label(), b.id)
                 continue
             if p.direction == "in" and key not in connected and key not in fed and p.counter is None:

@@ -36,7 +36,7 @@ import attrs
 
 from ...model import _dtypes
 from ...model._describe import BlockEntry, KernelSpec, Launch, PipelineDescription, PortRef, PortSpec
-from ...model._shapes import Follow, Like, Shape, ShapeError, accepts, fmt, launch_geometry
+from ...model._shapes import Broadcast, Follow, Like, Reduce, Shape, ShapeError, accepts, fmt, launch_geometry
 
 _ROUNDS = 4  # delayed loops: resolve again while a delayed input's guess differs from its source (rarely > 1)
 
@@ -84,6 +84,12 @@ def differs(sp: PortSpec, dp: PortSpec) -> bool:
     return sp.shape != dp.shape
 
 
+def resized_count(desc: PipelineDescription, block: int, p: PortSpec) -> int:
+    """The element count of port ``p`` as the user resized it (its declared count if not)."""
+    shape = desc.shapes.get(PortRef(block, p.name))
+    return p.count if shape is None else math.prod(shape)
+
+
 # -- resolution --------------------------------------------------------------------------------------------
 @attrs.define
 class BlockShapes:
@@ -118,7 +124,8 @@ def resolve(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], sources: 
             delayed: Mapping[PortRef, PortRef], reshaped: bool, report) -> Resolved:
     """Resolve every port's shape (``blocks`` in topological order; ``sources``: input -> output for the
     connections within a frame, ``delayed``: for the delayed ones). ``reshaped``: some connection joins
-    different declared shapes. Errors go to ``report`` (``report.error(message, subject, block)``)."""
+    different declared shapes. Errors go to ``report`` (the planner's: ``report.error(message, subject,
+    block, ShapeError)``)."""
     if not desc.shapes and not reshaped:
         return NOTHING
     guesses: dict[PortRef, Shape] = {}
@@ -136,7 +143,7 @@ def resolve(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], sources: 
                          f"pass through the loop changes them; give a port on the loop a fixed shape",
                          _label(desc, ref), ref.block))
     for message, subject, block in problems:
-        report.error(message, subject, block)
+        report.error(message, subject, block, ShapeError)
     return resolved.result
 
 
@@ -213,14 +220,15 @@ class _Pass:
                                f"fixed shape: resize upstream to {fmt(p.shape)}, or give {label} an input that "
                                "follows (rule=Follow(); Block.from_kernel's first input does)", b)
             res[p.name] = shape
-            came[p.name] = origin or f"{label}.{p.name}"
+            came[p.name] = ("as declared" if got is None else "resized" if origin.startswith("the resize")
+                            else f"from {origin}")
         for p in inputs:
             if isinstance(p.rule, Like) and p.rule.port in res:
                 a, q = res[p.name], res[p.rule.port]
                 if a != q and not (math.prod(a) == math.prod(q) and (len(a) == 1 or len(q) == 1)):
                     self.error(f"{label}.{p.name} must have the shape of {label}.{p.rule.port}, but "
-                               f"{came[p.rule.port]} gives {label}.{p.rule.port} shape {fmt(q)} and {came[p.name]} "
-                               f"gives {label}.{p.name} shape {fmt(a)}; resize them together", b)
+                               f"{label}.{p.rule.port} has shape {fmt(q)} ({came[p.rule.port]}) and {label}.{p.name} "
+                               f"has shape {fmt(a)} ({came[p.name]}); resize them together", b)
         outputs = {p.name: p for p in ports if p.direction == "out"}
         busy: set[str] = set()
 
@@ -228,7 +236,7 @@ class _Pass:
             if p.name in res:
                 return res[p.name]
             rule = p.rule
-            if rule is None or p.counter is not None or not hasattr(rule, "apply"):
+            if not isinstance(rule, Like | Reduce | Broadcast) or p.counter is not None:
                 res[p.name] = p.shape
                 return p.shape
             busy.add(p.name)
@@ -317,3 +325,58 @@ class _Pass:
             base = b.launches.get(step.name) or step.launch
             grid = launch_geometry(new, base.block, step.code.items_per_thread)
             changed.launches[step.name] = attrs.evolve(base, grid=grid)
+
+
+# -- a resize in place ---------------------------------------------------------------------------------------
+@attrs.frozen
+class InPlace:
+    """How a new plan differs from the running one when only shapes changed: per kernel node, its new launch
+    (or None) and its scalar arguments that changed ((argument index, value), ...); the buffers whose size
+    changed. Everything else is equal, so the running graph can take it by exec-node updates."""
+
+    nodes: Mapping[int, tuple[Launch | None, tuple[tuple[int, float | int], ...]]]
+    buffers: tuple[int, ...]
+
+
+_SAME_FIELDS = ("deps", "port_buffers", "counters", "slots", "device_scalars", "recapture", "kernel_nodes")
+
+
+def in_place(old, new, code_keys: Mapping[int, str] | None = None) -> InPlace | None:
+    """The difference of ``new`` from ``old`` (two GraphPlans) if it is only launches, scalar values and
+    buffer sizes of the same nodes and buffers, else None. ``code_keys``: node id -> the code it runs now (after
+    code swaps the running plan's keys are stale). Pure; O(nodes + buffers), and O(1) when the node or buffer
+    counts differ."""
+    if len(old.nodes) != len(new.nodes) or len(old.buffers) != len(new.buffers):
+        return None
+    for f in attrs.fields(type(new)):
+        if f.name in ("nodes", "buffers", "warnings", "shapes"):
+            continue
+        if getattr(old, f.name) != getattr(new, f.name):
+            return None
+    nodes: dict[int, tuple[Launch | None, tuple[tuple[int, float | int], ...]]] = {}
+    for o, n in zip(old.nodes, new.nodes, strict=True):
+        if o == n:
+            continue
+        if type(o) is not type(n) or type(n).__name__ != "KernelNodePlan":
+            return None
+        if (o.id, o.block, o.kernel, o.label, o.reads, o.writes) != (n.id, n.block, n.kernel, n.label, n.reads,
+                                                                     n.writes):
+            return None
+        running = code_keys.get(o.id, o.code_key) if code_keys else o.code_key
+        if running != n.code_key or len(o.args) != len(n.args):
+            return None
+        values = []
+        for i, (a, b) in enumerate(zip(o.args, n.args, strict=True)):
+            if a == b:
+                continue
+            if type(a).__name__ != "ScalarArg" or type(b) is not type(a) or a[:4] != b[:4]:
+                return None
+            values.append((i, b.value))
+        nodes[n.id] = (n.launch if n.launch != o.launch else None, tuple(values))
+    changed = []
+    for o, n in zip(old.buffers, new.buffers, strict=True):
+        if o != n:
+            if o._replace(count=0) != n._replace(count=0):
+                return None
+            changed.append(n.id)
+    return InPlace(nodes, tuple(changed))
