@@ -142,6 +142,9 @@ def _value_check(param: Parameter, dtype: str):
 
         return check_float
     if kind not in "iu":
+        if _dtypes.vector_layout(dtype) or _dtypes.struct_type(dtype):  # a float4 or a struct passed by value
+            raise TypeError(f"{where()}: a {_dtypes.describe(dtype)} passed by value is not a block parameter; pass "
+                            "its components as separate scalar parameters, or the value through a pointer port")
         raise TypeError(f"{where()}: a parameter of type {dtype} is not supported; use an integer or float type")
     info = np.iinfo(_dtypes.to_numpy(dtype))
     ilo, ihi = int(info.min), int(info.max)
@@ -521,7 +524,8 @@ class Block:
             direction = "" if kind.startswith("in/out") else f"{p.direction:>3} "
             state = self._appends.get(p.name) if p.counter else None
             counted = f" — {state.describe()}" if state is not None and state.last_count is not None else ""
-            lines.append(f"  {direction}{kind}port {p.name}: {p.dtype or 'any'}[{p.count}]{counted}")
+            extent = p.count if len(p.shape) == 1 else ", ".join(map(str, p.shape))  # [480, 640] for 2-D
+            lines.append(f"  {direction}{kind}port {p.name}: {p.dtype or 'any'}[{extent}]{counted}")
         for n, prm in self.params.items():
             lines.append(f"  parameter {n}: {prm.dtype} = {prm.value!r}")
         return "\n".join(lines)

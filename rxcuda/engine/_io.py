@@ -39,9 +39,9 @@ class DataIO:
         self.feeds: dict[PortRef, tuple[InputFeed, Any]] = {}  # (feed, subscription)
         self.taps: list[tuple[PortRef, OutputTap, Any]] = []  # (port, tap, observer)
         self.tap_shapes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tap -> (spec, [shape])
-        self.tap_plan = None  # the plan the taps' shapes were last checked against
+        self.tap_plan: object = None  # the plan the taps' shapes were last checked against
         self.feed_specs: dict[PortRef, Any] = {}  # fed port -> its spec, for resizes
-        self.feed_plan = None
+        self.feed_plan: object = None
         self.appends = AppendMonitor(rt)  # append ports' counts read back: states, warnings, count watches
 
     # -- write / read --------------------------------------------------------------------------------

@@ -2,16 +2,19 @@
 
 A resize (``engine.resize``, ``engine.write(..., resize=True)``) is a structure change: the planner resolves
 every shape again. When the new plan differs from the running one only in kernel launches, scalar values (the
-"size" scalars that followed) and buffer sizes, and every buffer whose size changed still fits the memory it
-has (its pool size class, or its shared allocation), the running executable graph takes the new launches and
-values by exec-node updates (``cuGraphExecKernelNodeSetParams``, one per touched node: the Parameters tier),
-with no new graph, no instantiation and no allocation. Otherwise the Builder rebuilds: buffers that no longer
-fit are reallocated (those that kept their size stay), and the new graph replaces the running executable by
-``cuGraphExecUpdate`` when the topology is the same (a resize keeps it), else by instantiating.
+"size" scalars that followed), the byte counts of delayed connections' copies and buffer sizes, and every
+buffer whose size changed still fits the memory it has (its pool size class, or its shared allocation), the
+running executable graph takes the new launches and values by exec-node updates
+(``cuGraphExecKernelNodeSetParams`` once per touched node, ``cuGraphExecMemcpyNodeSetParams`` per copy: the
+Parameters tier), with no new graph, no instantiation and no allocation. Otherwise the Builder rebuilds:
+buffers that no longer fit are reallocated (those that kept their size stay), and the new graph replaces the
+running executable by ``cuGraphExecUpdate`` when the topology is the same (a resize keeps it), else by
+instantiating.
 """
 
 from __future__ import annotations
 
+from ..cuda._driver import check
 from .plan import _shapes
 
 
@@ -39,6 +42,12 @@ def try_in_place(builder, desc, gp) -> bool:
             g.mark(nid)
         node.plan = gp.nodes[nid]
     g.flush()
+    for nid, nbytes in delta.copies.items():  # a delayed connection's end-of-frame copy of a resized buffer
+        node = g.nodes[nid]
+        node.params.WidthInBytes = nbytes
+        check(rt.api.cuGraphExecMemcpyNodeSetParams(g.exec, node.handle, node.params, rt.device.context),
+              "cuGraphExecMemcpyNodeSetParams")
+        node.plan = gp.nodes[nid]
     _rekey(builder, g, gp, delta.buffers)
     g.plan = gp
     builder.last_in_place = True

@@ -218,6 +218,27 @@ def test_a_resize_seen_by_an_observer_and_a_stream(engine, rng, kernels):
     sub.dispose()
 
 
+def test_a_resize_through_a_delayed_loop_keeps_the_state(engine, rng, kernels):
+    n, m = 4096, 1500
+    acc = engine.add(Block.from_kernel(kernels / "vector_add.ptx", size=n, name="acc"))
+    start = rng.standard_normal(n).astype(np.float32)
+    engine.connect(acc["out"], acc["b"], delay=1, initial=start)  # out = (last frame's out) + a
+    x = rng.standard_normal(n).astype(np.float32)
+    engine.write(acc["a"], x)
+    want = start
+    for _ in range(3):
+        engine.tick()
+        want = want + x
+    np.testing.assert_array_equal(engine.read(acc["out"]), want)
+    x2 = rng.standard_normal(m).astype(np.float32)
+    engine.write(acc["a"], x2, resize=True)  # smaller: in place, the state buffer keeps its first m values
+    assert engine.tick().tiers == ("parameters",)
+    want = want[:m] + x2
+    np.testing.assert_array_equal(engine.read(acc["out"]), want)
+    engine.tick()
+    np.testing.assert_array_equal(engine.read(acc["out"]), want + x2)
+
+
 @pytest.mark.parametrize("shape", [(64, 48), (33, 100)])
 def test_from_kernel_with_a_2d_shape(engine, rng, shape):
     src = r"""

@@ -630,3 +630,29 @@ def test_observing_a_float4_port_gives_lanes_on_a_last_axis(engine):
     engine.observe(drift["out"]).subscribe(seen.append)
     engine.tick()
     assert seen[-1].shape == (10, 4) and seen[-1].dtype == np.float32
+
+
+def test_a_resize_through_a_delayed_loop_updates_its_copy_in_place(engine, api):
+    acc = engine.add(Block.from_kernel(f"{KERNELS}/vector_add.ptx", size=N, name="acc"))
+    engine.connect(acc["out"], acc["b"], delay=1)  # b is like a, and fed back from out (like a)
+    engine.write(acc["a"], np.ones(N, np.float32))
+    engine.tick()
+    engine.write(acc["a"], np.ones(600, np.float32), resize=True)
+    mark = len(api.calls)
+    frame = engine.tick()
+    calls = api.since(mark)
+    assert frame.tiers == ("parameters",)
+    assert calls[:2] == ["cuGraphExecKernelNodeSetParams", "cuGraphExecMemcpyNodeSetParams"]
+    assert {b.label: b.count for b in engine.plan.buffers}["acc.out (previous frame)"] == 600
+    assert engine.shape(acc["b"]) == (600,)
+
+
+def test_a_vector_passed_by_value_says_how_to_pass_it():
+    with pytest.raises(TypeError, match=r"g\.gravity: a float4 \(4 x f32, 16 bytes\) passed by value is not a block "
+                                        r"parameter; pass its components as separate scalar parameters"):
+        Block.from_cuda('extern "C" __global__ void g(float4* p, float4 gravity, int n) {}', size=8)
+
+
+def test_a_block_prints_its_ports_shapes():
+    text = str(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", shape=(4, 8)))
+    assert "in port x: f32[4, 8]" in text and "parameter n: i32 = 32" in text

@@ -336,6 +336,7 @@ class InPlace:
 
     nodes: Mapping[int, tuple[Launch | None, tuple[tuple[int, float | int], ...]]]
     buffers: tuple[int, ...]
+    copies: Mapping[int, int] = attrs.field(factory=dict)  # copy node (a delayed connection's) -> its new bytes
 
 
 _SAME_FIELDS = ("deps", "port_buffers", "counters", "slots", "device_scalars", "recapture", "kernel_nodes")
@@ -354,8 +355,12 @@ def in_place(old, new, code_keys: Mapping[int, str] | None = None) -> InPlace | 
         if getattr(old, f.name) != getattr(new, f.name):
             return None
     nodes: dict[int, tuple[Launch | None, tuple[tuple[int, float | int], ...]]] = {}
+    copies: dict[int, int] = {}
     for o, n in zip(old.nodes, new.nodes, strict=True):
         if o == n:
+            continue
+        if type(o) is type(n) and type(n).__name__ == "CopyNodePlan" and o._replace(nbytes=0) == n._replace(nbytes=0):
+            copies[n.id] = n.nbytes  # a delayed connection's copy of a resized buffer
             continue
         if type(o) is not type(n) or type(n).__name__ != "KernelNodePlan":
             return None
@@ -379,4 +384,4 @@ def in_place(old, new, code_keys: Mapping[int, str] | None = None) -> InPlace | 
             if o._replace(count=0) != n._replace(count=0):
                 return None
             changed.append(n.id)
-    return InPlace(nodes, tuple(changed))
+    return InPlace(nodes, tuple(changed), copies)
