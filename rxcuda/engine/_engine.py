@@ -17,6 +17,7 @@ import numpy as np
 from reactivex import Observable
 from reactivex.disposable import Disposable
 
+from ..cuda import _nvtx
 from ..cuda._device import Device
 from ..cuda._driver import is_sticky
 from ..cuda._fast import FastDriver
@@ -118,6 +119,8 @@ class Engine:
         self._closed = False
         self._lost: DeviceLostError | None = None
         self.last_frame: Frame | None = None
+        # under Nsight (NVTX collecting) each frame is an NVTX range; otherwise nothing changes, not even a check
+        _nvtx.instrument(self, _tick="tick", run_batch="run_batch")
 
     # -- the model: blocks and connections (any thread) --------------------------------------------------
     @overload
@@ -544,8 +547,9 @@ class Engine:
         touches still fits its pool size class, the buffers stay and only the kernel nodes' grids and sizes
         change (exec-node updates, the Parameters tier); otherwise the affected buffers are reallocated and
         the graph rebuilt (cuGraphExecUpdate where the topology allows). The input must be host-fed, bound
-        or unused (a connected input takes its source's shape); a shape some port cannot take is a
-        ValidationError naming both ports and both shapes, at once or at the next frame.
+        or unused (a connected input takes its source's shape). A shape the input itself refuses raises a
+        ValidationError here; one that some port downstream cannot take fails the next rebuild (a diagnostic
+        naming both ports and both shapes; the last good graph keeps running, ``engine.rebuild()`` raises it).
 
         >>> engine.resize(add["a"], (2048,)); engine.resize(add["b"], (2048,))        # doctest: +SKIP
         >>> engine.tick(); engine.shape(mul["out"])                                     # doctest: +SKIP
