@@ -15,7 +15,7 @@ graph and launches it every frame; every change is applied with the cheapest leg
 Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (cuBLAS, cuFFT, cuRAND,
 cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators), ``rxcuda.lowlevel``
 (the pipeline as data: descriptions and the planner), ``rxcuda.view`` (pictures of the graph: ``to_dot``,
-``engine.save_graph``).
+``engine.save_graph``; traces: ``engine.trace``, ``plot_frames``).
 """
 
 import logging as _logging
@@ -52,6 +52,8 @@ from .sources._files import load_kernel_file
 from .sources._load import load_source
 from .sources._nvrtc import compile_cuda
 from .view._dot import GraphvizNotFoundError, save_graph, to_dot  # importing view installs engine.to_dot & co.
+from .view._plot import MatplotlibNotFoundError, plot_frames
+from .view._trace import Trace  # engine.trace(path) makes one
 
 # a library logs, the application decides where it goes (nothing is printed unless it configures logging)
 _logging.getLogger("rxcuda").addHandler(_logging.NullHandler())
@@ -90,6 +92,7 @@ __all__ = [
     "KernelSignature",
     "Launch",
     "Like",
+    "MatplotlibNotFoundError",
     "NoDeviceError",
     "NotAPortError",
     "Out",
@@ -100,6 +103,7 @@ __all__ = [
     "RxcudaError",
     "ShapeError",
     "Tier",
+    "Trace",
     "UnknownPortError",
     "ValidationError",
     "compile_cuda",
@@ -111,6 +115,7 @@ __all__ = [
     "load_source",
     "numpy_dtype",
     "plan",
+    "plot_frames",
     "probe",
     "save_graph",
     "struct",

@@ -1,4 +1,4 @@
-"""The ``rxcuda`` command: ``rxcuda info`` and ``rxcuda demo`` (also ``python -m rxcuda``).
+"""The ``rxcuda`` command: ``rxcuda info``, ``rxcuda demo`` and ``rxcuda plot`` (also ``python -m rxcuda``).
 
 ``demo`` runs the quickstart pipeline on the GPU; without one it prints the pipeline the planner would
 build, so what the engine does can be read on any machine.
@@ -107,6 +107,23 @@ def _parser() -> argparse.ArgumentParser:
                       ".svg/.png/.pdf through Graphviz; after a GPU run it shows each block's state")
     demo.set_defaults(func=_cmd_demo, command=demo.prog)
 
+    plot = sub.add_parser(
+        "plot",
+        help="draw host and GPU time per frame of a trace (engine.trace) into a picture (needs matplotlib)",
+        description="Host and GPU time per frame of a trace written by engine.trace(path), with a mark at each "
+        "update (coloured by tier), reload and diagnostic: what to look at to find a stutter. Needs "
+        "matplotlib: pip install 'rxcuda[view]'.",
+    )
+    plot.add_argument("trace", type=Path, metavar="TRACE", help="a trace-event JSON file written by engine.trace")
+    plot.add_argument("-o", "--output", type=Path, default=None, metavar="PICTURE",
+                      help="the picture to write: .png, .svg, .pdf or .jpg (default: TRACE with .png)")
+    scale = plot.add_mutually_exclusive_group()
+    scale.add_argument("--log", dest="log", action="store_true", default=None, help="log-scale time axis")
+    scale.add_argument("--linear", dest="log", action="store_false",
+                       help="linear time axis (default: log when the slowest frame dwarfs the median)")
+    plot.add_argument("--title", default=None, help="the picture's title (default: the device)")
+    plot.set_defaults(func=_cmd_plot, command=plot.prog)
+
     _add_optional_commands(sub)
     return parser
 
@@ -163,6 +180,19 @@ def _cmd_info(args, out: TextIO | None = None) -> int:
     width = max(len(k) for k in info["versions"])
     for dist, version in info["versions"].items():
         print(f"  {dist:<{width}}  {version}", file=out)
+    return 0
+
+
+# -- plot ---------------------------------------------------------------------------------------------------
+def _cmd_plot(args, out: TextIO | None = None) -> int:
+    from .view._plot import plot_frames
+    from .view._trace import read_trace, summarize
+
+    out = out or sys.stdout
+    data = read_trace(args.trace)
+    target = args.output if args.output is not None else args.trace.with_suffix(".png")
+    plot_frames(data, target, log=args.log, title=args.title)
+    print(f"wrote {target}: {summarize(data)}", file=out)
     return 0
 
 

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..cuda import _nvtx
 from ..cuda._driver import check
 from ..cuda._graph import CompiledGraph, capture_graph
 from ..cuda._memory import DeviceBuffer
@@ -51,6 +52,7 @@ class Builder:
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
         self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
+        _nvtx.instrument(self, build="rebuild", capture="capture")  # NVTX ranges, only under Nsight
 
     def build(self, raise_errors: bool = False) -> bool:
         """Plan, load, allocate, build and instantiate (or update the running executable in place); swap in

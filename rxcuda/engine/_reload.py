@@ -15,6 +15,7 @@ from pathlib import Path
 
 from reactivex.disposable import CompositeDisposable
 
+from ..cuda import _nvtx
 from ..model._events import FileChanged, Tier
 from ..streams._files import watch_files
 
@@ -47,6 +48,7 @@ class HotReload:
         self._subs = CompositeDisposable()
         self.reloads = 0
         self.failures = 0
+        _nvtx.instrument(self, reload=lambda block, kernel: f"reload {block.name}/{kernel}")  # only under Nsight
 
     def refresh(self) -> None:
         """Watch every directory holding a kernel file of a current block (idempotent)."""

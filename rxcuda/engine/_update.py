@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from ..cuda import _nvtx
 from ..model._describe import PortRef
 from ..model._events import Tier
 from ..streams._broadcast import Broadcast
@@ -38,6 +39,9 @@ class Updater:
             Tier.CODE: self._code,
             Tier.PARAMETERS: self._parameters,
         }
+        if _nvtx.instrument(self, apply_pending="apply", apply_values="apply parameters"):  # Nsight collecting
+            for tier in (Tier.STRUCTURE, Tier.CODE):
+                self._handlers[tier] = _nvtx.ranged(self._handlers[tier], f"apply {tier}")
 
     # -- entry points --------------------------------------------------------------------------------
     def apply_pending(self, raise_errors: bool = False) -> tuple[Tier, ...]:

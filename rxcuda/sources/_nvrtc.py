@@ -35,6 +35,7 @@ from typing import Literal
 
 import attrs
 
+from ..cuda import _nvtx
 from ..model._describe import KernelCode, KernelSignature
 from ..model._errors import CompileError
 from ._arch import check_arch, default_arch
@@ -406,7 +407,8 @@ class Compiler:
             how = "miss"
             t0 = time.perf_counter()
             try:
-                image, log_text = _compile(compiled_text, name, opts, target)
+                with _nvtx.range(f"compile {name}"):  # an NVTX range under Nsight, else a no-op
+                    image, log_text = _compile(compiled_text, name, opts, target)
             except _CompileFailed as e:
                 raise compile_error(name, e.args[0], "NVRTC", missing_header_hint(e.args[0], toolkit)) from None
             finally:

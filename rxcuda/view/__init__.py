@@ -5,9 +5,14 @@ Graphviz); ``save_graph(x, "pipeline.svg")`` renders it through Graphviz (option
 and the system ``dot``), or writes the text for ``.dot``; ``save_driver_graph(engine, path)`` writes the CUDA
 driver's own picture of the running graph (cuGraphDebugDotPrint).
 
+Traces (``_trace``): ``engine.trace(path, frames=n)`` records a Chrome/Perfetto trace-event JSON (host and
+GPU time per frame, updates with their tiers, reloads, diagnostics, parameter values as counters);
+``read_trace`` / ``summarize`` read one back; ``plot_frames(trace, "frames.png")`` draws its frame times
+(matplotlib, optional). NVTX ranges for Nsight live in the CUDA layer (``rxcuda.cuda._nvtx``).
+
 Importing this package (``import rxcuda`` does) installs the conveniences ``engine.to_dot()``,
-``engine.save_graph(path)``, ``engine.save_driver_graph(path)`` and ``plan.to_dot()``: the engine never
-imports this package (DESIGN.md, "Layout": view sits above engine).
+``engine.save_graph(path)``, ``engine.save_driver_graph(path)``, ``engine.trace(path)`` and ``plan.to_dot()``:
+the engine never imports this package (DESIGN.md, "Layout": view sits above engine).
 
 >>> import rxcuda
 >>> with rxcuda.Engine(driver=rxcuda.cuda.NullDriver()) as engine:
@@ -18,7 +23,13 @@ True
 
 from ._dot import GraphvizNotFoundError, save_driver_graph, save_graph, to_dot
 from ._dot import install as _install_dot
+from ._plot import MatplotlibNotFoundError, plot_frames
+from ._trace import Trace, TraceData, TraceSummary, read_trace, summarize, trace
+from ._trace import install as _install_trace
 
 _install_dot()
+_install_trace()
 
 __all__ = ["GraphvizNotFoundError", "save_driver_graph", "save_graph", "to_dot"]
+__all__ += ["MatplotlibNotFoundError", "Trace", "TraceData", "TraceSummary", "plot_frames", "read_trace", "summarize",
+            "trace"]
