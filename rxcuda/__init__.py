@@ -27,6 +27,7 @@ from .engine._blocks import Block, Parameter, PortHandle
 from .engine._builder import BlockBuilder
 from .engine._composite import Composite, CompositeInstance
 from .engine._engine import AppliedUpdate, Diagnostic, Engine, EngineStream, Frame
+from .engine._regions import For, If, IfElse, Region, While
 from .engine.plan._liveness import BufferStats
 from .engine.plan._plan import GraphPlan, plan
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
@@ -80,10 +81,13 @@ __all__ = [
     "EngineClosedError",
     "EngineStream",
     "Follow",
+    "For",
     "ForeignBlockError",
     "Frame",
     "GraphPlan",
     "GraphvizNotFoundError",
+    "If",
+    "IfElse",
     "In",
     "InOut",
     "KernelCode",
@@ -100,12 +104,14 @@ __all__ = [
     "PortHandle",
     "Problem",
     "Reduce",
+    "Region",
     "RxcudaError",
     "ShapeError",
     "Tier",
     "Trace",
     "UnknownPortError",
     "ValidationError",
+    "While",
     "compile_cuda",
     "compose",
     "device_info",

@@ -43,8 +43,10 @@ Composites as data (``rxcuda.Composite.describe()``, rebuilt by ``Composite.from
 :class:`CompositeDescription` of :class:`MemberDescription` members, :class:`InnerConnection` between
 :class:`MemberPort` ends, :class:`ExposedPort` and :class:`ExposedParameter` (of :class:`MemberParameter`).
 
-Plans: :class:`GraphPlan` of :class:`KernelNodePlan`, :class:`CallNodePlan` and :class:`MemsetNodePlan`
-nodes, :class:`BufferPlan` buffers, and :class:`BufferArg` / :class:`ScalarArg` arguments.
+Plans: :class:`GraphPlan` of :class:`KernelNodePlan`, :class:`CallNodePlan`, :class:`MemsetNodePlan` and
+:class:`RegionNodePlan` (a conditional node; ``GraphPlan.parents`` says which nodes are in its bodies) nodes,
+:class:`BufferPlan` buffers, and :class:`BufferArg` / :class:`ScalarArg` / :class:`HandleArg` arguments.
+Regions as data: :class:`RegionSpec` (``PipelineDescription.regions``).
 
 Delayed connections (``Connection(src, dst, delay=1)``, feedback across frames) give a plan a
 :class:`CopyNodePlan` per delayed output, after every other node; ``GraphPlan.delays`` maps the buffer the
@@ -91,11 +93,16 @@ from .model._graphplan import (
     CallNodePlan,
     CopyNodePlan,
     GraphPlan,
+    HandleArg,
     KernelNodePlan,
     MemsetNodePlan,
     NodePlan,
+    RegionNodePlan,
     ScalarArg,
+    StampLayout,
+    StampNodePlan,
 )
+from .model._regions import RegionSpec
 
 __all__ = [
     "BlockDescription",
@@ -106,12 +113,13 @@ __all__ = [
     "CallSpec",
     "CompositeDescription",
     "Connection",
-    "CountSpec",
     "CopyNodePlan",
+    "CountSpec",
     "ExposedParameter",
     "ExposedPort",
     "ExternalBinding",
     "GraphPlan",
+    "HandleArg",
     "InnerConnection",
     "InternalBuffer",
     "KernelCode",
@@ -130,8 +138,12 @@ __all__ = [
     "PortRef",
     "PortSpec",
     "Problem",
+    "RegionNodePlan",
+    "RegionSpec",
     "ScalarArg",
     "ScalarSpec",
+    "StampLayout",
+    "StampNodePlan",
     "check",
     "order_blocks",
     "plan",

@@ -20,6 +20,7 @@ from ._graph import (
     KernelNode,
     MemsetNode,
     RegionNode,
+    StampNode,
     add_conditional,
 )
 
@@ -101,17 +102,28 @@ class BatchGraph:
                    for n in frame.nodes if isinstance(n, RegionNode)}
         regions: dict[int, _Region] = {}
         sinks = set()
+        # profiling: as in the frame graph, the frame's start stamp first and the frame's roots after it
+        root = next((n for n in frame.nodes if isinstance(n, StampNode) and n.plan.column == 0), None)
+        root_h = (check(api.cuGraphAddKernelNode(body, [], 0, root.params), "cuGraphAddKernelNode (batch)")
+                  if root is not None else None)
         for node in frame.nodes:
             nid = node.plan.id
             parent = plan.parents.get(nid)
             target = body if parent is None else regions[parent[0]].bodies[parent[1]]
             deps = [self.mirror[d] for d in plan.deps[nid]]
+            if root_h is not None and not deps and parent is None and not isinstance(node, StampNode):
+                deps = [root_h]
             if isinstance(node, KernelNode):
                 params = node.params
                 handle_slots = {i: a.region for i, a in enumerate(node.plan.args) if isinstance(a, HandleArg)}
                 if handle_slots:
                     params = self._copy(node, handle_slots, handles)
                 h = check(api.cuGraphAddKernelNode(target, deps, len(deps), params), "cuGraphAddKernelNode (batch)")
+            elif isinstance(node, StampNode):  # profiling: each frame of the batch stamps its own row
+                if node is root:
+                    h = root_h
+                else:
+                    h = check(api.cuGraphAddKernelNode(target, deps, len(deps), node.params), "cuGraphAddKernelNode")
             elif isinstance(node, MemsetNode):
                 h = check(api.cuGraphAddMemsetNode(target, deps, len(deps), node.params, ctx),
                           "cuGraphAddMemsetNode (batch)")

@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
-// Condition kernels for rxcuda's regions and GPU-driven frames: each sets a conditional node's handle.
+// rxcuda's built-in kernels: the condition kernels of regions and GPU-driven frames (each sets a conditional
+// node's handle through the device runtime) and the profiling timestamp.
 __device__ __forceinline__ bool rx_flag(const void* p, unsigned size) {
     if (!p) return true;
     switch (size) {
@@ -25,4 +26,15 @@ extern "C" __global__ void rx_loop_step(cudaGraphConditionalHandle h, unsigned* 
     *counter = c;
     bool v = flag ? rx_flag(flag, size) != (invert != 0) : true;
     cudaGraphSetConditional(h, (c > 0u && v) ? 1u : 0u);
+}
+// A timestamp for profiling: the GPU's global timer (ns) into column `column` of row (frame % slots) of a ring
+// in host-mapped memory. Column 0 is the frame's start stamp, which runs before everything else in the frame
+// and counts the frames in `frames`; every other stamp runs after it and reads the count.
+extern "C" __global__ void rx_stamp(unsigned long long* ring, unsigned* frames, unsigned slots, unsigned width,
+                                    unsigned column) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    unsigned frame;
+    if (column == 0) { frame = *frames; *frames = frame + 1; } else { frame = *frames - 1; }
+    ring[(unsigned long long)(frame % slots) * width + column] = t;
 }

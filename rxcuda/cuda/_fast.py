@@ -52,6 +52,7 @@ class FastDriver:
             self._launch = _fn(lib, "cuGraphLaunch", vp, vp)
             self._query = _fn(lib, "cuStreamQuery", vp)
             self._record = _fn(lib, "cuEventRecord", vp, vp)
+            self._event_query = _fn(lib, "cuEventQuery", vp)
             self._set_params = _fn(lib, "cuGraphExecKernelNodeSetParams_v2", vp, vp, vp)
             self._elapsed = _fn(lib, "cuEventElapsedTime_v2", ctypes.POINTER(ctypes.c_float), vp, vp)
             self.native = True
@@ -98,6 +99,15 @@ class FastDriver:
         err = self._record(event, stream) if self.native else self.api.cuEventRecord(event, stream)[0]
         if err:
             _raise(err, "cuEventRecord")
+
+    def done(self, event: int) -> bool:
+        """Whether the work before ``event`` has finished; never waits."""
+        err = self._event_query(event) if self.native else int(self.api.cuEventQuery(event)[0])
+        if err == _NOT_READY:
+            return False
+        if err:
+            _raise(err, "cuEventQuery")
+        return True
 
     def wait(self, stream: int) -> None:
         """Wait for the stream: spin (GIL held) up to ``spin_us``, then block (GIL released)."""

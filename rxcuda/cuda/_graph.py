@@ -14,7 +14,17 @@ import numpy as np
 from ..model import _dtypes
 from ..model._describe import CaptureArgs, Launch
 from ..model._errors import CudaError
-from ..model._graphplan import BufferArg, CallNodePlan, CopyNodePlan, GraphPlan, KernelNodePlan, MemsetNodePlan
+from ..model._graphplan import (
+    BufferArg,
+    CallNodePlan,
+    CopyNodePlan,
+    GraphPlan,
+    HandleArg,
+    KernelNodePlan,
+    MemsetNodePlan,
+    RegionNodePlan,
+    StampNodePlan,
+)
 from ._driver import check, drv
 from ._driver import drv as _drv
 from ._fast import FastDriver
@@ -58,7 +68,8 @@ class KernelNode:
 
     __slots__ = ("plan", "handle", "params", "slots", "buffer_args", "handle_int", "params_ptr")
 
-    def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int], storage: ArgStorage):
+    def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int], storage: ArgStorage,
+                 handles: Mapping[int, int] | None = None):
         self.plan = plan
         first, offsets = storage.starts[plan.id]
         u64 = storage.words
@@ -69,6 +80,9 @@ class KernelNode:
                 u64[w] = pointers[a.buffer]
                 slots.append((u64, w))
                 self.buffer_args.setdefault(a.buffer, []).append(i)
+            elif isinstance(a, HandleArg):  # a condition kernel's conditional handle
+                u64[w] = handles[a.region] if handles else 0
+                slots.append((u64, w))
             else:
                 size = max(a.size, 1)
                 dt = _dtypes.to_numpy(a.dtype) if a.dtype else None
@@ -119,12 +133,56 @@ class MemsetNode:
         p = drv.CUDA_MEMSET_NODE_PARAMS()
         p.dst = ptr
         p.value = plan.value
-        p.elementSize = 4
+        p.elementSize = plan.element
         p.width = plan.count
         p.height = 1
         p.pitch = 0
         self.params = p
         self.handle = None
+
+
+class StampNode:
+    """A profiling timestamp: a one-thread kernel node (rxcuda.cuda._profile)."""
+
+    __slots__ = ("plan", "handle", "params")
+
+    def __init__(self, plan: StampNodePlan, params):
+        self.plan = plan
+        self.params = params
+        self.handle = None
+
+
+class RegionNode:
+    """A conditional node: its handle (what the condition kernels set) and its body graphs, which the nodes
+    inside the region are added to."""
+
+    __slots__ = ("plan", "handle", "cond", "bodies")
+
+    def __init__(self, plan: RegionNodePlan, cond: int):
+        self.plan = plan
+        self.cond = cond
+        self.handle = None
+        self.bodies: list = []
+
+
+_COND_TYPE = {"if": "CU_GRAPH_COND_TYPE_IF", "ifelse": "CU_GRAPH_COND_TYPE_IF", "while": "CU_GRAPH_COND_TYPE_WHILE",
+              "for": "CU_GRAPH_COND_TYPE_WHILE"}
+
+
+def add_conditional(api, graph, deps: list, ctx, node: RegionNode) -> None:
+    """Add ``node`` as a conditional node to ``graph`` (IF with one or two bodies, or WHILE); fills
+    ``node.handle`` and ``node.bodies`` (the body graphs the driver made)."""
+    params = drv.CUgraphNodeParams()
+    params.type = drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+    params.conditional.handle = node.cond
+    params.conditional.type = getattr(drv.CUgraphConditionalNodeType, _COND_TYPE[node.plan.kind])
+    params.conditional.size = node.plan.bodies
+    params.conditional.ctx = ctx
+    node.handle = check(api.cuGraphAddNode(graph, deps, None, len(deps), params),
+                        f"cuGraphAddNode (conditional: {node.plan.label})")
+    bodies = getattr(api, "conditional_bodies", None)  # the null driver hands its body graphs out this way
+    node.bodies = (list(bodies(node.handle)) if bodies is not None
+                   else [params.conditional.phGraph_out[i] for i in range(node.plan.bodies)])
 
 
 class CopyNode:
@@ -200,8 +258,9 @@ class CompiledGraph:
     """
 
     def __init__(self, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
-                 ctx, capture: Capture | None = None, fast: FastDriver | None = None, api=None):
+                 ctx, capture: Capture | None = None, fast: FastDriver | None = None, api=None, stamps=None):
         self.plan = plan
+        self.stamps = stamps  # the profiling ring (rxcuda.cuda._profile.StampRing) the stamp nodes write, or None
         self.api = drv = api if api is not None else _drv
         self.fast = fast or FastDriver(api=drv)
         self._ctx = ctx
@@ -212,28 +271,56 @@ class CompiledGraph:
         self.graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
         self.exec = None
         self._dirty: set[int] = set()
+        parents = plan.parents
+        self.regions = bool(parents) or any(isinstance(n, RegionNodePlan) for n in plan.nodes)
         try:
+            # conditional handles belong to the top-level graph and exist before the kernels that pass them
+            handles = {n.id: check(drv.cuGraphConditionalHandleCreate(self.graph, ctx, 0, 0),
+                                   f"cuGraphConditionalHandleCreate ({n.label})")
+                       for n in plan.nodes if isinstance(n, RegionNodePlan)} if self.regions else {}
+            root_stamp = None
+            if plan.stamps is not None:  # profiling: the frame's start stamp first; the frame's roots wait for it
+                if stamps is None:
+                    raise RuntimeError("this graph has profiling stamps but no stamp ring was given")
+                first = next(n for n in plan.nodes if isinstance(n, StampNodePlan) and n.column == 0)
+                root_stamp = StampNode(first, stamps.params(0))
+                root_stamp.handle = check(drv.cuGraphAddKernelNode(self.graph, [], 0, root_stamp.params),
+                                          f"cuGraphAddKernelNode ({first.label})")
             for n in plan.nodes:
                 deps = [self.nodes[d].handle for d in plan.deps[n.id]]
+                if root_stamp is not None and not deps and n.id not in parents and not isinstance(n, StampNodePlan):
+                    deps = [root_stamp.handle]
+                parent = parents.get(n.id) if self.regions else None
+                target = self.graph if parent is None else self.nodes[parent[0]].bodies[parent[1]]
                 if isinstance(n, KernelNodePlan):
-                    node = KernelNode(n, functions[n.code_key], pointers, self.args)
-                    node.handle = check(drv.cuGraphAddKernelNode(self.graph, deps, len(deps), node.params),
+                    node = KernelNode(n, functions[n.code_key], pointers, self.args, handles)
+                    node.handle = check(drv.cuGraphAddKernelNode(target, deps, len(deps), node.params),
                                         f"cuGraphAddKernelNode ({n.label})")
                     node.handle_int = int(node.handle)
                 elif isinstance(n, MemsetNodePlan):
                     node = MemsetNode(n, pointers[n.buffer])
-                    node.handle = check(drv.cuGraphAddMemsetNode(self.graph, deps, len(deps), node.params, ctx),
+                    node.handle = check(drv.cuGraphAddMemsetNode(target, deps, len(deps), node.params, ctx),
                                         f"cuGraphAddMemsetNode ({n.label})")
                 elif isinstance(n, CopyNodePlan):
                     node = CopyNode(n, pointers[n.src], pointers[n.dst])
-                    node.handle = check(drv.cuGraphAddMemcpyNode(self.graph, deps, len(deps), node.params, ctx),
+                    node.handle = check(drv.cuGraphAddMemcpyNode(target, deps, len(deps), node.params, ctx),
                                         f"cuGraphAddMemcpyNode ({n.label})")
+                elif isinstance(n, RegionNodePlan):
+                    node = RegionNode(n, handles[n.id])
+                    add_conditional(drv, target, deps, ctx, node)
+                elif isinstance(n, StampNodePlan):
+                    if n.column == 0:  # the frame's start stamp, added first (see below)
+                        node = root_stamp
+                    else:
+                        node = StampNode(n, stamps.params(n.column))
+                        node.handle = check(drv.cuGraphAddKernelNode(target, deps, len(deps), node.params),
+                                            f"cuGraphAddKernelNode ({n.label})")
                 else:
                     if capture is None:
                         raise RuntimeError("this graph has library calls but no capture function was given")
                     child, args = capture(n, pointers)
                     node = CallNode(n, child, args)
-                    node.handle = check(drv.cuGraphAddChildGraphNode(self.graph, deps, len(deps), child),
+                    node.handle = check(drv.cuGraphAddChildGraphNode(target, deps, len(deps), child),
                                         f"cuGraphAddChildGraphNode ({n.label})")
                 self.nodes.append(node)
         except BaseException:
@@ -270,6 +357,8 @@ class CompiledGraph:
         if self._consumers is None:
             consumers: dict[int, list[int]] = {}
             for node in self.nodes:
+                if isinstance(node, RegionNode | StampNode):
+                    continue
                 used = (node.plan.buffer,) if isinstance(node, MemsetNode) else (
                     (node.plan.src, node.plan.dst) if isinstance(node, CopyNode) else
                     (a.buffer for a in node.plan.args if isinstance(a, BufferArg)))
@@ -300,8 +389,8 @@ class CompiledGraph:
         the graph the exec was instantiated from) and old must not destroy them. Returns False if the
         driver refuses, leaving both graphs as they were.
         """
-        if old.exec is None or old.plan.topology() != self.plan.topology():
-            return False
+        if old.exec is None or self.regions or old.regions or old.plan.topology() != self.plan.topology():
+            return False  # (a graph with regions: its condition kernels pass handles of the graph they were made in)
         drv = self.api
         err, _info = drv.cuGraphExecUpdate(old.exec, self.graph)
         if err:
@@ -392,15 +481,76 @@ class CompiledGraph:
         node.child, node.args = child, args
 
     # -- the same work, eagerly --------------------------------------------------------------------------
-    def run_eagerly(self, stream, *, check_each: bool = False) -> None:
+    def run_eagerly(self, stream, *, check_each: bool = False, around=None) -> None:
         """Issue every node's work on ``stream`` one after another, in the plan's order (a valid order of
         the graph): kernels through cuLaunchKernel with the nodes' own arguments, memsets, and each library
         call's captured graph. What the graph computes, without the graph: for debugging (``check_each``
         waits after each node, so a fault names its node: the error carries ``node``) and for comparing a
         graph with its eager run.
+
+        Regions are decided on the host here: the condition is read back (a wait) where the graph's
+        condition kernel would read it on the device, and the body's nodes run as often as it says.
+        ``around(plan, run)``, if given, is called for each top-level kernel, call and region with the
+        function that issues its work (a profiler times it; memsets, copies and stamps run unwrapped).
         """
+        if not self.regions and around is None:
+            self._eager(range(len(self.nodes)), stream, check_each)
+            return
+        levels: dict = {}
+        for n in self.plan.nodes:
+            levels.setdefault(self.plan.parents.get(n.id), []).append(n.id)
+        self._eager_level(levels, None, stream, check_each, around)
+
+    def _eager_level(self, levels: dict, level, stream, check_each: bool, around=None) -> None:
+        for nid in levels.get(level, ()):
+            node = self.nodes[nid]
+            if isinstance(node, KernelNode) and any(isinstance(a, HandleArg) for a in node.plan.args):
+                continue  # a condition kernel: its region decides on the host (_eager_node)
+            if around is not None and isinstance(node, KernelNode | CallNode | RegionNode):
+                around(node.plan, lambda nid=nid: self._eager_node(levels, nid, level, stream, check_each))
+            else:
+                self._eager_node(levels, nid, level, stream, check_each)
+
+    def _eager_node(self, levels: dict, nid: int, level, stream, check_each: bool) -> None:
+        node = self.nodes[nid]
+        if not isinstance(node, RegionNode):
+            self._eager((nid,), stream, check_each)
+            return
+        setter = next(n for n in self.nodes if isinstance(n, KernelNode)
+                      and any(isinstance(a, HandleArg) and a.region == nid for a in n.plan.args)
+                      and self.plan.parents.get(n.plan.id) == level)
+        if node.plan.kind in ("if", "ifelse"):
+            body = 0 if self._flag(setter, 1, 2, stream) else 1
+            if body < node.plan.bodies:
+                self._eager_level(levels, (nid, body), stream, check_each)
+            return
+        limit = int(setter.slots[2][0][setter.slots[2][1]])
+        step = next(n for n in self.nodes if isinstance(n, KernelNode) and n is not setter
+                    and any(isinstance(a, HandleArg) and a.region == nid for a in n.plan.args))
+        go = limit > 0 and (not isinstance(setter.plan.args[3], BufferArg) or self._flag(setter, 3, 4, stream))
+        passes = 0
+        while go:
+            self._eager_level(levels, (nid, 0), stream, check_each)
+            passes += 1
+            go = passes < limit and (not isinstance(step.plan.args[2], BufferArg) or self._flag(step, 2, 3, stream))
+
+    def _flag(self, node: KernelNode, flag_arg: int, size_arg: int, stream) -> bool:
+        """The condition a condition kernel would read (argument ``flag_arg``, ``size_arg`` bytes wide), read
+        back after the work queued so far."""
+        a = node.plan.args[flag_arg]
+        if not isinstance(a, BufferArg):
+            return True
+        size = int(node.slots[size_arg][0][node.slots[size_arg][1]])
+        host = np.zeros(1, dtype=np.uint64)
         drv = self.api
-        for node in self.nodes:
+        check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize (reading a region's condition)")
+        check(drv.cuMemcpyDtoH(host.ctypes.data, self.pointers[a.buffer], size), "cuMemcpyDtoH (condition)")
+        return bool(host[0])
+
+    def _eager(self, ids, stream, check_each: bool) -> None:
+        drv = self.api
+        for nid in ids:
+            node = self.nodes[nid]
             label = node.plan.label
             try:
                 if isinstance(node, KernelNode):
@@ -411,11 +561,16 @@ class CompiledGraph:
                           f"cuLaunchKernel ({label})")
                 elif isinstance(node, MemsetNode):
                     p = node.params
-                    check(drv.cuMemsetD32Async(p.dst, p.value, p.width, stream), f"cuMemsetD32Async ({label})")
+                    if p.elementSize == 1:
+                        check(drv.cuMemsetD8Async(p.dst, p.value, p.width, stream), f"cuMemsetD8Async ({label})")
+                    else:
+                        check(drv.cuMemsetD32Async(p.dst, p.value, p.width, stream), f"cuMemsetD32Async ({label})")
                 elif isinstance(node, CopyNode):
                     p = node.params
                     check(drv.cuMemcpyDtoDAsync(p.dstDevice, p.srcDevice, p.WidthInBytes, stream),
                           f"cuMemcpyDtoDAsync ({label})")
+                elif isinstance(node, RegionNode | StampNode):
+                    continue  # a region is decided by the caller; stamps time graph launches only
                 else:
                     if node.child_exec is None:
                         node.child_exec = check(drv.cuGraphInstantiate(node.child, 0), f"cuGraphInstantiate ({label})")
@@ -457,3 +612,6 @@ class CompiledGraph:
             self.api.cuGraphExecDestroy(self.exec)
             self.exec = None
         self._destroy_graphs()
+        if self.stamps is not None:
+            self.stamps.close()
+            self.stamps = None

@@ -50,6 +50,7 @@ class NullDriver:
         self._counts: Counter[str] = Counter()
         self._host: dict[int, object] = {}
         self._next_ptr = 0x7F00_0000_0000  # the device address space the null driver hands out
+        self._bodies: dict[int, list] = {}  # conditional node -> its body graphs
         self.live: dict[str, set[int]] = {}  # handle kind -> live handles (what a test can check for leaks)
 
     # -- recording, failures ---------------------------------------------------------------------------
@@ -119,7 +120,8 @@ class NullDriver:
         a = _real.CUdevice_attribute
         value = {a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.compute_capability[0],
                  a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.compute_capability[1],
-                 a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132}.get(attr, 0)
+                 a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132,
+                 a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: 2048}.get(attr, 0)
         return self._call("cuDeviceGetAttribute", (attr, dev), (value,))
 
     def cuDeviceTotalMem(self, dev):
@@ -198,6 +200,16 @@ class NullDriver:
 
         return self._call("cuMemHostAlloc", (nbytes, flags), alloc)
 
+    def cuMemHostGetDevicePointer(self, ptr, flags):
+        """Host-mapped memory: the device sees it at the host address (unified addressing)."""
+        return self._call("cuMemHostGetDevicePointer", (int(ptr), flags), (int(ptr),))
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, function, block_size, shared_mem):
+        """As many resident blocks as 2048 threads per SM allow (a kernel with no register or shared-memory
+        limit)."""
+        return self._call("cuOccupancyMaxActiveBlocksPerMultiprocessor", (int(function), block_size, shared_mem),
+                          (max(1, 2048 // max(int(block_size), 1)),))
+
     def cuMemFreeHost(self, ptr):
         self._drop("host", ptr)
         self._host.pop(int(ptr), None)
@@ -219,6 +231,10 @@ class NullDriver:
         # device memory holds nothing: a read lands zeros (deterministic, never garbage) in the host buffer
         ctypes.memset(int(dst), 0, int(nbytes))
         return self._call("cuMemcpyDtoHAsync", (int(src), nbytes, int(stream)))
+
+    def cuMemcpyDtoH(self, dst, src, nbytes):
+        ctypes.memset(int(dst), 0, int(nbytes))  # device memory holds nothing: zeros
+        return self._call("cuMemcpyDtoH", (int(src), nbytes))
 
     def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
         return self._call("cuMemcpyDtoDAsync", (int(dst), int(src), nbytes, int(stream)))
@@ -267,6 +283,24 @@ class NullDriver:
     def cuGraphAddChildGraphNode(self, graph, deps, n, child):
         return self._call("cuGraphAddChildGraphNode", (int(graph), n),
                           lambda: (self._new("node", _real.CUgraphNode),))
+
+    def cuGraphConditionalHandleCreate(self, graph, ctx, default, flags):
+        return self._call("cuGraphConditionalHandleCreate", (int(graph), default, flags),
+                          lambda: (next(self._ids),))
+
+    def cuGraphAddNode(self, graph, deps, data, n, params):
+        """A node of any type; a conditional node gets body graphs (owned by it: they die with its graph),
+        which :meth:`conditional_bodies` hands out as the real driver's out-parameter does."""
+        def add():
+            node = self._new("node", _real.CUgraphNode)
+            if params.type == _real.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL:
+                self._bodies[int(node)] = [_real.CUgraph(next(self._ids)) for _ in range(params.conditional.size)]
+            return (node,)
+        return self._call("cuGraphAddNode", (int(graph), n, int(params.type)), add)
+
+    def conditional_bodies(self, node) -> list:
+        """The body graphs of a conditional node this driver added (the real driver fills ``phGraph_out``)."""
+        return self._bodies[int(node)]
 
     def cuGraphGetNodes(self, graph, count):
         return self._call("cuGraphGetNodes", (int(graph), count), ([], 0))

@@ -283,7 +283,10 @@ class AppendMonitor:
             others = [f"{blocks[r.block].name}.{r.port}" for r in members[1:] if r.block in blocks]
             state = owner._append_state(members[0].port)
             for kind in due:
-                self.rt.reporter.warn(where, warning_text(kind, where, state, others), owner)
+                self.rt.reporter.warn(where, warning_text(kind, where, state, others), owner,
+                                      source=f"append:{members[0].port}")
+        elif f"append:{members[0].port}" in owner._warnings and not owner._append_state(members[0].port)._episode:
+            self.rt.reporter.recover(owner, f"append:{members[0].port}", "its append count is back under 90 %")
 
     def observe(self, ref: PortRef, every: int, gpu, closed, io) -> Observable:
         """The raw count of an append port as an Observable of ints (``engine.observe(port.count)``)."""

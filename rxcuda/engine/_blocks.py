@@ -280,8 +280,9 @@ class Block:
         from reactivex.disposable import CompositeDisposable
 
         self._subscriptions = CompositeDisposable()  # parameter bindings, disposed on removal
-        self.state = "not built"
+        self.state = "not built"  # "ok", "warning", "error", "removed"
         self.message = ""
+        self._warnings: dict[str, str] = {}  # what keeps the block in "warning" (source -> message)
         self._appends: dict[str, AppendState] = {}  # append port -> what the engine last read of its counter
         self.params = Parameters({s.name: Parameter(self, s.name, s.dtype, s.default) for s in description.scalars})
 
@@ -528,7 +529,28 @@ class Block:
             lines.append(f"  {direction}{kind}port {p.name}: {p.dtype or 'any'}[{extent}]{counted}")
         for n, prm in self.params.items():
             lines.append(f"  parameter {n}: {prm.dtype} = {prm.value!r}")
+        lines.extend(self._profile_lines())
         return "\n".join(lines)
+
+    def _profile_lines(self) -> list[str]:
+        """What the engine's profiling last measured of this block (nothing is read from the GPU here)."""
+        engine = self._engine
+        if engine is None:
+            return []
+        out = []
+        last = engine._profiler.last
+        if last is not None and last.blocks is not None and self.name in last.blocks:
+            out.append(f"  last GPU time: {last.blocks[self.name].gpu_us:.2f} us (frame {last.frame}, "
+                       f"profile {engine.profile})")
+            if last.kernels is not None:
+                for k in self._desc.kernels:
+                    label = f"{self.name}/{k.name}"
+                    if label in last.kernels:
+                        out.append(f"    {label}: {last.kernels[label].gpu_us:.2f} us")
+        for (bid, kernel), occ in engine._rt.occupancy.items():
+            if bid == self.id:
+                out.append(f"  occupancy of {kernel}: {occ:.0%} (theoretical)")
+        return out
 
 
 def _as_tuple(v):

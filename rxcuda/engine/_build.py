@@ -8,6 +8,7 @@ size), and library state (handles, plans, workspaces) lives per block and call u
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -17,15 +18,19 @@ from ..cuda import _nvtx
 from ..cuda._driver import check
 from ..cuda._graph import CompiledGraph, capture_graph
 from ..cuda._memory import DeviceBuffer
+from ..cuda._profile import StampRing
 from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
-from ..model._graphplan import BufferArg, CallNodePlan, KernelNodePlan
+from ..model._graphplan import BufferArg, CallNodePlan, HandleArg, KernelNodePlan, ScalarArg
 from ._delaystate import DelayState
+from ._profile import LOW_OCCUPANCY, occupancy
+from ._regions import stamp_code
 from ._resize import try_in_place
 from ._runtime import Runtime
 from .plan._liveness import holds_own_value
 from .plan._plan import plan as make_plan
+from .plan._profile import add_stamps
 
 
 class _BlockFailure(Exception):
@@ -49,6 +54,8 @@ class Builder:
         self.library_teardown: dict[tuple, Callable] = {}
         self.node_code: dict[int, str] = {}  # node id -> code key in use (after code swaps)
         self.rebuilds = 0
+        self.last_build_ms: float | None = None  # how long the last successful rebuild took
+        self._occupancy_warnings: list = []
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
         self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
@@ -64,8 +71,12 @@ class Builder:
         paused = gc.isenabled()
         if paused:
             gc.disable()
+        t0 = time.perf_counter()
         try:
-            return self._build(raise_errors)
+            ok = self._build(raise_errors)
+            if ok:
+                self.last_build_ms = (time.perf_counter() - t0) * 1e3
+            return ok
         finally:
             if paused:
                 gc.enable()
@@ -79,8 +90,11 @@ class Builder:
             return True
         acquired: list[DeviceBuffer] = []
         new: CompiledGraph | None = None
+        ring = None
         try:
             gp = make_plan(desc, reuse_memory=rt.reuse_memory)
+            if rt.stamps:  # profiling: a timestamp node per block or kernel (rxcuda.engine._profile)
+                gp = add_stamps(gp, desc, rt.stamps)
             if rt.graph is not None and try_in_place(self, desc, gp):  # only shapes changed, and still fit
                 return True
             functions, node_code = {}, {}
@@ -125,13 +139,24 @@ class Builder:
             for (bid, name), sid in gp.device_scalars.items():
                 host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
                 DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)
+            if gp.stamps is not None:
+                stamp = stamp_code()
+                node_code[-1] = stamp.key  # (kept loaded: see the prune below)
+                ring = StampRing(rt.api, rt.modules.load(stamp).function, len(gp.stamps.names))
+            else:
+                ring = None
             new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
-                                api=rt.api)
+                                api=rt.api, stamps=ring)
+            ring = None  # the graph owns it now (closes it with itself)
+            if rt.stamps == "kernel":
+                self._occupancy(gp, functions)
             if rt.graph is None or not new.adopt_exec(rt.graph):
                 new.instantiate()
         except Exception as e:
             if new is not None:
                 new.close()
+            elif ring is not None:
+                ring.close()
             for buf in acquired:
                 rt.pool.release(buf)
             failure = e.block if isinstance(e, _BlockFailure) else None
@@ -157,14 +182,47 @@ class Builder:
         rt.modules.prune(set(node_code.values()))
         self.rebuilds += 1
         built = {b.id for b in desc.blocks}
+        was = {}
         for b in rt.blocks.values():
             if b.id in built:
-                b.state, b.message = "ok", ""
+                was[b.id] = b.state
+                b._warnings.pop("plan", None)
+                b._warnings.pop("occupancy", None)
+                b.state, b.message = ("warning", next(iter(b._warnings.values()))) if b._warnings else ("ok", "")
         rt.reporter.refresh()
         for w in gp.warnings:  # it planned, but probably not as meant: say so once per rebuild
-            rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None)
+            rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None,
+                             source="plan")
+        for subject, message, block in self._occupancy_warnings:
+            rt.reporter.warn(subject, message, block, source="occupancy")
+        for bid, state in was.items():  # a block that had an error or a warning and has none now
+            b = rt.blocks[bid]
+            if state in ("error", "warning") and b.state == "ok":
+                b.state = state
+                rt.reporter.recover(b, why="the rebuild succeeded")
         self._on_built()
         return True
+
+    def _occupancy(self, gp, functions) -> None:
+        """Theoretical occupancy of every kernel node (profiling per kernel): kept in ``rt.occupancy``, and a
+        warning for each kernel below 25 %, naming the numbers and what raises it."""
+        rt = self.rt
+        attr = rt.api.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
+        per_sm = check(rt.api.cuDeviceGetAttribute(attr, rt.device.handle), "cuDeviceGetAttribute")
+        rt.occupancy = {}
+        self._occupancy_warnings = []
+        for n in gp.nodes:
+            if not isinstance(n, KernelNodePlan) or any(isinstance(x, HandleArg) for x in n.args):
+                continue
+            threads = n.launch.block[0] * n.launch.block[1] * n.launch.block[2]
+            occ = occupancy(rt.api, functions[n.code_key], threads, n.launch.shared_mem, per_sm)
+            rt.occupancy[(n.block, n.kernel)] = occ
+            if occ < LOW_OCCUPANCY:  # published once the build is in (with the plan's warnings)
+                self._occupancy_warnings.append((
+                    n.label, f"{n.label}: theoretical occupancy {occ:.0%} ({threads} threads per block, "
+                    f"{n.launch.shared_mem} bytes of dynamic shared memory): fewer warps than the SM could hold "
+                    "hide less latency; use more threads per block, fewer registers (__launch_bounds__) or less "
+                    "shared memory", rt.blocks.get(n.block)))
 
     def _carry_kept(self, old: CompiledGraph, gp, kept, pointers) -> None:
         """A kept port that shared memory in the running graph gets memory of its own in the new one: copy
@@ -218,7 +276,7 @@ class Builder:
         for prm, arg in zip(spec.params, node.args, strict=True):
             if isinstance(arg, BufferArg):
                 ptrs[prm.name] = pointers[arg.buffer]
-            else:
+            elif isinstance(arg, ScalarArg):
                 values[prm.name] = block.params[arg.name].value if arg.name else arg.value
         args = CaptureArgs(int(rt.capture_stream), ptrs, values, self.library_state[skey])
         prepare = getattr(spec, "prepare", None)

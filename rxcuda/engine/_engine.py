@@ -29,7 +29,8 @@ from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
-from . import _shapes_io
+from . import _profile, _shapes_io
+from ._batch import Batches
 from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
 from ._composite import Composite, CompositeInstance, Composites
@@ -37,6 +38,7 @@ from ._io import DataIO
 from ._model import Model
 from ._ports import EngineStream
 from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
+from ._regions import Region, add_region, remove_region_member
 from ._reload import HotReload
 from ._replace import replace_block
 from ._runtime import Runtime, quietly
@@ -47,6 +49,7 @@ from .plan._plan import GraphPlan
 _now = time.perf_counter_ns
 _ident = threading.get_ident
 _tuple_new = tuple.__new__
+_UNTIMED = (None, 1, None, None, None)  # a frame's (gpu_us, frames, blocks, kernels, phases) when nothing is timed
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
@@ -65,7 +68,9 @@ class Engine:
     array([2., 2., 2.], dtype=float32)
 
     ``device``: the GPU ordinal. ``sync``: whether ``tick()`` waits for the frame by default. ``timing``:
-    record GPU time per frame (``Frame.gpu_us``; two event records a frame). ``debug``: run each frame's
+    record GPU time per frame (``Frame.gpu_us``; two event records a frame): the ``summary`` profiling level.
+    ``profile``: the profiling level (``engine.profile``: ``none``, ``summary``, ``per_block``, ``per_kernel``,
+    ``deep``, ``deep_sync``). ``debug``: run each frame's
     nodes one by one, waiting after each (slow), so a faulting kernel is named in the error. ``driver``:
     ``None`` for the CUDA driver, or a ``rxcuda.cuda.NullDriver`` that records the driver calls and runs no
     GPU work (tests). ``reuse_memory``: intermediate buffers whose lifetimes never overlap share memory
@@ -73,9 +78,11 @@ class Engine:
     """
 
     def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, debug: bool = False,
-                 driver=None, reuse_memory: bool = True):
-        self._timing = self._debug = False
+                 profile: str = "none", driver=None, reuse_memory: bool = True):
+        self._debug = False
+        self._profile_level = "none"
         self.debug = debug
+        self.profile = _profile.check_level(profile)
         self.timing = timing
         try:
             self._open(device, sync, driver)
@@ -84,6 +91,7 @@ class Engine:
                 raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
             raise
         self._rt.reuse_memory = bool(reuse_memory)
+        self.profile = self._profile_level  # now that the runtime exists: tell it what to stamp
 
     def _open(self, device: int, sync: bool, driver) -> None:
         dev = Device(device, api=driver)
@@ -106,7 +114,10 @@ class Engine:
         self._composites = Composites(rt, self._model)
         self._builder = Builder(rt, self._io.upload_staged)
         self._updater = Updater(rt, self._builder)
+        self._batches = Batches(rt, self._updater)  # engine.run_batch's graph, made on first use
         self._frames = Broadcast(on_error=self._frame_subscriber_failed)
+        self._timings = Broadcast(on_error=self._frame_subscriber_failed)
+        self._profiler = _profile.Profiler(rt, rt.fast, self._timings.emit)
         self._file_changes = Broadcast(on_error=self._file_subscriber_failed)
         self._loop: FrameLoop | None = None
         self._last_loop: FrameLoop | None = None
@@ -133,13 +144,18 @@ class Engine:
         A composite (``rxcuda.Composite``) is added as a new instance of its blocks, named ``instance/member``,
         with its inner connections; returns the :class:`CompositeInstance` (``instance["x"]`` for its ports).
 
-        A block whose name is taken is renamed ``name_2``, ``name_3``, ... (``block.name`` tells)."""
+        A block whose name is taken is renamed ``name_2``, ``name_3``, ... (``block.name`` tells). A region
+        (``If``, ``While``, ...) comes with the blocks of its bodies that are not in the engine yet, and its
+        condition port is connected."""
         self._check_open()
         if isinstance(block, Composite):
             inst = self._composites.add(block, self)
             if self._reload is not None:
                 self._reload.refresh()
             return inst
+        if isinstance(block, Region):
+            add_region(self, block)
+            return block
         self._model.add(block, self)
         if self._reload is not None:
             self._reload.refresh()
@@ -147,11 +163,16 @@ class Engine:
 
     def remove(self, block: Block | CompositeInstance) -> None:
         """Remove a block with its connections and bindings; the next tick rebuilds without it. Removing a
-        composite instance removes every block inside it (a block inside one is removed only with it)."""
+        region removes the blocks of its bodies too; removing a block of a region's body takes it out of the
+        body. Removing a composite instance removes every block inside it (a block inside one is removed only
+        with it)."""
         if isinstance(block, CompositeInstance):
             self._composites.remove(block, self._gpu)
             return
         self._composites.check_removable(block)
+        if isinstance(block, Region) or self._rt.regions:
+            remove_region_member(self, block)
+            return
         self._model.remove(block, self._gpu)
 
     def replace(self, old: Block, new: Block) -> Block:
@@ -271,13 +292,13 @@ class Engine:
         try:
             tiers = self._updater.apply_pending() if rt.pending.count else ()
             g = rt.graph
-            gpu_us = None
+            timed = _UNTIMED
             if g is not None:
                 io = self._io
                 if io.feeds:
                     io.stage_feeds(g)
                 stream = rt.stream_h
-                if self._plain:  # no timing, no debug: the frame is one launch (and a wait)
+                if self._plain:  # no profiling, no debug: the frame is one launch (and a wait)
                     err = g.launcher(stream)
                     if err:
                         rt.fast.raise_for(err, "cuGraphLaunch")
@@ -286,7 +307,7 @@ class Engine:
                     if sync:
                         rt.fast.wait(stream)
                 else:
-                    gpu_us = self._launch_instrumented(g, stream, sync)
+                    timed = self._launch_instrumented(g, stream, sync, t0)
         except CudaError as e:
             if is_sticky(e):
                 raise self._lose(e) from e
@@ -295,42 +316,173 @@ class Engine:
         if g is not None and self._io.taps:
             self._io.deliver_taps(sync, self._warn)
         frame = _tuple_new(Frame, (rt.frame, (_now() - t0) / 1e3, tiers, "idle" if g is None else rt.reporter.state,
-                                   g is not None, gpu_us))  # Frame(...) without its Python-level __new__
+                                   g is not None, *timed))  # Frame(...) without its Python-level __new__
         self.last_frame = frame
         if self._frames.observers:
             self._frames.emit(frame)
         return frame
 
-    def _launch_instrumented(self, g, stream: int, sync: bool) -> float | None:
-        """A frame with ``timing`` (events around the launch) or ``debug`` (node by node, each waited for)."""
-        fast, timing = self._rt.fast, self.timing
-        if timing:
+    def run_batch(self, k: int, *, until: PortHandle | None = None) -> Frame:
+        """Run ``k`` frames with one host launch, the GPU looping over the frame graph itself; returns when the
+        GPU is done, with one :class:`Frame` for the batch (``frames``: how many ran; ``index``: the last).
+
+        Changes made before the call (parameters, code, structure) apply before the batch, as for ``tick``;
+        fed inputs are read once per batch and ``observe`` delivers the batch's last frame; append counts are
+        the last frame's. With ``until`` (a port holding one u32/bool flag, such as a residual check's
+        ``converged``), the batch ends after the first frame that leaves the flag nonzero. A batch gives, bit
+        for bit, what ``k`` ticks give.
+
+        >>> frame = engine.run_batch(1000)                       # doctest: +SKIP
+        >>> frame = engine.run_batch(500, until=check["done"])   # doctest: +SKIP
+        >>> frame.frames                                         # doctest: +SKIP
+        37
+        """
+        self._check_open()
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k < 2**32:
+            raise ValueError(f"run_batch takes a frame count from 1 to 2**32-1 (got {k!r})")
+        if self._loop is not None and threading.current_thread() is not self._loop.thread:
+            raise RuntimeError("engine.run(...) drives the frames on its own thread; dispose it before calling "
+                               "run_batch() yourself")
+        t0 = _now()
+        if _ident() != self._gpu_thread:
+            self.device.make_current()
+            self._gpu_thread = _ident()
+        rt, io = self._rt, self._io
+        stop_ref = self._ref(until) if until is not None else None
+        try:
+            tiers = self._updater.apply_pending() if rt.pending.count else ()
+            g = rt.graph
+            if g is None:
+                return self._tick(True)
+            stop = self._batches.stop_flag(stop_ref, g) if stop_ref is not None else None
+            batch = self._batches.prepare(stop)
+            if io.feeds:
+                io.stage_feeds(g)
+            stream = rt.stream_h
+            fast = rt.fast
+            prof = self._profiler
+            slot = prof.begin(stream) if prof.level != "none" else -1
+            batch.launch(k, stream)
+            if io.taps:
+                io.enqueue_taps(g, rt.frame + k)
+            fast.wait(stream)
+            frames = self._batches.frames_run(k)
+            times = None
+            if slot >= 0:  # the batch's GPU time; per-block timings are the last frame's
+                prof.end(stream, slot, rt.frame + frames, g, frames)
+                times = prof.collect(True)
+        except CudaError as e:
+            if is_sticky(e):
+                raise self._lose(e) from e
+            raise
+        rt.frame += frames
+        if io.taps:
+            io.deliver_taps(True, self._warn)
+        frame = Frame(rt.frame, (_now() - t0) / 1e3, tiers, rt.reporter.state, True,
+                      times.gpu_us if times else None, frames, times.blocks if times else None,
+                      times.kernels if times else None)
+        self.last_frame = frame
+        if self._frames.observers:
+            self._frames.emit(frame)
+        return frame
+
+    def _launch_instrumented(self, g, stream: int, sync: bool, t0: int) -> tuple:
+        """A frame with profiling (see rxcuda.engine._profile) or ``debug`` (node by node, each waited for):
+        (gpu_us, frames, blocks, kernels, phases) for its Frame."""
+        fast, prof, rt = self._rt.fast, self._profiler, self._rt
+        level = prof.level
+        if level == "summary" and sync and not self.debug and not self._timings.observers:
+            # the common case kept lean: one event pair, read after the wait, nothing queued
             fast.record(self._ev_start_h, stream)
+            err = g.launcher(stream)
+            if err:
+                fast.raise_for(err, "cuGraphLaunch")
+            fast.record(self._ev_end_h, stream)
+            if self._io.taps:
+                self._io.enqueue_taps(g, rt.frame + 1)
+            fast.wait(stream)
+            return fast.elapsed_us(self._ev_start_h, self._ev_end_h), 1, None, None, None
+        phases = _profile.Phases() if level == "deep" else None
+        if phases is not None:
+            phases.t = t0
+            phases.mark("apply")
+        if level == "deep_sync":
+            eager = prof.run_eager(g, stream, rt.frame + 1)
+            if self._io.taps:
+                self._io.enqueue_taps(g, rt.frame + 1)
+            return eager.gpu_us, 1, eager.blocks, eager.kernels, None
+        slot = prof.begin(stream) if level != "none" else -1
         if self.debug:
             g.run_eagerly(stream, check_each=True)
         else:
             err = g.launcher(stream)
             if err:
                 fast.raise_for(err, "cuGraphLaunch")
-        if timing:
-            fast.record(self._ev_end_h, stream)
+        if slot >= 0:
+            prof.end(stream, slot, rt.frame + 1, g)
         if self._io.taps:
-            self._io.enqueue_taps(g, self._rt.frame + 1)
+            self._io.enqueue_taps(g, rt.frame + 1)
+        if phases is not None:
+            phases.mark("launch")
         if sync:
             fast.wait(stream)
-            if timing:
-                return fast.elapsed_us(self._ev_start_h, self._ev_end_h)
-        return None
+            if phases is not None:
+                phases.mark("sync")
+        if slot < 0:
+            return _UNTIMED
+        times = prof.collect(sync)
+        if times is None or times.frame != rt.frame + 1:  # this frame's timings come later (engine.timings)
+            return None, 1, None, None, phases.out if phases else None
+        return times.gpu_us, 1, times.blocks, times.kernels, phases.out if phases else None
 
     @property
     def timing(self) -> bool:
-        """Record GPU time per frame (``Frame.gpu_us``): two event records a frame."""
-        return self._timing
+        """Whether frames are timed (any profiling level but ``none``); setting it True selects ``summary``
+        (when no level is set) and False selects ``none`` (from ``summary``)."""
+        return self._profile_level != "none"
 
     @timing.setter
     def timing(self, on: bool) -> None:
-        self._timing = bool(on)
-        self._plain = not (self._timing or self._debug)
+        if on and self._profile_level == "none":
+            self.profile = "summary"
+        elif not on and self._profile_level == "summary":
+            self.profile = "none"
+
+    @property
+    def profile(self) -> str:
+        """The profiling level: ``none``, ``summary``, ``per_block``, ``per_kernel``, ``deep`` or ``deep_sync``
+        (see rxcuda.engine._profile for what each measures and costs). Changeable while the engine runs; a
+        change that adds or removes stamp nodes (to or from ``per_block``/``per_kernel``/``deep``) rebuilds
+        the graph, any other takes effect at the next frame.
+
+        >>> engine.profile = "per_block"           # doctest: +SKIP
+        >>> engine.tick().blocks["forces"].gpu_us  # doctest: +SKIP
+        41.7
+        """
+        return self._profile_level
+
+    @profile.setter
+    def profile(self, level: str) -> None:
+        level = _profile.check_level(level)
+        before = _profile.stamps_for(self._profile_level)
+        self._profile_level = level
+        self._plain = level == "none" and not self._debug
+        rt = getattr(self, "_rt", None)
+        if rt is None:  # during construction
+            return
+        self._profiler.level = level
+        rt.stamps = _profile.stamps_for(level)
+        if rt.stamps != before and rt.blocks:
+            from ..model._events import ProfileChanged
+
+            rt.pending.add(ProfileChanged(level))
+
+    @property
+    def timings(self) -> Observable:
+        """Every profiled frame's GPU timings (:class:`rxcuda.engine._profile.FrameTimes`: frame index, GPU us,
+        per-block and per-kernel Timings), emitted once the GPU is done with the frame (at once for frames
+        that were waited for, a frame or more later for ``sync=False`` frames)."""
+        return self._timings.observable
 
     @property
     def debug(self) -> bool:
@@ -340,7 +492,7 @@ class Engine:
     @debug.setter
     def debug(self, on: bool) -> None:
         self._debug = bool(on)
-        self._plain = not (self._timing or self._debug)
+        self._plain = self._profile_level == "none" and not self._debug
 
     def _lose(self, err: CudaError) -> DeviceLostError:
         """The context is gone (sticky error): say so once, clearly, and refuse GPU work from now on."""
@@ -733,6 +885,8 @@ class Engine:
                 lost = is_sticky(e)
         self._io.close()
         if not lost:  # with the context gone, driver calls only fail: the process exit frees everything
+            quietly(self._batches.release)
+            quietly(self._profiler.close)
             quietly(self._builder.close)
             quietly(rt.modules.close)
             quietly(rt.pool.close)
@@ -740,7 +894,7 @@ class Engine:
                 quietly(lambda ev=ev: rt.api.cuEventDestroy(ev))
             for s in (rt.stream, rt.capture_stream):
                 quietly(lambda s=s: rt.api.cuStreamDestroy(s))
-        for stream in (self._frames, self._file_changes):
+        for stream in (self._frames, self._timings, self._file_changes):
             stream.close()
         self._updater.close()
         rt.reporter.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import attrs
@@ -20,7 +21,9 @@ log = logging.getLogger("rxcuda")
 
 class Frame(NamedTuple):
     """What one tick did: its index, host time, tiers applied, the engine state after it, whether a graph
-    was launched, and its GPU time (with ``Engine(timing=True)`` and a frame that was waited for).
+    was launched, its GPU time (with profiling, ``Engine(timing=True)`` or any ``engine.profile`` level, and a
+    frame that was waited for), how many frames the launch ran (``engine.run_batch``: several, GPU time for
+    all of them), and with finer levels the GPU time of each block and kernel and the host phases.
 
     ``state`` is ``"ok"``, ``"error"`` (a block failed; the last good graph runs) or ``"idle"`` (no graph).
     """
@@ -31,6 +34,12 @@ class Frame(NamedTuple):
     state: str
     launched: bool
     gpu_us: float | None = None
+    frames: int = 1  # frames this launch ran: more than one for engine.run_batch (index is the last one's)
+    # with profiling (engine.profile), for a frame that was waited for: GPU time per block and per kernel
+    # (name -> UnitTime with .gpu_us), and at the deep level the host phases (name -> us)
+    blocks: Mapping | None = None
+    kernels: Mapping | None = None
+    phases: Mapping | None = None
 
 
 class AppliedUpdate(NamedTuple):
@@ -45,7 +54,8 @@ class AppliedUpdate(NamedTuple):
 
 @attrs.frozen
 class Diagnostic:
-    """An error or warning about a block, port or file, published instead of stopping the frames.
+    """An error or warning about a block, port or file, published instead of stopping the frames; "info"
+    when a block recovered from one.
 
     ``details`` carries structured extras, e.g. a compiler's (file, line, column, message) entries or the
     planner's other problems.
@@ -90,12 +100,36 @@ class Reporter:
         self.publish(Diagnostic("error", subject, f"{what} failed, {keeps}: {err}", self._frame(),
                                 block.id if block else None, details))
 
-    def warn(self, subject: str, message: str, block=None) -> None:
+    def warn(self, subject: str, message: str, block=None, source: str | None = None) -> None:
+        """Publish a warning. With a ``block`` and a ``source`` (what raised it: "plan", "occupancy",
+        "append:<port>", ...) the block's state becomes "warning" (unless it is in error) until
+        :meth:`recover` clears that source."""
+        if block is not None and source is not None:
+            block._warnings[source] = message
+            if block.state != "error":
+                block.state, block.message = "warning", message
         self.publish(Diagnostic("warning", subject, message, self._frame(), block.id if block else None))
+
+    def recover(self, block, source: str | None = None, why: str = "") -> None:
+        """``source`` no longer applies to ``block``; a block whose state was "warning" or "error" and has no
+        warning left returns to "ok", with an "info" diagnostic saying it recovered."""
+        if source is not None:
+            block._warnings.pop(source, None)
+        if block.state == "warning" and block._warnings:
+            block.message = next(iter(block._warnings.values()))
+            return
+        if block.state in ("warning", "error") and not block._warnings:
+            was = block.state
+            block.state, block.message = "ok", ""
+            self.refresh()
+            self.publish(Diagnostic("info", block.name, f"{block.name} recovered from its {was}"
+                                    + (f" ({why})" if why else "") + "; its state is ok again", self._frame(),
+                                    block.id))
 
     def publish(self, d: Diagnostic) -> None:
         self.log.append(d)
-        (log.error if d.severity == "error" else log.warning)("%s: %s", d.subject, d.message)
+        level = log.error if d.severity == "error" else log.warning if d.severity == "warning" else log.info
+        level("%s: %s", d.subject, d.message)
         self.stream.emit(d)
 
     def refresh(self) -> None:

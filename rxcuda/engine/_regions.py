@@ -47,6 +47,13 @@ def _code(entry: str, params: tuple[KernelParam, ...]) -> KernelCode:
                       origin="rxcuda/cuda/_conditions.cu", block_size=1)
 
 
+def stamp_code() -> KernelCode:
+    """The profiling timestamp kernel (rx_stamp in the same fatbin; see rxcuda.cuda._profile)."""
+    ptr = KernelParam("ring", "pointer", 8, "u64", "out")
+    return _code("rx_stamp", (ptr, KernelParam("counters", "pointer", 8, "u32", "inout"),
+                              *(KernelParam(n, "scalar", 4, "u32") for n in ("slots", "width", "column"))))
+
+
 _ONE = Launch(grid=(1,), block=(1,))
 _HANDLE = KernelParam("handle", "scalar", 8, "u64", default=0)
 _SIZE = KernelParam("size", "scalar", 4, "u32", default=4)

@@ -41,6 +41,9 @@ class Runtime:
     kept: set[PortRef] = attrs.field(factory=set)
     shapes: dict[PortRef, tuple] = attrs.field(factory=dict)  # inputs the user resized (PipelineDescription.shapes)
     reuse_memory: bool = True  # buffers whose lifetimes never overlap share memory (Engine(reuse_memory=...))
+    regions: dict = attrs.field(factory=dict)  # id -> Region (also in blocks): whose bodies hold which blocks
+    stamps: str | None = None  # profiling: the graph gets a timestamp node per "block" or per "kernel"
+    occupancy: dict = attrs.field(factory=dict)  # (block id, kernel) -> theoretical occupancy (per_kernel+)
     graph: CompiledGraph | None = None
     frame: int = 0
     lock: threading.RLock = attrs.field(factory=threading.RLock)  # the model; never held while waiting
@@ -56,8 +59,9 @@ class Runtime:
         with self.lock:
             blocks = tuple(BlockEntry(b.id, b.description, b.values(), b.launches()) for b in self.blocks.values())
             binds = {r: ExternalBinding(e.dtype, e.count) for r, e in self.bindings.items()}
+            regions = tuple(r.spec() for r in self.regions.values())
             return PipelineDescription(blocks, tuple(self.connections.values()), binds, frozenset(self.fed),
-                                       kept=frozenset(self.kept), shapes=self.shapes)
+                                       regions=regions, kept=frozenset(self.kept), shapes=self.shapes)
 
     def running(self) -> CompiledGraph:
         """The graph now running (callers know there is one)."""

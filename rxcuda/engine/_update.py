@@ -34,6 +34,7 @@ class Updater:
         self.builder = builder
         self.updates = Broadcast(on_error=self._subscriber_failed)
         self.recaptures = 0
+        self.applied = 0  # calls of apply_pending that had something to apply
         self._handlers = {
             Tier.STRUCTURE: self._structure,
             Tier.CODE: self._code,
@@ -48,6 +49,7 @@ class Updater:
         """Apply everything pending. Values alone (the common case) skip the plan object, and one value of
         kernel nodes alone goes straight through the patch table to its nodes' exec updates."""
         rt = self.rt
+        self.applied += 1  # what a GPU-driven batch compares to know its copy of the graph is stale
         pending = rt.pending
         g = rt.graph
         if g is None or pending.others:

@@ -415,6 +415,8 @@ class PipelineDescription:
     connections: tuple[Connection, ...] = ()
     bindings: Mapping[PortRef, ExternalBinding] = attrs.field(factory=dict, converter=lambda m: dict(m))
     fed: frozenset[PortRef] = frozenset()
+    # regions (rxcuda.model._regions.RegionSpec): which blocks run inside a conditional node, by region id
+    regions: tuple = ()
     # ports the user reads, observes, writes, binds or feeds (the engine adds them): memory reuse never gives
     # their buffers to another buffer, so what is read there is the port's own value
     kept: frozenset[PortRef] = frozenset()

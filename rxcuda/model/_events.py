@@ -109,6 +109,14 @@ class BlockChanged:
 
 
 @attrs.frozen
+class ProfileChanged:
+    """The profiling level changed in a way that adds or removes timestamp nodes in the graph."""
+
+    level: str
+    tier = Tier.STRUCTURE
+
+
+@attrs.frozen
 class Connected:
     src: PortRef
     dst: PortRef
@@ -134,4 +142,4 @@ ChangeEvent = (
     ParameterChanged | PortRebound | LaunchChanged | CodeChanged | BlockAdded
     | BlockRemoved | BlockChanged | Connected | Disconnected
 )
-STRUCTURE_EVENTS = (BlockAdded, BlockRemoved, BlockChanged, Connected, Disconnected)
+STRUCTURE_EVENTS = (BlockAdded, BlockRemoved, BlockChanged, Connected, Disconnected, ProfileChanged)

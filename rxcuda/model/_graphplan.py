@@ -54,7 +54,15 @@ class ScalarArg(NamedTuple):
     value: float | int
 
 
-Arg = BufferArg | ScalarArg
+class HandleArg(NamedTuple):
+    """A node argument that passes the conditional handle of the region node ``region`` (a value the driver
+    makes when the graph is built: the condition kernels hand it to cudaGraphSetConditional)."""
+
+    region: int
+    size: int = 8
+
+
+Arg = BufferArg | ScalarArg | HandleArg
 
 
 class KernelNodePlan(NamedTuple):
@@ -86,14 +94,16 @@ class CallNodePlan(NamedTuple):
 
 @attrs.frozen
 class MemsetNodePlan:
-    """Zeroes ``count`` 32-bit words of a buffer each frame (an append port's counter) before its readers."""
+    """Sets ``count`` elements of a buffer to ``value`` each frame before its readers: an append port's counter
+    reset, or the zero-fill of an If body's outputs before the region."""
 
     id: int
     buffer: int
     value: int
-    count: int
+    count: int  # elements of ``element`` bytes
     label: str
     reads: frozenset[int] = frozenset()
+    element: int = 4  # 4: 32-bit words; 1: bytes (a buffer whose size is no multiple of 4)
 
     @property
     def writes(self) -> frozenset[int]:
@@ -136,7 +146,30 @@ class RegionNodePlan(NamedTuple):
         return self.kind in ("while", "for")
 
 
-NodePlan = KernelNodePlan | CallNodePlan | MemsetNodePlan | RegionNodePlan | CopyNodePlan
+class StampNodePlan(NamedTuple):
+    """A profiling timestamp (a one-thread kernel reading the GPU's global timer into ``column`` of a ring in
+    host memory), run once its dependencies are done; nothing waits for it. See :class:`StampLayout`."""
+
+    id: int
+    column: int
+    label: str
+    reads: frozenset[int] = frozenset()
+    writes: frozenset[int] = frozenset()
+
+
+class StampLayout(NamedTuple):
+    """What the timestamps of a profiled plan measure: column 0 is the frame's start; column ``c`` ends unit
+    ``names[c]`` (a block, or a kernel as ``block/kernel``; a region or a captured library call is one unit),
+    which started when the last of its predecessor columns ``preds[c]`` ended. ``blocks[c]``: the unit's
+    block id (None for column 0). ``per``: ``"block"`` or ``"kernel"``."""
+
+    per: str
+    names: tuple[str, ...]
+    preds: tuple[tuple[int, ...], ...]
+    blocks: tuple[int | None, ...]
+
+
+NodePlan = KernelNodePlan | CallNodePlan | MemsetNodePlan | RegionNodePlan | CopyNodePlan | StampNodePlan
 
 
 @attrs.frozen
@@ -173,9 +206,14 @@ class GraphPlan:
     # resolved shapes of the ports whose shape differs from the declared one (a resize upstream, a 2-D output
     # into a 1-D input, ...): ``shapes.get(ref, spec.shape)`` is a port's shape (rxcuda.engine.plan._shapes)
     shapes: Mapping[PortRef, tuple[int, ...]] = attrs.field(factory=dict)
+    # profiling timestamps (rxcuda.engine.plan._profile): what the StampNodePlan columns measure, or None
+    stamps: StampLayout | None = None
 
     def topology(self) -> tuple:
         """Node kinds and dependencies: equal topologies allow cuGraphExecUpdate instead of instantiating."""
+        if self.parents:
+            parents = self.parents
+            return tuple((type(n).__name__, self.deps[n.id], parents.get(n.id)) for n in self.nodes), len(self.nodes)
         return tuple((type(n).__name__, self.deps[n.id]) for n in self.nodes), len(self.nodes)
 
     def tier_of(self, block: int, name: str) -> Tier | None:

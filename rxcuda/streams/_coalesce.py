@@ -75,7 +75,7 @@ class UpdatePlan:
         for ev in self.structure:
             if isinstance(ev, (Connected, Disconnected)):
                 ids.update((ev.src.block, ev.dst.block))
-            else:
+            elif hasattr(ev, "block"):  # (a profiling change names no block)
                 ids.add(ev.block)
         for d in (self.code, self.params, self.rebinds, self.launches):
             ids.update(k[0] for k in d)

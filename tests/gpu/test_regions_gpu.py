@@ -21,6 +21,11 @@ extern "C" __global__ void affine(const float* x, float* out, float c, unsigned 
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = x[i] * c + 1.0f;
 }
+// the same signature, another law: out = x * c - 1 (an edit that keeps the layout: a Code-tier swap)
+extern "C" __global__ void affine2(const float* x, float* out, float c, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] * c - 1.0f;
+}
 // flag = (v[0] > level) or, with below = 1, (v[0] < level)
 extern "C" __global__ void compare(const float* v, unsigned* flag, float level, unsigned below) {
     if (blockIdx.x == 0 && threadIdx.x == 0) *flag = below ? (v[0] < level) : (v[0] > level);
@@ -30,7 +35,7 @@ extern "C" __global__ void compare(const float* v, unsigned* flag, float level, 
 
 @pytest.fixture(scope="module")
 def codes():
-    return {e: rx.compile_cuda(SRC, entry=e) for e in ("acc", "affine", "compare")}
+    return {e: rx.compile_cuda(SRC, entry=e) for e in ("acc", "affine", "affine2", "compare")}
 
 
 def acc_block(codes, name="acc", a=0.5):
@@ -203,3 +208,20 @@ def test_a_batch_stops_on_a_flag(engine, codes, rng):
             break
     assert frame.frames == frames < 1000
     np.testing.assert_array_equal(engine.read(body["y"]), y)
+
+
+def test_a_kernel_edit_inside_a_region_is_swapped_in_place(engine, codes, rng):
+    x = f32(rng)
+    cmp, body = compare_block(codes), affine_block(codes)
+    engine.add(cmp)
+    engine.add(rx.If(cmp["flag"], [body]))
+    engine.write(body["x"], x)
+    engine.write(cmp["v"], x)
+    cmp.params["level"].value = float(x[0] - 1.0)
+    engine.tick()
+    np.testing.assert_array_equal(engine.read(body["out"]), x * np.float32(2.0) + np.float32(1.0))
+    rebuilds = engine.rebuilds
+    assert body.set_code(None, codes["affine2"]) == "code"
+    frame = engine.tick()
+    assert "code" in frame.tiers and engine.rebuilds == rebuilds
+    np.testing.assert_array_equal(engine.read(body["out"]), x * np.float32(2.0) - np.float32(1.0))

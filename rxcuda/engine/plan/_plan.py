@@ -33,7 +33,7 @@ from ...model._graphplan import (
     NodePlan,
     ScalarArg,
 )
-from . import _appends, _delays, _liveness, _shapes
+from . import _appends, _delays, _liveness, _regions, _shapes
 
 
 class _Report:
@@ -329,6 +329,9 @@ class _Planner:
         self.append_users: dict | None = None  # append port -> its readers, once a chain needs them (_appends)
         self.report = _Report()
         self.resolved = _shapes.NOTHING  # shapes that differ from the declared ones (set in _run)
+        self.parents: dict[int, tuple[int, int]] = {}  # body node -> (region node, body): see _regions
+        self.region_setters: dict[int, int] = {}  # region node -> the kernel node that sets its condition
+        self.region_steps: dict[int, int] = {}  # loop region node -> the kernel node closing each pass
 
     def buffer(self, key: tuple, label: str, dtype, count: int, kind: BufferKind) -> int:
         bid = self.by_key.get(key)
@@ -364,8 +367,11 @@ class _Planner:
         # gives each port its buffer and emits the block's nodes. With errors found above every block is still
         # emitted (only for the problems inside its kernels: the plan is dropped), so a block after a cycle or a
         # bad connection gets its own buffers.
-        for b in blocks:
-            self.emit_block(b, sources)
+        if desc.regions:  # levels: the top and each region body (rxcuda.engine.plan._regions)
+            _regions.plan_levels(self, blocks, sources, _regions.check_regions(desc, report))
+        else:
+            for b in blocks:
+                self.emit_block(b, sources)
         # delayed outputs: a copy node each, after every other node (so after the producer and every reader)
         delays = _delays.emit_copies(self.delayed, self.port_buffers, self.by_key, self.buffers,
                                      self.nodes) if self.delayed else {}
@@ -373,7 +379,9 @@ class _Planner:
             return None, report
         gp = GraphPlan(
             nodes=tuple(self.nodes),
-            deps=_hazard_deps(self.nodes),
+            deps=(_regions.region_deps(self.nodes, self.parents, self.region_setters, self.region_steps)
+                  if desc.regions
+                  else _hazard_deps(self.nodes)),
             buffers=tuple(self.buffers),
             port_buffers=self.port_buffers,
             counters=self.counters,
@@ -381,6 +389,7 @@ class _Planner:
             device_scalars=self.device_scalars,
             recapture={k: tuple(v) for k, v in self.recapture.items()},
             kernel_nodes=self.kernel_nodes,
+            parents=self.parents,
             delays=delays,
             shapes=self.resolved.shapes,
             warnings=tuple(report.problems),  # no errors: all of them are warnings
