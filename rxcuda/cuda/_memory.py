@@ -109,6 +109,14 @@ class BufferPool:
             self.zero([buf], stream)
         return buf
 
+    def by_class(self) -> dict[int, tuple[int, int]]:
+        """Size class (bytes) -> (buffers in use, buffers free for reuse), smallest class first."""
+        used: dict[int, int] = {}
+        for cap in self._live.values():
+            used[cap] = used.get(cap, 0) + 1
+        classes = sorted(set(used) | {c for c, f in self._free.items() if f})
+        return {c: (used.get(c, 0), len(self._free.get(c, ()))) for c in classes}
+
     @property
     def slabs(self) -> tuple[tuple[int, int], ...]:
         """(base, bytes) of each slab the small buffers are carved from."""

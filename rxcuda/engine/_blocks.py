@@ -99,6 +99,12 @@ class PortHandle:
     def __repr__(self) -> str:
         return f"<port {self.block.name}.{self.name}>"
 
+    def __str__(self) -> str:
+        """Type, shape, bytes, pool class, and whose memory the port's buffer is (read from the running plan)."""
+        from ._tooltips import port_text
+
+        return port_text(self)
+
 
 # Largest finite value of each float type a parameter may hold (bf16 travels as 16-bit words).
 _FLOAT_MAX = {"f16": 65504.0, "f32": float(np.finfo(np.float32).max), "f64": sys.float_info.max,

@@ -42,6 +42,7 @@ from ._regions import Region, add_region, remove_region_member
 from ._reload import HotReload
 from ._replace import replace_block
 from ._runtime import Runtime, quietly
+from ._tooltips import Link
 from ._update import Updater
 from .plan._liveness import BufferStats, buffer_stats
 from .plan._plan import GraphPlan
@@ -49,7 +50,15 @@ from .plan._plan import GraphPlan
 _now = time.perf_counter_ns
 _ident = threading.get_ident
 _tuple_new = tuple.__new__
-_UNTIMED = (None, 1, None, None, None)  # a frame's (gpu_us, frames, blocks, kernels, phases) when nothing is timed
+_UNTIMED = (None, 1, None, None, None)
+
+
+def _size(nbytes: int) -> str:
+    """256 B, 4 KiB, 2 MiB: a pool class for people."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"  # a frame's (gpu_us, frames, blocks, kernels, phases) when nothing is timed
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
@@ -213,11 +222,14 @@ class Engine:
             return tuple(self._rt.blocks.values())
 
     @property
-    def connections(self) -> tuple[tuple[PortHandle, PortHandle], ...]:
+    def connections(self) -> tuple[Link, ...]:
+        """Every connection as a :class:`Link` ``(src, dst)`` of port handles (with its ``delay``);
+        ``str(link)`` tells what travels on it."""
         rt = self._rt
         with rt.lock:
-            return tuple((PortHandle(rt.blocks[c.src.block], c.src.port),
-                          PortHandle(rt.blocks[c.dst.block], c.dst.port)) for c in rt.connections.values())
+            return tuple(Link(PortHandle(rt.blocks[c.src.block], c.src.port),
+                              PortHandle(rt.blocks[c.dst.block], c.dst.port), getattr(c, "delay", 0))
+                         for c in rt.connections.values())
 
     def connect(self, src: PortHandle, dst: PortHandle, *, delay: int = 0, initial=None) -> None:
         """Connect an output port to an input port. Raises ValidationError at once if the ports don't fit
@@ -913,13 +925,24 @@ class Engine:
     def __str__(self) -> str:
         rt = self._rt
         g = rt.graph
+        last_ms = self._builder.last_build_ms
         lines = [f"engine on {self.device.name} ({self.device.arch}): frame {rt.frame}, "
                  f"{len(rt.blocks)} blocks, {len(rt.connections)} connections, "
-                 f"{len(g.plan.nodes) if g else 0} graph nodes, {self.rebuilds} rebuilds"]
+                 f"{len(g.plan.nodes) if g else 0} graph nodes, {self.rebuilds} rebuilds"
+                 + (f" (the last took {last_ms:.1f} ms)" if last_ms is not None else "")
+                 + f", profile {self.profile}"]
         if self.last_frame:
-            lines.append(f"  last frame: {self.last_frame.host_us:.1f} us host, tiers {self.last_frame.tiers or '-'}")
+            f = self.last_frame
+            gpu = f", {f.gpu_us:.1f} us GPU" if f.gpu_us is not None else ""
+            lines.append(f"  last frame: {f.host_us:.1f} us host{gpu}, tiers {f.tiers or '-'}")
         s = rt.pool.stats
         lines.append(f"  memory: {s.in_use} buffers in use, {s.bytes_reserved / 2**20:.1f} MiB reserved")
+        classes = rt.pool.by_class()
+        if classes:
+            lines.append("    by pool class: " + ", ".join(f"{_size(c)} x{u}" + (f" (+{f} free)" if f else "")
+                                                       for c, (u, f) in classes.items()))
+        if g is not None:
+            lines.append(f"    graph buffers: {self.stats}")
         for b in rt.blocks.values():
             lines.append(f"  {b.name}: {b.state}" + (f" — {b.message}" if b.message else ""))
         return "\n".join(lines)

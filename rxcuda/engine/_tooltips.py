@@ -1,0 +1,93 @@
+"""Tooltips: what a port or a link holds, in one line, read from the plan the engine runs (never the GPU).
+
+``str(port)`` and ``str(link)`` give the element type and shape, the bytes, the pool class of its buffer, and
+whose memory it is (engine-owned, shared by memory reuse, bound to a user array, fed from the host, zeros).
+"""
+
+from __future__ import annotations
+
+from ..cuda._memory import size_class
+from ..model import _dtypes
+from ..model._describe import PortRef
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            v = n / (1 << shift)
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} B"
+
+
+def port_text(port) -> str:
+    """One line about ``port`` (a PortHandle): type, shape, bytes, and its buffer in the running graph."""
+    block = port.block
+    spec = port.spec
+    shape = getattr(spec, "shape", None) or (spec.count,)
+    engine = block._engine
+    rt = engine._rt if engine is not None else None
+    g = rt.graph if rt is not None else None
+    ref = PortRef(block.id, port.name)
+    if g is not None and ref in g.plan.shapes:
+        shape = g.plan.shapes[ref]
+    count = 1
+    for d in shape:
+        count *= d
+    item = _dtypes.itemsize(spec.dtype) if spec.dtype else 1
+    nbytes = item * count
+    head = (f"{block.name}.{port.name}: {spec.direction}put {spec.dtype or 'untyped'}"
+            f"[{'x'.join(str(d) for d in shape)}], {_bytes(nbytes)}")
+    if rt is None:
+        return head + " (not in an engine)"
+    if ref in rt.bindings:
+        return head + ", bound to a user array (its memory, zero-copy)"
+    if g is None or ref not in g.plan.port_buffers:
+        return head + " (no graph yet)"
+    bid = g.plan.port_buffers[ref]
+    b = g.plan.buffers[bid]
+    where = {"external": "a user array", "zeros": "engine-owned, zeros (nothing feeds it)",
+             "delay": "engine-owned, the previous frame's value", "counter": "engine-owned counter",
+             "device_scalar": "engine-owned device scalar"}.get(b.kind, "engine-owned")
+    if ref in rt.fed:
+        where += ", written from the host"
+    source = rt.connections.get(ref)
+    if source is not None:
+        src_block = rt.blocks.get(source.src.block)
+        where += f", from {src_block.name if src_block else source.src.block}.{source.src.port}"
+        if getattr(source, "delay", 0):
+            where += " (delayed: last frame's value)"
+    group = next((grp for grp in g.plan.shared if bid in grp), None)
+    if group is not None:
+        where += f", memory shared with {len(group) - 1} other buffer{'s' if len(group) > 2 else ''} (reuse)"
+    return f"{head}, pool class {_bytes(size_class(max(b.nbytes, 1)))}, {where}"
+
+
+class Link(tuple):
+    """A connection as ``engine.connections`` lists it: a pair ``(src, dst)`` of port handles (it unpacks like
+    one) with ``src``, ``dst`` and ``delay`` attributes. ``str(link)`` says what travels on it.
+
+    >>> src, dst = engine.connections[0]   # doctest: +SKIP
+    """
+
+    def __new__(cls, src, dst, delay: int = 0):
+        link = super().__new__(cls, (src, dst))
+        link.delay = delay
+        return link
+
+    @property
+    def src(self):
+        return self[0]
+
+    @property
+    def dst(self):
+        return self[1]
+
+    def __str__(self) -> str:
+        src, dst = self
+        text = port_text(src)
+        arrow = " -(delay 1)-> " if self.delay else " -> "
+        return f"{src.block.name}.{src.name}{arrow}{dst.block.name}.{dst.name}" + text[text.index(":"):]
+
+    def __repr__(self) -> str:
+        src, dst = self
+        return f"<link {src.block.name}.{src.name} -> {dst.block.name}.{dst.name}>"
