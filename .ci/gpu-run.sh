@@ -8,14 +8,14 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/card.txt"
 what=${1:-all}
 if [[ $what == all || $what == tests ]]; then
-  timeout 400 python3 -m pytest -q -rfE tests/gpu 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+  timeout 540 python3 -m pytest -q -rfE tests/gpu 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
 fi
 if [[ $what == all || $what == demo ]]; then
   timeout 120 python3 -m rxcuda demo 2>&1 | tee "$OUT/demo.log" | tail -25
 fi
 if [[ $what == all || $what == examples ]]; then
-  (cd "$(mktemp -d)" && for ex in quickstart "sensor_params 2" "hot_reload 2"; do
-     echo "== examples/$ex"; timeout 60 python3 "$OLDPWD/examples/${ex%% *}.py" ${ex#* } 2>&1 | tail -12
+  (cd "$(mktemp -d)" && for ex in quickstart "sensor_params 2" "hot_reload 2" particles solver peaks; do
+     echo "== examples/$ex"; timeout 120 python3 "$OLDPWD/examples/${ex%% *}.py" $([[ $ex == *" "* ]] && echo "${ex#* }") 2>&1 | tail -12
    done) | tee "$OUT/examples.log"
 fi
 if [[ $what == all || $what == baseline ]] && [[ -d .old ]]; then
@@ -23,7 +23,7 @@ if [[ $what == all || $what == baseline ]] && [[ -d .old ]]; then
   (cd .old && PYTHONPATH=/tmp/site:$PWD timeout 200 python3 bench/frame.py 2>&1) | tee "$OUT/bench-frame-old.log" | tail -16
 fi
 if [[ $what == all || $what == bench ]]; then
-  for b in ${BENCHES:-frame streams scale libraries compile generated}; do
+  for b in ${BENCHES:-frame streams scale libraries compile generated regions profiling}; do
     [[ -f bench/$b.py ]] || continue
     timeout 200 python3 bench/$b.py 2>&1 | tee "$OUT/bench-$b.log" | tail -30
   done
