@@ -375,13 +375,15 @@ class Engine:
             prof = self._profiler
             slot = prof.begin(stream) if prof.level != "none" else -1
             batch.launch(k, stream)
+            if slot >= 0:
+                prof.record_end(stream, slot)
             if io.taps:
                 io.enqueue_taps(g, rt.frame + k)
             fast.wait(stream)
             frames = self._batches.frames_run(k)
             times = None
             if slot >= 0:  # the batch's GPU time; per-block timings are the last frame's
-                prof.end(stream, slot, rt.frame + frames, g, frames)
+                prof.finish(slot, rt.frame + frames, g, frames)
                 times = prof.collect(True)
         except CudaError as e:
             if is_sticky(e):

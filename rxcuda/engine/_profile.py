@@ -173,15 +173,24 @@ class Profiler:
         return slot
 
     def end(self, stream: int, slot: int, frame: int, graph, frames: int = 1) -> None:
-        """After a launch of ``frames`` frames (the last is ``frame``): records the end event; the stamp rows
-        of the launch are the graph ring's next ``frames`` rows."""
+        """Right after a launch of ``frames`` frames (the last is ``frame``): records the end event and
+        hands the frame to :meth:`finish`."""
         self.fast.record(self._events[slot][3], stream)
+        self.finish(slot, frame, graph, frames)
+
+    def finish(self, slot: int, frame: int, graph, frames: int = 1) -> None:
+        """A launch whose end event is recorded: its stamp rows are the graph ring's next ``frames`` rows
+        (a GPU-driven batch tells how many frames it ran once it is done)."""
         ring = graph.stamps
         launch = -1
         if ring is not None:
             ring.launches += frames
             launch = ring.launches - 1
         self._pending.append((frame, slot, graph, launch))
+
+    def record_end(self, stream: int, slot: int) -> None:
+        """The end event of ``slot``, recorded after a launch whose frame count is known only later."""
+        self.fast.record(self._events[slot][3], stream)
 
     def collect(self, synced: bool) -> FrameTimes | None:
         """Timings of every frame in flight whose end event has completed (all of them after a wait), each

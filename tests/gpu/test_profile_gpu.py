@@ -133,3 +133,14 @@ def test_deep_sync_names_every_kernel_and_keeps_results(engine, code):
     assert int(engine.read(b["out"])[0]) == 7
     assert set(frame.kernels) == {"a/spin", "b/spin"}
     assert all(t.gpu_us >= 9 for t in frame.kernels.values())
+
+
+def test_a_profiled_batch_times_its_frames(engine, code):
+    a = spin_block(code, "a", 20)
+    engine.add(a)
+    engine.write(a["in"], np.array([1], np.uint32))
+    engine.profile = "per_block"
+    engine.tick()
+    frame = engine.run_batch(10)
+    assert frame.frames == 10 and frame.gpu_us >= 10 * 20  # the batch's GPU time, all ten frames
+    assert 19 <= frame.blocks["a"].gpu_us <= 25  # the last frame's block, from the stamp ring
