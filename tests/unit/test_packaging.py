@@ -95,3 +95,13 @@ def test_the_libs_extra_installs_the_cuda_13_libraries():
     name, _, version = libs.partition("==")
     assert version == "13.*"
     assert name == "cuda-toolkit[cublas,cufft,curand,cusolver,cusparse]"
+
+
+def test_the_built_in_kernels_ship_in_the_wheel(wheel):
+    """Regions, GPU-driven batches and profiling load rxcuda/cuda/_conditions.fatbin (linked against
+    libcudadevrt at development time): an installed rxcuda carries it, so no toolkit is needed."""
+    fatbin = (ROOT / "rxcuda" / "cuda" / "_conditions.fatbin").read_bytes()
+    assert len(fatbin) > 10_000 and fatbin[:4] == bytes.fromhex("50ed55ba")  # a fatbin's magic number
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("rxcuda/cuda/_conditions.fatbin") == fatbin
+        assert "rxcuda/cuda/_conditions.cu" in z.namelist()
