@@ -69,6 +69,8 @@ class Link(tuple):
     >>> src, dst = engine.connections[0]   # doctest: +SKIP
     """
 
+    delay: int
+
     def __new__(cls, src, dst, delay: int = 0):
         link = super().__new__(cls, (src, dst))
         link.delay = delay
