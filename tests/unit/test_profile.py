@@ -188,3 +188,20 @@ def test_str_of_a_block_shows_its_last_gpu_time(engine):
 def test_timings_mapping():
     t = Timings(("a", "b"), np.array([0.0, 1.5]), np.array([1.5, 4.0]))
     assert len(t) == 2 and t["b"].gpu_us == 2.5 and "b=2.50us" in repr(t)
+
+
+def test_profiling_regions_and_batches_leave_nothing_behind():
+    api = NullDriver()
+    e = rx.Engine(driver=api, profile="per_kernel")
+    a = e.add(mul(name="a"))
+    e.add(rx.For(3, [mul(name="b")]))
+    e.write(a["x"], np.ones(64, np.float32))
+    e.tick()
+    e.run_batch(5)
+    e.profile = "summary"
+    e.tick(sync=False)
+    e.run_batch(3)
+    e.profile = "deep_sync"
+    e.tick()
+    e.close()
+    assert api.leaks() == {}
