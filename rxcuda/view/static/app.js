@@ -1,0 +1,796 @@
+// rxcuda live view: plain JavaScript, no build step, no framework, no CDN. It speaks rxcuda/view/PROTOCOL.md
+// (version 1) over one WebSocket at /ws. Nothing a message carries is ever parsed as HTML or code: text goes
+// through textContent and attributes through setAttribute, so a block named "<img onerror=...>" stays a name.
+"use strict";
+(() => {
+  const SVG = "http://www.w3.org/2000/svg";
+  const FLOATS = new Set(["f16", "bf16", "f32", "f64"]);
+  const BOX_W = 180, BOX_H = 60, PORT_GAP = 15, FRAME_WINDOW = 300, KEEP_DIAGS = 300;
+  const MARK_COLOURS = {parameters: "rgba(120,120,120,0.25)", structure: "#8e44ad", code: "#16a085",
+    recapture: "#c0392b", reload: "#d35400"};
+  const TOKEN = new URLSearchParams(location.search).get("token") || "";
+  const $ = (id) => document.getElementById(id);
+
+  const S = {
+    ws: null, open: false, retry: 500, refused: false,
+    blocks: new Map(),    // name -> the graph message's block entry
+    values: new Map(),    // "block.param" -> the engine's value
+    controls: new Map(),  // "block.param" -> control
+    nodes: new Map(),     // name -> its SVG group
+    selected: null,
+    frames: [], marks: [], fps: null,
+    badges: new Map(),    // block -> warnings and errors seen
+    lastDiag: new Map(),  // block -> the latest of them
+    diags: [],
+    lastSet: null,        // {control, at}: where a refusal belongs
+    preview: null, previewData: null,
+    plotDirty: false, previewDirty: false,
+  };
+
+  // -- small DOM helpers ------------------------------------------------------------------------------
+  function el(tag, attrs, text) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function sv(tag, attrs, text) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  const clear = (e) => { while (e.firstChild) e.removeChild(e.firstChild); };
+  const str = (v) => (v === null || v === undefined ? "" : String(v));
+  function fmtNum(v) {
+    if (typeof v !== "number") return str(v);
+    if (Number.isInteger(v)) return String(v);
+    const s = String(v);
+    return s.length > 10 ? String(Number(v.toPrecision(7))) : s;
+  }
+  const fmtUs = (us) => (us === null || us === undefined ? "-" : us >= 1000 ? (us / 1000).toFixed(2) + " ms"
+    : us.toFixed(1) + " us");
+  function fmtBytes(n) {
+    if (typeof n !== "number") return "-";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+  }
+  const fmtShape = (s) => (Array.isArray(s) ? "[" + s.join("\u00d7") + "]" : str(s));
+  const clip = (s, n) => (s.length > n ? s.slice(0, n - 1) + "\u2026" : s);
+
+  function toast(message) {
+    const box = $("toasts");
+    const t = el("div", {class: "toast", role: "alert"}, message);
+    box.appendChild(t);
+    while (box.children.length > 4) box.removeChild(box.firstChild);
+    setTimeout(() => t.remove(), 7000);
+  }
+
+  // -- the connection -----------------------------------------------------------------------------------
+  function send(msg) {
+    if (!S.ws || S.ws.readyState !== WebSocket.OPEN) return false;
+    S.ws.send(JSON.stringify(msg));
+    return true;
+  }
+  function setConn(what) {
+    const c = $("conn");
+    c.dataset.state = what;
+    c.textContent = what === "open" ? "live" : what === "closed" ? "disconnected, retrying" : what;
+  }
+  function connect() {
+    const url = new URL("ws", location.href);
+    url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    url.search = "";
+    url.hash = "";
+    const ws = new WebSocket(url.href);
+    S.ws = ws;
+    setConn("connecting");
+    ws.onopen = () => send({type: "hello", token: TOKEN});
+    ws.onmessage = (ev) => {
+      let m;
+      try { m = JSON.parse(ev.data); } catch (e) { return; }
+      if (m && typeof m === "object") handle(m);
+    };
+    ws.onclose = (ev) => {
+      if (S.ws !== ws) return;
+      S.open = false;
+      if (ev.code === 4403) {  // a wrong token: asking again changes nothing
+        S.refused = true;
+        setConn("refused (wrong token)");
+        return;
+      }
+      setConn("closed");
+      setTimeout(connect, S.retry);
+      S.retry = Math.min(S.retry * 2, 5000);
+    };
+  }
+  setInterval(() => { if (S.open) send({type: "ping"}); }, 15000);
+
+  function handle(m) {
+    switch (m.type) {
+      case "hello": {
+        S.open = true;
+        S.retry = 500;
+        setConn("open");
+        const e = m.engine || {};
+        $("device").textContent = str(e.device);
+        $("profile").textContent = str(e.profile);
+        $("frame").textContent = str(e.frame);
+        if (S.preview) send({type: "preview", block: S.preview.block, port: S.preview.port, kind: S.preview.kind});
+        break;
+      }
+      case "graph": onGraph(m); break;
+      case "frames": onFrames(m); break;
+      case "params":
+        for (const [key, v] of Object.entries(m.values || {})) {
+          S.values.set(key, v);
+          const c = S.controls.get(key);
+          if (c) c.show(v);
+        }
+        break;
+      case "diagnostic": onDiagnostic(m); break;
+      case "status": onStatus(m); break;
+      case "preview":
+        if (S.preview && m.block === S.preview.block && m.port === S.preview.port) {
+          S.previewData = m;
+          S.previewDirty = true;
+        }
+        break;
+      case "error": onError(str(m.message)); break;
+      default: break;  // "pong", and kinds a later server may add
+    }
+  }
+
+  // -- the graph ----------------------------------------------------------------------------------------
+  function flatten(x, out) {
+    if (Array.isArray(x)) for (const y of x) flatten(y, out);
+    else if (typeof x === "string") out.push(x);
+    return out;
+  }
+
+  function onGraph(g) {
+    const blocks = Array.isArray(g.blocks) ? g.blocks : [];
+    S.blocks = new Map(blocks.map((b) => [b.name, b]));
+    for (const b of blocks) for (const p of b.params || []) S.values.set(b.name + "." + p.name, p.value);
+    if (S.selected !== null && !S.blocks.has(S.selected)) S.selected = null;
+    drawGraph(g, blocks);
+    buildParams(blocks);
+    showSelected();
+  }
+
+  function drawGraph(g, blocks) {
+    const svg = $("graph");
+    clear(svg);
+    S.nodes = new Map();
+    const layout = g.layout || {};
+    const byName = S.blocks;
+    // a region with bodies is drawn as a group around them; its members, nested regions' members included
+    const regionMembers = new Map();
+    const membersOf = (r, seen) => {
+      if (regionMembers.has(r.name)) return regionMembers.get(r.name);
+      const out = new Set();
+      for (const n of flatten(r.region && r.region.bodies, [])) {
+        if (!byName.has(n) || seen.has(n)) continue;
+        out.add(n);
+        const inner = byName.get(n);
+        if (inner.kind === "region") for (const k of membersOf(inner, new Set([...seen, n]))) out.add(k);
+      }
+      regionMembers.set(r.name, out);
+      return out;
+    };
+    for (const b of blocks) if (b.kind === "region") membersOf(b, new Set([b.name]));
+    const asGroup = (b) => b.kind === "region" && regionMembers.get(b.name).size > 0;
+
+    const sides = (b) => ({left: (b.ports || []).filter((p) => p.direction !== "out"),
+      right: (b.ports || []).filter((p) => p.direction !== "in")});
+    const boxes = new Map();
+    let spare = 0;
+    const maxY = Math.max(0, ...Object.values(layout).map((p) => (Array.isArray(p) ? p[1] : 0)));
+    for (const b of blocks) {
+      if (asGroup(b)) continue;
+      const {left, right} = sides(b);
+      const h = Math.max(BOX_H, 26 + PORT_GAP * Math.max(left.length, right.length) + (b.message ? 12 : 0));
+      let at = layout[b.name];
+      if (!Array.isArray(at)) at = [spare++ * (BOX_W + 40), maxY + BOX_H + 60];  // no position: a row below
+      boxes.set(b.name, {x: +at[0] || 0, y: +at[1] || 0, w: BOX_W, h, left, right});
+    }
+
+    // groups: regions (around their bodies) and composites (around the blocks of an instance path)
+    const groups = [];
+    for (const b of blocks) {
+      if (asGroup(b)) groups.push({name: b.name, block: b, members: regionMembers.get(b.name),
+        label: b.name + " \u00b7 " + str(b.region.kind), cls: "group region"});
+    }
+    const comps = new Map();
+    for (const b of blocks) {
+      if (!b.composite) continue;
+      const parts = String(b.composite).split("/");
+      for (let i = 1; i <= parts.length; i++) {
+        const path = parts.slice(0, i).join("/");
+        if (!comps.has(path)) comps.set(path, new Set());
+        comps.get(path).add(b.name);
+        if (regionMembers.has(b.name)) for (const k of regionMembers.get(b.name)) comps.get(path).add(k);
+      }
+    }
+    for (const [path, members] of comps) {
+      groups.push({name: path, members, label: path, cls: "group composite", depth: path.split("/").length});
+    }
+    // inner groups first (fewer members; on a tie a region, then the deeper composite path), so that each
+    // outer group is drawn around the inner ones it contains
+    groups.sort((a, b) => a.members.size - b.members.size || (b.depth || 1e9) - (a.depth || 1e9));
+    const done = [];
+    for (const gr of groups) {
+      let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+      const take = (r) => { x0 = Math.min(x0, r.x); y0 = Math.min(y0, r.y); x1 = Math.max(x1, r.x + r.w);
+        y1 = Math.max(y1, r.y + r.h); };
+      for (const n of gr.members) if (boxes.has(n)) take(boxes.get(n));
+      for (const inner of done) if ([...inner.members].every((n) => gr.members.has(n))) take(inner.box);
+      if (x0 === Infinity) continue;
+      gr.box = {x: x0 - 12, y: y0 - 26, w: x1 - x0 + 24, h: y1 - y0 + 38};
+      done.push(gr);
+      if (gr.block) boxes.set(gr.name, Object.assign({}, gr.box, sides(gr.block)));
+    }
+
+    const gGroups = sv("g", {id: "groups"}), gLinks = sv("g", {id: "links"}), gBlocks = sv("g", {id: "blocks"});
+    svg.append(gGroups, gLinks, gBlocks);
+    for (const gr of done.slice().reverse()) {
+      const attrs = {class: gr.cls, transform: `translate(${gr.box.x},${gr.box.y})`};
+      if (gr.block) Object.assign(attrs, {"data-block": gr.name, "data-state": str(gr.block.state), tabindex: 0});
+      else attrs["data-composite"] = gr.name;
+      const e = sv("g", attrs);
+      e.append(sv("rect", {width: gr.box.w, height: gr.box.h}), sv("text", {x: 10, y: 16}, gr.label));
+      if (gr.block) {
+        e.appendChild(sv("title", {}, tooltip(gr.block)));
+        hookSelect(e, gr.name);
+        S.nodes.set(gr.name, e);
+      }
+      gGroups.appendChild(e);
+    }
+
+    const portAt = (name, port, out) => {
+      const b = boxes.get(name);
+      if (!b) return null;
+      const list = out ? b.right : b.left;
+      const i = Math.max(0, list.findIndex((p) => p.name === port));
+      return [out ? b.x + b.w : b.x, b.y + 30 + i * PORT_GAP];
+    };
+    for (const l of Array.isArray(g.links) ? g.links : []) {
+      const s = portAt(l.src[0], l.src[1], true), t = portAt(l.dst[0], l.dst[1], false);
+      if (!s || !t) continue;
+      const dx = Math.max(40, Math.abs(t[0] - s[0]) / 2);
+      const c1 = [s[0] + dx, s[1]], c2 = [t[0] - dx, t[1]];
+      const mid = [(s[0] + 3 * c1[0] + 3 * c2[0] + t[0]) / 8, (s[1] + 3 * c1[1] + 3 * c2[1] + t[1]) / 8];
+      const delayed = (l.delay || 0) > 0;
+      const key = `${l.src[0]}.${l.src[1]}->${l.dst[0]}.${l.dst[1]}`;
+      const e = sv("g", {class: delayed ? "link delayed" : "link", "data-link": key});
+      const label = `${str(l.dtype)} ${fmtShape(l.shape)}` + (delayed ? ` \u00b7 delay ${l.delay}` : "");
+      e.append(sv("path", {d: `M${s} C${c1} ${c2} ${t}`}),
+        sv("text", {x: mid[0], y: mid[1] - 4, "text-anchor": "middle"}, label),
+        sv("title", {}, key + (l.bytes ? ` (${fmtBytes(l.bytes)})` : "")));
+      gLinks.appendChild(e);
+    }
+
+    for (const b of blocks) {
+      if (asGroup(b)) continue;
+      const box = boxes.get(b.name);
+      const e = sv("g", {class: "block", "data-block": b.name, "data-state": str(b.state),
+        transform: `translate(${box.x},${box.y})`, tabindex: 0});
+      e.append(sv("rect", {class: "box", width: box.w, height: box.h}),
+        sv("text", {class: "name", x: 8, y: 16}, clip(b.name, 19)),
+        sv("text", {class: "gpu", x: box.w - 8, y: 16, "text-anchor": "end"}, ""));
+      box.left.forEach((p, i) => e.append(sv("circle", {class: "port", cx: 0, cy: 30 + i * PORT_GAP, r: 4}),
+        sv("text", {class: "port-label", x: 7, y: 33 + i * PORT_GAP}, clip(p.name, 12))));
+      box.right.forEach((p, i) => e.append(sv("circle", {class: "port", cx: box.w, cy: 30 + i * PORT_GAP, r: 4}),
+        sv("text", {class: "port-label", x: box.w - 7, y: 33 + i * PORT_GAP, "text-anchor": "end"},
+          clip(p.name, 12))));
+      e.appendChild(sv("text", {class: "msg", x: 8, y: box.h - 6}, clip(str(b.message), 30)));
+      const badge = sv("g", {class: "badges", transform: `translate(${box.w - 2},0)`, visibility: "hidden"});
+      badge.append(sv("circle", {class: "badge", r: 9}),
+        sv("text", {class: "badge-text", "text-anchor": "middle", y: 3.5}, ""), sv("title", {}, ""));
+      e.append(badge, sv("title", {}, tooltip(b)));
+      hookSelect(e, b.name);
+      S.nodes.set(b.name, e);
+      gBlocks.appendChild(e);
+      updateBadge(b.name);
+    }
+
+    // the picture's extent: every box and group, and the server's own bounds
+    let x0 = 0, y0 = 0, x1 = +g.width || 0, y1 = +g.height || 0;
+    for (const r of [...boxes.values(), ...done.map((d) => d.box)]) {
+      x0 = Math.min(x0, r.x); y0 = Math.min(y0, r.y); x1 = Math.max(x1, r.x + r.w); y1 = Math.max(y1, r.y + r.h);
+    }
+    svg.setAttribute("viewBox", `${x0 - 30} ${y0 - 30} ${Math.max(200, x1 - x0 + 60)} ${Math.max(120, y1 - y0 + 60)}`);
+    markSelected();
+    showBlockTimes();
+  }
+
+  function tooltip(b) {
+    const lines = [b.name + (b.kind === "region" && b.region ? ` (${str(b.region.kind)} region)` : ""),
+      "state: " + str(b.state)];
+    if (b.message) lines.push(str(b.message));
+    if (b.composite) lines.push("in " + b.composite);
+    return lines.join("\n");
+  }
+
+  function hookSelect(e, name) {
+    e.addEventListener("click", (ev) => { ev.stopPropagation(); select(name); });
+    e.addEventListener("keydown", (ev) => { if (ev.key === "Enter") select(name); });
+  }
+
+  function setBlockState(name, state, message) {
+    const b = S.blocks.get(name);
+    if (!b) return;
+    b.state = state;
+    b.message = message;
+    const e = S.nodes.get(name);
+    if (e) {
+      e.setAttribute("data-state", state);
+      const msg = e.querySelector("text.msg");
+      if (msg) msg.textContent = clip(str(message), 30);
+      const t = e.querySelector(":scope > title");
+      if (t) t.textContent = tooltip(b);
+    }
+    if (S.selected === name) showSelected();
+  }
+
+  function updateBadge(name) {
+    const e = S.nodes.get(name);
+    const n = S.badges.get(name) || 0;
+    if (!e) return;
+    const g = e.querySelector("g.badges");
+    if (!g) return;
+    g.setAttribute("visibility", n ? "visible" : "hidden");
+    g.querySelector("text").textContent = n > 99 ? "99+" : String(n);
+    g.querySelector("title").textContent = `${n} diagnostic(s); the latest: ${S.lastDiag.get(name) || ""}`;
+    e.setAttribute("data-diagnostics", String(n));
+  }
+
+  function showBlockTimes() {
+    const times = S.blockTimes || {};
+    for (const [name, e] of S.nodes) {
+      const t = e.querySelector("text.gpu");
+      if (t) t.textContent = name in times ? fmtUs(times[name]) : "";
+    }
+  }
+
+  // -- selection and the side panel --------------------------------------------------------------------
+  function select(name) {
+    S.selected = name;
+    markSelected();
+    showSelected();
+  }
+  function markSelected() {
+    for (const [name, e] of S.nodes) e.classList.toggle("selected", name === S.selected);
+    const all = $("all-params").checked || S.selected === null;
+    for (const fs of $("params").children) {
+      const mine = fs.dataset.blockParams === S.selected;
+      fs.hidden = !(all || mine);
+      fs.classList.toggle("selected", mine);
+    }
+  }
+  $("all-params").addEventListener("change", markSelected);
+  $("graph").addEventListener("click", () => select(null));
+
+  function showSelected() {
+    const b = S.selected === null ? null : S.blocks.get(S.selected);
+    const title = $("block-title"), st = $("block-state"), ports = $("block-ports"), list = $("block-diagnostics");
+    clear(ports);
+    clear(list);
+    if (!b) {
+      title.textContent = "no block selected";
+      st.textContent = "click a block in the graph";
+      st.removeAttribute("data-state");
+      $("block-message").textContent = "";
+      return;
+    }
+    title.textContent = b.name + (b.kind === "region" && b.region ? ` (${str(b.region.kind)} region)` : "");
+    st.textContent = "state: " + str(b.state) + (b.composite ? ` \u00b7 in ${b.composite}` : "") +
+      (S.blockTimes && b.name in S.blockTimes ? ` \u00b7 GPU ${fmtUs(S.blockTimes[b.name])}` : "");
+    st.dataset.state = str(b.state);
+    $("block-message").textContent = str(b.message);
+    for (const p of b.ports || []) {
+      const row = el("div", {class: "port-row", "data-port": b.name + "." + p.name});
+      row.appendChild(el("span", {}, `${p.direction} ${p.name}: ${str(p.dtype)} ${fmtShape(p.shape)}`));
+      if (p.direction !== "in") {
+        for (const kind of ["line", "hist"]) {
+          const btn = el("button", {type: "button", "data-preview": `${b.name}.${p.name}:${kind}`}, kind);
+          btn.addEventListener("click", () => startPreview(b.name, p.name, kind));
+          row.appendChild(btn);
+        }
+      }
+      ports.appendChild(row);
+    }
+    for (const d of S.diags.filter((x) => x.block === b.name).slice(-30).reverse()) list.appendChild(diagItem(d));
+  }
+
+  // -- parameter controls -------------------------------------------------------------------------------
+  function buildParams(blocks) {
+    const box = $("params");
+    const focused = document.activeElement && document.activeElement.dataset
+      ? document.activeElement.dataset.param : undefined;
+    clear(box);
+    S.controls = new Map();
+    for (const b of blocks) {
+      if (!b.params || !b.params.length) continue;
+      const fs = el("fieldset", {"data-block-params": b.name});
+      fs.appendChild(el("legend", {}, b.name));
+      for (const p of b.params) fs.appendChild(makeControl(b.name, p));
+      box.appendChild(fs);
+    }
+    if (focused && S.controls.has(focused)) S.controls.get(focused).num.focus();
+    markSelected();
+  }
+
+  function makeControl(blockName, p) {
+    const key = blockName + "." + p.name;
+    const dtype = str(p.dtype);
+    const isFloat = FLOATS.has(dtype), isBool = dtype === "bool";
+    const num = (x) => (typeof x === "number" && Number.isFinite(x) ? x : null);
+    const c = {key, block: blockName, param: p.name, dtype, min: num(p.min), max: num(p.max), step: num(p.step),
+      dirty: false, dragging: false, timer: null, pending: undefined};
+    const wrap = el("div", {class: "param", "data-param-row": key});
+    c.wrap = wrap;
+    const label = el("label", {});
+    label.append(el("span", {}, p.name), el("span", {class: "small"}, dtype));
+    wrap.appendChild(label);
+    const row = el("div", {class: "row"});
+    wrap.appendChild(row);
+    c.refusedEl = el("div", {class: "refused", "data-refused": key, role: "status"});
+    c.note = el("div", {class: "range-note"});
+
+    if (isBool) {
+      c.box = el("input", {type: "checkbox", "data-param": key});
+      c.box.addEventListener("change", () => sendSet(c, c.box.checked));
+      row.appendChild(c.box);
+      c.show = (v) => { c.box.checked = !!v; };
+    } else {
+      c.num = el("input", {type: "text", class: "num", inputmode: isFloat ? "decimal" : "numeric",
+        "data-param": key, "aria-label": key, spellcheck: "false", autocomplete: "off"});
+      const slider = isFloat || (c.min !== null && c.max !== null);
+      if (slider) {
+        c.range = el("input", {type: "range", "data-slider": key, "aria-label": key + " slider"});
+        row.appendChild(c.range);
+        c.range.addEventListener("pointerdown", () => { c.dragging = true; });
+        c.range.addEventListener("input", () => {
+          const v = Number(c.range.value);
+          c.num.value = fmtNum(v);
+          clearRefusal(c);
+          throttled(c, v);
+        });
+        c.range.addEventListener("change", () => {
+          c.dragging = false;
+          flush(c, Number(c.range.value));
+        });
+      }
+      row.appendChild(c.num);
+      c.num.addEventListener("input", () => { c.dirty = true; clearRefusal(c); });
+      c.num.addEventListener("keydown", (ev) => {
+        if (ev.key === "Enter") commit(c);
+        else if (ev.key === "Escape") { c.dirty = false; c.show(S.values.get(key)); }
+      });
+      c.num.addEventListener("blur", () => { if (c.dirty) commit(c); });
+      if (isFloat && (c.min === null || c.max === null)) {
+        const widen = el("button", {type: "button", "data-widen": key, title: "widen the slider's span"}, "widen");
+        widen.addEventListener("click", () => { span(c, 2); c.show(S.values.get(key)); });
+        row.appendChild(widen);
+      }
+      c.show = (v) => {
+        if (typeof v !== "number") return;
+        if (c.range) {
+          if (c.lo === undefined) span(c, 0, v);
+          if (v < c.lo || v > c.hi) span(c, 0, v);  // a value from elsewhere beyond the span widens it
+          if (!c.dragging) c.range.value = String(v);
+        }
+        if (!(c.dirty && document.activeElement === c.num)) c.num.value = fmtNum(v);
+      };
+    }
+    wrap.append(c.note, c.refusedEl);
+    S.controls.set(key, c);
+    c.show(S.values.has(key) ? S.values.get(key) : p.value);
+    return wrap;
+  }
+
+  // the slider's range: declared min/max where given; else a span around the value that `factor` widens
+  function span(c, factor, around) {
+    const v = typeof around === "number" ? around : Number(c.range.value);
+    let lo, hi;
+    if (factor && c.lo !== undefined) {
+      const half = (c.hi - c.lo) * factor / 2;
+      lo = v - half;
+      hi = v + half;
+    } else {
+      const half = Math.max(Math.abs(v), c.dtype.startsWith("f") || c.dtype === "bf16" ? 1 : 10);
+      lo = v - half;
+      hi = v + half;
+      if (c.lo !== undefined) { lo = Math.min(lo, c.lo); hi = Math.max(hi, c.hi); }
+    }
+    if (c.min !== null) lo = c.min;
+    if (c.max !== null) hi = c.max;
+    if (c.min === null && c.max !== null && lo >= hi) lo = hi - Math.max(1, Math.abs(hi));
+    if (c.max === null && c.min !== null && hi <= lo) hi = lo + Math.max(1, Math.abs(lo));
+    c.lo = lo;
+    c.hi = hi;
+    c.range.min = String(lo);
+    c.range.max = String(hi);
+    c.range.step = c.step !== null ? String(c.step) : FLOATS.has(c.dtype) ? "any" : "1";
+    const declared = c.min !== null && c.max !== null ? "declared range" : "span";
+    c.note.textContent = `${declared} [${fmtNum(lo)}, ${fmtNum(hi)}]` + (c.step !== null ? ` step ${fmtNum(c.step)}` : "");
+  }
+
+  function throttled(c, v) {  // at most one set per 40 ms while a slider moves; the last value always goes
+    c.pending = v;
+    if (c.timer) return;
+    sendSet(c, v);
+    c.pending = undefined;
+    c.timer = setTimeout(() => {
+      c.timer = null;
+      if (c.pending !== undefined) throttled(c, c.pending);
+    }, 40);
+  }
+  function flush(c, v) {
+    if (c.timer) { clearTimeout(c.timer); c.timer = null; }
+    c.pending = undefined;
+    sendSet(c, v);
+  }
+
+  function commit(c) {
+    c.dirty = false;
+    const text = c.num.value.trim();
+    const v = text === "" ? NaN : Number(text);
+    if (!Number.isFinite(v)) {  // JSON has no NaN or infinity: refused here, and nothing is sent
+      refuse(c, `${c.key}: '${clip(text, 40)}' is not a number`);
+      c.show(S.values.get(c.key));
+      return;
+    }
+    sendSet(c, v);
+  }
+
+  function sendSet(c, value) {
+    if (!send({type: "set", block: c.block, param: c.param, value})) {
+      refuse(c, "not connected: the value was not sent");
+      c.show(S.values.get(c.key));
+      return;
+    }
+    S.lastSet = {control: c, at: Date.now()};
+  }
+
+  function refuse(c, message) {
+    c.refusedEl.textContent = message;
+    c.wrap.classList.add("refused-now");
+  }
+  function clearRefusal(c) {
+    c.refusedEl.textContent = "";
+    c.wrap.classList.remove("refused-now");
+  }
+
+  function onError(message) {
+    toast(message);
+    // the refused control: the one the message names (the longest key it contains), else the last one set
+    let c = null;
+    for (const [key, ctl] of S.controls) if (message.includes(key) && (!c || key.length > c.key.length)) c = ctl;
+    if (!c && S.lastSet && Date.now() - S.lastSet.at < 3000) c = S.lastSet.control;
+    if (c && S.controls.get(c.key) === c) {
+      refuse(c, message);
+      c.dirty = false;
+      c.show(S.values.get(c.key));  // nothing changed: back to the engine's value
+    }
+  }
+
+  // -- frames and the frame-time plot -------------------------------------------------------------------
+  function onFrames(m) {
+    for (const f of Array.isArray(m.frames) ? m.frames : []) S.frames.push(f);
+    if (S.frames.length > FRAME_WINDOW) S.frames.splice(0, S.frames.length - FRAME_WINDOW);
+    for (const mk of Array.isArray(m.marks) ? m.marks : []) S.marks.push(mk);
+    const first = S.frames.length ? S.frames[0][0] : 0;
+    S.marks = S.marks.filter((mk) => mk[0] >= first).slice(-FRAME_WINDOW);
+    if (S.frames.length) $("frame").textContent = String(S.frames[S.frames.length - 1][0]);
+    if (typeof m.fps === "number") $("fps").textContent = m.fps.toFixed(1);
+    if (m.blocks && typeof m.blocks === "object") {
+      S.blockTimes = m.blocks;
+      showBlockTimes();
+    }
+    S.plotDirty = true;
+  }
+
+  function fitCanvas(cv) {
+    const r = window.devicePixelRatio || 1;
+    const w = Math.max(100, Math.round(cv.clientWidth * r)), h = Math.max(60, Math.round(cv.clientHeight * r));
+    if (cv.width !== w || cv.height !== h) { cv.width = w; cv.height = h; }
+    const ctx = cv.getContext("2d");
+    ctx.setTransform(r, 0, 0, r, 0, 0);
+    return [ctx, w / r, h / r];
+  }
+
+  function drawPlot() {
+    const [ctx, W, H] = fitCanvas($("plot"));
+    ctx.clearRect(0, 0, W, H);
+    const F = S.frames;
+    const L = 46, R = 8, T = 10, B = 18;
+    ctx.font = "10px system-ui, sans-serif";
+    ctx.fillStyle = "#777";
+    if (!F.length) { ctx.fillText("waiting for frames", L, H / 2); return; }
+    const i0 = F[0][0], i1 = Math.max(F[F.length - 1][0], i0 + 1);
+    let top = 1;
+    for (const f of F) top = Math.max(top, f[1] || 0, f[2] || 0);
+    top *= 1.15;
+    const X = (i) => L + (W - L - R) * (i - i0) / (i1 - i0), Y = (v) => T + (H - T - B) * (1 - v / top);
+    ctx.strokeStyle = "#eee";
+    ctx.lineWidth = 1;
+    for (let k = 0; k <= 4; k++) {
+      const v = top * k / 4;
+      ctx.beginPath(); ctx.moveTo(L, Y(v)); ctx.lineTo(W - R, Y(v)); ctx.stroke();
+      ctx.fillText(fmtUs(v), 2, Y(v) + 3);
+    }
+    ctx.fillText("frame " + i0, L, H - 4);
+    ctx.textAlign = "right";
+    ctx.fillText(String(i1), W - R, H - 4);
+    ctx.textAlign = "left";
+    let labelled = -Infinity;
+    for (const [i, what] of S.marks) {
+      ctx.strokeStyle = MARK_COLOURS[what] || "#999";
+      ctx.beginPath(); ctx.moveTo(X(i), T); ctx.lineTo(X(i), H - B); ctx.stroke();
+      if (what !== "parameters" && X(i) - labelled > 50) {  // parameter updates are many: lines only
+        ctx.fillStyle = ctx.strokeStyle;
+        ctx.fillText(String(what), X(i) + 2, T + 8);
+        labelled = X(i);
+      }
+    }
+    const line = (col, idx) => {
+      ctx.strokeStyle = col;
+      ctx.lineWidth = 1.5;
+      ctx.beginPath();
+      let pen = false;
+      for (const f of F) {
+        const v = f[idx];
+        if (typeof v !== "number") { pen = false; continue; }
+        if (pen) ctx.lineTo(X(f[0]), Y(v)); else ctx.moveTo(X(f[0]), Y(v));
+        pen = true;
+      }
+      ctx.stroke();
+    };
+    const css = getComputedStyle(document.documentElement);
+    line(css.getPropertyValue("--host").trim() || "#2f6fdb", 1);
+    line(css.getPropertyValue("--gpu").trim() || "#e0742b", 2);
+  }
+
+  // -- diagnostics --------------------------------------------------------------------------------------
+  function diagItem(d) {
+    const li = el("li", {"data-severity": str(d.severity), "data-diag-block": d.block || null});
+    const where = (d.frame !== undefined && d.frame !== null ? `#${d.frame} ` : "") + str(d.severity) +
+      " \u00b7 " + (d.block ? d.block : str(d.subject));
+    li.append(el("span", {class: "where"}, where), el("span", {class: "text"}, str(d.message)));
+    if (d.block) li.addEventListener("click", () => select(d.block));
+    return li;
+  }
+
+  function onDiagnostic(d) {
+    S.diags.push(d);
+    if (S.diags.length > KEEP_DIAGS) S.diags.splice(0, S.diags.length - KEEP_DIAGS);
+    const list = $("diagnostics");
+    list.insertBefore(diagItem(d), list.firstChild);
+    while (list.children.length > KEEP_DIAGS) list.removeChild(list.lastChild);
+    if (!d.block) return;
+    if (d.severity === "warning" || d.severity === "error") {
+      S.badges.set(d.block, (S.badges.get(d.block) || 0) + 1);
+      S.lastDiag.set(d.block, `${str(d.severity)}: ${str(d.message)}`);
+      updateBadge(d.block);
+    }
+    // a block's state comes with the graph; a diagnostic that carries the state it left (an optional
+    // "state" field) updates it at once
+    if (S.blocks.has(d.block) && typeof d.state === "string") setBlockState(d.block, d.state, str(d.message));
+    else if (S.selected === d.block) showSelected();
+  }
+
+  // -- status -------------------------------------------------------------------------------------------
+  function table(head, rows) {
+    const t = el("table");
+    const tr = el("tr");
+    for (const h of head) tr.appendChild(el("th", {}, h));
+    t.appendChild(tr);
+    for (const r of rows) {
+      const row = el("tr", r.attrs || {});
+      for (const cell of r.cells) row.appendChild(el("td", {}, cell));
+      t.appendChild(row);
+    }
+    return t;
+  }
+
+  function onStatus(m) {
+    if (m.rebuilds !== undefined) $("rebuilds").textContent = str(m.rebuilds);
+    const box = $("status");
+    clear(box);
+    const mem = m.memory || {};
+    box.appendChild(el("div", {id: "memory-total"}, `rebuilds ${str(m.rebuilds)} \u00b7 reserved ` +
+      fmtBytes(mem.bytes_reserved)));
+    const classes = Array.isArray(mem.by_class) ? mem.by_class : [];
+    if (classes.length) {
+      box.appendChild(table(["pool class", "in use", "free"],
+        classes.map(([size, used, free]) => ({attrs: {"data-class": str(size)},
+          cells: [fmtBytes(size), str(used), str(free)]}))));
+    }
+    const appends = Object.entries(m.appends || {});
+    if (appends.length) {
+      box.appendChild(table(["append port", "count", "capacity", ""], appends.map(([port, a]) => ({
+        attrs: {"data-append": port, class: a.overflowed ? "overflowed" : null},
+        cells: [port, str(a.count), str(a.capacity), a.overflowed ? "overflowed" : ""]}))));
+    }
+    if (m.stats) box.appendChild(el("pre", {id: "stats"}, str(m.stats)));
+  }
+
+  // -- port preview -------------------------------------------------------------------------------------
+  function startPreview(block, port, kind) {
+    const old = S.preview;
+    if (old && (old.block !== block || old.port !== port)) send({type: "unpreview", block: old.block, port: old.port});
+    S.preview = {block, port, kind};
+    S.previewData = null;
+    S.previewDirty = true;
+    send({type: "preview", block, port, kind});
+    $("preview-title").textContent = `${block}.${port} (${kind})`;
+    $("preview-stop").hidden = false;
+  }
+  $("preview-stop").addEventListener("click", () => {
+    if (S.preview) send({type: "unpreview", block: S.preview.block, port: S.preview.port});
+    S.preview = null;
+    S.previewData = null;
+    S.previewDirty = true;
+    $("preview-title").textContent = "";
+    $("preview-stop").hidden = true;
+  });
+
+  function drawPreview() {
+    const [ctx, W, H] = fitCanvas($("preview"));
+    ctx.clearRect(0, 0, W, H);
+    ctx.font = "10px system-ui, sans-serif";
+    ctx.fillStyle = "#777";
+    const m = S.previewData;
+    if (!S.preview) { ctx.fillText("select a block and an output port's line or hist", 8, H / 2); return; }
+    if (!m) { ctx.fillText("waiting for samples of " + S.preview.block + "." + S.preview.port, 8, H / 2); return; }
+    const L = 46, R = 8, T = 8, B = 16;
+    const d = m.data;
+    if (m.kind === "hist" && d && Array.isArray(d.counts)) {
+      const counts = d.counts, edges = Array.isArray(d.edges) ? d.edges : [];
+      const top = Math.max(1, ...counts);
+      const w = (W - L - R) / Math.max(1, counts.length);
+      ctx.fillStyle = "#5b7fd6";
+      counts.forEach((n, i) => {
+        const h = (H - T - B) * n / top;
+        ctx.fillRect(L + i * w + 0.5, H - B - h, Math.max(1, w - 1), h);
+      });
+      ctx.fillStyle = "#777";
+      ctx.fillText(String(top), 2, T + 8);
+      if (edges.length) {
+        ctx.fillText(fmtNum(edges[0]), L, H - 3);
+        ctx.textAlign = "right";
+        ctx.fillText(fmtNum(edges[edges.length - 1]), W - R, H - 3);
+        ctx.textAlign = "left";
+      }
+      return;
+    }
+    const v = Array.isArray(d) ? d.filter((x) => typeof x === "number") : [];
+    if (!v.length) { ctx.fillText("no samples", 8, H / 2); return; }
+    let lo = Math.min(...v), hi = Math.max(...v);
+    if (lo === hi) { lo -= 1; hi += 1; }
+    const X = (i) => L + (W - L - R) * i / Math.max(1, v.length - 1), Y = (x) => T + (H - T - B) * (hi - x) / (hi - lo);
+    ctx.fillText(fmtNum(hi), 2, T + 8);
+    ctx.fillText(fmtNum(lo), 2, H - B);
+    ctx.strokeStyle = "#5b7fd6";
+    ctx.lineWidth = 1.5;
+    ctx.beginPath();
+    v.forEach((x, i) => (i ? ctx.lineTo(X(i), Y(x)) : ctx.moveTo(X(i), Y(x))));
+    ctx.stroke();
+  }
+
+  function paint() {
+    if (S.plotDirty) { S.plotDirty = false; drawPlot(); }
+    if (S.previewDirty) { S.previewDirty = false; drawPreview(); }
+    requestAnimationFrame(paint);
+  }
+  window.addEventListener("resize", () => { S.plotDirty = true; S.previewDirty = true; });
+
+  S.plotDirty = true;
+  S.previewDirty = true;
+  requestAnimationFrame(paint);
+  connect();
+})();

@@ -1,0 +1,57 @@
+"""The live view in a real browser: headless Chromium (Debian's ``chromium`` package, which ``make test``
+installs with apt when it runs as root) driven by Playwright with that executable, so Playwright never
+downloads a browser. Without Playwright or Chromium every test here is skipped, with the reason.
+
+``RXCUDA_CHROMIUM`` names another Chromium executable; ``RXCUDA_SCREENSHOT`` names a path the screenshot of the
+page is also written to (``make screenshot`` writes docs/live-view.png, the README's picture).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def find_chromium() -> str | None:
+    """The Chromium executable: $RXCUDA_CHROMIUM, else Debian's /usr/bin/chromium, else one on PATH."""
+    named = os.environ.get("RXCUDA_CHROMIUM")
+    if named:
+        return named
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright is not installed (pip install playwright; `make test` installs it)")
+    exe = find_chromium()
+    if exe is None:
+        pytest.skip("Chromium is not installed and could not be (apt-get install chromium needs root and Debian's "
+                    "packages; `make test` tries); set RXCUDA_CHROMIUM to use another Chromium")
+    with sync_playwright() as p:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start
+        b = p.chromium.launch(executable_path=exe, headless=True, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page; the test fails if the page's script throws anywhere."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.errors = errors
+    yield pg
+    context.close()
+    assert errors == [], f"the page's script threw: {errors}"
