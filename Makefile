@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Every module's docstring examples run with the tests (examples that need a device are marked
 # `# doctest: +SKIP` where they stand).
 
-.PHONY: demo test install
+.PHONY: demo test install chromium screenshot
 
 demo: $(STAMP)
 	$(VENV)/bin/rxcuda demo
@@ -17,7 +17,7 @@ demo: $(STAMP)
 # ruff, mypy (rxcuda/engine and rxcuda/streams, configured in pyproject.toml), then pytest with the docstring
 # examples. Every step runs even when an earlier one fails, so one run reports everything; pytest's summary
 # line comes last (.ci/run looks for it) and the exit status is non-zero when any step failed.
-test: $(STAMP)
+test: $(STAMP) chromium
 	@status=0; \
 	echo "== ruff"; $(VENV)/bin/ruff check $(wildcard rxcuda tests bench examples) || status=1; \
 	echo "== mypy"; $(VENV)/bin/mypy || status=1; \
@@ -25,6 +25,23 @@ test: $(STAMP)
 	exit $$status
 
 install: $(STAMP)
+
+# tests/browser run the live view in headless Chromium: Debian's chromium package, driven by Playwright (from
+# the dev extra) with that executable, so no browser is downloaded. When it is missing and this runs as root
+# with apt-get (CI), it is installed here; elsewhere the browser tests skip and say why.
+chromium: $(STAMP)
+	@if [ -z "$${RXCUDA_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] \
+			&& command -v apt-get > /dev/null; then \
+		echo "installing Debian's chromium for tests/browser (apt-get; log in $(VENV)/chromium.log)"; \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+			|| { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; } \
+			> $(VENV)/chromium.log 2>&1 \
+			|| echo "apt-get install chromium failed (see $(VENV)/chromium.log): tests/browser will skip"; \
+	fi
+
+# the README's picture of the live view, docs/live-view.png, taken by the browser tests
+screenshot: $(STAMP) chromium
+	RXCUDA_SCREENSHOT=docs/live-view.png $(VENV)/bin/python -m pytest -q tests/browser/test_live_view.py
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

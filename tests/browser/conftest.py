@@ -25,6 +25,15 @@ def find_chromium() -> str | None:
     return None
 
 
+def why_no_chromium() -> str:
+    """Why `make test` (the Makefile's `chromium` target) did not install Chromium here."""
+    if shutil.which("apt-get") is None:
+        return "there is no apt-get (not a Debian machine)"
+    if os.geteuid() != 0:
+        return "apt-get needs root, and the tests do not run as root"
+    return "apt-get install chromium failed (see .venv/chromium.log)"
+
+
 @pytest.fixture(scope="session")
 def browser():
     try:
@@ -33,8 +42,8 @@ def browser():
         pytest.skip("Playwright is not installed (pip install playwright; `make test` installs it)")
     exe = find_chromium()
     if exe is None:
-        pytest.skip("Chromium is not installed and could not be (apt-get install chromium needs root and Debian's "
-                    "packages; `make test` tries); set RXCUDA_CHROMIUM to use another Chromium")
+        pytest.skip(f"Chromium is not installed and `make test` could not install it: {why_no_chromium()}; "
+                    "install Debian's chromium package, or set RXCUDA_CHROMIUM to a Chromium executable")
     with sync_playwright() as p:
         # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start
         b = p.chromium.launch(executable_path=exe, headless=True, args=["--no-sandbox"])

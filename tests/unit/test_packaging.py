@@ -105,3 +105,14 @@ def test_the_built_in_kernels_ship_in_the_wheel(wheel):
     with zipfile.ZipFile(wheel) as z:
         assert z.read("rxcuda/cuda/_conditions.fatbin") == fatbin
         assert "rxcuda/cuda/_conditions.cu" in z.namelist()
+
+
+def test_the_wheel_ships_the_live_views_page(wheel):
+    """engine.serve() serves its page from the package (no CDN): every file of rxcuda/view/static is in the
+    wheel, byte for byte."""
+    static = ROOT / "rxcuda" / "view" / "static"
+    files = sorted(p.name for p in static.iterdir() if p.is_file())
+    assert {"index.html", "app.js", "style.css"} <= set(files)
+    with zipfile.ZipFile(wheel) as z:
+        for name in files:
+            assert z.read(f"rxcuda/view/static/{name}") == (static / name).read_bytes()
