@@ -54,6 +54,7 @@ from .sources._load import load_source
 from .sources._nvrtc import compile_cuda
 from .view._dot import GraphvizNotFoundError, save_graph, to_dot  # importing view installs engine.to_dot & co.
 from .view._plot import MatplotlibNotFoundError, plot_frames
+from .view._serve import LiveView, LiveViewError  # engine.serve() makes one
 from .view._trace import Trace  # engine.trace(path) makes one
 
 # a library logs, the application decides where it goes (nothing is printed unless it configures logging)
@@ -96,6 +97,8 @@ __all__ = [
     "KernelSignature",
     "Launch",
     "Like",
+    "LiveView",
+    "LiveViewError",
     "MatplotlibNotFoundError",
     "NoDeviceError",
     "NotAPortError",

@@ -169,6 +169,18 @@ def _value_check(param: Parameter, dtype: str):
     return check_int
 
 
+def _in_range(param: Parameter, check, lo, hi):
+    """``check`` followed by the parameter's declared range ``[lo, hi]`` (either may be None)."""
+    def check_range(v):
+        v = check(v)
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise ValueError(f"{param._block.name}.{param.name} ({param.dtype}) must be within [{lo}, {hi}], its "
+                             f"declared range (got {v!r})")
+        return v
+
+    return check_range
+
+
 def resolve_port(port, blocks: Mapping[int, Block]) -> PortRef:
     """The PortRef of ``port``, a port handle (``block["out"]``) of a block in ``blocks`` (id -> Block, an
     engine's registry). Every failure is a ValidationError that is also the builtin it refines:
@@ -189,7 +201,9 @@ class Parameter:
 
     Integer types take Python and NumPy integers within their range (not bool, float or str); float types
     take Python and NumPy ints and floats that are finite and within their range (not bool or str). A value
-    that breaks the rule raises TypeError or ValueError and the parameter keeps its old value.
+    that breaks the rule raises TypeError or ValueError and the parameter keeps its old value. A parameter
+    declared with ``min``/``max`` (``Block.from_kernel(..., ranges=...)``, ``BlockBuilder.scalar``, a sidecar)
+    refuses values outside them with ValueError; ``step`` only guides controls.
 
     >>> block = Block.from_kernel("kernels/scalar_mul.ptx", size=1024)
     >>> block.params["scale"].value = 0.5     # or block.set(scale=0.5)
@@ -199,13 +213,15 @@ class Parameter:
     TypeError: scalar_mul.scale (f32) takes a number: a Python or NumPy int or float (got '2.5', a str)
     """
 
-    __slots__ = ("name", "dtype", "_value", "_block", "_check")
+    __slots__ = ("name", "dtype", "_value", "_block", "_check", "min", "max", "step")
 
-    def __init__(self, block: Block, name: str, dtype: str, value):
+    def __init__(self, block: Block, name: str, dtype: str, value, min=None, max=None, step=None):
         self.name = name
         self.dtype = dtype
         self._block = block
-        self._check = _value_check(self, dtype)
+        self.min, self.max, self.step = min, max, step  # the declared range (None: unbounded) and control step
+        check = _value_check(self, dtype)
+        self._check = check if min is None and max is None else _in_range(self, check, min, max)
         self._value = self._check(value)
 
     @property
@@ -290,12 +306,13 @@ class Block:
         self.message = ""
         self._warnings: dict[str, str] = {}  # what keeps the block in "warning" (source -> message)
         self._appends: dict[str, AppendState] = {}  # append port -> what the engine last read of its counter
-        self.params = Parameters({s.name: Parameter(self, s.name, s.dtype, s.default) for s in description.scalars})
+        self.params = Parameters({s.name: Parameter(self, s.name, s.dtype, s.default, s.min, s.max, s.step)
+                                  for s in description.scalars})
 
     @classmethod
     def from_kernel(cls, source, *, size: int | None = None, name: str | None = None, threads: int | None = None,
                     block_size: int | tuple | None = None, counts: Mapping[str, int] | None = None,
-                    shape=None, **defaults) -> Block:
+                    shape=None, ranges: Mapping[str, tuple] | None = None, **defaults) -> Block:
         """A one-kernel block: pointer parameters become ports, scalars become parameters.
 
         ``source`` is a KernelCode or a kernel file path. ``size`` is the element count of every port and
@@ -309,6 +326,14 @@ class Block:
         ``block_size`` such as ``(16, 16)`` the grid is 2-D, x over the last axis. The first input follows
         whatever feeds it and the other ports are like it: a resize upstream flows through the block (its
         "size" scalars and its grid follow).
+
+        ``ranges`` bounds scalars: name -> ``(min, max)`` or ``(min, max, step)`` (None for an open side); a
+        set outside the range raises ValueError, and the live view's slider spans it. It overrides the
+        sidecar's ``min``/``max``/``step``.
+
+        >>> mul = Block.from_kernel("kernels/scalar_mul.ptx", size=16, scale=1.0, ranges={"scale": (0, 10, 0.1)})
+        >>> mul.params["scale"].max, mul.params["scale"].step
+        (10.0, 0.1)
         """
         if block_size is not None and not isinstance(block_size, tuple):
             check_block_size(block_size, "block_size")
@@ -322,6 +347,10 @@ class Block:
         counters = {p.name for p in code.signature.params if p.direction == "counter"}
         appends = append_pairs(code)
         counts = dict(counts or {})
+        ranges = dict(ranges or {})
+        for key, r in ranges.items():
+            if not isinstance(r, tuple | list) or len(r) not in (2, 3):
+                raise TypeError(f"{b.name}: ranges['{key}'] must be (min, max) or (min, max, step) (got {r!r})")
         for i, p in enumerate(code.signature.params):
             if p.is_pointer:
                 if p.name in counters:
@@ -336,9 +365,11 @@ class Block:
                 else:  # out, and inout: state the block owns, which others may read
                     b.output(p.name, k[i], count=n)
             else:
-                b.scalar(p.name, k[i], default=defaults.pop(p.name, None))
-        if defaults:
-            raise TypeError(f"{b.name}: unknown parameter(s) {', '.join(defaults)}; the kernel's scalars are "
+                lo, hi, step = (*ranges.pop(p.name, (None, None)), None)[:3]
+                b.scalar(p.name, k[i], default=defaults.pop(p.name, None), min=lo, max=hi, step=step)
+        if defaults or ranges:
+            raise TypeError(f"{b.name}: unknown parameter(s) {', '.join({**defaults, **ranges})}; the kernel's "
+                            "scalars are "
                             f"{', '.join(p.name for p in code.signature.params if not p.is_pointer) or 'none'}")
         if counts:
             ports = [p.name for p in code.signature.params if p.is_pointer and p.name not in counters]
@@ -349,7 +380,8 @@ class Block:
     @classmethod
     def from_cuda(cls, source, entry: str | None = None, *, size: int | None = None, shape=None,
                   name: str | None = None, threads: int | None = None, block_size: int | tuple | None = None,
-                  defines=None, options=None, counts: Mapping[str, int] | None = None, **defaults) -> Block:
+                  defines=None, options=None, counts: Mapping[str, int] | None = None,
+                  ranges: Mapping[str, tuple] | None = None, **defaults) -> Block:
         """A one-kernel block from CUDA C++: source text or a ``.cu`` path, compiled with NVRTC (cached; see
         ``rxcuda.compile_cuda`` for ``defines`` and ``options``), then as :meth:`from_kernel`. Pointers to CUDA
         vector types (``float4*``) and to structs the source declares are ports of those element types.
@@ -367,7 +399,7 @@ class Block:
         bs = block_size if isinstance(block_size, int) else None
         code = compile_cuda(source, entry, defines=defines, options=options, block_size=bs)
         return cls.from_kernel(code, size=size, shape=shape, name=name, threads=threads, block_size=block_size,
-                               counts=counts, **defaults)
+                               counts=counts, ranges=ranges, **defaults)
 
     @classmethod
     def from_call(cls, spec: CallSpec, *, name: str | None = None, **defaults) -> Block:

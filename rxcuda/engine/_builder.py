@@ -14,6 +14,7 @@ import attrs
 from ..model._describe import (
     BlockDescription,
     CallSpec,
+    check_range,
     InternalBuffer,
     KernelCode,
     KernelParam,
@@ -242,8 +243,13 @@ class BlockBuilder:
         stored = None if not counters else counters[0] if len(counters) == 1 else counters
         self._ports.append(PortSpec(name, direction, dtype, count, pins, required, stored, **shaped))
 
-    def scalar(self, name: str, pins, *, default=None, dtype=None, size_of=None) -> None:
+    def scalar(self, name: str, pins, *, default=None, dtype=None, size_of=None, min=None, max=None,
+               step=None) -> None:
         """Declare a scalar parameter feeding one or more scalar kernel parameters.
+
+        ``min`` and ``max`` bound its value (a set outside them raises ValueError); ``step`` is the
+        granularity a control such as the live view's slider offers. Without them, the kernel's sidecar's
+        ``min``/``max``/``step`` apply: ``b.scalar("scale", k["scale"], min=0.0, max=10.0, step=0.1)``.
 
         ``size_of`` derives its value from a port's shape, again whenever the pipeline resizes: a port name
         (its element count) or ``(port, axis)`` (the length of one axis): ``b.scalar("cols", k["cols"],
@@ -278,9 +284,12 @@ class BlockBuilder:
             default = self.size
         if default is None:
             default = 0
+        declared = (params[0].min, params[0].max, params[0].step)
+        given = tuple(d if v is None else v for v, d in zip((min, max, step), declared, strict=True))
+        lo, hi, step = check_range(f"{self.name}.{name}", dtype, *given, default=default)
         for pin in pins:
             self._claim(pin, name)
-        self._scalars.append(ScalarSpec(name, dtype, default, pins))
+        self._scalars.append(ScalarSpec(name, dtype, default, pins, min=lo, max=hi, step=step))
 
     def connect(self, src: Pin, dst, *, count: int | None = None, name: str | None = None) -> None:
         """Connect a kernel's output parameter to later kernels' inputs through an internal buffer."""

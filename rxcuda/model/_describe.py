@@ -39,6 +39,10 @@ class KernelParam:
     direction: Direction = "in"
     default: float | int | str | None = None
     align: int = 0
+    # a scalar's declared range and control step (sidecar keys 'min', 'max', 'step'); None: not declared
+    min: float | int | None = None
+    max: float | int | None = None
+    step: float | int | None = None
 
     @property
     def is_pointer(self) -> bool:
@@ -265,6 +269,11 @@ class ScalarSpec:
     # derived from a shape: (port, None) takes the port's element count, (port, axis) the length of one axis,
     # whenever the planner resolves that port to a shape other than the declared one (a resize)
     size_of: tuple[str, int | None] | None = None
+    # the declared range (None: unbounded on that side) and a step for controls such as the live view's
+    # slider; min and max are enforced on every set, step only guides controls
+    min: float | int | None = None
+    max: float | int | None = None
+    step: float | int | None = None
 
 
 @attrs.frozen
@@ -290,6 +299,46 @@ class KernelSpec:
 
 
 Step = KernelSpec | CallSpec
+
+
+def check_range(where: str, dtype: str | None, lo=None, hi=None, step=None, default=None):
+    """Check a scalar parameter's declared range and control step; returns ``(min, max, step)`` as numbers
+    of the parameter's kind (ints for integer types). Each may be None (not declared). Raises ValueError
+    naming ``where`` when one is not a finite number, an integer type gets a fraction, ``min > max``,
+    ``step <= 0``, or a numeric ``default`` lies outside ``[min, max]``.
+
+    >>> check_range("mul.scale", "f32", 0, 10, 0.1, 1.0)
+    (0.0, 10.0, 0.1)
+    >>> check_range("mul.scale", "f32", 5, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: mul.scale: 'min' 5.0 is above 'max' 1.0; give min <= max
+    """
+    is_int = dtype is not None and not _dtypes.is_float(dtype)
+    out = []
+    for key, v in (("min", lo), ("max", hi), ("step", step)):
+        if v is None:
+            out.append(None)
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"{where}: '{key}' must be a finite number or None (got {v!r})")
+        if is_int:
+            if isinstance(v, float) and not v.is_integer():
+                raise ValueError(f"{where}: '{key}' {v!r} is not an integer, but the parameter is {dtype}")
+            v = int(v)
+        else:
+            v = float(v)
+        out.append(v)
+    lo, hi, step = out
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"{where}: 'min' {lo!r} is above 'max' {hi!r}; give min <= max")
+    if step is not None and step <= 0:
+        raise ValueError(f"{where}: 'step' must be above 0 (got {step!r})")
+    if isinstance(default, int | float) and not isinstance(default, bool) and (
+            (lo is not None and default < lo) or (hi is not None and default > hi)):
+        raise ValueError(f"{where}: the default {default!r} lies outside [{lo}, {hi}]; change the default or "
+                         f"the range")
+    return lo, hi, step
 
 
 def step_params(step: Step) -> tuple[KernelParam, ...]:

@@ -8,6 +8,10 @@ meaning::
                 {"name": "out", "type": "f32*", "direction": "out"},
                 {"name": "n", "type": "i32", "default": "size"}]}
 
+A scalar may declare ``"min"``, ``"max"`` and ``"step"`` (``{"name": "scale", "type": "f32", "min": 0,
+"max": 10, "step": 0.1}``): setting a value outside ``[min, max]`` is refused, and the live view's slider
+uses all three.
+
 :func:`read_sidecar` validates it strictly (unknown keys are typos, not extensions); :func:`merge` checks
 it against the kernel's real parameters and produces the :class:`KernelSignature` the engine uses.
 """
@@ -24,12 +28,12 @@ from typing import Any
 import attrs
 
 from ..model import _dtypes
-from ..model._describe import DIRECTIONS, Direction, KernelParam, KernelSignature
+from ..model._describe import DIRECTIONS, Direction, KernelParam, KernelSignature, check_range
 from ..model._errors import KernelFileError
 from ._paths import decode_text
 
 _TOP_KEYS = ("entry", "block_size", "shared_mem", "params", "append", "structs")
-_PARAM_KEYS = ("name", "type", "direction", "default")
+_PARAM_KEYS = ("name", "type", "direction", "default", "min", "max", "step")
 _APPEND_KEYS = ("data", "counter")
 _TYPE_CHOICES = ", ".join([*_dtypes.TYPE_NAMES, *(t + "*" for t in _dtypes.TYPE_NAMES), "void*"])
 POINTER_SIZE = 8
@@ -45,6 +49,9 @@ class SidecarParam:
     pointer: bool
     direction: Direction = "in"
     default: float | int | str | None = None
+    min: float | int | None = None  # the scalar's declared range and control step (the live view's slider)
+    max: float | int | None = None
+    step: float | int | None = None
 
     @property
     def size(self) -> int:
@@ -238,7 +245,15 @@ def _parse_param(raw: Any, i: int, fail, structs: Mapping[str, str] | None = Non
             info = _int_range(dtype)
             if not info[0] <= default <= info[1]:
                 raise fail(f"{where}: 'default' {default} does not fit '{spelled}' ({info[0]} to {info[1]})")
-    return SidecarParam(name=name, dtype=dtype, pointer=pointer, direction=direction, default=default)
+    lo, hi, step = (raw.get(k) for k in ("min", "max", "step"))
+    if pointer and (lo, hi, step) != (None, None, None):
+        raise fail(f"{where}: a pointer takes no 'min', 'max' or 'step'; those bound a scalar's value")
+    try:
+        lo, hi, step = check_range(where, dtype, lo, hi, step, default)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    return SidecarParam(name=name, dtype=dtype, pointer=pointer, direction=direction, default=default, min=lo,
+                        max=hi, step=step)
 
 
 def _parse_append(raw: Any, params: list[SidecarParam] | None, fail):
@@ -338,6 +353,9 @@ def kernel_param(p, size: int, align: int) -> KernelParam:
         direction=p.direction if p.pointer else "in",
         default=p.default,
         align=align,
+        min=getattr(p, "min", None),
+        max=getattr(p, "max", None),
+        step=getattr(p, "step", None),
     )
 
 

@@ -11,7 +11,8 @@ GPU time per frame, updates with their tiers, reloads, diagnostics, parameter va
 (matplotlib, optional). NVTX ranges for Nsight live in the CUDA layer (``rxcuda.cuda._nvtx``).
 
 Importing this package (``import rxcuda`` does) installs the conveniences ``engine.to_dot()``,
-``engine.save_graph(path)``, ``engine.save_driver_graph(path)``, ``engine.trace(path)`` and ``plan.to_dot()``:
+``engine.save_graph(path)``, ``engine.save_driver_graph(path)``, ``engine.trace(path)``, ``engine.serve()`` (the
+live view in a browser, ``_serve``; needs aiohttp) and ``plan.to_dot()``:
 the engine never imports this package (DESIGN.md, "Layout": view sits above engine).
 
 >>> import rxcuda
@@ -24,12 +25,16 @@ True
 from ._dot import GraphvizNotFoundError, save_driver_graph, save_graph, to_dot
 from ._dot import install as _install_dot
 from ._plot import MatplotlibNotFoundError, plot_frames
+from ._serve import LiveView, LiveViewError, serve
+from ._serve import install as _install_serve
 from ._trace import Trace, TraceData, TraceSummary, read_trace, summarize, trace
 from ._trace import install as _install_trace
 
 _install_dot()
 _install_trace()
+_install_serve()
 
 __all__ = ["GraphvizNotFoundError", "save_driver_graph", "save_graph", "to_dot"]
 __all__ += ["MatplotlibNotFoundError", "Trace", "TraceData", "TraceSummary", "plot_frames", "read_trace", "summarize",
             "trace"]
+__all__ += ["LiveView", "LiveViewError", "serve"]

@@ -219,13 +219,16 @@ class _Pipeline:
         out.append("}")
         return "\n".join(out) + "\n"
 
-    def _edge(self, c) -> str:
-        src_entry, dst_entry = self.desc.block(c.src.block), self.desc.block(c.dst.block)
-        src_spec = src_entry.desc.port(c.src.port)
-        dst_spec = dst_entry.desc.port(c.dst.port)
+    def link_type(self, c) -> tuple[str | None, tuple[int, ...], int | None]:
+        """What travels on connection ``c``: (dtype, shape, bytes or None); the live view sends the same."""
+        src_spec = self.desc.block(c.src.block).desc.port(c.src.port)
+        dst_spec = self.desc.block(c.dst.block).desc.port(c.dst.port)
         dtype = src_spec.dtype if src_spec.dtype is not None else dst_spec.dtype
         shape = self.shape(c.src, src_spec)
-        nbytes = _nbytes(dtype, shape)
+        return dtype, shape, _nbytes(dtype, shape)
+
+    def _edge(self, c) -> str:
+        dtype, shape, nbytes = self.link_type(c)
         what = [type_text(dtype, shape), size_text(nbytes) if nbytes is not None else ""]
         attrs = []
         if c.delay:
