@@ -57,6 +57,7 @@ def browser():
 def page(browser):
     """A fresh page; the test fails if the page's script throws anywhere."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(5000)  # the page answers in milliseconds; fail fast when it does not
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))

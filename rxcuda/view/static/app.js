@@ -249,6 +249,7 @@
       gGroups.appendChild(e);
     }
 
+    const extent = [];  // what links add to the picture
     const portAt = (name, port, out) => {
       const b = boxes.get(name);
       if (!b) return null;
@@ -256,17 +257,31 @@
       const i = Math.max(0, list.findIndex((p) => p.name === port));
       return [out ? b.x + b.w : b.x, b.y + 30 + i * PORT_GAP];
     };
+    // a link that goes back to the left (feedback through a delay) runs below every box
+    let floor = -Infinity;
+    for (const r of [...boxes.values(), ...done.map((d) => d.box)]) floor = Math.max(floor, r.y + r.h);
+    const lanes = {n: 0};
     for (const l of Array.isArray(g.links) ? g.links : []) {
       const s = portAt(l.src[0], l.src[1], true), t = portAt(l.dst[0], l.dst[1], false);
       if (!s || !t) continue;
-      const dx = Math.max(40, Math.abs(t[0] - s[0]) / 2);
-      const c1 = [s[0] + dx, s[1]], c2 = [t[0] - dx, t[1]];
-      const mid = [(s[0] + 3 * c1[0] + 3 * c2[0] + t[0]) / 8, (s[1] + 3 * c1[1] + 3 * c2[1] + t[1]) / 8];
+      let d, mid;
+      if (t[0] >= s[0] + 20) {
+        const dx = Math.max(40, (t[0] - s[0]) / 2);
+        const c1 = [s[0] + dx, s[1]], c2 = [t[0] - dx, t[1]];
+        d = `M${s} C${c1} ${c2} ${t}`;
+        mid = [(s[0] + 3 * c1[0] + 3 * c2[0] + t[0]) / 8, (s[1] + 3 * c1[1] + 3 * c2[1] + t[1]) / 8];
+      } else {
+        const y = floor + 30 + 22 * lanes.n++;
+        d = `M${s} C${s[0] + 50},${s[1]} ${s[0] + 50},${y} ${s[0]},${y} L${t[0]},${y} ` +
+          `C${t[0] - 50},${y} ${t[0] - 50},${t[1]} ${t}`;
+        mid = [(s[0] + t[0]) / 2, y];
+        extent.push({x: t[0] - 50, y: y, w: s[0] - t[0] + 100, h: 8});
+      }
       const delayed = (l.delay || 0) > 0;
       const key = `${l.src[0]}.${l.src[1]}->${l.dst[0]}.${l.dst[1]}`;
       const e = sv("g", {class: delayed ? "link delayed" : "link", "data-link": key});
       const label = `${str(l.dtype)} ${fmtShape(l.shape)}` + (delayed ? ` \u00b7 delay ${l.delay}` : "");
-      e.append(sv("path", {d: `M${s} C${c1} ${c2} ${t}`}),
+      e.append(sv("path", {d}),
         sv("text", {x: mid[0], y: mid[1] - 4, "text-anchor": "middle"}, label),
         sv("title", {}, key + (l.bytes ? ` (${fmtBytes(l.bytes)})` : "")));
       gLinks.appendChild(e);
@@ -298,7 +313,7 @@
 
     // the picture's extent: every box and group, and the server's own bounds
     let x0 = 0, y0 = 0, x1 = +g.width || 0, y1 = +g.height || 0;
-    for (const r of [...boxes.values(), ...done.map((d) => d.box)]) {
+    for (const r of [...boxes.values(), ...done.map((d) => d.box), ...extent]) {
       x0 = Math.min(x0, r.x); y0 = Math.min(y0, r.y); x1 = Math.max(x1, r.x + r.w); y1 = Math.max(y1, r.y + r.h);
     }
     svg.setAttribute("viewBox", `${x0 - 30} ${y0 - 30} ${Math.max(200, x1 - x0 + 60)} ${Math.max(120, y1 - y0 + 60)}`);

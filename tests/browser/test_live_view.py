@@ -1,0 +1,220 @@
+"""The live view in headless Chromium against the real server: an engine on the null driver runs a small
+pipeline at 60 Hz (a block feeding a composite, a block, a For region, and a delayed connection back), and
+``engine.serve()`` shows it. The page finds every block, a slider or number box sets the engine's parameter, a
+parameter set from Python moves the controls on every page, an injected diagnostic lands on its block, an
+invalid value is refused on the page, and a screenshot is saved (also to $RXCUDA_SCREENSHOT: `make screenshot`
+writes docs/live-view.png, the README's picture)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import rxcuda
+from rxcuda import Block, Composite
+from rxcuda.cuda import NullDriver
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+N = 4096
+
+
+def q(value: str) -> str:
+    """A CSS attribute value, quoted and escaped."""
+    return json.dumps(value)
+
+
+def pipeline(engine: rxcuda.Engine) -> SimpleNamespace:
+    kernel = str(ROOT / "kernels" / "scalar_mul.ptx")
+    gain = Composite("gain")  # y = gain * gain * x
+    first = gain.add(Block.from_kernel(kernel, size=N, name="first"))
+    second = gain.add(Block.from_kernel(kernel, size=N, name="second"))
+    gain.connect(first["out"], second["x"])
+    gain.expose("x", first["x"])
+    gain.expose("y", second["out"])
+    gain.expose_parameter("gain", first.params["scale"], second.params["scale"], value=1.5)
+
+    mix = engine.add(Block.from_kernel(str(ROOT / "kernels" / "vector_add.ptx"), size=N, name="mix"))
+    stage = engine.add(gain)
+    damp = engine.add(Block.from_kernel(kernel, size=N, name="damp", scale=0.5))
+    echo = Block.from_kernel(kernel, size=N, name="echo", scale=0.9)
+    loop = engine.add(rxcuda.For(3, [echo], name="repeat"))
+    engine.connect(mix["out"], stage["x"])
+    engine.connect(stage["y"], damp["x"])
+    engine.connect(damp["out"], echo["x"])
+    engine.connect(echo["out"], mix["b"], delay=1)  # feedback: last frame's echo
+    engine.write(mix["a"], np.ones(N, np.float32))
+    return SimpleNamespace(mix=mix, stage=stage, damp=damp, echo=echo, loop=loop)
+
+
+@pytest.fixture(scope="module")
+def live(browser):
+    engine = rxcuda.Engine(driver=NullDriver())
+    blocks = pipeline(engine)
+    engine.profile = "per_block"
+    engine.tick()
+    running = engine.run(60)
+    view = engine.serve("127.0.0.1")
+    try:
+        yield SimpleNamespace(engine=engine, view=view, **vars(blocks))
+    finally:
+        view.dispose()
+        running.dispose()
+        engine.close()
+
+
+def wait_until(page, condition, what: str, timeout: float = 1.0) -> None:
+    """Poll ``condition()`` (Python side) until it holds, letting the browser run; fail naming ``what``."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            pytest.fail(f"not within {timeout} s: {what}")
+        page.wait_for_timeout(20)
+
+
+def select_region(page, name: str) -> None:
+    """Click a region's label (its body's blocks cover the middle of the group)."""
+    page.locator(f"#graph [data-block={q(name)}]").click(position={"x": 24, "y": 10})
+
+
+def open_view(page, live) -> None:
+    page.goto(live.view.url)
+    page.wait_for_selector('#conn[data-state="open"]')
+    page.wait_for_selector('#graph [data-block="damp"]')
+
+
+def test_the_page_shows_every_block_link_and_group(page, live):
+    from playwright.sync_api import expect
+
+    open_view(page, live)
+    names = [b.name for b in live.engine.blocks]
+    assert set(names) >= {"mix", "gain/first", "gain/second", "damp", "echo", "repeat"}
+    for name in names:
+        expect(page.locator(f"#graph [data-block={q(name)}]")).to_have_count(1)
+    # the region is a group around its body, the composite a group around its blocks
+    assert page.locator('#graph .group.region[data-block="repeat"]').count() == 1
+    assert page.locator('#graph [data-composite="gain"]').count() == 1
+    # links labelled with dtype and shape; the delayed one dashed
+    expect(page.locator("#graph .link")).to_have_count(len(live.engine.connections))
+    assert f"f32 [{N}]" in page.locator('#graph [data-link="mix.out->gain/first.x"]').text_content()
+    delayed = page.locator("#graph .link.delayed")
+    assert delayed.count() == 1 and delayed.get_attribute("data-link") == "echo.out->mix.b"
+    # the header is live: frames advance and the frame rate shows
+    expect(page.locator("#profile")).to_have_text("per_block")
+    first = int(page.text_content("#frame"))
+    page.wait_for_function(f"Number(document.getElementById('frame').textContent) > {first + 5}")
+    page.wait_for_function("Number(document.getElementById('fps').textContent) > 10")
+    # per-block GPU times (zeros on the null driver) and the status (memory by pool class)
+    expect(page.locator('#graph [data-block="damp"] text.gpu')).to_have_text("0.0 us")
+    expect(page.locator("#memory-total")).to_contain_text("reserved")
+
+
+def test_moving_a_slider_sets_the_engine_parameter(page, live):
+    open_view(page, live)
+    page.locator('#graph [data-block="damp"]').click()
+    box = page.locator('input[data-param="damp.scale"]')
+    box.fill("1.25")
+    box.press("Enter")
+    wait_until(page, lambda: live.damp.params["scale"].value == 1.25, "damp.scale == 1.25 from the number box")
+    slider = page.locator('input[data-slider="damp.scale"]')
+    lo, hi = float(slider.get_attribute("min")), float(slider.get_attribute("max"))
+    target = lo + 0.25 * (hi - lo)
+    slider.evaluate("(e, v) => { e.value = String(v); e.dispatchEvent(new Event('input', {bubbles: true}));"
+                    " e.dispatchEvent(new Event('change', {bubbles: true})); }", target)
+    wait_until(page, lambda: live.damp.params["scale"].value == pytest.approx(target), "damp.scale from the slider")
+    assert box.input_value() == page.evaluate("(v) => String(v)", target)
+    # an integer parameter (the region's pass count) takes an integer box
+    n = page.locator('input[data-param="repeat.n"]')
+    select_region(page, "repeat")
+    assert page.locator('input[data-slider="repeat.n"]').count() == 0
+    n.fill("2")
+    n.press("Enter")
+    wait_until(page, lambda: live.loop.params["n"].value == 2, "repeat.n == 2 from the integer box")
+
+
+def test_a_value_set_in_python_or_on_another_page_moves_every_page(page, live, browser):
+    from playwright.sync_api import expect
+
+    other = browser.new_context().new_page()
+    try:
+        open_view(page, live)
+        open_view(other, live)
+        live.damp.params["scale"].value = 0.75
+        for pg in (page, other):
+            expect(pg.locator('input[data-param="damp.scale"]')).to_have_value("0.75", timeout=1000)
+            expect(pg.locator('input[data-slider="damp.scale"]')).to_have_value("0.75", timeout=1000)
+        # a change made on one page shows on the other
+        other.locator('#graph [data-block="damp"]').click()
+        other.fill('input[data-param="damp.scale"]', "0.625")
+        other.press('input[data-param="damp.scale"]', "Enter")
+        expect(page.locator('input[data-param="damp.scale"]')).to_have_value("0.625", timeout=1000)
+        assert live.damp.params["scale"].value == 0.625
+    finally:
+        other.context.close()
+
+
+def test_an_injected_diagnostic_appears_on_its_block_and_in_the_list(page, live):
+    from playwright.sync_api import expect
+
+    open_view(page, live)
+    live.engine._rt.reporter.warn("echo", "injected by the browser test: look at echo", live.echo)
+    expect(page.locator('#graph [data-block="echo"]')).to_have_attribute("data-diagnostics", "1")
+    item = page.locator('#diagnostics li[data-diag-block="echo"]')
+    expect(item).to_contain_text("injected by the browser test")
+    item.click()  # selects its block
+    expect(page.locator("#block-title")).to_have_text("echo")
+    expect(page.locator("#block-diagnostics")).to_contain_text("injected by the browser test")
+
+
+def test_an_invalid_value_is_refused_on_the_page_and_changes_nothing(page, live):
+    from playwright.sync_api import expect
+
+    open_view(page, live)
+    page.locator('#graph [data-block="damp"]').click()
+    before = live.damp.params["scale"].value
+    box = page.locator('input[data-param="damp.scale"]')
+    box.fill("1e39")  # beyond f32
+    box.press("Enter")
+    refused = page.locator('[data-refused="damp.scale"]')
+    expect(refused).to_contain_text("damp.scale")
+    expect(page.locator("#toasts .toast").first).to_be_visible()
+    expect(box).to_have_value(page.evaluate("(v) => String(v)", before))  # back to the engine's value
+    select_region(page, "repeat")
+    n = page.locator('input[data-param="repeat.n"]')
+    n.fill("2.5")  # the pass count is an integer
+    n.press("Enter")
+    expect(page.locator('[data-refused="repeat.n"]')).to_contain_text("repeat.n")
+    time.sleep(0.1)
+    assert live.damp.params["scale"].value == before and isinstance(live.loop.params["n"].value, int)
+
+
+def test_screenshot(page, live, tmp_path):
+    """The page as the README shows it: a selected block, a diagnostic, the frame-time plot and a preview."""
+    from playwright.sync_api import expect
+
+    page.set_viewport_size({"width": 1440, "height": 900})
+    open_view(page, live)
+    live.engine._rt.reporter.warn("damp", "damp.scale is above 1: the feedback grows every frame", live.damp)
+    page.locator('#graph [data-block="damp"]').click()
+    page.click('[data-preview="damp.out:hist"]')
+    expect(page.locator("#preview-title")).to_have_text("damp.out (hist)")
+    for v in (0.5, 0.8, 0.6):  # parameter updates mark the frame-time plot
+        live.damp.params["scale"].value = v
+        page.wait_for_timeout(150)
+    page.wait_for_function("Number(document.getElementById('frame').textContent) > 60")
+    path = tmp_path / "live-view.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 20_000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    target = os.environ.get("RXCUDA_SCREENSHOT")
+    if target:
+        target_path = pathlib.Path(target)
+        if not target_path.is_absolute():
+            target_path = ROOT / target_path
+        target_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target_path)
