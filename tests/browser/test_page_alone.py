@@ -209,3 +209,25 @@ def test_the_token_travels_in_hello_and_a_wrong_one_is_not_retried(page):
     assert server.got[0] == {"type": "hello", "token": "wrong"}
     page.wait_for_timeout(800)  # a refused page does not knock again
     assert [m["type"] for m in server.got] == ["hello"]
+
+
+def test_a_graph_with_only_new_states_keeps_the_controls(page, scripted):
+    """The server sends the graph again when a block's state changes: the picture's states change, and the
+    controls stay the same elements (a slider being dragged is not replaced under the pointer)."""
+    from playwright.sync_api import expect
+
+    page.evaluate("document.querySelector('input[data-param=\"src.n\"]').dataset.kept = 'yes'")
+    changed = json.loads(json.dumps(GRAPH))
+    changed["blocks"][0].update(state="error", message="launch failed")
+    scripted.send(changed)
+    expect(page.locator('#graph [data-block="src"]')).to_have_attribute("data-state", "error")
+    assert page.text_content('#graph [data-block="src"] text.msg') == "launch failed"
+    assert page.get_attribute('input[data-param="src.n"]', "data-kept") == "yes"
+    # a new structure redraws: a block more, its controls with it
+    changed["blocks"].append({"id": 5, "name": "extra", "state": "ok", "message": "", "kind": "block",
+                              "region": None, "composite": None, "ports": [],
+                              "params": [{"name": "k", "dtype": "u32", "value": 3, "min": 1, "max": 8, "step": 1}]})
+    scripted.send(changed)
+    expect(page.locator('#graph [data-block="extra"]')).to_have_count(1)
+    assert page.input_value('input[data-slider="extra.k"]') == "3"  # an integer with a declared range: a slider
+    assert page.get_attribute('input[data-param="src.n"]', "data-kept") is None

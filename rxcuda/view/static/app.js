@@ -155,8 +155,24 @@
     S.blocks = new Map(blocks.map((b) => [b.name, b]));
     for (const b of blocks) for (const p of b.params || []) S.values.set(b.name + "." + p.name, p.value);
     if (S.selected !== null && !S.blocks.has(S.selected)) S.selected = null;
-    drawGraph(g, blocks);
-    buildParams(blocks);
+    // the server sends the graph again when only states changed (with diagnostics): then the picture and
+    // the controls stay (a slider being dragged keeps its element) and only states, messages and values move
+    const shape = JSON.stringify([blocks.map((b) => [b.name, b.kind, b.region, b.composite, b.ports]), g.links,
+      g.layout]);
+    if (shape !== S.shape) {
+      S.shape = shape;
+      drawGraph(g, blocks);
+    } else {
+      for (const b of blocks) setBlockState(b.name, str(b.state), str(b.message));
+    }
+    const controls = JSON.stringify(blocks.map((b) => [b.name, (b.params || []).map((p) =>
+      [p.name, p.dtype, p.min, p.max, p.step])]));
+    if (controls !== S.controlShape) {
+      S.controlShape = controls;
+      buildParams(blocks);
+    } else {
+      for (const [key, c] of S.controls) c.show(S.values.get(key));
+    }
     showSelected();
   }
 
@@ -340,6 +356,8 @@
     b.state = state;
     b.message = message;
     const e = S.nodes.get(name);
+    if (e && e.getAttribute("data-state") === state && e.dataset.message === message) return;
+    if (e) e.dataset.message = message;
     if (e) {
       e.setAttribute("data-state", state);
       const msg = e.querySelector("text.msg");
@@ -775,6 +793,7 @@
       });
       ctx.fillStyle = "#777";
       ctx.fillText(String(top), 2, T + 8);
+      if (typeof m.count === "number") ctx.fillText(`${m.count} elements`, L + 4, T + 8);
       if (edges.length) {
         ctx.fillText(fmtNum(edges[0]), L, H - 3);
         ctx.textAlign = "right";
@@ -783,17 +802,29 @@
       }
       return;
     }
-    const v = Array.isArray(d) ? d.filter((x) => typeof x === "number") : [];
-    if (!v.length) { ctx.fillText("no samples", 8, H / 2); return; }
-    let lo = Math.min(...v), hi = Math.max(...v);
+    const v = Array.isArray(d) ? d : [];  // data[i] is element i * stride; null where it is NaN or infinite
+    const finite = v.filter((x) => typeof x === "number");
+    if (!finite.length) { ctx.fillText(v.length ? "no finite samples" : "no samples", 8, H / 2); return; }
+    let lo = Math.min(...finite), hi = Math.max(...finite);
     if (lo === hi) { lo -= 1; hi += 1; }
     const X = (i) => L + (W - L - R) * i / Math.max(1, v.length - 1), Y = (x) => T + (H - T - B) * (hi - x) / (hi - lo);
     ctx.fillText(fmtNum(hi), 2, T + 8);
     ctx.fillText(fmtNum(lo), 2, H - B);
+    const stride = typeof m.stride === "number" ? m.stride : 1;
+    ctx.fillText(`element 0`, L, H - 3);
+    ctx.textAlign = "right";
+    ctx.fillText(`${(v.length - 1) * stride}` + (typeof m.frame === "number" ? ` \u00b7 frame ${m.frame}` : ""),
+      W - R, H - 3);
+    ctx.textAlign = "left";
     ctx.strokeStyle = "#5b7fd6";
     ctx.lineWidth = 1.5;
     ctx.beginPath();
-    v.forEach((x, i) => (i ? ctx.lineTo(X(i), Y(x)) : ctx.moveTo(X(i), Y(x))));
+    let pen = false;
+    v.forEach((x, i) => {
+      if (typeof x !== "number") { pen = false; return; }
+      if (pen) ctx.lineTo(X(i), Y(x)); else ctx.moveTo(X(i), Y(x));
+      pen = true;
+    });
     ctx.stroke();
   }
 
