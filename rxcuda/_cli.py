@@ -1,7 +1,8 @@
 """The ``rxcuda`` command: ``rxcuda info``, ``rxcuda demo`` and ``rxcuda plot`` (also ``python -m rxcuda``).
 
 ``demo`` runs the quickstart pipeline on the GPU; without one it prints the pipeline the planner would
-build, so what the engine does can be read on any machine.
+build, so what the engine does can be read on any machine. ``demo --serve`` runs it at 60 Hz as a live web page (on the null
+driver with ``--plan`` or without a GPU).
 
 This module is the one place in the package that prints. A mistake in what the user typed, or an error
 rxcuda raises on purpose, ends a command with one line on stderr and exit status 2, never a traceback.
@@ -25,6 +26,8 @@ import numpy as np
 SCALES = (3.0, 0.5, -2.0, 1.25, 10.0, 0.1)
 THRESHOLD = 2.0
 SEGMENT = 50  # frames between hot updates of 'scale'
+SCALE_RANGE = (-10.0, 10.0, 0.01)  # what the live view's slider spans (demo --serve)
+THRESHOLD_RANGE = (-5.0, 5.0, 0.01)
 MAX_REL_ERROR = 1e-6
 
 
@@ -105,6 +108,17 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--dot", type=Path, default=None, metavar="FILE",
                       help="also write a picture of the pipeline to FILE: DOT text for .dot (needs nothing), "
                       ".svg/.png/.pdf through Graphviz; after a GPU run it shows each block's state")
+    live = demo.add_argument_group("live view (needs aiohttp: pip install 'rxcuda[view]')")
+    live.add_argument("--serve", action="store_true",
+                      help="run the pipeline at 60 Hz and serve it as a live web page (print its address); with "
+                      "--plan or without a GPU, the planned pipeline runs on the null driver")
+    live.add_argument("--host", default="127.0.0.1",
+                      help="interface for --serve (default 127.0.0.1; any other needs the token printed)")
+    live.add_argument("--port", type=_port, default=0, help="port for --serve (default 0: a free one)")
+    live.add_argument("--seconds", type=_positive_float, default=None, metavar="N",
+                      help="stop serving after N seconds (default: until Ctrl-C)")
+    live.add_argument("--profile", default="per_block", metavar="LEVEL",
+                      help="profiling level while serving (none, summary, per_block, ...; default per_block)")
     demo.set_defaults(func=_cmd_demo, command=demo.prog)
 
     plot = sub.add_parser(
@@ -151,6 +165,26 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a positive int (got {text!r})") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive int (got {value})")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, 0 to 65535 (got {text!r})") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number, 0 to 65535 (got {value})")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds (got {text!r})") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds (got {text})")
     return value
 
 
@@ -232,8 +266,9 @@ def demo_blocks(kernels: Path, size: int):
     from .engine._blocks import Block
 
     add = Block.from_kernel(kernels / "vector_add.ptx", size=size)
-    mul = Block.from_kernel(kernels / "scalar_mul.ptx", size=size, scale=SCALES[0])
-    above = Block.from_kernel(kernels / "append_above.ptx", size=size, threshold=THRESHOLD)
+    mul = Block.from_kernel(kernels / "scalar_mul.ptx", size=size, scale=SCALES[0], ranges={"scale": SCALE_RANGE})
+    above = Block.from_kernel(kernels / "append_above.ptx", size=size, threshold=THRESHOLD,
+                              ranges={"threshold": THRESHOLD_RANGE})
     connections = [(add["out"], mul["x"]), (mul["out"], above["values"])]
     return (add, mul, above), connections
 
@@ -312,6 +347,8 @@ def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None =
         from .cuda._driver import probe
 
         ok, why = probe()
+        if getattr(args, "serve", False):
+            return serve_demo(kernels, args, null=args.plan or not ok, why=why, out=out)
         if args.plan or not ok:
             blocks, desc, gp = plan_demo(kernels, args.size)
             print(f"The quickstart pipeline, {args.size} float32 elements per buffer, as the planner builds it:",
@@ -354,9 +391,7 @@ def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, ou
     """Run the pipeline for ``frames`` frames, hot-updating 'scale' every SEGMENT frames, and check the last
     frame of each segment against NumPy. Returns 0 when every check passed, 1 otherwise. ``dot``: write a
     picture of the pipeline there at the end (``--dot FILE``), with each block's state."""
-    rng = np.random.default_rng(7)
-    a = rng.standard_normal(size).astype(np.float32)
-    b = rng.standard_normal(size).astype(np.float32)
+    a, b = demo_inputs(size)
     (add, mul, above), connections = demo_blocks(kernels, size)
     ticks, hot_ticks, hot_tiers, worst, failures = [], [], set(), 0.0, []
     with engine_factory() as engine:
@@ -412,6 +447,64 @@ def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, ou
         print(f"FAILED: {len(failures)} check(s) disagree with NumPy", file=out)
         return 1
     print("OK", file=out)
+    return 0
+
+
+def demo_inputs(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The demo's inputs a and b (seeded: a client of ``demo --serve`` can check the outputs with NumPy)."""
+    rng = np.random.default_rng(7)
+    return rng.standard_normal(size).astype(np.float32), rng.standard_normal(size).astype(np.float32)
+
+
+def serve_demo(kernels: Path, args, *, null: bool, why: str = "", out: TextIO | None = None,
+               engine_factory: Callable | None = None) -> int:
+    """``rxcuda demo --serve``: the quickstart pipeline at 60 Hz, served as a live web page until Ctrl-C or
+    ``--seconds``. ``null``: on the null driver (``--plan``, or no GPU), so the page and its controls work
+    without a device. The address is printed (with its token on a non-local ``--host``)."""
+    import secrets
+    import time
+
+    from .view._serve import LOCAL_HOSTS
+
+    out = out or sys.stdout
+    if engine_factory is None:
+        from .engine._engine import Engine
+
+        if null:
+            from .cuda._null import NullDriver
+
+            def engine_factory():
+                return Engine(driver=NullDriver(), profile=args.profile)
+        else:
+            def engine_factory():
+                return Engine(profile=args.profile)
+    token = None if args.host in LOCAL_HOSTS else secrets.token_urlsafe(24)
+    a, b = demo_inputs(args.size)
+    (add, mul, above), connections = demo_blocks(kernels, args.size)
+    with engine_factory() as engine:
+        for blk in (add, mul, above):
+            engine.add(blk)
+        for src, dst in connections:
+            engine.connect(src, dst)
+        engine.write(add["a"], a)
+        engine.write(add["b"], b)
+        with engine.serve(host=args.host, port=args.port, token=token) as view:
+            where = "the planned pipeline on the null driver (no GPU work)" if null else engine.device.name
+            print(f"rxcuda demo --serve: vector_add -> scalar_mul -> append_above, {args.size} elements, "
+                  f"60 Hz on {where}", file=out)
+            if null and why:
+                print(f"(no CUDA device: {why})", file=out)
+            print(f"live view: {view.url}", file=out, flush=True)
+            if token:
+                print("the address carries the token: share it only with whom may drive this engine", file=out)
+            running = engine.run(60)
+            try:
+                deadline = None if args.seconds is None else time.monotonic() + args.seconds
+                while deadline is None or time.monotonic() < deadline:
+                    time.sleep(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic())))
+            finally:
+                running.dispose()
+        print(f"served {engine.frame} frames; scale ended at {mul.params['scale'].value}", file=out)
     return 0
 
 

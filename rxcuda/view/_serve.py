@@ -118,6 +118,7 @@ class LiveView:
         self._runner: Any = None
         self._pump_task: asyncio.Task | None = None
         self.port = port
+        self._collector = Collector(engine, self._poke)  # stores until the server's pump drains it
         ready = threading.Event()
         self._start_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(ready,), name="rxcuda-live-view", daemon=True)
@@ -125,9 +126,9 @@ class LiveView:
         ready.wait()
         if self._start_error is not None:
             self._thread.join(5)
+            self._collector.dispose()
             e = self._start_error
             raise LiveViewError(f"engine.serve: cannot listen on {host}:{port}: {e}") from e
-        self._collector = Collector(engine, self._poke)
         self._done = engine.frames.subscribe(on_completed=self._engine_closed)
         if generated:
             log.warning("rxcuda live view on %s: open %s (the token is shown only here)", self.host, self.url)
