@@ -231,3 +231,16 @@ def test_a_graph_with_only_new_states_keeps_the_controls(page, scripted):
     expect(page.locator('#graph [data-block="extra"]')).to_have_count(1)
     assert page.input_value('input[data-slider="extra.k"]') == "3"  # an integer with a declared range: a slider
     assert page.get_attribute('input[data-param="src.n"]', "data-kept") is None
+
+
+def test_the_page_reconnects_when_the_socket_closes(page, scripted):
+    from playwright.sync_api import expect
+
+    scripted.ws.close(code=1011, reason="server restarted")
+    for _ in range(100):  # the first retry comes after half a second
+        if [m["type"] for m in scripted.got].count("hello") == 2:
+            break
+        page.wait_for_timeout(50)
+    assert [m["type"] for m in scripted.got].count("hello") == 2, "the page did not say hello again"
+    expect(page.locator("#conn")).to_have_attribute("data-state", "open")
+    expect(page.locator('#graph [data-block="src"]')).to_have_count(1)
