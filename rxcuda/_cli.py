@@ -1,8 +1,8 @@
 """The ``rxcuda`` command: ``rxcuda info``, ``rxcuda demo`` and ``rxcuda plot`` (also ``python -m rxcuda``).
 
 ``demo`` runs the quickstart pipeline on the GPU; without one it prints the pipeline the planner would
-build, so what the engine does can be read on any machine. ``demo --serve`` runs it at 60 Hz as a live web page (on the null
-driver with ``--plan`` or without a GPU).
+build, so what the engine does can be read on any machine. ``demo --serve`` runs it at 60 Hz as a live web
+page (on the null driver with ``--plan`` or without a GPU).
 
 This module is the one place in the package that prints. A mistake in what the user typed, or an error
 rxcuda raises on purpose, ends a command with one line on stderr and exit status 2, never a traceback.

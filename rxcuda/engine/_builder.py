@@ -14,7 +14,6 @@ import attrs
 from ..model._describe import (
     BlockDescription,
     CallSpec,
-    check_range,
     InternalBuffer,
     KernelCode,
     KernelParam,
@@ -25,6 +24,7 @@ from ..model._describe import (
     ScalarSpec,
     check_block_size,
     check_dtype,
+    check_range,
     step_params,
 )
 from ..model._errors import ValidationError
@@ -285,8 +285,8 @@ class BlockBuilder:
         if default is None:
             default = 0
         declared = (params[0].min, params[0].max, params[0].step)
-        given = tuple(d if v is None else v for v, d in zip((min, max, step), declared, strict=True))
-        lo, hi, step = check_range(f"{self.name}.{name}", dtype, *given, default=default)
+        lo, hi, step = (d if v is None else v for v, d in zip((min, max, step), declared, strict=True))
+        lo, hi, step = check_range(f"{self.name}.{name}", dtype, lo, hi, step, default)
         for pin in pins:
             self._claim(pin, name)
         self._scalars.append(ScalarSpec(name, dtype, default, pins, min=lo, max=hi, step=step))

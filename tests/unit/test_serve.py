@@ -90,7 +90,7 @@ class Page:
         while (left := end - time.monotonic()) > 0:
             try:
                 msg = await self.ws.receive(timeout=left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
