@@ -43,7 +43,7 @@ def pipeline(engine: rxcuda.Engine) -> SimpleNamespace:
     mix = engine.add(Block.from_kernel(str(ROOT / "kernels" / "vector_add.ptx"), size=N, name="mix"))
     stage = engine.add(gain)
     damp = engine.add(Block.from_kernel(kernel, size=N, name="damp", scale=0.5))
-    echo = Block.from_kernel(kernel, size=N, name="echo", scale=0.9)
+    echo = Block.from_kernel(kernel, size=N, name="echo", scale=0.9, ranges={"scale": (0.0, 1.0, 0.05)})
     loop = engine.add(rxcuda.For(3, [echo], name="repeat"))
     engine.connect(mix["out"], stage["x"])
     engine.connect(stage["y"], damp["x"])
@@ -185,6 +185,14 @@ def test_an_invalid_value_is_refused_on_the_page_and_changes_nothing(page, live)
     expect(refused).to_contain_text("damp.scale")
     expect(page.locator("#toasts .toast").first).to_be_visible()
     expect(box).to_have_value(page.evaluate("(v) => String(v)", before))  # back to the engine's value
+    # a declared range: the slider spans it, and a value beyond it is refused
+    page.locator('#graph [data-block="echo"]').click()
+    slider = page.locator('input[data-slider="echo.scale"]')
+    assert [slider.get_attribute(a) for a in ("min", "max", "step")] == ["0", "1", "0.05"]
+    page.fill('input[data-param="echo.scale"]', "1.5")
+    page.press('input[data-param="echo.scale"]', "Enter")
+    expect(page.locator('[data-refused="echo.scale"]')).to_contain_text("echo.scale")
+    expect(page.locator('input[data-param="echo.scale"]')).to_have_value("0.9")
     select_region(page, "repeat")
     n = page.locator('input[data-param="repeat.n"]')
     n.fill("2.5")  # the pass count is an integer
@@ -192,6 +200,7 @@ def test_an_invalid_value_is_refused_on_the_page_and_changes_nothing(page, live)
     expect(page.locator('[data-refused="repeat.n"]')).to_contain_text("repeat.n")
     time.sleep(0.1)
     assert live.damp.params["scale"].value == before and isinstance(live.loop.params["n"].value, int)
+    assert live.echo.params["scale"].value == 0.9
 
 
 def test_screenshot(page, live, tmp_path):
