@@ -41,7 +41,7 @@ chromium: $(STAMP)
 
 # the README's picture of the live view, docs/live-view.png, taken by the browser tests
 screenshot: $(STAMP) chromium
-	RXCUDA_SCREENSHOT=docs/live-view.png $(VENV)/bin/python -m pytest -q tests/browser/test_live_view.py
+	RXCUDA_SCREENSHOT=docs/live-view.png $(VENV)/bin/python -m pytest -q tests/browser/test_live_view.py -k screenshot
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
