@@ -69,7 +69,7 @@ def live(browser):
         engine.close()
 
 
-def wait_until(page, condition, what: str, timeout: float = 1.0) -> None:
+def wait_until(page, condition, what: str, timeout: float = 5.0) -> None:
     """Poll ``condition()`` (Python side) until it holds, letting the browser run; fail naming ``what``."""
     end = time.monotonic() + timeout
     while not condition():
@@ -147,13 +147,13 @@ def test_a_value_set_in_python_or_on_another_page_moves_every_page(page, live, b
         open_view(other, live)
         live.damp.params["scale"].value = 0.75
         for pg in (page, other):
-            expect(pg.locator('input[data-param="damp.scale"]')).to_have_value("0.75", timeout=1000)
-            expect(pg.locator('input[data-slider="damp.scale"]')).to_have_value("0.75", timeout=1000)
+            expect(pg.locator('input[data-param="damp.scale"]')).to_have_value("0.75", timeout=5000)
+            expect(pg.locator('input[data-slider="damp.scale"]')).to_have_value("0.75", timeout=5000)
         # a change made on one page shows on the other
         other.locator('#graph [data-block="damp"]').click()
         other.fill('input[data-param="damp.scale"]', "0.625")
         other.press('input[data-param="damp.scale"]', "Enter")
-        expect(page.locator('input[data-param="damp.scale"]')).to_have_value("0.625", timeout=1000)
+        expect(page.locator('input[data-param="damp.scale"]')).to_have_value("0.625", timeout=5000)
         assert live.damp.params["scale"].value == 0.625
     finally:
         other.context.close()
