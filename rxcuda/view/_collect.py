@@ -46,7 +46,7 @@ class Batch:
     __slots__ = ("frames", "marks", "fps", "blocks", "params", "diagnostics", "dropped", "graph", "status")
 
     def __init__(self) -> None:
-        self.frames: list[list] = []  # [index, host_us, gpu_us | None]
+        self.frames: list[list] = []  # [index, host_us, gpu_us | None, when the server saw it (s)]
         self.marks: list[list] = []  # [index, tier or "reload"]
         self.fps = 0.0
         self.blocks: dict[str, float] = {}  # block name -> GPU us of the latest profiled frame
@@ -104,7 +104,7 @@ class Collector:
     def _on_frame(self, f) -> None:
         now = _now()
         with self._lock:
-            self._frames.append((f.index, f.host_us, f.gpu_us))
+            self._frames.append((f.index, f.host_us, f.gpu_us, now))
             self._stamps.append(now)
             if f.tiers:
                 self._marks.append((f.index, max(f.tiers, key=lambda t: Tier(t).rank)))
@@ -163,7 +163,7 @@ class Collector:
         now = _now()
         with self._lock:
             self._woken = False
-            b.frames = [[i, _round(h), _round(g)] for i, h, g in self._frames]
+            b.frames = [[i, _round(h), _round(g), round(t, 6)] for i, h, g, t in self._frames]
             b.marks = [list(m) for m in self._marks]
             self._frames.clear()
             self._marks.clear()
