@@ -34,8 +34,11 @@ def why_no_chromium() -> str:
     return "apt-get install chromium failed (see .venv/chromium.log)"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Chromium through Playwright, one per test module: Playwright's sync API keeps an asyncio event loop
+    running on this thread while it is open, which would make every later asyncio.run() in the same pytest
+    session fail (tests/unit/test_serve.py runs after these when pytest is given the whole tests folder)."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
