@@ -1,0 +1,102 @@
+"""The node of a lazy tensor program: pure data, one per operation.
+
+The representation agreed with autograd (``_autograd.py`` builds its backward graph from these):
+
+- :class:`Node` (attrs, frozen, ``eq=False``: identity hashing) with ``op`` (a name from :data:`OPS`),
+  ``inputs`` (the nodes it reads), ``attrs`` (hashable op attributes: axes, keepdims, shape, index, dtype),
+  ``shape`` (a tuple of ints, ``()`` for a scalar), ``dtype`` (a ``numpy.dtype``) and ``device``
+  (``"cpu"`` or ``"cuda"``).
+- Leaves: ``"const"`` holds an array by reference through its :class:`Buffer`, ``attrs == (buffer,)``
+  (a Buffer hashes by identity and carries the version that the result cache keys on); ``"full"`` is a
+  scalar fill, ``attrs == (value,)`` with ``value`` already of ``dtype``.
+- ``"copy"`` is a device transfer, ``attrs == (target device,)``.
+
+Attributes per op (all tuples, so they hash and compare for common-subexpression elimination):
+``sum/max/min/mean``: ``(axes, keepdims)`` with ``axes`` a sorted tuple of non-negative ints;
+``reshape``/``broadcast_to``: ``(shape,)``; ``transpose``: ``(axes,)``; ``cast``: ``(dtype,)``;
+``getitem``: ``(index,)`` where ``index`` is a tuple of ``("int", i)``, ``("slice", start, stop, step)``
+(resolved against the axis length) and ``("new",)`` for ``None``; every other op: ``()``.
+
+>>> import numpy as np
+>>> a = Node("full", (), (np.float32(1),), (2, 3), np.dtype(np.float32), "cpu")
+>>> a.op, a.shape, a.device
+('full', (2, 3), 'cpu')
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+import numpy as np
+
+from ..model._shapes import Shape
+
+DEVICES = ("cpu", "cuda")
+ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "sin", "cos", "tanh", "abs",
+                         "maximum", "minimum", "where", "eq", "ne", "lt", "le", "gt", "ge", "cast"})
+REDUCTIONS = frozenset({"sum", "max", "min", "mean"})
+VIEWS = frozenset({"reshape", "transpose", "broadcast_to", "getitem"})
+LEAVES = frozenset({"const", "full"})
+OPS = ELEMENTWISE | REDUCTIONS | VIEWS | LEAVES | {"matmul", "copy"}
+
+_serials = itertools.count()
+
+
+class Buffer:
+    """An array a ``const`` node reads, held by reference, and its version.
+
+    ``owned``: the tensor made its own copy (``tensor(...)``), so only writes through rxcuda change it and
+    each write bumps ``version``. Otherwise the array came from outside (``asarray``, CuPy, PyTorch) and
+    counts as changed at every evaluation, unless ``unchanged`` is set (``Tensor.mark_unchanged()``).
+    """
+
+    __slots__ = ("array", "version", "owned", "unchanged", "serial")
+
+    def __init__(self, array, owned: bool):
+        self.array = array
+        self.version = 0
+        self.owned = owned
+        self.unchanged = False
+        self.serial = next(_serials)  # never reused, unlike id()
+
+    def bump(self) -> None:
+        self.version += 1
+
+    def __repr__(self) -> str:
+        kind = "owned" if self.owned else ("outside, marked unchanged" if self.unchanged else "outside")
+        return f"Buffer(#{self.serial} v{self.version}, {kind})"
+
+
+@attrs.frozen(eq=False)
+class Node:
+    """One operation of a lazy tensor program (see the module docstring for ``op`` and ``attrs``)."""
+
+    op: str
+    inputs: tuple[Node, ...]
+    attrs: tuple
+    shape: Shape
+    dtype: np.dtype
+    device: str
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, {self.shape}, {self.dtype}, {self.device})"
+
+
+def topo(outputs) -> list[Node]:
+    """Every node the ``outputs`` need, inputs before their users (iterative: deep chains do not recurse)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in outputs:
+        stack = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((i, False) for i in reversed(node.inputs) if id(i) not in seen)
+    return order
