@@ -20,7 +20,8 @@ ALLOWED = {
     "sources": {"model", "cuda"},
     "libraries": {"model", "cuda", "sources"},
     "engine": {"model", "cuda", "streams", "sources", "libraries"},
-    "view": {"model", "cuda", "streams", "sources", "libraries", "engine"},  # seeing inside: the top layer
+    "tensor": {"model", "cuda", "streams", "sources", "libraries", "engine"},  # lazy tensors, above the engine
+    "view": {"model", "cuda", "streams", "sources", "libraries", "engine", "tensor"},  # seeing inside: the top layer
 }
 FACADE = {"__init__.py", "__main__.py", "_cli.py", "lang.py", "lowlevel.py"}
 
