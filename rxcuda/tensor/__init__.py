@@ -26,7 +26,8 @@ import builtins
 import numpy as np
 
 from ..model._shapes import ShapeError
-from . import _ops
+from . import _autograd, _ops
+from ._autograd import GradientError, grad
 from ._cache import ResultCache, Stats, keys, touch_outside
 from ._cpu import CudaNotBuiltError, evaluate
 from ._explain import explain as _explain_plan
@@ -35,8 +36,9 @@ from ._ops import DeviceError
 from ._passes import Group, Passes, Plan, plan
 
 __all__ = [
-    "Buffer", "CudaNotBuiltError", "DeviceError", "Group", "Node", "Passes", "Plan", "ShapeError", "Stats",
-    "Tensor", "abs", "arange", "asarray", "cache", "clear_cache", "cos", "exp", "explain", "full", "log",
+    "Buffer", "CudaNotBuiltError", "DeviceError", "GradientError", "Group", "Node", "Passes", "Plan", "ShapeError",
+    "Stats",
+    "Tensor", "abs", "arange", "asarray", "cache", "clear_cache", "cos", "exp", "explain", "full", "grad", "log",
     "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "ones", "realize", "reset_stats",
     "sin", "softmax", "sqrt", "stats", "sum", "tanh", "tensor", "where", "zeros",
 ]
@@ -185,6 +187,36 @@ class Tensor:
         self.node.attrs[0].unchanged = bool(unchanged)
         return self
 
+    # -- autograd (rxcuda/tensor/_autograd.py)
+    @property
+    def requires_grad(self) -> bool:
+        """Whether gradients flow to this tensor: set on a float tensor, or computed from one that is."""
+        return _autograd.requires_grad(self.node)
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        _autograd.mark_requires_grad(self, flag)
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient :meth:`backward` accumulated here (a lazy Tensor), or None; assign None to clear."""
+        return _autograd.grad_of(self)
+
+    @grad.setter
+    def grad(self, value) -> None:
+        _autograd.set_grad(self, value)
+
+    def backward(self, gradient=None) -> None:
+        """Accumulate d(self)/dx into ``x.grad`` for each tensor ``x`` that requires grad; ``self`` is a float
+        scalar, or pass ``gradient`` (its shape) for a vector-Jacobian product.
+
+        >>> x = tensor([1.0, 2.0], requires_grad=True)
+        >>> (x * x).sum().backward()
+        >>> x.grad.numpy()
+        array([2., 4.])
+        """
+        _autograd.backward(self, gradient)
+
     # -- views
     @property
     def T(self) -> Tensor:
@@ -312,10 +344,11 @@ def _shape(shape) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
-def tensor(data, dtype=None, device: str = "cpu") -> Tensor:
+def tensor(data, dtype=None, device: str = "cpu", requires_grad: bool = False) -> Tensor:
     """A tensor holding a copy of ``data`` (a NumPy array, nested lists, a scalar, a DLPack array such as a
     PyTorch CPU tensor, or a Tensor). Only writes through the tensor (``t[...] = v``) change it, and each bumps
     its version. ``device="cuda"`` adds a copy to the device (the CUDA backend is not built yet).
+    ``requires_grad=True`` (float data): ``backward()`` fills ``.grad`` for it (see ``grad``).
 
     >>> tensor([1, 2, 3]).dtype
     dtype('int64')
@@ -332,7 +365,10 @@ def tensor(data, dtype=None, device: str = "cpu") -> Tensor:
     if where == "cpu":
         data = np.from_dlpack(data)
     array = np.array(data, dtype=dtype, copy=True)
-    return Tensor(_ops.copy(_ops.const(array, True, "cpu"), device))
+    t = Tensor(_ops.copy(_ops.const(array, True, "cpu"), device))
+    if requires_grad:
+        t.requires_grad = True
+    return t
 
 
 def asarray(data, device: str | None = None) -> Tensor:

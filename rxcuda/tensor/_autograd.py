@@ -30,15 +30,13 @@ Conventions, chosen once and documented here:
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["GradientError", "backward", "grad", "no_grad", "is_grad_enabled", "unbroadcast"]
+__all__ = ["GradientError", "backward", "grad", "grad_of", "set_grad", "unbroadcast"]
 
 
 class GradientError(ValueError):
@@ -51,8 +49,13 @@ class GradientError(ValueError):
 # Tensor marked ``requires_grad`` maps (weakly) to that Tensor, which receives ``.grad`` on ``backward``.
 
 _leaves: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_detached: weakref.WeakSet[Any] = weakref.WeakSet()
-_state = threading.local()
+# Tensor -> its .grad, by identity: Tensor.__eq__ builds a node, so a WeakKeyDictionary cannot hold tensors
+_grads: dict[int, tuple[weakref.ref, Any]] = {}
+
+
+def _store(tensor: Any, value: Any) -> None:
+    key = id(tensor)
+    _grads[key] = (weakref.ref(tensor, lambda _, key=key: _grads.pop(key, None)), value)
 
 
 def mark_requires_grad(tensor: Any, flag: bool = True) -> None:
@@ -69,32 +72,22 @@ def mark_requires_grad(tensor: Any, flag: bool = True) -> None:
         _leaves.pop(node, None)
 
 
-def is_grad_enabled() -> bool:
-    """False inside a :func:`no_grad` block."""
-    return getattr(_state, "enabled", True)
+def grad_of(tensor: Any) -> Any:
+    """``tensor.grad``: the gradient :func:`backward` accumulated for it, or ``None``."""
+    entry = _grads.get(id(tensor))
+    return entry[1] if entry is not None and entry[0]() is tensor else None
 
 
-@contextlib.contextmanager
-def no_grad() -> Iterator[None]:
-    """Tensors built inside this block carry no gradient back to their inputs.
-
-    Example::
-
-        with rt.no_grad():
-            w_new = w - 0.1 * w.grad     # an update step: w_new does not require grad
-    """
-    before = is_grad_enabled()
-    _state.enabled = False
-    try:
-        yield
-    finally:
-        _state.enabled = before
-
-
-def note_new_node(node: Any) -> None:
-    """Called by ``Tensor`` for each node it builds: inside :func:`no_grad` the node stops gradients."""
-    if not is_grad_enabled() and node.op not in ("const", "full"):
-        _detached.add(node)
+def set_grad(tensor: Any, value: Any) -> None:
+    """``tensor.grad = value`` (``None`` clears it, so the next ``backward`` starts from zero)."""
+    if value is None:
+        _grads.pop(id(tensor), None)
+        return
+    t = _tensor_type()
+    value = value if isinstance(value, t.Tensor) else t.const(np.asarray(value, dtype=tensor.dtype), tensor.node)
+    if tuple(value.shape) != tuple(tensor.shape):
+        raise GradientError(f"a gradient of shape {tuple(value.shape)} for a tensor of shape {tuple(tensor.shape)}")
+    _store(tensor, value)
 
 
 def requires_grad(node: Any) -> bool:
@@ -103,7 +96,7 @@ def requires_grad(node: Any) -> bool:
 
 
 def _differentiable(node: Any) -> bool:
-    return np.issubdtype(node.dtype, np.floating) and node not in _detached and node.op not in _NO_GRAD_OPS
+    return np.issubdtype(node.dtype, np.floating) and node.op not in _NO_GRAD_OPS
 
 
 def _reach(root: Any) -> set[Any] | None:
@@ -223,8 +216,8 @@ def backward(loss: Any, gradient: Any | None = None) -> None:
         tensor = ref() if ref is not None else None
         if tensor is None:
             continue
-        old = getattr(tensor, "_grad", None)
-        tensor._grad = g if old is None else old + g
+        old = grad_of(tensor)
+        _store(tensor, g if old is None else old + g)
 
 
 def grad(loss: Any, inputs: Sequence[Any], gradient: Any | None = None) -> list[Any]:
@@ -266,10 +259,43 @@ def grad(loss: Any, inputs: Sequence[Any], gradient: Any | None = None) -> list[
 # --- helpers built from lazy ops --------------------------------------------------------------------------------
 
 
-def _tensor_type() -> Any:
-    from . import _tensor_api
+class _Api:
+    """The few tensor constructors the rules need, on top of the ``Tensor`` of ``rxcuda.tensor``."""
 
-    return _tensor_api
+    def __init__(self) -> None:
+        from . import Tensor, _ops, cos, log, sin, where
+
+        self.Tensor, self.wrap, self.log, self.sin, self.cos, self.where = Tensor, Tensor, log, sin, cos, where
+        self._ops = _ops
+
+    def full(self, shape: tuple[int, ...], value: float, like: Any) -> Any:
+        """A fill of ``like``'s dtype and device (``like``: a Node or a Tensor)."""
+        return self.Tensor(self._ops.full(tuple(shape), value, like.dtype, like.device))
+
+    def const(self, array: np.ndarray, like: Any) -> Any:
+        node = self._ops.const(np.asarray(array, dtype=like.dtype), True, "cpu")
+        return self.Tensor(self._ops.copy(node, like.device))
+
+    def broadcast_to(self, x: Any, shape: tuple[int, ...]) -> Any:
+        return x.broadcast_to(shape)
+
+    @staticmethod
+    def reduce_axes(node: Any) -> tuple[tuple[int, ...], bool]:
+        return node.attrs[0], node.attrs[1]
+
+    @staticmethod
+    def transpose_axes(node: Any) -> tuple[int, ...]:
+        return node.attrs[0]
+
+
+_api: _Api | None = None
+
+
+def _tensor_type() -> _Api:
+    global _api
+    if _api is None:
+        _api = _Api()
+    return _api
 
 
 def _as_tensor(value: Any, like: Any) -> Any:
