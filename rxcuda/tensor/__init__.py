@@ -6,8 +6,9 @@ Nothing runs while you write ``y = (x * 2 + 1).sum(axis=0)``: each operation add
 the plan and keeps the results in a cache, so evaluating the same program again with unchanged inputs runs
 nothing. ``explain(y)`` shows the plan. Broadcasting and dtypes follow NumPy exactly.
 
-Today the CPU backend (NumPy) evaluates; a node on ``"cuda"`` builds and explains, but evaluating it raises
-CudaNotBuiltError: the CUDA backend is not built yet.
+Nodes on ``"cpu"`` run on the CPU backend (NumPy); nodes on ``"cuda"`` run on the CUDA backend (CuPy arrays,
+one generated kernel per fused group, matmul through cuBLAS). Without CuPy or a CUDA device, evaluating a
+node on ``"cuda"`` raises CudaUnavailableError.
 
 >>> import numpy as np
 >>> import rxcuda.tensor as rt
@@ -29,14 +30,15 @@ from ..model._shapes import ShapeError
 from . import _autograd, _ops
 from ._autograd import GradientError, grad
 from ._cache import ResultCache, Stats, keys, touch_outside
-from ._cpu import CudaNotBuiltError, evaluate
+from ._cpu import evaluate
+from ._cuda import CudaUnavailableError, to_host
 from ._explain import explain as _explain_plan
 from ._graph import Buffer, Node, topo
 from ._ops import DeviceError
 from ._passes import Group, Passes, Plan, plan
 
 __all__ = [
-    "Buffer", "CudaNotBuiltError", "DeviceError", "GradientError", "Group", "Node", "Passes", "Plan", "ShapeError",
+    "Buffer", "CudaUnavailableError", "DeviceError", "GradientError", "Group", "Node", "Passes", "Plan", "ShapeError",
     "Stats",
     "Tensor", "abs", "arange", "asarray", "cache", "clear_cache", "cos", "exp", "explain", "full", "grad", "log",
     "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "ones", "realize", "reset_stats",
@@ -138,19 +140,20 @@ class Tensor:
 
     def numpy(self, passes: Passes | None = None) -> np.ndarray:
         """The value as a NumPy array. Computed results are read-only (the cache shares them; ``.copy()`` to
-        write); a tensor from :func:`asarray` gives back the array it holds. Raises CudaNotBuiltError for a
-        tensor on ``cuda``."""
-        return _values([self.node], passes)[0]
+        write); a tensor from :func:`asarray` gives back the array it holds; a tensor on ``cuda`` is copied to
+        the host."""
+        return to_host(_values([self.node], passes)[0])
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
         return out if dtype is None else out.astype(dtype)
 
-    def cupy(self):
-        """The value as a CuPy array: needs the CUDA backend, which is not built yet."""
-        from ._cpu import cuda_not_built
+    def cupy(self, passes: Passes | None = None):
+        """The value as a CuPy array (the result itself on ``cuda``; a copy to the device on ``cpu``)."""
+        value = _values([self.node], passes)[0]
+        import cupy
 
-        raise cuda_not_built(self.node)
+        return cupy.asarray(value) if isinstance(value, np.ndarray) else value
 
     def explain(self, passes: Passes | None = None) -> str:
         """:func:`explain` of this tensor."""
@@ -170,12 +173,13 @@ class Tensor:
         if self.node.op != "const":
             raise TypeError(f"only a tensor made from data can be written (this one is a lazy {self.node.op}); "
                             "write into the tensor you made with tensor()/asarray()")
-        if self.device != "cpu":
-            from ._cpu import cuda_not_built
-
-            raise cuda_not_built(self.node)
         buf = self.node.attrs[0]
-        buf.array[index] = value.numpy() if isinstance(value, Tensor) else value
+        if self.device == "cuda":
+            import cupy
+
+            cupy.asarray(buf.array)[index] = value.cupy() if isinstance(value, Tensor) else value
+        else:
+            buf.array[index] = value.numpy() if isinstance(value, Tensor) else value
         buf.bump()
 
     def mark_unchanged(self, unchanged: bool = True) -> Tensor:
@@ -347,7 +351,7 @@ def _shape(shape) -> tuple[int, ...]:
 def tensor(data, dtype=None, device: str = "cpu", requires_grad: bool = False) -> Tensor:
     """A tensor holding a copy of ``data`` (a NumPy array, nested lists, a scalar, a DLPack array such as a
     PyTorch CPU tensor, or a Tensor). Only writes through the tensor (``t[...] = v``) change it, and each bumps
-    its version. ``device="cuda"`` adds a copy to the device (the CUDA backend is not built yet).
+    its version. ``device="cuda"`` adds a copy to the device; a CUDA array (CuPy, PyTorch) is copied on the device.
     ``requires_grad=True`` (float data): ``backward()`` fills ``.grad`` for it (see ``grad``).
 
     >>> tensor([1, 2, 3]).dtype
@@ -358,10 +362,13 @@ def tensor(data, dtype=None, device: str = "cpu", requires_grad: bool = False) -
         return data.astype(dtype if dtype is not None else data.dtype).to(device)
     where = _outside_device(data)
     if where == "cuda":
-        from ._cpu import cuda_not_built
+        import cupy
 
-        raise cuda_not_built(_cuda_node(data, False)) if dtype is None else TypeError(
-            "tensor(cuda array, dtype=...): the CUDA backend is not built yet; use asarray(array)")
+        held = _cuda_node(data, False).attrs[0].array
+        t = Tensor(_ops.copy(_ops.const(cupy.array(held, dtype=dtype, copy=True), True, "cuda"), device))
+        if requires_grad:
+            t.requires_grad = True
+        return t
     if where == "cpu":
         data = np.from_dlpack(data)
     array = np.array(data, dtype=dtype, copy=True)
@@ -488,8 +495,8 @@ def where(cond, a, b) -> Tensor:
 
 
 def matmul(a, b) -> Tensor:
-    """Matrix product with NumPy's rules (1-D operands, batch broadcasting); on CUDA it will be a cuBLAS
-    library call."""
+    """Matrix product with NumPy's rules (1-D operands, batch broadcasting); on CUDA ``cupy.matmul``
+    (cuBLAS)."""
     na, nb = _nodes(a, b)
     return Tensor(_ops.matmul(na, nb))
 

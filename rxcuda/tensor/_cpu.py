@@ -1,5 +1,6 @@
-"""The CPU backend: NumPy runs a plan, one Python function per group (what the CUDA backend will compile
-into one kernel). The results are NumPy's own, bit for bit: each op is the NumPy function of the same name.
+"""The CPU backend: NumPy runs a plan, one Python function per group (the CUDA backend, ``_cuda.py``, compiles
+the same groups into one kernel each). The results are NumPy's own, bit for bit: each op is the NumPy function of
+the same name. :func:`evaluate` walks the plan for both backends, giving each group to its device's backend.
 """
 
 from __future__ import annotations
@@ -14,24 +15,14 @@ from ._ops import REDUCERS, UFUNCS, index_of
 from ._passes import Group, Plan
 
 
-class CudaNotBuiltError(NotImplementedError):
-    """A node on ``cuda`` was asked for: the CUDA backend is not built yet."""
-
-
-def cuda_not_built(node: Node) -> CudaNotBuiltError:
-    return CudaNotBuiltError(
-        f"the CUDA backend is not built yet: this program has a {node.op} node {node.shape} on 'cuda', and "
-        "today only the CPU backend (NumPy) evaluates tensor programs. Build the program on 'cpu' (the default) "
-        "to run it; explain() shows the plan a CUDA backend will compile")
-
-
 def leaf_value(node: Node):
     if node.op == "const":
         return node.attrs[0].array
     return np.broadcast_to(np.asarray(node.attrs[0], node.dtype), node.shape)  # a read-only view, no copy
 
 
-def run_op(node: Node, args: list):
+def run_op(node: Node, args: list, xp=np):
+    """One op over arrays of ``xp`` (NumPy, or CuPy for the CUDA backend's op-by-op path)."""
     op = node.op
     if op in UFUNCS:
         out = UFUNCS[op](*args)
@@ -43,27 +34,30 @@ def run_op(node: Node, args: list):
         axes, keepdims = node.attrs
         out = REDUCERS[op](args[0], axis=axes, keepdims=keepdims)
     elif op == "reshape":
-        out = np.reshape(args[0], node.attrs[0])
+        out = xp.reshape(args[0], node.attrs[0])
     elif op == "transpose":
-        out = np.transpose(args[0], node.attrs[0])
+        out = xp.transpose(args[0], node.attrs[0])
     elif op == "broadcast_to":
-        out = np.broadcast_to(args[0], node.attrs[0])
+        out = xp.broadcast_to(args[0], node.attrs[0])
     elif op == "getitem":
         out = args[0][index_of(node.attrs[0])]
     elif op == "matmul":
-        out = np.matmul(*args)
+        out = xp.matmul(*args)
     elif op == "copy":
-        raise cuda_not_built(node)
+        from ._cuda import backend
+
+        out = backend(node).copy(node, args[0])
     else:  # pragma: no cover - every op of OPS is above
         raise NotImplementedError(f"the CPU backend has no op {op!r}")
-    out = np.asarray(out)
+    out = xp.asarray(out)
     if out.dtype != node.dtype:  # NumPy scalars of reductions over no axes, for one
         out = out.astype(node.dtype)
     return out
 
 
-def compile_group(group: Group, plan: Plan) -> Callable[[list], list]:
-    """One Python function that runs the whole group: its inputs' arrays in, its outputs' arrays out."""
+def compile_group(group: Group, plan: Plan, xp=np) -> Callable[[list], list]:
+    """One Python function that runs the whole group: its inputs' arrays in, its outputs' arrays out (``xp``:
+    the array module, NumPy here; the CUDA backend passes CuPy for a group it runs op by op)."""
     slots = {n: k for k, n in enumerate(group.inputs)}
     steps = []
     for n in group.nodes:
@@ -74,25 +68,31 @@ def compile_group(group: Group, plan: Plan) -> Callable[[list], list]:
     def run(inputs: list) -> list:
         env = list(inputs)
         for node, args in steps:
-            env.append(run_op(node, [env[a] for a in args]))
+            env.append(run_op(node, [env[a] for a in args], xp))
         return [env[k] for k in outs]
 
     return run
 
 
 def evaluate(plan: Plan, keys: dict, cache: ResultCache | None, stats: Stats) -> dict[Node, object]:
-    """Run ``plan`` and return the outputs' arrays; every group output goes into ``cache``."""
+    """Run ``plan`` and return the outputs' arrays (NumPy on cpu, CuPy on cuda); every group output goes into
+    ``cache``. A group runs on the backend of its device (a copy's: the target's)."""
+    cuda = None
     for n in plan.nodes:
-        if n.device != "cpu" and n not in plan.known:
-            raise cuda_not_built(n)
+        if n.device == "cuda" and n not in plan.known:
+            from ._cuda import backend
+
+            cuda = backend(n)
+            break
     values: dict[Node, object] = {}
     for n in plan.nodes:
         if n in plan.known:
             values[n] = cache.get(keys[n]) if cache is not None else None
         elif n.op in ("const", "full"):
-            values[n] = leaf_value(n)
+            values[n] = leaf_value(n) if n.device == "cpu" else cuda.leaf_value(n)
     for g in plan.groups:
-        results = compile_group(g, plan)([values[i] for i in g.inputs])
+        run = compile_group(g, plan) if g.nodes[0].device == "cpu" else cuda.compile_group(g, plan)
+        results = run([values[i] for i in g.inputs])
         if g.kind == "view":
             stats.views += 1
         else:
@@ -105,4 +105,4 @@ def evaluate(plan: Plan, keys: dict, cache: ResultCache | None, stats: Stats) ->
             values[n] = v
             if cache is not None:
                 cache.put(keys[n], v)
-    return {o: values[o] for o in plan.outputs}
+    return {o: values[o] if cuda is None else cuda.array(values[o]) for o in plan.outputs}

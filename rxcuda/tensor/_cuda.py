@@ -1,0 +1,139 @@
+"""The CUDA backend: CuPy arrays on one stream, one generated kernel per fused group (``_codegen``).
+
+It runs the same plan as the CPU backend, group by group (``_cpu.evaluate`` walks the plan for both): an
+elementwise or reduce group becomes one kernel from the :class:`~._codegen.KernelFactory`; ``matmul`` is
+``cupy.matmul`` (cuBLAS); views are CuPy views; ``copy`` moves data between host and device. A group the
+generator cannot express runs op by op through CuPy (the CPU backend's own op table, on CuPy arrays).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._codegen import KernelFactory, group_ir, launch_shape
+from ._graph import Node
+
+FACTORY = KernelFactory()
+_BACKEND: list[Backend] = []
+
+
+class CudaUnavailableError(RuntimeError):
+    """A program has nodes on ``cuda`` but this process cannot run them (no CuPy, or no CUDA device)."""
+
+
+def backend(node: Node) -> Backend:
+    """The process's CUDA backend (made on first use); CudaUnavailableError naming ``node`` if there is none."""
+    if not _BACKEND:
+        try:
+            import cupy
+        except ImportError as e:
+            raise _unavailable(node, f"CuPy is not installed ({e}; pip install cupy-cuda12x)") from None
+        from ..cuda._driver import probe
+
+        ok, why = probe()
+        if not ok:
+            raise _unavailable(node, f"no CUDA device: {why}")
+        _BACKEND.append(Backend(cupy))
+    return _BACKEND[0]
+
+
+def _unavailable(node: Node, why: str) -> CudaUnavailableError:
+    return CudaUnavailableError(
+        f"this program has a {node.op} node {node.shape} on 'cuda', but the CUDA backend cannot run here: {why}. "
+        "Build the program on 'cpu' (the default) or move it with .to('cpu') to run it on the CPU backend")
+
+
+class _Fill:
+    """A ``full`` leaf on cuda: a kernel takes its value as an argument; anything else gets an array."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: Node):
+        self.node = node
+
+
+class Backend:
+    """One CuPy stream; every kernel, cuBLAS call and copy of the backend runs on it (a blocking stream, so
+    work on the legacy default stream stays ordered with it)."""
+
+    def __init__(self, cupy):
+        self.cp = cupy
+        self.stream = cupy.cuda.Stream()
+
+    def leaf_value(self, node: Node):
+        if node.op == "const":
+            return self.cp.asarray(node.attrs[0].array)  # CuPy as it is; PyTorch and others zero-copy
+        return _Fill(node)
+
+    def array(self, value):
+        """``value`` as a CuPy array (a fill becomes a broadcast 0-d array)."""
+        if isinstance(value, _Fill):
+            n = value.node
+            with self.stream:
+                return self.cp.broadcast_to(self.cp.asarray(n.attrs[0], dtype=n.dtype), n.shape)
+        return value
+
+    def compile_group(self, group, plan):
+        """A function running ``group`` on the stream: its inputs' values in, its outputs' arrays out."""
+        if group.kind == "copy":
+            return lambda inputs: [self.copy(group.nodes[0], inputs[0])]
+
+        def run(inputs: list) -> list:
+            ir = group_ir(group, plan, [v if isinstance(v, _Fill) else self.array(v) for v in inputs])
+            with self.stream:
+                if ir is None:
+                    return self._op_by_op(group, plan, [self.array(v) for v in inputs])
+                return self.launch(ir, group, inputs)
+
+        return run
+
+    def _op_by_op(self, group, plan, inputs: list) -> list:
+        from ._cpu import compile_group
+
+        return compile_group(group, plan, xp=self.cp)(inputs)
+
+    def launch(self, ir: tuple, group, inputs: list) -> list:
+        cp = self.cp
+        kernel = FACTORY.get(ir)
+        outs = [cp.empty(n.shape, n.dtype) for n in group.outputs]
+        blocks, threads = launch_shape(ir)
+        if blocks == 0:
+            return outs
+        if kernel.function is None:
+            kernel.module = cp.cuda.function.Module()
+            kernel.module.load(kernel.code.image)
+            kernel.function = kernel.module.get_function(kernel.code.entry)
+        args = []
+        for n, v in zip(group.inputs, inputs, strict=True):
+            if isinstance(v, _Fill):
+                value = n.attrs[0]
+                args.append(np.uint8(bool(value)) if n.dtype == np.bool_ else n.dtype.type(value))
+            else:
+                args.append(v)
+        kernel.function((blocks,), (threads,), (*args, *outs), stream=self.stream)
+        return outs
+
+    def copy(self, node: Node, value):
+        """A ``copy`` node: host -> device gives a CuPy array, device -> host a NumPy array."""
+        if node.device == "cuda":
+            if isinstance(value, np.ndarray):
+                with self.stream:
+                    return self.cp.asarray(value)
+            return value
+        if isinstance(value, _Fill):
+            value = self.array(value)
+        if isinstance(value, np.ndarray):
+            return value
+        out = self.cp.asarray(value).get(stream=self.stream)
+        self.stream.synchronize()
+        return out
+
+
+def to_host(value):
+    """A result as a NumPy array (a CuPy array is copied from the device)."""
+    if isinstance(value, np.ndarray):
+        return value
+    be = _BACKEND[0] if _BACKEND else None
+    if be is None:  # pragma: no cover - a device value exists only once the backend does
+        return value.get()
+    return be.copy(Node("copy", (), ("cpu",), tuple(value.shape), np.dtype(value.dtype), "cpu"), value)
