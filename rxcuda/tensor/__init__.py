@@ -348,19 +348,20 @@ def _shape(shape) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
-def tensor(data, dtype=None, device: str = "cpu", requires_grad: bool = False) -> Tensor:
+def tensor(data, dtype=None, device: str | None = None, requires_grad: bool = False) -> Tensor:
     """A tensor holding a copy of ``data`` (a NumPy array, nested lists, a scalar, a DLPack array such as a
     PyTorch CPU tensor, or a Tensor). Only writes through the tensor (``t[...] = v``) change it, and each bumps
-    its version. ``device="cuda"`` adds a copy to the device; a CUDA array (CuPy, PyTorch) is copied on the device.
+    its version. The copy stays where the data is (a CUDA array such as CuPy's or a PyTorch CUDA tensor is
+    copied on the device; anything else on the host) unless ``device`` says otherwise (a copy node moves it).
     ``requires_grad=True`` (float data): ``backward()`` fills ``.grad`` for it (see ``grad``).
 
     >>> tensor([1, 2, 3]).dtype
     dtype('int64')
     """
-    device = _ops.check_device(device)
     if isinstance(data, Tensor):
-        return data.astype(dtype if dtype is not None else data.dtype).to(device)
+        return data.astype(dtype if dtype is not None else data.dtype).to(_ops.check_device(device or data.device))
     where = _outside_device(data)
+    device = _ops.check_device(device or ("cuda" if where == "cuda" else "cpu"))
     if where == "cuda":
         import cupy
 

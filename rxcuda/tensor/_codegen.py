@@ -141,7 +141,10 @@ class _Layout:
                 raise Unsupported("reductions over different axes")
 
     def _shape(self, ref) -> tuple:
-        return self.inputs[ref[1]][1] if ref[0] == "i" else self.nodes[ref[1]][2]
+        if ref[0] == "i":
+            spec = self.inputs[ref[1]]
+            return () if spec[0] == "scalar" else spec[1]  # a scalar input ("scalar", dtype) has no shape
+        return self.nodes[ref[1]][2]
 
     def _classify(self, shape: tuple) -> tuple:
         if shape == self.space:

@@ -100,3 +100,16 @@ def test_what_the_generator_cannot_express_runs_op_by_op():
     assert kinds["reduce"] is None
     ((_, half),) = irs(data(3, dtype=np.float16) + 1)
     assert half is None  # no CUDA C type for float16 yet: CuPy runs it
+
+
+@pytest.mark.parametrize("program", [
+    lambda x: (x * 2 - 1).sum() + 1,
+    lambda x: (x * 2 - 1).max(axis=(1, 2)) + 1,
+    lambda x: rt.softmax(x * 3.0, axis=-1) - 0.5,
+])
+def test_a_reduction_then_a_scalar_still_plans_one_kernel(program):
+    """A scalar operand has no shape: reading it after a reduction must not index the scalar's dtype string."""
+    x = data(3, 4, 5)
+    for kind, ir in irs(program(x)):
+        assert ir is not None, kind
+        cg.KernelFactory().get(ir)  # compiles
