@@ -28,7 +28,7 @@ import numpy as np
 
 from ..model._shapes import ShapeError
 from . import _autograd, _ops
-from ._autograd import GradientError, grad
+from ._autograd import GradientError, grad, is_grad_enabled, no_grad
 from ._cache import ResultCache, Stats, keys, touch_outside
 from ._cpu import evaluate
 from ._cuda import CudaUnavailableError, to_host
@@ -40,8 +40,9 @@ from ._passes import Group, Passes, Plan, plan
 __all__ = [
     "Buffer", "CudaUnavailableError", "DeviceError", "GradientError", "Group", "Node", "Passes", "Plan", "ShapeError",
     "Stats",
-    "Tensor", "abs", "arange", "asarray", "cache", "clear_cache", "cos", "exp", "explain", "full", "grad", "log",
-    "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "ones", "realize", "reset_stats",
+    "Tensor", "abs", "arange", "asarray", "cache", "clear_cache", "cos", "exp", "explain", "full", "grad",
+    "is_grad_enabled", "log",
+    "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "no_grad", "ones", "realize", "reset_stats",
     "sin", "softmax", "sqrt", "stats", "sum", "tanh", "tensor", "where", "zeros",
 ]
 
@@ -212,6 +213,10 @@ class Tensor:
 
     def backward(self, gradient=None) -> None:
         """Accumulate d(self)/dx into ``x.grad`` for each tensor ``x`` that requires grad; ``self`` is a float
+    def detach(self) -> Tensor:
+        """This tensor's value as a new tensor through which no gradient flows (nothing is copied)."""
+        return Tensor(_autograd.detach(self.node))
+
         scalar, or pass ``gradient`` (its shape) for a vector-Jacobian product.
 
         >>> x = tensor([1.0, 2.0], requires_grad=True)

@@ -26,17 +26,23 @@ Conventions, chosen once and documented here:
 - A loss that does not depend on a tensor gives that tensor a zero gradient (not ``None``), so
   ``x.grad`` is always a tensor of ``x``'s shape after ``backward``.
 - ``backward`` accumulates into ``.grad`` (set ``x.grad = None`` to start again); :func:`grad` stores nothing.
+- Inside ``with no_grad():`` every node made carries no gradient (an optimiser step ``w - lr * w.grad`` does
+  not chain steps together); ``x.detach()`` is ``x``'s value as a new node that carries none.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["GradientError", "backward", "grad", "grad_of", "set_grad", "unbroadcast"]
+from . import _ops
+
+__all__ = ["GradientError", "backward", "detach", "grad", "grad_of", "no_grad", "set_grad", "unbroadcast"]
 
 
 class GradientError(ValueError):
@@ -72,6 +78,59 @@ def mark_requires_grad(tensor: Any, flag: bool = True) -> None:
         _leaves.pop(node, None)
 
 
+# --- where gradients stop ---------------------------------------------------------------------------------------
+#
+# A stopped node passes no gradient to its inputs: nodes made inside ``no_grad()`` and the nodes ``detach()`` makes.
+# Like the wish for a gradient, this lives beside the frozen nodes.
+
+_stopped: weakref.WeakSet[Any] = weakref.WeakSet()
+_state = threading.local()
+
+
+def _on_node(node: Any) -> None:
+    if getattr(_state, "depth", 0):
+        _stopped.add(node)
+
+
+def _pinned(node: Any) -> bool:
+    return node in _leaves or node in _stopped
+
+
+_ops.MADE.append(_on_node)  # sees every node an op makes
+_ops.PINNED.append(_pinned)  # a device pull copies a requires_grad tensor instead of rebuilding it
+
+
+class no_grad(contextlib.ContextDecorator):
+    """Inside ``with no_grad():`` (or a function decorated ``@no_grad()``) the nodes made carry no gradient:
+    their results do not require grad, and ``backward`` does not walk through them. Per thread; nests.
+
+    Example::
+
+        with rt.no_grad():
+            w = w - 0.1 * w.grad        # a plain update: the next step's graph does not reach the old w
+        w.requires_grad = True
+    """
+
+    def __enter__(self) -> no_grad:
+        _state.depth = getattr(_state, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.depth -= 1
+
+
+def is_grad_enabled() -> bool:
+    """False inside :class:`no_grad`."""
+    return not getattr(_state, "depth", 0)
+
+
+def detach(node: Any) -> Any:
+    """A new node with ``node``'s value through which no gradient flows (``Tensor.detach()``)."""
+    out = _ops.alias(node)
+    _stopped.add(out)
+    return out
+
+
 def grad_of(tensor: Any) -> Any:
     """``tensor.grad``: the gradient :func:`backward` accumulated for it, or ``None``."""
     entry = _grads.get(id(tensor))
@@ -96,7 +155,7 @@ def requires_grad(node: Any) -> bool:
 
 
 def _differentiable(node: Any) -> bool:
-    return np.issubdtype(node.dtype, np.floating) and node.op not in _NO_GRAD_OPS
+    return np.issubdtype(node.dtype, np.floating) and node.op not in _NO_GRAD_OPS and node not in _stopped
 
 
 def _reach(root: Any) -> set[Any] | None:

@@ -1,9 +1,11 @@
 """``explain()``: a program as text — the passes and what each did, every node with where it runs, the
-launches, and every copy between host and device."""
+launches, and every copy between host and device: asked for (``.to()``) or pulled by an op that runs on one
+backend only (``_ops.BACKENDS``; a pulled node is marked ``pulled by <op>``)."""
 
 from __future__ import annotations
 
 from ._graph import Node
+from ._ops import PULLED, backends
 from ._passes import Plan
 
 
@@ -52,13 +54,16 @@ def explain(plan: Plan) -> str:
     wide = [g for g in plan.groups if g.chains > 1]
     lines.append(f"  horizontal fusion{state(p.horizontal)}: {len(wide)} launch(es) of several independent groups"
                  + ("" if not wide else " (" + ", ".join(f"g{g.index}: {g.chains}" for g in wide) + ")"))
+    pulled = [n for n in plan.nodes if n in PULLED]
+    if pulled:
+        lines.append(f"  device pulls: {len(pulled)} node(s) made on the backend of an op that runs on one only")
     lines.append("nodes:")
     outs = set(plan.outputs)
     for n in plan.nodes:
         g = group_of.get(n)
         where = f"g{g.index}" if g else ("cached" if n in plan.known else "leaf")
         args = " ".join(names[i] for i in plan.inputs_of(n))
-        extra = _attrs(n)
+        extra = " ".join(x for x in (_attrs(n), f"(pulled by {PULLED[n]})" if n in PULLED else "") if x)
         lines.append(f"  {names[n]:<4} {n.op:<12} {str(n.shape):<14} {str(n.dtype):<8} {n.device:<5} {where:<6} "
                      + " ".join(x for x in (args, extra, "-> output" if n in outs else "") if x).rstrip())
     lines.append("launches:")
@@ -75,5 +80,8 @@ def explain(plan: Plan) -> str:
     lines.append("copies:" + ("" if copies else " none"))
     for n in copies:
         (src,) = plan.inputs_of(n)
-        lines.append(f"  {names[n]} {src.device} -> {n.device} {n.shape} {n.dtype} (asked: .to({n.device!r}))")
+        by = PULLED.get(n)
+        why = (f"pulled: {by} runs on {'/'.join(sorted(backends(by)))} only" if by is not None
+               else f"asked: .to({n.device!r})")
+        lines.append(f"  {names[n]} {src.device} -> {n.device} {n.shape} {n.dtype} ({why})")
     return "\n".join(lines)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
+from collections.abc import Callable
 
 import numpy as np
 
@@ -91,40 +93,144 @@ def full(shape: Shape, value, dtype, device: str) -> Node:
     dtype = np.dtype(dtype)
     with np.errstate(all="ignore"):
         scalar = dtype.type(value)  # OverflowError for an int that does not fit, as in NumPy
-    return Node("full", (), (scalar,), tuple(shape), dtype, device)
+    return _node("full", (), (scalar,), tuple(shape), dtype, device)
 
 
 def const(array, owned: bool, device: str, shape: Shape | None = None, dtype=None) -> Node:
     shape = tuple(array.shape) if shape is None else shape
     dtype = np.dtype(array.dtype if dtype is None else dtype)
-    return Node("const", (), (Buffer(array, owned),), shape, dtype, device)
+    return _node("const", (), (Buffer(array, owned),), shape, dtype, device)
 
 
-def _device(op: str, inputs: tuple[Node, ...]) -> str:
-    devices = sorted({i.device for i in inputs})
-    if len(devices) > 1:
-        where = ", ".join(f"{fmt(i.shape)} on {i.device}" for i in inputs)
-        raise DeviceError(f"{op}: operands on different devices ({where}); move one with .to('cpu') or "
-                          ".to('cuda') so they meet on one device")
-    return devices[0]
+# -- where nodes run: the op table, the pull, and the hooks that see every node made --------------------------
+BACKENDS: dict[str, frozenset[str]] = {}
+"""The devices that run each op; an op not listed runs on every device (all ops today). An op registered here
+for one backend only pulls its operands onto that backend when its node is made (see :func:`place`)."""
+
+_EVERY = frozenset(DEVICES)
+
+PULLED: weakref.WeakKeyDictionary[Node, str] = weakref.WeakKeyDictionary()
+"""Nodes that :func:`place` made (a copy it had to add, or a node rebuilt on the op's backend), each with the op
+that pulled it: ``explain()`` shows them."""
+
+MADE: list[Callable[[Node], None]] = []
+"""Hooks called with every node an op of this module makes (autograd's ``no_grad`` is one)."""
+
+PINNED: list[Callable[[Node], bool]] = []
+"""Predicates for nodes a pull must not rebuild on another device (autograd's ``requires_grad`` tensors: they
+keep their identity, and a copy moves their value)."""
+
+
+def backends(op: str) -> frozenset[str]:
+    """The devices that run ``op`` (every device unless :data:`BACKENDS` says otherwise)."""
+    return BACKENDS.get(op, _EVERY)
+
+
+def _node(op: str, inputs: tuple[Node, ...], attrs: tuple, shape: Shape, dtype, device: str) -> Node:
+    node = Node(op, inputs, attrs, shape, dtype, device)
+    for hook in MADE:
+        hook(node)
+    return node
+
+
+def place(op: str, inputs: tuple[Node, ...]) -> tuple[str, tuple[Node, ...]]:
+    """The device ``op`` runs on and its inputs there.
+
+    Operands the user placed on different devices, for an op that runs on both, are a DeviceError: data moves
+    between host and device only where ``.to()`` asks. An op that runs on one backend only pulls its operands
+    there: each operand is rebuilt on that backend back to its leaves (a fill is made there; data, a node the
+    backend cannot run, or a ``requires_grad`` tensor gets one copy; a ``.to()`` round trip cancels), so the
+    only transfers are the ones that cannot be avoided.
+    """
+    devices = {i.device for i in inputs}
+    run = backends(op)
+    if devices <= run:
+        if len(devices) > 1:
+            where = ", ".join(f"{fmt(i.shape)} on {i.device}" for i in inputs)
+            raise DeviceError(f"{op}: operands on different devices ({where}); move one with .to('cpu') or "
+                              ".to('cuda') so they meet on one device")
+        return (devices.pop() if devices else "cpu"), inputs
+    if not run:
+        raise DeviceError(f"{op}: no backend runs this op")
+    target = next((d for d in DEVICES if d in run and d in devices), None) or next(d for d in DEVICES if d in run)
+    return target, tuple(pull(i, target, op) for i in inputs)
+
+
+def _pull_stop(n: Node, device: str, by: str) -> Node | None:
+    """``n`` on ``device`` without rebuilding its inputs, or None when it must be rebuilt."""
+    if n.device == device:
+        return n
+    if n.op == "copy" and n.inputs[0].device == device:
+        return n.inputs[0]  # x.to(other) pulled back: the round trip cancels
+    if n.op == "full":
+        out = _node("full", (), n.attrs, n.shape, n.dtype, device)
+    elif n.op == "const" or device not in backends(n.op) or any(p(n) for p in PINNED):
+        out = _node("copy", (n,), (device,), n.shape, n.dtype, device)
+    else:
+        return None
+    PULLED[out] = by
+    return out
+
+
+def pull(x: Node, device: str, by: str) -> Node:
+    """``x`` computed on ``device``: its nodes rebuilt there back to the leaves (see :func:`place`); ``by``:
+    the op that pulls, recorded in :data:`PULLED`. Iterative, so deep chains do not recurse."""
+    done: dict[int, Node] = {}
+    stack = [x]
+    while stack:
+        n = stack[-1]
+        if id(n) in done:
+            stack.pop()
+            continue
+        stop = _pull_stop(n, device, by)
+        if stop is not None:
+            done[id(n)] = stop
+            stack.pop()
+            continue
+        todo = [i for i in n.inputs if id(i) not in done]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        out = _node(n.op, tuple(done[id(i)] for i in n.inputs), n.attrs, n.shape, n.dtype, device)
+        PULLED[out] = by
+        done[id(n)] = out
+    return done[id(x)]
+
+
+def op_node(op: str, inputs: tuple[Node, ...], attrs: tuple, shape: Shape, dtype) -> Node:
+    """A node of ``op`` placed by the op table (:func:`place`): the entry point for ops defined elsewhere."""
+    device, inputs = place(op, tuple(inputs))
+    return _node(op, inputs, attrs, tuple(shape), np.dtype(dtype), device)
+
+
+def _one(op: str, x: Node) -> Node:
+    """The single operand of ``op``, pulled to the op's backend if ``x`` is elsewhere."""
+    return place(op, (x,))[1][0]
+
+
+def alias(x: Node) -> Node:
+    """A distinct node with ``x``'s value (an identity reshape: a view, no launch), for ``detach``."""
+    return _node("reshape", (x,), (x.shape,), x.shape, x.dtype, x.device)
 
 
 def elementwise(op: str, *inputs: Node) -> Node:
-    device = _device(op, inputs)
+    device, inputs = place(op, inputs)
     shape = broadcast_shapes(*(i.shape for i in inputs), op=op)
     if op == "where":
         cond = inputs[0] if inputs[0].dtype == np.bool_ else cast(inputs[0], np.bool_)
         dtype = result_dtype("where", tuple(i.dtype for i in inputs))
-        return Node("where", (cond, *inputs[1:]), (), shape, dtype, device)
+        return _node("where", (cond, *inputs[1:]), (), shape, dtype, device)
     dtype = result_dtype(op, tuple(i.dtype for i in inputs))
-    return Node(op, tuple(inputs), (), shape, dtype, device)
+    return _node(op, tuple(inputs), (), shape, dtype, device)
 
 
 def cast(x: Node, dtype) -> Node:
     dtype = np.dtype(dtype)
     if dtype == x.dtype:
         return x
-    return Node("cast", (x,), (dtype,), x.shape, dtype, x.device)
+    x = _one("cast", x)
+    return _node("cast", (x,), (dtype,), x.shape, dtype, x.device)
 
 
 def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
@@ -147,6 +253,7 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
 
 
 def reduce(op: str, x: Node, axis=None, keepdims: bool = False) -> Node:
+    x = _one(op, x)
     axes = normalize_axes(axis, len(x.shape), op)
     if op in ("max", "min") and any(x.shape[a] == 0 for a in axes):
         raise ValueError(f"{op} over an empty axis of shape {fmt(x.shape)}: there is no identity for {op}")
@@ -155,7 +262,7 @@ def reduce(op: str, x: Node, axis=None, keepdims: bool = False) -> Node:
     else:
         shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     dtype = result_dtype(op, (x.dtype,))
-    return Node(op, (x,), (axes, bool(keepdims)), shape, dtype, x.device)
+    return _node(op, (x,), (axes, bool(keepdims)), shape, dtype, x.device)
 
 
 def reshape(x: Node, shape) -> Node:
@@ -173,7 +280,8 @@ def reshape(x: Node, shape) -> Node:
                          "they must hold the same number")
     if shape == x.shape:
         return x
-    return Node("reshape", (x,), (shape,), shape, x.dtype, x.device)
+    x = _one("reshape", x)
+    return _node("reshape", (x,), (shape,), shape, x.dtype, x.device)
 
 
 def transpose(x: Node, axes=None) -> Node:
@@ -184,7 +292,8 @@ def transpose(x: Node, axes=None) -> Node:
                          f"{fmt(x.shape)}")
     if axes == tuple(range(n)):
         return x
-    return Node("transpose", (x,), (axes,), tuple(x.shape[a] for a in axes), x.dtype, x.device)
+    x = _one("transpose", x)
+    return _node("transpose", (x,), (axes,), tuple(x.shape[a] for a in axes), x.dtype, x.device)
 
 
 def broadcast_to(x: Node, shape) -> Node:
@@ -193,7 +302,8 @@ def broadcast_to(x: Node, shape) -> Node:
         raise ShapeError(f"broadcast_to: shape {fmt(x.shape)} does not broadcast to {fmt(shape)}")
     if shape == x.shape:
         return x
-    return Node("broadcast_to", (x,), (shape,), shape, x.dtype, x.device)
+    x = _one("broadcast_to", x)
+    return _node("broadcast_to", (x,), (shape,), shape, x.dtype, x.device)
 
 
 def normalize_index(index, shape: Shape) -> tuple[tuple, Shape]:
@@ -250,11 +360,12 @@ def getitem(x: Node, index) -> Node:
     parts, shape = normalize_index(index, x.shape)
     if all(p == ("slice", 0, d, 1) for p, d in zip(parts, x.shape, strict=False)) and shape == x.shape:
         return x
-    return Node("getitem", (x,), (parts,), shape, x.dtype, x.device)
+    x = _one("getitem", x)
+    return _node("getitem", (x,), (parts,), shape, x.dtype, x.device)
 
 
 def matmul(a: Node, b: Node) -> Node:
-    device = _device("matmul", (a, b))
+    device, (a, b) = place("matmul", (a, b))
     if not a.shape or not b.shape:
         raise ShapeError(f"matmul: operands must have at least one axis (got shapes {fmt(a.shape)} and "
                          f"{fmt(b.shape)}); use * for a scalar product")
@@ -267,11 +378,11 @@ def matmul(a: Node, b: Node) -> Node:
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul (batch axes)")
     shape = batch + (a.shape[-2:-1] if len(a.shape) > 1 else ()) + (b.shape[-1:] if len(b.shape) > 1 else ())
     dtype = result_dtype("matmul", (a.dtype, b.dtype))
-    return Node("matmul", (a, b), (), shape, dtype, device)
+    return _node("matmul", (a, b), (), shape, dtype, device)
 
 
 def copy(x: Node, device: str) -> Node:
     device = check_device(device)
     if device == x.device:
         return x
-    return Node("copy", (x,), (device,), x.shape, x.dtype, device)
+    return _node("copy", (x,), (device,), x.shape, x.dtype, device)

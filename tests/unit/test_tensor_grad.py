@@ -342,3 +342,88 @@ def test_matches_torch_autograd():
     (torch.maximum(tz, tz * 0.1) - torch.logsumexp(tz, dim=1, keepdim=True)).mean().backward()
     np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), rtol=1e-10)
     np.testing.assert_allclose(gw.numpy(), tw.grad.numpy(), rtol=1e-10)
+
+
+# --- no_grad and detach -----------------------------------------------------------------------------------------
+
+
+def test_no_grad_results_do_not_require_grad_and_backward_does_not_walk_them():
+    x = rt.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    assert rt.is_grad_enabled()
+    with rt.no_grad():
+        assert not rt.is_grad_enabled()
+        y = x * 2.0
+    assert rt.is_grad_enabled()
+    assert not y.requires_grad
+    np.testing.assert_array_equal(y.numpy(), [2.0, 4.0, 6.0])  # the value is computed as usual
+    loss = (x * x).sum() + (y * x).sum()  # y counts as a constant
+    (gx,) = rt.grad(loss, [x])
+    np.testing.assert_allclose(gx.numpy(), 2 * x.numpy() + y.numpy())
+    with pytest.raises(rt.GradientError, match="does not require grad"):
+        rt.grad(y.sum(), [y])
+
+
+def test_no_grad_nests_and_decorates():
+    x = rt.tensor(np.ones(2), requires_grad=True)
+
+    @rt.no_grad()
+    def double(t):
+        return t * 2.0
+
+    with rt.no_grad():
+        with rt.no_grad():
+            a = x + 1.0
+        b = x - 1.0
+    c = x * 3.0
+    assert not a.requires_grad and not b.requires_grad and c.requires_grad
+    assert not double(x).requires_grad
+    assert rt.is_grad_enabled()
+
+
+def test_no_grad_sgd_step_does_not_chain_the_steps():
+    rng = np.random.default_rng(60)
+    a, t = rng.standard_normal((8, 3)), rng.standard_normal(8)
+    w = rt.tensor(np.zeros(3), requires_grad=True)
+    ref = np.zeros(3)
+    for _ in range(3):
+        (((rt.tensor(a) @ w) - rt.tensor(t)) ** 2.0).mean().backward()
+        with rt.no_grad():
+            new = w - 0.1 * w.grad
+        assert not new.requires_grad
+        ref = ref - 0.1 * (2 * a.T @ (a @ ref - t) / len(t))
+        w = new
+        w.requires_grad = True  # a fresh leaf: the next step's graph stops here
+    np.testing.assert_allclose(w.numpy(), ref, rtol=1e-12)
+
+
+def test_detach_stops_the_gradient_and_keeps_the_value():
+    x0 = rand(3, 4, seed=61)
+    x = rt.tensor(x0, requires_grad=True)
+    d = x.detach()
+    assert not d.requires_grad and x.requires_grad
+    assert d.shape == x.shape and d.dtype == x.dtype and d.device == x.device
+    np.testing.assert_array_equal(d.numpy(), x0)
+    # softmax with a detached shift has the same gradient as without one (the shift cancels)
+    z = x * 2.0
+    shifted = rt.exp(z - z.max(axis=1, keepdims=True).detach())
+    p = shifted / shifted.sum(axis=1, keepdims=True)
+    w = rand(3, 4, seed=62)
+    (g,) = rt.grad((p * rt.tensor(w)).sum(), [x])
+    (g_ref,) = rt.grad((rt.softmax(z, axis=1) * rt.tensor(w)).sum(), [x])
+    np.testing.assert_allclose(g.numpy(), g_ref.numpy(), rtol=1e-10, atol=1e-12)
+    # the detached branch alone contributes nothing
+    (g0,) = rt.grad((x * d).sum(), [x])
+    np.testing.assert_allclose(g0.numpy(), x0)
+
+
+def test_detach_of_an_intermediate_and_finite_differences():
+    x0 = rand(5, seed=63)
+    w = rand(5, seed=64)
+
+    def f(x):
+        return rt.tanh(x) * rt.tanh(x).detach()
+
+    x = rt.tensor(x0, requires_grad=True)
+    (g,) = rt.grad((f(x) * rt.tensor(w)).sum(), [x])
+    # with the detached factor held constant: d/dx tanh(x) * c = (1 - tanh^2) * c
+    np.testing.assert_allclose(g.numpy(), (1 - np.tanh(x0) ** 2) * np.tanh(x0) * w, rtol=1e-10)
