@@ -159,3 +159,41 @@ def test_autograd_on_cuda_matches_the_cpu_backend(rng):
         grads[device] = [x.grad.numpy(), W.grad.numpy(), B.grad.numpy()]
     for g_cpu, g_cuda in zip(grads["cpu"], grads["cuda"], strict=True):
         np.testing.assert_allclose(g_cuda, g_cpu, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mlp_softmax_cross_entropy_gradients_match_torch_on_cuda(rng, dtype):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA device here")
+    n, d, h, k = 32, 20, 16, 5
+    x0 = rng.standard_normal((n, d)).astype(dtype)
+    w1, b1 = (rng.standard_normal((d, h)) / np.sqrt(d)).astype(dtype), (0.1 * rng.standard_normal(h)).astype(dtype)
+    w2, b2 = (rng.standard_normal((h, k)) / np.sqrt(h)).astype(dtype), (0.1 * rng.standard_normal(k)).astype(dtype)
+    labels = rng.integers(0, k, n)
+    onehot = np.eye(k, dtype=dtype)[labels]
+
+    params = [rt.tensor(p, device="cuda", requires_grad=True) for p in (w1, b1, w2, b2)]
+    W1, B1, W2, B2 = params
+    x, y = rt.tensor(x0, device="cuda"), rt.tensor(onehot, device="cuda")
+    z = rt.maximum(x @ W1 + B1, 0.0) @ W2 + B2
+    m = z.max(axis=1, keepdims=True).detach()
+    logp = z - m - rt.log(rt.exp(z - m).sum(axis=1, keepdims=True))
+    loss = -(logp * y).sum() / float(n)
+    loss.backward()
+
+    dev = torch.device("cuda")
+    tp = [torch.tensor(p, device=dev, requires_grad=True) for p in (w1, b1, w2, b2)]
+    tz = torch.relu(torch.tensor(x0, device=dev) @ tp[0] + tp[1]) @ tp[2] + tp[3]
+    tloss = torch.nn.functional.cross_entropy(tz, torch.tensor(labels, device=dev))
+    tloss.backward()
+
+    tol = RTOL[dtype] * (10 if dtype == np.float32 else 1)
+    np.testing.assert_allclose(loss.numpy(), tloss.detach().cpu().numpy(), rtol=tol, atol=tol)
+    for p, t in zip(params, tp, strict=True):
+        assert p.grad.device == "cuda"
+        np.testing.assert_allclose(p.grad.numpy(), t.grad.cpu().numpy(), rtol=tol, atol=tol)
+    with rt.no_grad():
+        stepped = [p - 0.1 * p.grad for p in params]
+    assert not any(s.requires_grad for s in stepped)
+    assert all(s.device == "cuda" for s in stepped)
