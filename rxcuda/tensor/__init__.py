@@ -29,6 +29,7 @@ import numpy as np
 from ..model._shapes import ShapeError
 from . import _autograd, _ops
 from ._autograd import GradientError, grad, is_grad_enabled, no_grad
+from ._block import InputSpec, TensorBlock, block, input, update  # a tensor program as a block of a pipeline
 from ._cache import ResultCache, Stats, keys, touch_outside
 from ._cpu import evaluate
 from ._cuda import CudaUnavailableError, to_host
@@ -45,6 +46,7 @@ __all__ = [
     "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "no_grad", "ones", "realize", "reset_stats",
     "sin", "softmax", "sqrt", "stats", "sum", "tanh", "tensor", "where", "zeros",
 ]
+__all__ += ["InputSpec", "TensorBlock", "block", "input", "update"]  # rxcuda/tensor/_block.py
 
 _STATS = Stats()
 _CACHE = ResultCache()
