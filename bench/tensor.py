@@ -1,0 +1,356 @@
+"""rxcuda.tensor on CUDA against CuPy eager and PyTorch eager (and torch.compile where it works): issue 13.
+
+    python bench/tensor.py [--reps 10] [--no-compile]
+
+Prints one table with the card's name. Every row: median of ``--reps`` runs, each with fresh inputs (a new
+device array per run, so the result cache cannot answer: ``stats().hits`` is printed and must be 0) and a
+device synchronize before the clock stops. rxcuda rows include building the lazy graph (the user's cost).
+
+1. A 100-op elementwise chain on 2^24 float32: a third fma-like (mul, add), a third div/sqrt, a third exp/log;
+   rxcuda with every pass (one fused kernel) against the same 100 ops as 100 unfused graph nodes
+   (``Passes.none()``), CuPy eager and PyTorch eager.
+2. Row softmax and layernorm over 4096x4096 float32: bandwidth as (bytes read + written) / time, against a
+   device-to-device copy of the same bytes timed in the same run.
+3. A 784 -> 1024 -> 10 MLP forward + backward (softmax cross-entropy, autograd) at batch 256 in float32.
+4. The kernel factory: a miss (a new shape: trace + plan + codegen + NVRTC + load) and a hit (from a traced
+   program to a loaded function: plan + structural IR + factory lookup).
+
+Targets (issue 13): chain >= 20x faster than its 100 unfused nodes; softmax and layernorm >= 80 % of the copy
+bandwidth; MLP step <= 1.5x PyTorch eager; factory miss <= 10 ms, hit <= 20 us.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CHAIN_N = 1 << 24
+CHAIN_OPS = 100
+ROWS = COLS = 4096
+BATCH, D_IN, D_HID, D_OUT = 256, 784, 1024, 10
+
+
+def _chain_ops() -> list[str]:
+    """The 100 ops: mul add (fma-like), div sqrt, exp log, repeated; values stay in [1, 2]-ish and positive."""
+    cycle = ["mul", "add", "div", "sqrt", "exp", "log"]
+    return [cycle[i % len(cycle)] for i in range(CHAIN_OPS)]
+
+
+def _chain(x, ops, exp, log, sqrt):
+    """The chain written once for every library (``x`` supports * + /; exp/log/sqrt are the library's)."""
+    for op in ops:
+        if op == "mul":
+            x = x * 1.0001
+        elif op == "add":
+            x = x + 0.0001
+        elif op == "div":
+            x = x / 1.0001
+        elif op == "sqrt":
+            x = sqrt(x)
+        elif op == "exp":
+            x = exp(x)
+        else:
+            x = log(x)
+    return x
+
+
+def _median_us(fn, reps: int, sync, setup=None) -> float:
+    """Median wall time of ``fn(arg)`` with a device sync, ``arg = setup(i)`` made outside the clock."""
+    fn(setup(0) if setup else None)  # warm: compile, allocate
+    sync()
+    times = []
+    for i in range(reps):
+        arg = setup(i + 1) if setup else None
+        sync()
+        t0 = time.perf_counter()
+        fn(arg)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def _try_compile(torch, f, why: dict, key: str):
+    """``torch.compile(f)`` if it compiles and runs here, else None with the reason in ``why[key]``."""
+    try:
+        return torch.compile(f)
+    except Exception as e:  # noqa: BLE001 - any failure means: skip the column, say why
+        why[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+        return None
+
+
+def _run_compiled(fn, reps, sync, setup, why: dict, key: str):
+    if fn is None:
+        return None
+    try:
+        return _median_us(fn, reps, sync, setup)
+    except Exception as e:  # noqa: BLE001
+        why[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+        return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    args = ap.parse_args()
+    try:
+        import cupy as cp
+
+        n_dev = cp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - no CuPy, no driver, no device: all mean the same here
+        sys.exit(f"bench/tensor.py needs a CUDA device (and CuPy): {type(e).__name__}: {e}")
+    if n_dev < 1:
+        sys.exit("bench/tensor.py needs a CUDA device: none found")
+    import rxcuda.tensor as rt
+    from rxcuda.tensor import Passes, _cuda
+    from rxcuda.tensor._codegen import group_ir
+
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            torch = None
+    except ImportError:
+        torch = None
+    card = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    reps = args.reps
+    rng = np.random.default_rng(13)
+
+    def sync():
+        cp.cuda.Device().synchronize()
+
+    rows: list[tuple[str, str, float | None, str]] = []  # workload, library, us, note
+    why: dict[str, str] = {}
+    targets: list[tuple[str, str, bool]] = []
+    if torch is None:
+        why["torch"] = "PyTorch with CUDA is not installed here"
+    if args.no_compile:
+        why["torch.compile"] = "--no-compile"
+
+    def rx_row(label: str, fn, setup, passes=None):
+        rt.clear_cache()
+        fn(setup(0))  # warm (compiles the kernels)
+        sync()
+        rt.reset_stats()
+        us = _median_us(fn, reps, sync, setup)
+        s = rt.stats()
+        rows.append((label, "rxcuda.tensor" + ("" if passes is None else " (Passes.none)"), us,
+                     f"hits={s.hits}, launches/run={s.launches / (reps + 1):.0f}"))
+        rt.clear_cache()
+        return us
+
+    # -- 1. the 100-op chain ------------------------------------------------------------------------------------
+    ops = _chain_ops()
+    pool = [cp.asarray(rng.uniform(1.0, 2.0, CHAIN_N).astype(np.float32)) for _ in range(3)]
+
+    def fresh_chain(i):
+        return pool[i % len(pool)] + 0  # a new array each run (outside the clock)
+
+    def rx_chain(x, passes=None):
+        return _chain(rt.asarray(x), ops, rt.exp, rt.log, rt.sqrt).cupy(passes=passes)
+
+    w = f"chain {CHAIN_OPS} ops, 2^24 f32"
+    t_fused = rx_row(w, rx_chain, fresh_chain)
+    t_unfused = rx_row(w, lambda x: rx_chain(x, Passes.none()), fresh_chain, passes=Passes.none())
+    t_cupy = _median_us(lambda x: _chain(x, ops, cp.exp, cp.log, cp.sqrt), reps, sync, fresh_chain)
+    rows.append((w, "CuPy eager", t_cupy, f"{CHAIN_OPS} kernels"))
+    expect = _chain(pool[0].astype(cp.float64), ops, cp.exp, cp.log, cp.sqrt)
+    got = rx_chain(pool[0])
+    assert float(cp.max(cp.abs(got - expect))) < 1e-3, "rxcuda chain result is wrong"
+    if torch is not None:
+
+        def tchain(x):
+            return _chain(x, ops, torch.exp, torch.log, torch.sqrt)
+
+        def fresh_t(i):
+            return torch.as_tensor(fresh_chain(i), device="cuda")
+
+        rows.append((w, "PyTorch eager", _median_us(tchain, reps, sync, fresh_t), ""))
+        if not args.no_compile:
+            c = _try_compile(torch, tchain, why, "torch.compile (chain)")
+            rows.append((w, "torch.compile", _run_compiled(c, reps, sync, fresh_t, why, "torch.compile (chain)"), ""))
+    pool.clear()  # free the device memory before the next workload
+    del expect, got
+    targets.append(("chain >= 20x faster than 100 unfused nodes", f"{t_unfused / t_fused:.1f}x",
+                    t_unfused / t_fused >= 20))
+
+    # -- 2. softmax and layernorm over 4096x4096 ------------------------------------------------------------------
+    xs = [cp.asarray(rng.standard_normal((ROWS, COLS)).astype(np.float32)) for _ in range(3)]
+    gamma_np = rng.standard_normal(COLS).astype(np.float32)
+    beta_np = rng.standard_normal(COLS).astype(np.float32)
+    gamma, beta = rt.tensor(cp.asarray(gamma_np)), rt.tensor(cp.asarray(beta_np))
+    nbytes = 2 * ROWS * COLS * 4  # read x, write y
+
+    def fresh_x(i):
+        return xs[i % len(xs)] + 0
+
+    def copy_fn(x):
+        y = cp.empty_like(x)
+        y[...] = x
+        return y
+
+    t_copy = _median_us(copy_fn, reps, sync, fresh_x)
+    rows.append(("D2D copy 4096x4096 f32", "CuPy", t_copy, f"{nbytes / t_copy / 1e3:.0f} GB/s"))
+
+    def rx_layernorm(x):
+        mu = x.mean(-1, keepdims=True)
+        d = x - mu
+        return d / rt.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * gamma + beta
+
+    def cp_softmax(x):
+        e = cp.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    cp_gamma, cp_beta = cp.asarray(gamma_np), cp.asarray(beta_np)
+
+    def cp_layernorm(x, g=cp_gamma, b=cp_beta):
+        d = x - x.mean(-1, keepdims=True)
+        return d / cp.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * g + b
+
+    for name, rx_f, cp_f in (("softmax", lambda x: rt.softmax(rt.asarray(x), axis=-1).cupy(), cp_softmax),
+                             ("layernorm", lambda x: rx_layernorm(rt.asarray(x)).cupy(), cp_layernorm)):
+        w = f"{name} 4096x4096 f32"
+        t = rx_row(w, rx_f, fresh_x)
+        rows[-1] = (*rows[-1][:3], rows[-1][3] + f", {nbytes / t / 1e3:.0f} GB/s = {t_copy / t:.0%} of copy")
+        np.testing.assert_allclose(cp.asnumpy(rx_f(xs[0])), cp.asnumpy(cp_f(xs[0])), rtol=1e-3, atol=1e-4)
+        tc = _median_us(cp_f, reps, sync, fresh_x)
+        rows.append((w, "CuPy eager", tc, f"{t_copy / tc:.0%} of copy"))
+        targets.append((f"{name} >= 80 % of copy bandwidth", f"{t_copy / t:.0%}", t_copy / t >= 0.8))
+        if torch is not None:
+            tg, tb = torch.as_tensor(gamma_np, device="cuda"), torch.as_tensor(beta_np, device="cuda")
+
+            def t_f(x, name=name, tg=tg, tb=tb):
+                if name == "softmax":
+                    return torch.softmax(x, dim=-1)
+                return torch.nn.functional.layer_norm(x, (COLS,), tg, tb, 1e-5)
+
+            def fresh_tx(i):
+                return torch.as_tensor(fresh_x(i), device="cuda")
+
+            te = _median_us(t_f, reps, sync, fresh_tx)
+            rows.append((w, "PyTorch eager", te, f"{t_copy / te:.0%} of copy"))
+            if not args.no_compile:
+                key = f"torch.compile ({name})"
+                tcomp = _run_compiled(_try_compile(torch, t_f, why, key), reps, sync, fresh_tx, why, key)
+                rows.append((w, "torch.compile", tcomp, "" if tcomp is None else f"{t_copy / tcomp:.0%} of copy"))
+    xs.clear()
+
+    # -- 3. MLP forward + backward ----------------------------------------------------------------------------------
+    w1 = (rng.standard_normal((D_IN, D_HID)) / np.sqrt(D_IN)).astype(np.float32)
+    b1 = np.zeros(D_HID, np.float32)
+    w2 = (rng.standard_normal((D_HID, D_OUT)) / np.sqrt(D_HID)).astype(np.float32)
+    b2 = np.zeros(D_OUT, np.float32)
+    batches = [(cp.asarray(rng.standard_normal((BATCH, D_IN)).astype(np.float32)),
+                cp.asarray(np.eye(D_OUT, dtype=np.float32)[rng.integers(0, D_OUT, BATCH)])) for _ in range(3)]
+    params = [rt.tensor(cp.asarray(p), requires_grad=True) for p in (w1, b1, w2, b2)]
+
+    def fresh_batch(i):
+        x, y = batches[i % len(batches)]
+        return x + 0, y + 0
+
+    def rx_step(batch):
+        x, y = rt.asarray(batch[0]), rt.asarray(batch[1])
+        W1, B1, W2, B2 = params
+        z = rt.maximum(x @ W1 + B1, 0.0) @ W2 + B2
+        m = z.max(axis=1, keepdims=True).detach()
+        logp = z - m - rt.log(rt.exp(z - m).sum(axis=1, keepdims=True))
+        loss = -(logp * y).sum() / float(BATCH)
+        grads = rt.grad(loss, params)
+        rt.realize(loss, *grads)
+        return grads
+
+    w = f"MLP {D_IN}-{D_HID}-{D_OUT} fwd+bwd, batch {BATCH} f32"
+    t_mlp = rx_row(w, rx_step, fresh_batch)
+    if torch is not None:
+        tp = [torch.as_tensor(p, device="cuda").requires_grad_() for p in (w1, b1, w2, b2)]
+
+        def t_step(batch):
+            x, y = torch.as_tensor(batch[0], device="cuda"), torch.as_tensor(batch[1], device="cuda")
+            z = torch.relu(x @ tp[0] + tp[1]) @ tp[2] + tp[3]
+            loss = -(torch.log_softmax(z, dim=1) * y).sum() / BATCH
+            return torch.autograd.grad(loss, tp)
+
+        t_torch = _median_us(t_step, reps, sync, fresh_batch)
+        rows.append((w, "PyTorch eager", t_torch, ""))
+        targets.append(("MLP step <= 1.5x PyTorch eager", f"{t_mlp / t_torch:.2f}x", t_mlp / t_torch <= 1.5))
+        if not args.no_compile:
+            key = "torch.compile (MLP)"
+            rows.append((w, "torch.compile",
+                         _run_compiled(_try_compile(torch, t_step, why, key), reps, sync, fresh_batch, why, key), ""))
+    else:
+        targets.append(("MLP step <= 1.5x PyTorch eager", "no PyTorch", False))
+    batches.clear()
+
+    # -- 4. the kernel factory: miss and hit ----------------------------------------------------------------------
+    def to_function(y):
+        """From a traced program to the loaded function of its one launch."""
+        p, _ = rt._program([y.node], None, False)
+        (g,) = [g for g in p.groups if g.kind != "view"]
+        be = _cuda.backend(y.node)
+        values = [be.leaf_value(n) for n in g.inputs]
+        kernel = _cuda.FACTORY.get(group_ir(g, p, [v if isinstance(v, _cuda._Fill) else be.array(v)
+                                                   for v in values]))
+        if kernel.function is None:
+            kernel.module = cp.cuda.function.Module()
+            kernel.module.load(kernel.code.image)
+            kernel.function = kernel.module.get_function(kernel.code.entry)
+        return kernel
+
+    def program(x):
+        return rt.tanh(rt.asarray(x) * 1.5 + 0.25) / 3.0
+
+    miss, hit = [], []
+    base = int(time.time() * 1000) % 100_000  # shapes no earlier run compiled (new IR, so new source)
+    misses0 = _cuda.FACTORY.misses
+    answered: dict[str, int] = {}  # how NVRTC answered each miss: 'miss' (compiled), 'disk' or 'memory'
+    for i in range(max(reps, 5)):
+        x = cp.ones((7, 1 + base + 131 * i), cp.float32)
+        t0 = time.perf_counter()
+        y = program(x)
+        kernel = to_function(y)
+        miss.append(time.perf_counter() - t0)
+        how = str(getattr(kernel.code, "cached", "?"))
+        answered[how] = answered.get(how, 0) + 1
+        t0 = time.perf_counter()
+        to_function(y)
+        hit.append(time.perf_counter() - t0)
+    assert _cuda.FACTORY.misses - misses0 == len(miss), "every new shape must be a factory miss"
+    t_miss, t_hit = statistics.median(miss) * 1e6, statistics.median(hit) * 1e6
+    rows.append(("factory miss (trace+plan+codegen+NVRTC+load)", "rxcuda.tensor", t_miss,
+                 "NVRTC answered: " + ", ".join(f"{k}={v}" for k, v in sorted(answered.items()))))
+    rows.append(("factory hit (traced program -> loaded function)", "rxcuda.tensor", t_hit, ""))
+    targets.append(("factory miss <= 10 ms", f"{t_miss / 1e3:.2f} ms", t_miss <= 10_000))
+    targets.append(("factory hit <= 20 us", f"{t_hit:.1f} us", t_hit <= 20))
+
+    # -- the table --------------------------------------------------------------------------------------------------
+    print(f"# bench/tensor.py on {card} (median of {reps} runs, fresh inputs each run, device sync)\n")
+    print("| workload | library | us | vs rxcuda.tensor | notes |")
+    print("|---|---|---:|---:|---|")
+    ref: dict[str, float] = {}
+    for wl, lib, us, note in rows:
+        if lib == "rxcuda.tensor" and us is not None:
+            ref.setdefault(wl, us)
+        r = ref.get(wl)
+        ratio = "" if us is None or r is None else f"{us / r:.2f}x"
+        print(f"| {wl} | {lib} | {'skipped' if us is None else f'{us:.1f}'} | {ratio} | {note} |")
+    if why:
+        print("\nskipped:")
+        for k, v in why.items():
+            print(f"  {k}: {v}")
+    print("\n| target (issue 13) | measured | met |")
+    print("|---|---:|---|")
+    for name, value, ok in targets:
+        print(f"| {name} | {value} | {'met' if ok else 'NOT met'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
