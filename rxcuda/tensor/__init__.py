@@ -213,12 +213,12 @@ class Tensor:
     def grad(self, value) -> None:
         _autograd.set_grad(self, value)
 
-    def backward(self, gradient=None) -> None:
-        """Accumulate d(self)/dx into ``x.grad`` for each tensor ``x`` that requires grad; ``self`` is a float
     def detach(self) -> Tensor:
         """This tensor's value as a new tensor through which no gradient flows (nothing is copied)."""
         return Tensor(_autograd.detach(self.node))
 
+    def backward(self, gradient=None) -> None:
+        """Accumulate d(self)/dx into ``x.grad`` for each tensor ``x`` that requires grad; ``self`` is a float
         scalar, or pass ``gradient`` (its shape) for a vector-Jacobian product.
 
         >>> x = tensor([1.0, 2.0], requires_grad=True)
