@@ -40,9 +40,11 @@ def test_outputs_vs_numpy_hot_parameter_and_code_tier(engine):
     np.testing.assert_allclose(engine.read(blk["out"]), expected(x, y, 0.5, 3.0), rtol=1e-4, atol=1e-5)
     assert engine.rebuilds == rebuilds
     # a program of another structure: the engine rebuilds and runs it
-    assert blk.retrace(lambda x, y, scale: (x * scale).max(axis=-1) + 0) == "structure"
+    assert blk.retrace(lambda x, y, scale: (x * scale).max(axis=-1, keepdims=True)
+                       + y.T.sum(axis=0, keepdims=True)) == "structure"
     assert engine.tick().tiers == ("structure",)
-    np.testing.assert_allclose(engine.read(blk["out"]), (x * np.float32(0.5)).max(axis=-1), rtol=1e-5)
+    np.testing.assert_allclose(engine.read(blk["out"]), (x * np.float32(0.5)).max(axis=-1, keepdims=True)
+                               + y.T.sum(axis=0, keepdims=True), rtol=1e-5, atol=1e-5)
 
 
 def test_several_outputs_and_reductions(engine):
