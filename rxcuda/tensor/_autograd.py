@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from . import _ops
+from ._graph import topo
 
 __all__ = ["GradientError", "backward", "detach", "grad", "grad_of", "no_grad", "set_grad", "unbroadcast"]
 
@@ -185,22 +186,9 @@ def _reach(root: Any) -> set[Any] | None:
 
 
 def _topological(root: Any, keep: set[Any]) -> list[Any]:
-    """Nodes of ``keep`` reachable from ``root``, each after every node that uses it (root first)."""
-    order: list[Any] = []
-    seen: set[int] = set()
-    stack: list[tuple[Any, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((i, False) for i in node.inputs if i in keep and id(i) not in seen)
-    order.reverse()
-    return order
+    """Nodes of ``keep`` reachable from ``root``, each after every node that uses it (root first): the graph's
+    own topological order (``_graph.topo``), reversed."""
+    return [n for n in reversed(topo([root])) if n in keep]
 
 
 # --- the walk ---------------------------------------------------------------------------------------------------
