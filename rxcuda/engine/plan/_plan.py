@@ -9,7 +9,7 @@ raised together as one :class:`ValidationError` (``.problems``) once the pass is
 from __future__ import annotations
 
 import heapq
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from ...model import _dtypes
 from ...model._describe import (
@@ -235,29 +235,38 @@ def order_blocks(desc: PipelineDescription) -> tuple[BlockEntry, ...]:
     return order
 
 
+def ordered(succ: Mapping[int, Iterable[int]], rank: Mapping[int, int]) -> tuple[list[int], list[int]]:
+    """Kahn's topological order of the keys of ``succ`` (each item -> the items that follow it, no repeats),
+    ties broken by ``rank``; and the items left over (on a cycle or after one), in rank order."""
+    indeg = dict.fromkeys(succ, 0)
+    for outs in succ.values():
+        for n in outs:
+            indeg[n] += 1
+    ready = [(rank[m], m) for m, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, m = heapq.heappop(ready)
+        out.append(m)
+        for n in succ[m]:
+            indeg[n] -= 1
+            if indeg[n] == 0:
+                heapq.heappush(ready, (rank[n], n))
+    stuck = sorted((m for m, d in indeg.items() if d > 0), key=rank.__getitem__) if len(out) != len(indeg) else []
+    return out, stuck
+
+
 def _order_blocks(desc: PipelineDescription, report: _Report) -> tuple[BlockEntry, ...]:
     """Topological order (ties in insertion order); each cycle is reported, and the blocks that could not be
     ordered (on a cycle or downstream of one) follow in insertion order, so the caller can check them too."""
     index = {b.id: i for i, b in enumerate(desc.blocks)}
     succ: dict[int, set[int]] = {b.id: set() for b in desc.blocks}
-    indeg = dict.fromkeys(succ, 0)
     for c in desc.connections:
         out = succ.get(c.src.block)
-        if out is not None and c.dst.block in indeg and c.dst.block not in out and not c.delay:
+        if out is not None and c.dst.block in succ and not c.delay:
             out.add(c.dst.block)
-            indeg[c.dst.block] += 1
-    ready = [(index[b], b) for b, d in indeg.items() if d == 0]
-    heapq.heapify(ready)
-    out_ids = []
-    while ready:
-        _, bid = heapq.heappop(ready)
-        out_ids.append(bid)
-        for nxt in succ[bid]:
-            indeg[nxt] -= 1
-            if indeg[nxt] == 0:
-                heapq.heappush(ready, (index[nxt], nxt))
-    if len(out_ids) != len(succ):
-        stuck = sorted((b for b, d in indeg.items() if d > 0), key=index.__getitem__)
+    out_ids, stuck = ordered(succ, index)
+    if stuck:
         for cycle in _cycles(stuck, succ):
             names = sorted(desc.block(b).label() for b in cycle)
             first = min(cycle, key=lambda b: desc.block(b).label())

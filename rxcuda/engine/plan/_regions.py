@@ -12,7 +12,6 @@ Pure: imports nothing from CUDA.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -161,24 +160,14 @@ def _check_crossing(c, where, regions, label, report) -> None:
 def _order_level(lvl: Level, members: list[int], edges: set[tuple[int, int]], rank: Mapping[int, int],
                  label: Mapping[int, str], report) -> list[int]:
     """Topological order of one level's items (ties in the pipeline's order); a cycle is reported."""
+    from ._plan import ordered
+
     succ: dict[int, list[int]] = {m: [] for m in members}
-    indeg = dict.fromkeys(members, 0)
     for a, b in edges:
-        if a in succ and b in indeg:
+        if a in succ and b in succ:
             succ[a].append(b)
-            indeg[b] += 1
-    ready = [(rank[m], m) for m in members if indeg[m] == 0]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        _, m = heapq.heappop(ready)
-        out.append(m)
-        for n in succ[m]:
-            indeg[n] -= 1
-            if indeg[n] == 0:
-                heapq.heappush(ready, (rank[n], n))
-    if len(out) != len(members):
-        stuck = sorted((m for m in members if indeg[m] > 0), key=rank.__getitem__)
+    out, stuck = ordered(succ, rank)
+    if stuck:
         where = "the top level" if lvl is None else f"the body of {label[lvl[0]]}"
         names = ", ".join(label[m] for m in stuck)
         report.error(f"at {where}, {names} depend on each other through connections that leave a region and come "
