@@ -23,6 +23,7 @@ from ..cuda._driver import is_sticky
 from ..cuda._fast import FastDriver
 from ..cuda._memory import BufferPool, resolve_device_array
 from ..cuda._modules import ModuleCache
+from ..model import _dtypes
 from ..model._describe import PipelineDescription, PortRef
 from ..model._errors import CudaError, DeviceLostError, EngineClosedError
 from ..model._events import Tier
@@ -50,15 +51,8 @@ from .plan._plan import GraphPlan
 _now = time.perf_counter_ns
 _ident = threading.get_ident
 _tuple_new = tuple.__new__
-_UNTIMED = (None, 1, None, None, None)
+_UNTIMED = (None, 1, None, None, None)  # a frame's (gpu_us, frames, blocks, kernels, phases) when nothing is timed
 
-
-def _size(nbytes: int) -> str:
-    """256 B, 4 KiB, 2 MiB: a pool class for people."""
-    for unit, shift in (("MiB", 20), ("KiB", 10)):
-        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
-            return f"{nbytes >> shift} {unit}"
-    return f"{nbytes} B"  # a frame's (gpu_us, frames, blocks, kernels, phases) when nothing is timed
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
@@ -666,7 +660,7 @@ class Engine:
         take without memory reuse, and bytes saved (all zero before the first build).
 
         >>> print(engine.stats)                                                   # doctest: +SKIP
-        101 buffers in 3 allocations (2 shared groups): 12.0 KiB allocated, 404.0 KiB without sharing, ...
+        101 buffers in 3 allocations (2 shared groups): 12 KiB allocated, 404 KiB without sharing, ...
         """
         g = self._rt.graph
         return buffer_stats(g.plan if g else None)
@@ -941,7 +935,8 @@ class Engine:
         lines.append(f"  memory: {s.in_use} buffers in use, {s.bytes_reserved / 2**20:.1f} MiB reserved")
         classes = rt.pool.by_class()
         if classes:
-            lines.append("    by pool class: " + ", ".join(f"{_size(c)} x{u}" + (f" (+{f} free)" if f else "")
+            size = _dtypes.format_bytes
+            lines.append("    by pool class: " + ", ".join(f"{size(c)} x{u}" + (f" (+{f} free)" if f else "")
                                                        for c, (u, f) in classes.items()))
         if g is not None:
             lines.append(f"    graph buffers: {self.stats}")

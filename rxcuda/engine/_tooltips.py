@@ -11,14 +11,6 @@ from ..model import _dtypes
 from ..model._describe import PortRef
 
 
-def _bytes(n: int) -> str:
-    for unit, shift in (("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            v = n / (1 << shift)
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
-    return f"{n} B"
-
-
 def port_text(port) -> str:
     """One line about ``port`` (a PortHandle): type, shape, bytes, and its buffer in the running graph."""
     block = port.block
@@ -36,7 +28,7 @@ def port_text(port) -> str:
     item = _dtypes.itemsize(spec.dtype) if spec.dtype else 1
     nbytes = item * count
     head = (f"{block.name}.{port.name}: {spec.direction}put {spec.dtype or 'untyped'}"
-            f"[{'x'.join(str(d) for d in shape)}], {_bytes(nbytes)}")
+            f"[{'x'.join(str(d) for d in shape)}], {_dtypes.format_bytes(nbytes)}")
     if rt is None:
         return head + " (not in an engine)"
     if ref in rt.bindings:
@@ -59,7 +51,7 @@ def port_text(port) -> str:
     group = next((grp for grp in g.plan.shared if bid in grp), None)
     if group is not None:
         where += f", memory shared with {len(group) - 1} other buffer{'s' if len(group) > 2 else ''} (reuse)"
-    return f"{head}, pool class {_bytes(size_class(max(b.nbytes, 1)))}, {where}"
+    return f"{head}, pool class {_dtypes.format_bytes(size_class(max(b.nbytes, 1)))}, {where}"
 
 
 class Link(tuple):

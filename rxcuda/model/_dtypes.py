@@ -407,3 +407,17 @@ def numpy_dtype(dtype) -> np.dtype:
     (16, dtype('float32'))
     """
     return to_numpy(dtype)
+
+
+def format_bytes(nbytes: int) -> str:
+    """Bytes for people, to three significant digits: ``"12 B"``, ``"16 KiB"``, ``"3.91 KiB"``, ``"1.5 MiB"``.
+
+    >>> format_bytes(4096), format_bytes(4000), format_bytes(3 << 20)
+    ('4 KiB', '3.91 KiB', '3 MiB')
+    """
+    value, unit = float(nbytes), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{int(nbytes)} B" if unit == "B" else f"{value:.3g} {unit}"

@@ -97,14 +97,7 @@ def _ident(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text, flags=re.ASCII)
 
 
-def size_text(nbytes: int) -> str:
-    """Bytes for a label: ``"16 KiB"``, ``"1.5 MiB"``, ``"12 B"``."""
-    value, unit = float(nbytes), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{int(nbytes)} B" if unit == "B" else f"{value:.3g} {unit}"
+size_text = _dtypes.format_bytes  # bytes for a label: "16 KiB", "1.5 MiB", "12 B"
 
 
 def _dtype_text(dtype: str | None) -> str:

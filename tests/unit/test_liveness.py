@@ -365,8 +365,8 @@ def test_a_memset_covering_a_buffer_is_a_definite_write():
 def test_stats_read_well_and_start_at_zero():
     s = BufferStats(buffers=101, allocations=4, shared_groups=2, bytes_allocated=4 << 20, bytes_unshared=101 << 20)
     assert s.bytes_saved == 97 << 20
-    assert str(s) == ("101 buffers in 4 allocations (2 shared groups): 4.0 MiB allocated, 101.0 MiB without "
-                      "sharing, 97.0 MiB saved")
+    assert str(s) == ("101 buffers in 4 allocations (2 shared groups): 4 MiB allocated, 101 MiB without "
+                      "sharing, 97 MiB saved")
     assert str(BufferStats()) == "0 buffers in 0 allocations (0 shared groups): 0 B allocated, 0 B without " \
                                  "sharing, 0 B saved"
     assert buffer_stats(None) == BufferStats()

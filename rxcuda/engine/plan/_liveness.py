@@ -39,7 +39,7 @@ about a millisecond; on a chain the intermediates take two slots, the minimum.
 >>> [[gp.buffers[b].label for b in group] for group in gp.shared]
 [['m0.out', 'm2.out', 'm4.out'], ['m1.out', 'm3.out']]
 >>> str(buffer_stats(gp))
-'7 buffers in 4 allocations (2 shared groups): 16.0 KiB allocated, 28.0 KiB without sharing, 12.0 KiB saved'
+'7 buffers in 4 allocations (2 shared groups): 16 KiB allocated, 28 KiB without sharing, 12 KiB saved'
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class BufferStats:
 
     >>> print(BufferStats(buffers=4, allocations=3, shared_groups=1, bytes_allocated=3 << 20,
     ...                   bytes_unshared=4 << 20))
-    4 buffers in 3 allocations (1 shared group): 3.0 MiB allocated, 4.0 MiB without sharing, 1.0 MiB saved
+    4 buffers in 3 allocations (1 shared group): 3 MiB allocated, 4 MiB without sharing, 1 MiB saved
     """
 
     buffers: int = 0
@@ -85,16 +85,10 @@ class BufferStats:
 
     def __str__(self) -> str:
         groups = f"{self.shared_groups} shared group" + ("" if self.shared_groups == 1 else "s")
+        size = _dtypes.format_bytes
         return (f"{self.buffers} buffers in {self.allocations} allocations ({groups}): "
-                f"{_size(self.bytes_allocated)} allocated, {_size(self.bytes_unshared)} without sharing, "
-                f"{_size(self.bytes_saved)} saved")
-
-
-def _size(nbytes: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 1 << shift:
-            return f"{nbytes / (1 << shift):.1f} {unit}"
-    return f"{nbytes} B"
+                f"{size(self.bytes_allocated)} allocated, {size(self.bytes_unshared)} without sharing, "
+                f"{size(self.bytes_saved)} saved")
 
 
 def buffer_stats(gp: GraphPlan | None) -> BufferStats:
