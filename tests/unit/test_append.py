@@ -280,13 +280,6 @@ def api():
     return CountingDriver()
 
 
-@pytest.fixture
-def engine(api):
-    e = rxcuda.Engine(driver=api)
-    yield e
-    e.close()
-
-
 def appender(engine, cap=CAP, name="emit"):
     ap = engine.add(Block.from_kernel(APPEND, size=cap, name=name))
     engine.write(ap["values"], np.ones(cap, np.float32))

@@ -23,18 +23,6 @@ BUILDING = ("cuGraphCreate", "cuGraphAddKernelNode", "cuGraphAddMemsetNode", "cu
             "cuGraphInstantiate", "cuGraphExecUpdate", "cuModuleLoadData", "cuMemAlloc")
 
 
-@pytest.fixture
-def api():
-    return NullDriver()
-
-
-@pytest.fixture
-def engine(api):
-    e = rxcuda.Engine(driver=api)
-    yield e
-    e.close()
-
-
 def mul(name: str | None = None, **kw) -> Block:
     return Block.from_kernel(f"{K}/scalar_mul.ptx", size=N, name=name, **kw)
 

@@ -11,7 +11,6 @@ from _pipeline import add, mul, pipeline, ref
 
 import rxcuda
 from rxcuda import Block, ValidationError
-from rxcuda.cuda import NullDriver
 from rxcuda.engine.plan._index import PipelineIndex
 from rxcuda.lowlevel import Connection, PortRef, order_blocks, plan, validate
 from rxcuda.model._graphplan import CopyNodePlan
@@ -178,16 +177,6 @@ def test_the_index_accepts_cycles_through_a_delay_and_forgets_them():
 
 
 # -- the engine on the null driver -----------------------------------------------------------------------------
-@pytest.fixture
-def api():
-    return NullDriver()
-
-
-@pytest.fixture
-def engine(api):
-    e = rxcuda.Engine(driver=api)
-    yield e
-    e.close()
 
 
 def accumulator(engine, **connect):

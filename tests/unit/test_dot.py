@@ -221,11 +221,6 @@ def flag_block(name: str = "check") -> Block:
 
 
 @pytest.fixture
-def api():
-    return NullDriver()
-
-
-@pytest.fixture
 def engine(api):
     e = Engine(driver=api)
     yield e

@@ -20,18 +20,6 @@ N = 1024
 KERNELS = "kernels"
 
 
-@pytest.fixture
-def api():
-    return NullDriver()
-
-
-@pytest.fixture
-def engine(api):
-    e = rxcuda.Engine(driver=api)
-    yield e
-    e.close()
-
-
 def chain(engine):
     add = engine.add(Block.from_kernel(f"{KERNELS}/vector_add.ptx", size=N))
     mul = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, scale=3.0))

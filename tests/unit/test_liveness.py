@@ -19,7 +19,6 @@ from _pipeline import ADD, APPEND, add, kcode, mul, pipeline, ptr, ref, scalar
 
 import rxcuda
 from rxcuda import Block, BlockBuilder, BufferStats
-from rxcuda.cuda import NullDriver
 from rxcuda.engine.plan import _liveness
 from rxcuda.engine.plan._liveness import buffer_stats, holds_own_value, shared_groups
 from rxcuda.lowlevel import (
@@ -394,18 +393,6 @@ def test_a_1000_block_chain_plans_its_memory_in_a_few_milliseconds():
 
 # -- the engine (null driver) -------------------------------------------------------------------------------------
 KERNELS = "kernels"
-
-
-@pytest.fixture
-def api():
-    return NullDriver()
-
-
-@pytest.fixture
-def engine(api):
-    e = rxcuda.Engine(driver=api)
-    yield e
-    e.close()
 
 
 def engine_chain(engine, n=8, size=1024):

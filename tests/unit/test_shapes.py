@@ -43,18 +43,6 @@ extern "C" __global__ void weigh(const Particle* ps, float* out, int n) {
 """
 
 
-@pytest.fixture
-def api():
-    return NullDriver()
-
-
-@pytest.fixture
-def engine(api):
-    e = rxcuda.Engine(driver=api)
-    yield e
-    e.close()
-
-
 # -- vector types -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("name", "size", "align"), [
     ("float2", 8, 8), ("float3", 12, 4), ("float4", 16, 16), ("double2", 16, 16), ("double3", 24, 8),
