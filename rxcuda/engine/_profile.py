@@ -27,6 +27,7 @@ conditional body, and a captured call is one child-graph node). Changing between
 from __future__ import annotations
 
 import collections
+import functools
 import time
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
@@ -106,16 +107,23 @@ class FrameTimes(NamedTuple):
     kernels: Timings | None
 
 
-def timings_from_row(layout: StampLayout, row: np.ndarray, blocks: Mapping[int, str]) -> tuple:
-    """(blocks, kernels) Timings from one ring row of stamps (ns)."""
-    t0 = row[0]
-    end = (row - t0) / 1e3
+@functools.lru_cache(maxsize=16)
+def _pred_index(layout: StampLayout) -> np.ndarray:
+    """Column -> its predecessor columns, padded by repeating the first: made once per plan, not per frame."""
     width = max(len(p) for p in layout.preds)
     preds = np.zeros((len(layout.preds), width), dtype=np.int64)
     for c, p in enumerate(layout.preds):
         preds[c, :len(p)] = p
         preds[c, len(p):] = p[0] if p else 0
-    start = end[preds].max(axis=1)
+    return preds
+
+
+def timings_from_row(layout: StampLayout, row: np.ndarray, blocks: Mapping[int, str]) -> tuple:
+    """(blocks, kernels) Timings from one ring row of stamps (ns); ``blocks`` (id -> name) is read only when
+    the stamps are per kernel (to group kernels into their blocks)."""
+    t0 = row[0]
+    end = (row - t0) / 1e3
+    start = end[_pred_index(layout)].max(axis=1)
     names = layout.names[1:]
     units = Timings(names, start[1:], end[1:])
     if layout.per == "block":
@@ -206,7 +214,7 @@ class Profiler:
             blocks = kernels = None
             layout = graph.plan.stamps
             if layout is not None and graph.stamps is not None and launch >= 0:
-                names = {bid: blk.name for bid, blk in self.rt.blocks.items()}
+                names = {bid: blk.name for bid, blk in self.rt.blocks.items()} if layout.per == "kernel" else {}
                 blocks, kernels = timings_from_row(layout, graph.stamps.row(launch), names)
             newest = FrameTimes(frame, gpu_us, blocks, kernels)
             self._note(newest)
