@@ -30,8 +30,8 @@ from ..model._shapes import ShapeError
 from . import _autograd, _ops
 from ._autograd import GradientError, grad, is_grad_enabled, no_grad
 from ._block import InputSpec, TensorBlock, block, input, update  # a tensor program as a block of a pipeline
-from ._cache import ResultCache, Stats, keys, touch_outside
-from ._cpu import evaluate
+from ._cache import ResultCache, Stats, key, keys, touch_outside
+from ._cpu import Program, evaluate
 from ._cuda import CudaUnavailableError, to_host
 from ._explain import explain as _explain_plan
 from ._graph import Buffer, Node, topo
@@ -55,12 +55,12 @@ _SCALARS = (bool, int, float, complex, np.generic)
 
 def stats() -> Stats:
     """What evaluations did since :func:`reset_stats` (a copy): launches, nodes computed, cache hits."""
-    return Stats(**{k: getattr(_STATS, k) for k in ("evaluations", "launches", "views", "nodes", "hits")})
+    return Stats(**{k: getattr(_STATS, k) for k in ("evaluations", "launches", "views", "nodes", "hits", "plans")})
 
 
 def reset_stats() -> None:
     """Zero the counters :func:`stats` reports."""
-    for k in ("evaluations", "launches", "views", "nodes", "hits"):
+    for k in ("evaluations", "launches", "views", "nodes", "hits", "plans"):
         setattr(_STATS, k, 0)
 
 
@@ -461,7 +461,35 @@ def _nodes(*xs, scalar_peers: tuple | None = None) -> list[Node]:
     return out
 
 
+_FILLS: dict[tuple, Node] = {}
+_FILL_TYPES = (float, int, bool)
+
+
+def _fill(value, peer: Node) -> Node:
+    """The weak-scalar fill for a Python ``value`` next to ``peer`` (one shared node per value, dtype and device:
+    fills are immutable leaves, so tracing ``x * 0.5`` again makes no new fill)."""
+    key = (type(value), value, float(value).hex() if type(value) is float else 0, peer.dtype, peer.device)
+    node = _FILLS.get(key)
+    if node is None:
+        node = _ops.full((), value, _ops.scalar_dtype(value, (peer.dtype,)), peer.device)
+        if len(_FILLS) > 4096:
+            _FILLS.clear()
+        _FILLS[key] = node
+    return node
+
+
 def _elementwise(op: str, *xs) -> Tensor:
+    if len(xs) == 2:  # the hot cases first: tensor with tensor, tensor with a Python number
+        a, b = xs
+        if type(a) is Tensor:
+            if type(b) is Tensor:
+                return Tensor(_ops.elementwise(op, a.node, b.node))
+            if type(b) in _FILL_TYPES:
+                return Tensor(_ops.elementwise(op, a.node, _fill(b, a.node)))
+        elif type(b) is Tensor and type(a) in _FILL_TYPES:
+            return Tensor(_ops.elementwise(op, _fill(a, b.node), b.node))
+    elif len(xs) == 1 and type(xs[0]) is Tensor:
+        return Tensor(_ops.elementwise(op, xs[0].node))
     return Tensor(_ops.elementwise(op, *_nodes(*xs)))
 
 
@@ -569,13 +597,66 @@ def _program(nodes: list[Node], passes: Passes | None, use_cache: bool, roots=()
     return p, ks
 
 
+_PROGRAMS: dict[tuple, Program] = {}
+"""Runnable programs by structure (:func:`_signature`): a repeat skips the passes and the kernel lookups."""
+_PROGRAM_LIMIT = 4096
+_DEFAULT_PASSES = Passes()
+
+
+def _leaves(nodes: list[Node]) -> tuple[tuple[Node, ...], tuple]:
+    """The distinct leaves of ``nodes`` in first-use order, and where each output's leaves sit among them."""
+    if len(nodes) == 1:
+        return nodes[0].leaves, ()
+    leaves: list[Node] = []
+    at: dict[int, int] = {}
+    maps = []
+    for n in nodes:
+        m = []
+        for leaf in n.leaves:
+            k = at.get(id(leaf))
+            if k is None:
+                k = at[id(leaf)] = len(leaves)
+                leaves.append(leaf)
+            m.append(k)
+        maps.append(tuple(m))
+    return tuple(leaves), tuple(maps)
+
+
+def _signature(nodes: list[Node], leaves: tuple[Node, ...], maps: tuple, passes: Passes) -> tuple:
+    """What a runnable program depends on: the outputs' structure, how their leaves line up, which leaves hold
+    the same buffer (common-subexpression elimination merges those), and the passes."""
+    serials: dict[int, int] = {}
+    alias = tuple(serials.setdefault(leaf.attrs[0].serial, k) for k, leaf in enumerate(leaves))
+    return (passes, tuple(n.sid for n in nodes), maps, alias)
+
+
 def _values(nodes: list[Node], passes: Passes | None = None, use_cache: bool = True) -> list:
-    p, ks = _program(nodes, passes, use_cache)
+    passes = passes or _DEFAULT_PASSES
+    leaves, maps = _leaves(nodes)
+    touch_outside(leaves)
+    cache = _CACHE if use_cache else None
+    if cache is not None:
+        found = [cache.get(key(n)) for n in nodes]
+        if all(v is not None for v in found):  # every result is known: nothing runs
+            _STATS.hits += len(nodes)
+            return found
+    sig = _signature(nodes, leaves, maps, passes)
+    ready = _PROGRAMS.get(sig)
+    if ready is not None and (cache is None or not ready.cached_any(leaves, cache)):
+        if ready.steps:
+            _STATS.evaluations += 1
+        return ready.run(leaves, cache, _STATS)
+    p, _ = _program(nodes, passes, use_cache)
+    _STATS.plans += 1
     _STATS.hits += builtins.sum(o in p.known for o in p.outputs)
     if p.groups:
         _STATS.evaluations += 1
-    values = evaluate(p, ks, _CACHE if use_cache else None, _STATS)
-    return [values[p.input_map.get(n, n)] for n in nodes]
+    runnable, values = evaluate(p, leaves, cache, _STATS)
+    if not p.known:
+        if len(_PROGRAMS) >= _PROGRAM_LIMIT:
+            _PROGRAMS.clear()
+        _PROGRAMS[sig] = runnable
+    return values
 
 
 def realize(*tensors: Tensor, passes: Passes | None = None, cache: bool = True):

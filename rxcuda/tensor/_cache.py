@@ -1,11 +1,12 @@
 """The result cache: a realized result keyed by the structure of the graph that computes it and by its inputs'
-identity, metadata and versions, so evaluating the same program again with unchanged inputs runs nothing, and
-a changed input invalidates exactly the results that depend on it.
+identity and versions, so evaluating the same program again with unchanged inputs runs nothing, and a changed
+input invalidates exactly the results that depend on it.
 
-A key is a digest over (op, attributes, shape, dtype, device, the inputs' keys); a ``const`` leaf's key holds
-its buffer's serial number and version. Buffers a tensor owns bump their version on every write through
-rxcuda; arrays from outside count as changed at every evaluation (:func:`touch_outside`) unless marked
-unchanged, so a result is never stale.
+A node's key is its structural id (``Node.sid``: op, attributes, shape, dtype, device and the same of everything
+below it, interned when the node is made) with the buffer serial number and version of each ``const`` leaf it
+reads (``Node.leaves``): equal keys compute equal values. Buffers a tensor owns bump their version on every
+write through rxcuda; arrays from outside count as changed at every evaluation (:func:`touch_outside`) unless
+marked unchanged, so a result is never stale.
 
 >>> import numpy as np
 >>> from ._ops import full
@@ -17,7 +18,6 @@ True
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable
 
@@ -37,16 +37,14 @@ def _attr_text(node: Node) -> str:
     return repr(node.attrs)
 
 
-def keys(nodes: Iterable[Node]) -> dict[Node, bytes]:
-    """Each node's structural key; ``nodes`` in an order with inputs first (``topo``)."""
-    out: dict[Node, bytes] = {}
-    for n in nodes:
-        h = hashlib.blake2b(digest_size=16)
-        h.update(f"{n.op}|{_attr_text(n)}|{n.shape}|{n.dtype.str}|{n.device}".encode())
-        for i in n.inputs:
-            h.update(out[i])
-        out[n] = h.digest()
-    return out
+def key(node: Node) -> tuple:
+    """``node``'s result key: its structural id and the (serial, version) of each leaf it reads."""
+    return (node.sid, tuple((leaf.attrs[0].serial, leaf.attrs[0].version) for leaf in node.leaves))
+
+
+def keys(nodes: Iterable[Node]) -> dict[Node, tuple]:
+    """Each node's result key (:func:`key`)."""
+    return {n: key(n) for n in nodes}
 
 
 def touch_outside(nodes: Iterable[Node]) -> None:
@@ -64,13 +62,15 @@ def touch_outside(nodes: Iterable[Node]) -> None:
 class Stats:
     """What evaluations did since the last reset: ``evaluations`` (realize calls that needed something),
     ``launches`` (groups run, a kernel each on a GPU; views excluded), ``views`` (view groups: no launch),
-    ``nodes`` (ops computed) and ``hits`` (requested results the cache already had)."""
+    ``nodes`` (ops computed), ``hits`` (requested results the cache already had) and ``plans`` (evaluations that
+    ran the passes: a structure not seen before; a repeat over new arrays reuses its runnable program)."""
 
     evaluations: int = 0
     launches: int = 0
     views: int = 0
     nodes: int = 0
     hits: int = 0
+    plans: int = 0
 
 
 class ResultCache:
@@ -79,21 +79,21 @@ class ResultCache:
     def __init__(self, limit: int = 512 << 20):
         self.limit = limit
         self.bytes = 0
-        self._items: OrderedDict[bytes, object] = OrderedDict()
+        self._items: OrderedDict[tuple, object] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def __contains__(self, key: bytes) -> bool:
+    def __contains__(self, key) -> bool:
         return key in self._items
 
-    def get(self, key: bytes):
+    def get(self, key):
         value = self._items.get(key)
         if value is not None:
             self._items.move_to_end(key)
         return value
 
-    def put(self, key: bytes, value) -> None:
+    def put(self, key, value) -> None:
         if key in self._items:
             return
         size = int(getattr(value, "nbytes", 0))

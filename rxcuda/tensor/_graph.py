@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import itertools
 
-import attrs
 import numpy as np
 
 from ..model._shapes import Shape
@@ -68,19 +67,79 @@ class Buffer:
         return f"Buffer(#{self.serial} v{self.version}, {kind})"
 
 
-@attrs.frozen(eq=False)
-class Node:
-    """One operation of a lazy tensor program (see the module docstring for ``op`` and ``attrs``)."""
+_SIDS: dict[tuple, int] = {}
+_next_sid = itertools.count()
+SID_LIMIT = 1 << 20
+"""Structures remembered before the table is forgotten (new nodes then get fresh ids: a missed match, never a
+false one)."""
 
-    op: str
-    inputs: tuple[Node, ...]
-    attrs: tuple
-    shape: Shape
-    dtype: np.dtype
-    device: str
+
+def _leaf_layout(buf: Buffer) -> object:
+    """What of a held array a kernel is specialised on besides shape and dtype: its strides."""
+    strides = getattr(buf.array, "strides", None)
+    return None if strides is None else tuple(strides)
+
+
+class Node:
+    """One operation of a lazy tensor program (see the module docstring for ``op`` and ``attrs``); immutable
+    by convention, hashed by identity.
+
+    Beside its fields a node has ``sid``, its **structural id**: equal ids mean equal programs up to which data
+    the ``const`` leaves hold (op, attributes, shape, dtype, device and, through the inputs' ids, the whole
+    subgraph; a leaf contributes its shape, dtype, device and strides, a fill its value), and ``leaves``: the
+    distinct ``const`` leaves the node reads, in first-use order. The pair (``sid``, the leaves' data) says
+    exactly what a node computes: it is the result cache's key (:func:`~._cache.keys`), and ``sid`` alone keys
+    the compiled-plan cache, so a program traced again over new arrays of the same layout reuses its plan.
+    Ids are interned once per structure when the node is made (a dict lookup).
+    """
+
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "device", "sid", "leaves", "__weakref__")
+
+    def __init__(self, op: str, inputs: tuple[Node, ...], attrs: tuple, shape: Shape, dtype: np.dtype,
+                 device: str):
+        self.op, self.inputs, self.attrs, self.shape, self.dtype, self.device = op, inputs, attrs, shape, dtype, device
+        if op == "const":
+            key: tuple = ("const", shape, dtype, device, _leaf_layout(attrs[0]))
+            self.leaves: tuple[Node, ...] = (self,)
+        elif op == "full":
+            v = attrs[0]
+            key = ("full", np.asarray(v).tobytes(), shape, dtype, device)  # -0.0 and 0.0 differ
+            self.leaves = ()
+        elif len(inputs) == 1:
+            key = (op, attrs, shape, dtype, device, inputs[0].sid)
+            self.leaves = inputs[0].leaves
+        else:
+            leaves = list(inputs[0].leaves)
+            maps = []
+            for i in inputs[1:]:
+                if _is_prefix(i.leaves, leaves):
+                    maps.append(None)  # the same leaves in the same order (the common case): no map
+                    continue
+                at = {id(n): k for k, n in enumerate(leaves)}
+                m = []
+                for n in i.leaves:
+                    k = at.get(id(n))
+                    if k is None:
+                        k = len(leaves)
+                        leaves.append(n)
+                    m.append(k)
+                maps.append(tuple(m))
+            key = (op, attrs, shape, dtype, device, tuple(i.sid for i in inputs), tuple(maps))
+            self.leaves = tuple(leaves)
+        sid = _SIDS.get(key)
+        if sid is None:
+            if len(_SIDS) >= SID_LIMIT:
+                _SIDS.clear()
+            sid = _SIDS[key] = next(_next_sid)
+        self.sid: int = sid
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {self.shape}, {self.dtype}, {self.device})"
+
+
+def _is_prefix(part: tuple, leaves: list) -> bool:
+    """Whether ``part`` is the first ``len(part)`` nodes of ``leaves``."""
+    return len(part) <= len(leaves) and all(a is b for a, b in zip(part, leaves, strict=False))
 
 
 def topo(outputs) -> list[Node]:

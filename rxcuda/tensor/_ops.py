@@ -215,8 +215,16 @@ def alias(x: Node) -> Node:
 
 
 def elementwise(op: str, *inputs: Node) -> Node:
-    device, inputs = place(op, inputs)
-    shape = broadcast_shapes(*(i.shape for i in inputs), op=op)
+    first = inputs[0]
+    if op != "where" and op not in BACKENDS and all(i.device == first.device for i in inputs):
+        device = first.device  # the common case: one device, an op every backend runs (what place() decides)
+    else:
+        device, inputs = place(op, inputs)
+    big = max((i.shape for i in inputs), key=len)
+    if all(i.shape == big or not i.shape for i in inputs):
+        shape = big  # equal shapes, or scalars beside one shape
+    else:
+        shape = broadcast_shapes(*(i.shape for i in inputs), op=op)
     if op == "where":
         cond = inputs[0] if inputs[0].dtype == np.bool_ else cast(inputs[0], np.bool_)
         dtype = result_dtype("where", tuple(i.dtype for i in inputs))
