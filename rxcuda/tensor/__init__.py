@@ -652,10 +652,11 @@ def _values(nodes: list[Node], passes: Passes | None = None, use_cache: bool = T
     if p.groups:
         _STATS.evaluations += 1
     runnable, values = evaluate(p, leaves, cache, _STATS)
-    if not p.known:
-        if len(_PROGRAMS) >= _PROGRAM_LIMIT:
-            _PROGRAMS.clear()
-        _PROGRAMS[sig] = runnable
+    if p.known:  # this plan skips what the cache had: a repeat needs the plan that computes everything
+        runnable = Program(_program(nodes, passes, False)[0], leaves)
+    if len(_PROGRAMS) >= _PROGRAM_LIMIT:
+        _PROGRAMS.clear()
+    _PROGRAMS[sig] = runnable
     return values
 
 

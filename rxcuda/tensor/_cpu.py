@@ -124,6 +124,8 @@ class Program:
             else:
                 self.launches += 1
             self.nodes += len(g.nodes)
+            if g.kind == "view":
+                continue  # a view costs nothing to make again: caching it would only make plans differ
             for o in g.outputs:
                 self.puts.append((at(o), o.sid, tuple(position[id(leaf)] for leaf in o.leaves)))
         self.out_slots = [at(o) for o in plan.outputs]
@@ -158,10 +160,11 @@ class Program:
         return [self.cuda.array(env[s]) for s in self.out_slots]
 
     def cached_any(self, leaves: tuple[Node, ...], cache: ResultCache) -> bool:
-        """Whether ``cache`` holds any value this program computes, for these leaves (a plan that skips it
-        would do less)."""
+        """Whether ``cache`` holds any value this program computes from these leaves (a plan that skips it
+        would do less). Values that read no leaf (constants, such as a gradient's seed) do not count: they are
+        cheap, and they would send every repeat back to the passes."""
         versions = [(leaf.attrs[0].serial, leaf.attrs[0].version) for leaf in leaves]
-        return any((sid, tuple(versions[k] for k in reads)) in cache for _, sid, reads in self.puts)
+        return any((sid, tuple(versions[k] for k in reads)) in cache for _, sid, reads in self.puts if reads)
 
 
 def evaluate(plan: Plan, leaves: tuple[Node, ...], cache: ResultCache | None, stats: Stats) -> tuple[Program, list]:

@@ -111,3 +111,21 @@ def test_several_outputs_with_different_leaves(rng):
         u, v = rt.realize(ta * tb, tc - tb)
         np.testing.assert_array_equal(u.numpy(), a * b)
         np.testing.assert_array_equal(v.numpy(), c - b)
+
+
+def test_a_training_step_plans_once(rng):
+    """Forward, loss and gradients again over new batches: one plan (a cached constant, such as the gradient's
+    seed, or a cached view of a weight does not send the repeat back to the passes)."""
+    w = rt.tensor(rng.standard_normal((6, 3)), requires_grad=True)
+    b = rt.tensor(np.zeros(3), requires_grad=True)
+    plans = []
+    for _ in range(4):
+        x, y = rng.standard_normal((5, 6)), rng.standard_normal((5, 3))
+        loss = ((rt.asarray(x) @ w + b - rt.asarray(y)) ** 2).sum() / 5.0
+        gw, gb = rt.grad(loss, [w, b])
+        rt.realize(loss, gw, gb)
+        r = x @ w.numpy() + b.numpy() - y
+        np.testing.assert_allclose(gw.numpy(), 2 * x.T @ r / 5, rtol=1e-12)
+        np.testing.assert_allclose(gb.numpy(), 2 * r.sum(0) / 5, rtol=1e-12)
+        plans.append(rt.stats().plans)
+    assert plans[0] == plans[-1]  # only the first step planned (the step, and the checks' own programs)
