@@ -12,27 +12,42 @@ program is planned with the usual passes, and the plan becomes a :class:`~rxcuda
   the CUDA C++ of ``_codegen.generate`` compiled through NVRTC, launched with ``_codegen.launch_shape``.
   Other scalar fills of the program (literals such as the ``2`` of ``x * 2``) are baked into the source, so
   editing a literal changes only the code;
-- values passed from one kernel to another are the block's **internal buffers**; views between kernels
-  (transpose, reshape, ``None`` axes, broadcasting) are strides the reading kernel uses, no copy;
+- each ``matmul`` is **one cuBLAS GEMM call** (``gemm0``, ``gemm1``... in run order: an
+  ``rxcuda.libraries.gemm`` step, captured as a child-graph node between the kernels): 2-D operands, or a 1-D
+  one as a matrix of one row (first) or one column (second); f32, f64 or f16, both of one type; each operand
+  an input port, a computed buffer, or the transpose of either (``x.T @ w`` sets cuBLAS's transpose flag: no
+  copy). Its ``alpha`` is the scalar parameter ``gemm0_alpha`` (1.0; a device scalar, so setting it scales
+  that product as a hot update);
+- values passed from one kernel or call to another are the block's **internal buffers**; views between
+  kernels (transpose, reshape, ``None`` axes, broadcasting) are strides the reading kernel uses, no copy;
 - the returned tensor is the output port ``out``; a tuple/list gives ``out0``, ``out1``...; a dict names
-  them.
+  them. A bool output is a ``u8`` port of one byte per element (so a block can compute a region's flag).
 
-Not yet in blocks (each raises ValueError saying so): ``matmul`` (put an ``rxcuda.libraries.gemm`` block next
-to it), device copies, arrays captured from outside ``fn`` (pass them as inputs), slices that start past
-element 0, an output that is a view or is also read by a later kernel of the block (return ``y + 0``), and a
-group the generator cannot express.
+Not yet in blocks (each raises ValueError saying so): a batched (more than 2-D) matmul, a matmul of a view
+cuBLAS cannot read as a matrix or its transpose (a column slice, a step, a broadcast: make it a buffer with
+``x[:, :k] + 0``), matmul operands of two types, device copies, arrays captured from outside ``fn`` (pass
+them as inputs), slices that start past element 0, an output that is a view or is also read by a later kernel
+of the block (return ``y + 0``), and a group the generator cannot express.
 
 :meth:`TensorBlock.retrace` (or :func:`update`) traces a new program for the same inputs: when the kernels,
-their parameter layouts, the ports, parameters and internal buffers are all unchanged, each kernel whose
-source changed is swapped through ``Block.set_code`` (Code tier, no rebuild); otherwise the block takes the
-new description in place (the engine rebuilds: Structure tier; in an engine through ``engine.replace``, so
-the ports in use must still fit, and parameter bindings end). ``block.last_change`` says what changed.
-Parameter values carry over by name.
+their parameter layouts, the GEMM calls (shapes, types, transposes), the ports, parameters and internal
+buffers are all unchanged, each kernel whose source changed is swapped through ``Block.set_code`` (Code
+tier, no rebuild: an edited literal next to a GEMM, say); otherwise the block takes the new description in
+place (the engine rebuilds: Structure tier; in an engine through ``engine.replace``, so the ports in use must
+still fit, and parameter bindings end). ``block.last_change`` says what changed. Parameter values carry over
+by name.
+
+A tensor block sits in a region (``rxcuda.If(flag, [blk])``) or a composite (``Composite.add(blk)``) like
+any block: its kernels and GEMMs become nodes of the frame graph there.
 
 >>> import rxcuda.tensor as rt
 >>> blk = rt.block(lambda x, scale: rt.exp(x * scale) + 1, x=rt.input((1024,), "f32"), scale=0.5)
 >>> [p.name for p in blk.inputs], [p.name for p in blk.outputs], blk.params["scale"].value
 (['x'], ['out'], 0.5)
+>>> layer = rt.block(lambda x, w, b: rt.maximum(x @ w + b, 0), x=rt.input((32, 64)), w=rt.input((64, 16)),
+...                  b=rt.input(16))
+>>> [k.name for k in layer.description.kernels], layer.params["gemm0_alpha"].value
+(['gemm0', 'k0'], 1.0)
 """
 
 from __future__ import annotations
@@ -47,8 +62,9 @@ import numpy as np
 
 from ..engine._blocks import Block, Parameter, Parameters
 from ..model import _dtypes
-from ..model._describe import BlockDescription, KernelSpec
+from ..model._describe import BlockDescription, CallSpec, KernelSpec
 from ..model._events import Tier
+from ..model._shapes import fmt
 from ._codegen import ENTRY, ctype, generate, group_ir, launch_shape
 from ._graph import Buffer, Node, topo
 from ._passes import Passes, plan
@@ -155,6 +171,62 @@ def _view(n: Node, src: _Ref) -> _Ref:
     raise ValueError(f"a {n.op} group is not yet in tensor blocks")
 
 
+GEMM_DTYPES = ("f32", "f64", "f16")
+"""Operand types of a matmul in a tensor block (those of ``rxcuda.libraries.gemm`` that tensors have: bf16 has no
+NumPy type)."""
+
+
+def _transposed(ref: _Ref) -> bool | None:
+    """How cuBLAS reads the matmul operand ``ref``: False where it is a C-order matrix (or vector), True where
+    it is the transpose of one (``x.T``: cuBLAS's op flag, no copy), None where it is neither (a column slice,
+    a step, a broadcast: a buffer cuBLAS cannot read as rows)."""
+    it = ref.dtype.itemsize
+    if len(ref.shape) == 1:
+        return False if ref.shape[0] == 1 or ref.strides[0] == it else None
+    (r, c), (s0, s1) = ref.shape, ref.strides
+    if (c == 1 or s1 == it) and (r == 1 or s0 == c * it):
+        return False
+    if (r == 1 or s0 == it) and (c == 1 or s1 == r * it):
+        return True
+    return None
+
+
+def _gemm(n: Node, ins: tuple[Node, ...], refs: list[_Ref | None], name: str):
+    """The cuBLAS GEMM call for the matmul ``n`` of ``ins`` (read as ``refs``: None for a fill): ``a @ b`` of
+    matrices or vectors (a vector is a matrix with one row, or one column), each operand in C order or
+    transposed (``x.T @ w``: ``trans_a``), the result a C-order buffer ``c``; ValueError naming the matmul and
+    the workaround for what cuBLAS cannot take as it is."""
+    from ..libraries import gemm
+
+    a, b = ins
+    what = f"matmul {fmt(a.shape)} @ {fmt(b.shape)} in a tensor block"
+    if len(a.shape) > 2 or len(b.shape) > 2:
+        raise ValueError(f"{what}: a batched (more than 2-D) matmul is not yet in tensor blocks; fold the batch "
+                         "axes into the rows where the second operand is one matrix ((x.reshape(-1, k) @ w)"
+                         ".reshape(...)), or put an rxcuda.libraries.gemm(m, n, k, batch=...) block beside this one")
+    names = [_dtypes.dtype_name(i.dtype) if i.dtype.kind == "f" else str(i.dtype) for i in ins]
+    if names[0] != names[1] or names[0] not in GEMM_DTYPES:
+        raise ValueError(f"{what}: the operands are {names[0]} and {names[1]}; cuBLAS GEMM takes two operands of "
+                         f"one type, {', '.join(GEMM_DTYPES)}: cast in the program (x.astype('f32') @ w)")
+    trans = []
+    for which, ref in zip(("first", "second"), refs, strict=True):
+        if ref is None:
+            raise ValueError(f"{what}: the {which} operand is a fill (rt.full, ones, zeros or a parameter), which "
+                             "has no buffer in a block; pass the matrix as an input of the block")
+        t = _transposed(ref)
+        if t is None:
+            strides = tuple(s // ref.dtype.itemsize for s in ref.strides)
+            raise ValueError(f"{what}: the {which} operand {fmt(ref.shape)} is a view with element strides "
+                             f"{strides} (a column slice, a step or a broadcast), which cuBLAS cannot read as "
+                             "a matrix in C order or its transpose; make it a buffer of its own in the program "
+                             "(x[:, :k] + 0), or pass it as an input")
+        trans.append(t)
+    m = a.shape[0] if len(a.shape) == 2 else 1
+    k = a.shape[-1]
+    cols = b.shape[1] if len(b.shape) == 2 else 1
+    return gemm(m, cols, k, dtype=names[0], trans_a=trans[0], trans_b=trans[1], name=name)
+
+
 def _keys(program: list[Node], params: Mapping[Node, str]) -> dict[Node, bytes]:
     """Structural keys for CSE (as ``_cache.keys``) where a parameter is its name, never a value: a parameter
     equal to a literal stays a parameter."""
@@ -196,6 +268,7 @@ def _bake(source: str, literals: Mapping[int, tuple[Any, np.dtype]]) -> str:
 class _Traced:
     description: BlockDescription
     groups: int
+    calls: int
     specs: dict[str, Any]
 
 
@@ -247,9 +320,6 @@ def _trace(fn: Callable, name: str, args: Mapping[str, Any]) -> _Traced:
         if n.op == "const" and n not in inputs:
             raise ValueError(f"the program reads an array {n.shape} from outside its arguments; pass it as an input "
                              "(a keyword argument) of the tensor block")
-        if n.op == "matmul":
-            raise ValueError("matmul is not yet in tensor blocks: use rxcuda.libraries.gemm (a Block.from_call next "
-                             "to this one)")
         if n.op == "copy":
             raise ValueError("a device copy (.to) has no place in a tensor block: it runs on the GPU")
     p = plan(list(outs.values()), passes=Passes(), keys=_keys(program, params))
@@ -264,11 +334,35 @@ def _trace(fn: Callable, name: str, args: Mapping[str, Any]) -> _Traced:
     readers: dict[Node, list] = {}  # computed node -> pins reading its buffer
     port_pins: dict[str, list] = {}
     param_pins: dict[str, list] = {}
-    kernels = 0
+    alphas: dict[str, Any] = {}  # each GEMM's alpha: a device scalar the engine reads from a block parameter
+    kernels = calls = 0
+
+    def read(i: Node, pin) -> None:  # ``pin`` reads the buffer holding ``i``: a port's, or an internal one
+        base = refs[i].base
+        if isinstance(base, str):
+            port_pins.setdefault(base, []).append(pin)
+        else:
+            readers.setdefault(base, []).append(pin)
+
     for g in p.groups:
         if g.kind == "view":
             for n in g.nodes:
-                refs[n] = _view(n, refs[p.inputs_of(n)[0]])
+                src = p.inputs_of(n)[0]
+                if src not in refs:
+                    raise ValueError(f"a {n.op} of a fill {fmt(src.shape)} (rt.full, ones, zeros) is not yet in "
+                                     "tensor blocks: it has no buffer; pass the array as an input of the block")
+                refs[n] = _view(n, refs[src])
+            continue
+        if g.kind == "matmul":
+            (n,) = g.nodes
+            ins = p.inputs_of(n)
+            call = b.add_call(_gemm(n, ins, [refs.get(i) for i in ins], f"gemm{calls}"))
+            calls += 1
+            for i, pin in zip(ins, ("a", "b"), strict=True):
+                read(i, call[pin])
+            producer[n] = (call, "c")
+            refs[n] = _contiguous(n, n.shape, n.dtype)
+            alphas[f"{call.name}_alpha"] = call["alpha"]
             continue
         if g.kind not in ("elementwise", "reduce"):
             raise ValueError(f"a {g.kind} group is not yet in tensor blocks")
@@ -290,11 +384,7 @@ def _trace(fn: Callable, name: str, args: Mapping[str, Any]) -> _Traced:
                 if i in params:
                     param_pins.setdefault(params[i], []).append(k[f"s{j}"])
                 continue
-            ref = refs[i]
-            if isinstance(ref.base, str):
-                port_pins.setdefault(ref.base, []).append(k[f"in{j}"])
-            else:
-                readers.setdefault(ref.base, []).append(k[f"in{j}"])
+            read(i, k[f"in{j}"])
         for j, o in enumerate(g.outputs):
             producer[o] = (k, f"out{j}")
             refs[o] = _contiguous(o, o.shape, o.dtype)
@@ -308,44 +398,53 @@ def _trace(fn: Callable, name: str, args: Mapping[str, Any]) -> _Traced:
         if key not in param_pins:
             raise ValueError(f"parameter '{key}' is not used by a kernel of the tensor block")
         b.scalar(key, param_pins[key], default=leaf.attrs[0].item())
+    for key, pin in alphas.items():
+        if key in specs or key in outs:
+            raise ValueError(f"'{key}' names the alpha parameter of the block's GEMM {key[:-6]}; give the "
+                             f"{'argument' if key in specs else 'output'} another name")
+        b.scalar(key, pin, default=1.0)
     for n, key in out_name.items():
         if n not in producer:
             what = "an input or parameter" if n.op in ("const", "full") else f"a {n.op} view"
             raise ValueError(f"output '{key}' is {what}, not a value a kernel computes: not yet in tensor blocks; "
                              f"return a computed value ({key} + 0)")
         if n in readers:
-            raise ValueError(f"output '{key}' is also read by a later kernel of the block: not yet in tensor "
+            raise ValueError(f"output '{key}' is also read by a later kernel or GEMM of the block: not yet in tensor "
                              f"blocks; return a copy of it ({key} + 0)")
         k, pin = producer[n]
-        b.output(key, k[pin], **({"shape": n.shape} if n.shape else {"count": 1}))
+        # a bool is one byte the generated kernel writes through an untyped pointer: a u8 port (a region's flag)
+        b.output(key, k[pin], dtype="u8" if n.dtype == np.bool_ else None,
+                 **({"shape": n.shape} if n.shape else {"count": 1}))
     for n, (k, pin) in producer.items():
         if n not in out_name and n in readers:
             b.connect(k[pin], readers[n], count=max(1, int(np.prod(n.shape, dtype=np.int64))),
                       name=f"{k.name}.{pin}")
     block = b.build()
-    return _Traced(block.description, kernels, specs)
+    return _Traced(block.description, kernels, calls, specs)
 
 
 class TensorBlock(Block):
-    """A block traced from a tensor program (see :func:`block`). ``kernels`` counts its kernels (one per
-    fused group); :meth:`retrace` gives it a new program."""
+    """A block traced from a tensor program (see :func:`block`). ``kernels`` counts its generated kernels (one
+    per fused group), ``calls`` its library calls (one GEMM per matmul); :meth:`retrace` gives it a new
+    program."""
 
     def __init__(self, traced: _Traced, fn: Callable):
         super().__init__(traced.description)
         self.fn = fn
         self.kernels = traced.groups
+        self.calls = traced.calls
         self._specs = traced.specs
         self.last_change = ""
 
     def retrace(self, fn: Callable) -> Tier | None:
-        """Trace ``fn`` for the same inputs and parameters. Unchanged kernel layouts, ports, parameters and
-        internal buffers: the kernels whose code changed are swapped in (Code tier; ``"nothing"`` if none
+        """Trace ``fn`` for the same inputs and parameters. Unchanged kernel layouts, GEMM calls, ports,
+        parameters and internal buffers: the kernels whose code changed are swapped in (Code tier; ``"nothing"`` if none
         did: None). Otherwise the block takes the new description in place and the engine rebuilds it (Structure
         tier); ``last_change`` says what changed."""
         traced = _trace(fn, self.name, self._specs)
         new, old = traced.description, self.description
         why = _difference(old, new)
-        self.fn, self.kernels = fn, traced.groups
+        self.fn, self.kernels, self.calls = fn, traced.groups, traced.calls
         if not why:
             swapped = [k.name for k, n in zip(old.kernels, new.kernels, strict=True)
                        if isinstance(k, KernelSpec) and isinstance(n, KernelSpec) and k.code.key != n.code.key]
@@ -384,10 +483,14 @@ def _difference(old: BlockDescription, new: BlockDescription) -> str:
     """What keeps ``new`` from being a Code-tier swap of ``old`` ("" when nothing does)."""
     ok, nk = [k.name for k in old.kernels], [k.name for k in new.kernels]
     if ok != nk:
-        return f"kernels {len(ok)} -> {len(nk)}"
+        return f"kernels {', '.join(ok)} -> {', '.join(nk)}"
     for a, c in zip(old.kernels, new.kernels, strict=True):
+        if isinstance(a, CallSpec) and isinstance(c, CallSpec):  # a library call (a GEMM): the same call or not
+            if (a.key, a.params, a.device_scalars) != (c.key, c.params, c.device_scalars):
+                return f"call {a.name}: {getattr(c, 'summary', '') or 'another call'}"
+            continue
         if not (isinstance(a, KernelSpec) and isinstance(c, KernelSpec)):
-            return f"{a.name}: not a kernel"
+            return f"{a.name}: a kernel and a library call"
         if not a.code.signature.same_layout(c.code.signature):
             return f"parameter layout of kernel {a.name}"
         if a.launch != c.launch:
