@@ -5,13 +5,31 @@ axes, its inputs (a scalar fill, or an array with its shape, dtype and element s
 attributes, shape, dtype, and where each input comes from) and which nodes it writes. The IR is pure hashable
 data, so the :class:`KernelFactory` keys compiled kernels on it: the same structure again is a dict hit.
 
-Two kernel shapes come out of :func:`generate`:
+Three kernel shapes come out of :func:`generate`; :func:`launch_shape` gives each its grid and block (the
+only launch contract: callers launch exactly that), and both come from one plan per IR (:func:`_planned`):
 
-- **elementwise** (one thread per element of the space, grid-stride): every node is evaluated at the
-  element; a per-row value (reduced axes kept at 1, or dropped) is written once per row;
-- **reduce** (one block of 256 threads per row of the non-reduced axes): each reduction is a strided loop
-  over the reduced axes and a tree in shared memory; nodes that need a reduction run after it (softmax is
-  max, then sum of exp, then the divide: three loops in one kernel), per-row values once per row.
+- **elementwise**: blocks of 256 threads, each thread doing 4 elements 256 apart (coalesced) per grid-stride
+  step, with no bounds checks on whole tiles. An input laid out like the space is read as ``in[i]``; the
+  linear index is decomposed into coordinates only where an operand is strided or broadcast, or a per-row
+  value (reduced axes kept at 1, or dropped) is written once per row;
+- **rows** (register-resident reduce, rows of up to 16384 elements of 4 bytes, 8192 of 8): each row of the
+  non-reduced axes belongs to a group of lanes: a whole block for long rows (64..1024 threads, sized from
+  the row length so a thread holds at most 16 elements, 8 of 8 bytes) or 1..32 lanes of a warp for short
+  ones (several rows per block: the MLP's 10-class softmax does not waste a block a row). The row is cut into
+  chunks of V consecutive elements, V = 16 bytes (float4, double2) where the row is contiguous in an operand
+  and a run-time check finds the pointers 16-byte aligned (else the same chunks are read element by
+  element); lane ``l`` holds chunks ``k * G + l`` in registers (compile-time count, unrolled). So every input
+  element is read from global memory once and every per-element output written once: softmax loads the
+  row, folds the max, exps and folds the sum, divides and stores; layernorm loads, folds the mean, forms
+  ``d = x - mean`` and the mean of ``d * d``, and stores. A reduction is a per-lane fold, a
+  ``__shfl_xor_sync`` butterfly over the group and, across the warps of a block, one shared slot per warp.
+  Indices are 32-bit wherever every index fits;
+- **loop** (rows too long for registers, or an empty reduced extent): one block of 256 threads per row;
+  each reduction level is a strided loop over the reduced axes and a tree in shared memory, recomputing the
+  per-element values it needs from global memory (softmax reads the row three times).
+
+Math stays precise (``expf``, ``logf``, ``sqrtf``, IEEE division; no fast-math), and f32 kernels stay in f32:
+literals are cast to the kernel's type and float functions take their ``f`` names.
 
 A group the generator cannot express (a dtype without a CUDA C type, an operand read at coordinates other than
 the ones it is evaluated at) gives ``None``; the backend then runs that group op by op.
@@ -19,13 +37,17 @@ the ones it is evaluated at) gives ``None``; the backend then runs that group op
 >>> import numpy as np
 >>> ir = (("elementwise", (4,), None, (("array", (4,), "<f4", (1,)), ("scalar", "<f4")),
 ...        (("mul", (), (4,), "<f4", (("i", 0), ("i", 1))),), (0,)))
->>> "v0 = (float)(((float)(in0[(c0 * 1)]) * (float)(s1)))" in generate(ir)
+>>> "v0 = (float)(((float)(in0[i]) * (float)(s1)))" in generate(ir)
 True
+>>> launch_shape(ir)
+(1, 256)
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,6 +56,21 @@ from ._graph import Node
 BLOCK = 256
 ENTRY = "rx_group"
 _MAX_GRID = 1 << 20
+_INT32 = 2**31 - 1
+_REDUCE = ("sum", "max", "min", "mean")
+#: register-resident rows: at most this many elements per thread (half for 8-byte values) and at most
+#: ``_MAX_THREADS`` threads per row, so rows of up to 16384 (4-byte) / 8192 (8-byte) elements are read once
+_ELEMS_PER_THREAD = 16
+_MAX_THREADS = 1024
+#: rows of at most this many chunks are handled by 1..32 lanes of a warp (several rows per block)
+_SHORT_ROW = 128
+#: short rows shrink the block (down to one warp) until the grid has this many blocks (2 per SM of an H100)
+_MIN_BLOCKS = 264
+#: elementwise: threads per block and elements per thread (``threads`` apart, coalesced)
+_EW_THREADS, _EW_UNROLL = 256, 4
+_VECTOR = {"float": "float4", "int": "int4", "unsigned int": "uint4", "double": "double2", "long long": "longlong2",
+           "unsigned long long": "ulonglong2"}
+_FIELDS = "xyzw"
 
 CTYPES = {
     "b1": "bool", "i1": "signed char", "u1": "unsigned char", "i2": "short", "u2": "unsigned short",
@@ -100,7 +137,9 @@ def _ir(group, plan, values: list) -> tuple:
     index = {n: j for j, n in enumerate(group.nodes)}
     kind = "reduce" if group.kind == "reduce" else "elementwise"
     ir = (kind, tuple(group.space), group.axes, tuple(inputs), tuple(nodes), tuple(index[o] for o in group.outputs))
-    _Layout(ir)  # raises Unsupported where the coordinates do not line up
+    lay = _Layout(ir)  # raises Unsupported where the coordinates do not line up
+    if kind == "reduce":
+        _levels(lay)  # raises Unsupported for a per-row value computed without a reduction
     return ir
 
 
@@ -236,17 +275,345 @@ def _strides(shape: tuple) -> tuple:
     return tuple(reversed(out))
 
 
-def _decompose(var: str, axes: tuple, space: tuple, indent: str) -> list[str]:
+def _pow2ceil(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _axis_strides(lay: _Layout, k: int, at: tuple) -> dict[int, int]:
+    """The element stride of input ``k`` along each space axis it is read at (at ``at``); axes of length 1
+    and stride 0 (broadcast) are left out, so an axis missing from the map does not move the address."""
+    return {a: s for a, s in zip(at, lay.inputs[k][3], strict=True) if a is not None and lay.space[a] != 1 and s}
+
+
+def _index_type(lay: _Layout, bound: int) -> str:
+    """``int`` where every index the kernel forms (up to ``bound``, and every input offset) fits in 31 bits."""
+    extent = max((sum((d - 1) * abs(s) for d, s in zip(i[1], i[3], strict=True)) for i in lay.inputs
+                  if i[0] == "array"), default=0)
+    return "int" if max(bound, extent) <= _INT32 else "long long"
+
+
+def _coord(a: int, var: str, axes: list[int], strides: dict[int, int], space: tuple) -> str:
+    """Coordinate ``a`` of the row-major linear index ``var`` over ``axes`` (compile-time divisors)."""
+    if len(axes) == 1:
+        return var
+    e = var if strides[a] == 1 else f"({var} / {strides[a]})"
+    return e if a == axes[0] else f"({e} % {space[a]})"
+
+
+def _levels(lay: _Layout) -> tuple[list[int], set[int], list[int]]:
+    """For a reduce IR: each node's level (how many reductions it depends on, through each other), the
+    per-element nodes (not reductions) and the per-row nodes; raises Unsupported for a per-row value
+    computed from per-element values without a reduction."""
+    nodes = lay.nodes
+    level = []
+    for j, (op, _, _, _, refs) in enumerate(nodes):
+        lv = max((level[r] for s, r in refs if s == "n"), default=0)
+        if op in _REDUCE:
+            lv += 1
+        elif not lay.is_full(j) and any(s == "n" and lay.is_full(r) and nodes[r][0] not in _REDUCE
+                                        for s, r in refs):
+            raise Unsupported("a per-row value computed from per-element values without a reduction")
+        level.append(lv)
+    full = {j for j in range(len(nodes)) if lay.is_full(j) and nodes[j][0] not in _REDUCE}
+    rows = [j for j in range(len(nodes)) if j not in full and nodes[j][0] not in _REDUCE]
+    return level, full, rows
+
+
+def _decompose(var: str, axes: tuple, space: tuple, indent: str, idx: str = "long long") -> list[str]:
     """Lines setting ``c<axis>`` for ``axes`` (row-major) from the linear index ``var``."""
-    lines = [f"{indent}long long t_ = {var};"]
+    sfx = "LL" if idx == "long long" else ""
+    lines = [f"{indent}{idx} t_ = {var};"]
     for a in reversed(axes):
-        lines.append(f"{indent}const long long c{a} = t_ % {space[a]}LL; t_ /= {space[a]}LL;")
+        lines.append(f"{indent}const {idx} c{a} = t_ % {space[a]}{sfx}; t_ /= {space[a]}{sfx};")
     return lines
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How one kernel maps onto the GPU: its mode (``elementwise``, ``rows``: register-resident rows,
+    ``loop``: strided loops over long rows), ``threads`` per block and ``blocks``; for ``rows`` the lanes
+    per row (``group``), chunks per lane (``per``) and elements per chunk (``vec``); the index type."""
+
+    mode: str
+    threads: int
+    blocks: int
+    group: int = 0
+    per: int = 0
+    vec: int = 1
+    idx: str = "long long"
+
+
+@functools.lru_cache(maxsize=4096)
+def _planned(ir: tuple) -> tuple[_Layout, _Shape, _Rows | None]:
+    """The layout, launch shape and (for register-resident rows) row plan of ``ir``: computed once per IR,
+    so :func:`launch_shape` and :func:`generate` agree and a launch does not re-plan."""
+    lay = _Layout(ir)
+    size = math.prod(lay.space)
+    if lay.kind != "reduce":
+        threads, per_block = _EW_THREADS, _EW_THREADS * _EW_UNROLL
+        blocks = min(-(-size // per_block), _MAX_GRID)
+        return lay, _Shape("elementwise", threads, blocks, idx=_index_type(lay, size + (blocks + 1) * per_block)), None
+    rows = _Rows(lay)
+    if rows.shape is not None:
+        return lay, rows.shape, rows
+    nrows = math.prod(lay.space[a] for a in lay.rowaxes)
+    return lay, _Shape("loop", BLOCK, min(nrows, _MAX_GRID)), None
+
+
+class _Rows:
+    """The register-resident row kernel for a reduce IR (``shape`` None where the row is too long for it).
+
+    Each row of the non-reduced axes is handled by a group of ``G`` lanes: a whole block (64..1024 threads)
+    for long rows, or 1..32 lanes of a warp for short ones (several rows per block). The row is cut into
+    chunks of ``V`` consecutive elements (``V`` = 16 bytes when the row is contiguous in every operand, read
+    as float4/double2 after a run-time alignment check; else 1); lane ``l`` holds chunks ``k*G + l`` for
+    ``k < PER`` in registers. Every input element is loaded once, every reduction is a per-lane fold then
+    ``__shfl_xor_sync`` across the group (and a shared slot per warp across a block), and every per-element
+    output is stored once."""
+
+    def __init__(self, lay: _Layout):
+        sp = lay.space
+        self.lay = lay
+        self.red = [a for a in sorted(lay.axes) if sp[a] != 1]
+        self.rowax = [a for a in lay.rowaxes if sp[a] != 1]
+        self.nred = math.prod(sp[a] for a in self.red)
+        self.nrows = math.prod(sp[a] for a in self.rowax)
+        self.level, self.full, self.rows = _levels(lay)
+        self.rs = dict(zip(self.red, _strides(tuple(sp[a] for a in self.red)), strict=True))
+        self.rrs = dict(zip(self.rowax, _strides(tuple(sp[a] for a in self.rowax)), strict=True))
+        self.keys: dict[tuple, int] = {}  # (input, coordinates it is read at) -> q: one load per key
+        for j, (_, _, _, _, refs) in enumerate(lay.nodes):
+            for k, (s, r) in enumerate(refs):
+                if s == "i" and lay.inputs[r][0] == "array":
+                    self.keys.setdefault((r, lay.reads[j][k]), len(self.keys))
+        self.st = {key: _axis_strides(lay, *key) for key in self.keys}
+        self.full_read = {key for key in self.keys if any(a in self.st[key] for a in self.red)}
+        space_strides = _strides(sp)
+        self.ost = {a: space_strides[a] for a in self.red + self.rowax}
+        self.full_out = [(o, j) for o, j in enumerate(lay.outputs) if j in self.full]
+        self.shape = self._plan()
+
+    def contiguous(self, st: dict[int, int]) -> bool:
+        """Whether element ``r`` of a row is at offset ``r`` from the row's start."""
+        return all(st.get(a) == self.rs[a] for a in self.red)
+
+    def _plan(self) -> _Shape | None:
+        lay, nred, nrows = self.lay, self.nred, self.nrows
+        held = [np.dtype(lay.inputs[k][2]).itemsize for k, _ in self.full_read]
+        held += [np.dtype(lay.nodes[j][3]).itemsize for j in self.full]
+        most = _ELEMS_PER_THREAD if max(held, default=1) <= 4 else _ELEMS_PER_THREAD // 2
+        if nred == 0 or nred > most * _MAX_THREADS:
+            return None
+        sizes = {np.dtype(lay.inputs[k][2]).itemsize for k, _ in self.full_read}
+        sizes |= {np.dtype(lay.nodes[j][3]).itemsize for _, j in self.full_out}
+        self.vector_keys, self.vector_outs, vec = [], [], 1
+        if len(sizes) == 1 and (size := sizes.pop()) in (4, 8) and nred % (16 // size) == 0:
+            v = 16 // size
+            self.vector_keys = [key for key in self.keys if key in self.full_read and self.contiguous(self.st[key])
+                                and all(s % v == 0 for a, s in self.st[key].items() if a in self.rrs)]
+            self.vector_outs = [(o, j) for o, j in self.full_out if self.contiguous(self.ost)]
+            if self.vector_keys or self.vector_outs:
+                vec = v
+        chunks = -(-nred // vec)
+        if chunks <= _SHORT_ROW:  # short rows: 1..32 lanes of a warp per row, several rows per block
+            group = min(32, _pow2ceil(-(-chunks // 4)))
+            threads = 256
+            while threads > 32 and -(-nrows // (threads // group)) < _MIN_BLOCKS:
+                threads //= 2
+        else:  # one block per row, sized so each thread holds at most `most` elements
+            threads = group = min(_MAX_THREADS, max(64, _pow2ceil(-(-nred // most))))
+        per = -(-chunks // group)
+        rows_per_block = threads // group
+        blocks = min(-(-nrows // rows_per_block), _MAX_GRID)
+        idx = _index_type(lay, max(nrows * nred, nrows + (blocks + 1) * rows_per_block))
+        return _Shape("rows", threads, blocks, group, per, vec, idx)
+
+    # -- code --------------------------------------------------------------------------------------------
+    def body(self) -> list[str]:
+        lay, sh = self.lay, self.shape
+        nodes, idx = lay.nodes, sh.idx
+        G, V, E = sh.group, sh.vec, sh.per * sh.vec
+        R = sh.threads // G
+        sfx = "LL" if idx == "long long" else ""
+        nred, nrows = self.nred, self.nrows
+        exact = sh.per * G * V == nred  # every element slot of every lane is in the row: no masks
+        reds = [j for j in range(len(nodes)) if nodes[j][0] in _REDUCE]
+        q_of = self.keys
+        lines = []
+        if G > 32:
+            for j in reds:
+                lines.append(f"    __shared__ {ctype(nodes[j][3])} sh{j}[{G // 32}];")
+        ptrs = [f"(unsigned long long)in{k}" for k, _ in self.vector_keys]
+        ptrs += [f"(unsigned long long)out{o}" for o in dict.fromkeys(o for o, _ in self.vector_outs)]
+        if V > 1:
+            lines.append(f"    const bool vec = (({' | '.join(ptrs)}) & 15ULL) == 0ULL;  // 16-byte aligned")
+        lane = "0" if G == 1 else "(int)threadIdx.x" if sh.threads == G else f"(int)(threadIdx.x & {G - 1}u)"
+        lines.append(f"    const int lane = {lane};")
+        lines.append(f"    for ({idx} base = ({idx})blockIdx.x * {R}; base < {nrows}{sfx}; "
+                     f"base += ({idx})gridDim.x * {R}) {{")
+        i1, i2 = "        ", "            "
+        row = "base" if R == 1 else f"base + ({idx})(threadIdx.x / {G}u)"
+        lines.append(f"{i1}const {idx} row = {row};")
+        guarded = R > 1 and nrows % R != 0
+        if guarded:
+            lines.append(f"{i1}const bool valid = row < {nrows}{sfx};")
+
+        def when(*conds: str) -> str:
+            return " && ".join(c for c in conds if c) or "true"
+
+        def guard_if(*conds: str) -> str:
+            return "" if when(*conds) == "true" else f"if ({when(*conds)}) "
+
+        def guarded_load(load: str, t: str) -> str:
+            return load if when(live, in_row) == "true" else f"({when(live, in_row)}) ? {load} : ({t})0"
+
+        live = "valid" if guarded else ""  # a lane of a row past the end (short rows, last block) does nothing
+        in_row = "" if exact else f"r < {nred}"
+        in_chunks = "" if exact else f"c < {nred // V}"
+        for a in self.rowax:
+            lines.append(f"{i1}const {idx} c{a} = {_coord(a, 'row', self.rowax, self.rrs, lay.space)};")
+
+        def base_of(st: dict[int, int]) -> str:
+            return " + ".join(f"c{a} * {st[a]}" for a in self.rowax if a in st) or "0"
+
+        def offset(st: dict[int, int]) -> str:
+            if self.contiguous(st):
+                return "r"
+            return " + ".join(f"{_coord(a, 'r', self.red, self.rs, lay.space)} * {st[a]}"
+                              for a in self.red if a in st) or "0"
+
+        slot = f"((e / {V}) * {G} + lane) * {V} + e % {V}" if V > 1 else f"e * {G} + lane"
+        for key, q in q_of.items():
+            k = key[0]
+            t = ctype(lay.inputs[k][2])
+            if key not in self.full_read:
+                load = f"in{k}[{base_of(self.st[key])}]"
+                lines.append(f"{i1}const {t} l{q} = {f'valid ? {load} : ({t})0' if live else load};")
+                continue
+            lines.append(f"{i1}const {idx} rb{q} = {base_of(self.st[key])};")
+            lines.append(f"{i1}{t} x{q}[{E}];")
+            scalar = ["#pragma unroll", f"for (int e = 0; e < {E}; ++e) {{",
+                      f"    const int r = {slot};",
+                      f"    x{q}[e] = {guarded_load(f'in{k}[rb{q} + {offset(self.st[key])}]', t)};", "}"]
+            if key in self.vector_keys:
+                vt = _VECTOR[t]
+                fill = " ".join(f"x{q}[k * {V} + {f}] = v_.{_FIELDS[f]};" for f in range(V))
+                zero = " ".join(f"x{q}[k * {V} + {f}] = ({t})0;" for f in range(V))
+                vector = ["#pragma unroll", f"for (int k = 0; k < {sh.per}; ++k) {{",
+                          f"    const int c = k * {G} + lane;",
+                          f"    if ({when(live, in_chunks)}) {{ const {vt} v_ = "
+                          f"reinterpret_cast<const {vt}*>(in{k} + rb{q})[c]; {fill} }}",
+                          f"    else {{ {zero} }}", "}"]
+                lines.append(f"{i1}if (vec) {{")
+                lines += [i2 + x for x in vector]
+                lines.append(f"{i1}}} else {{")
+                lines += [i2 + x for x in scalar]
+                lines.append(f"{i1}}}")
+            else:
+                lines += [i1 + x for x in scalar]
+
+        def operand(j: int, k: int, e: bool) -> str:
+            s, r = nodes[j][4][k]
+            if s == "n":
+                return f"v{r}[e]" if r in self.full and e else f"v{r}"
+            inp = lay.inputs[r]
+            if inp[0] == "scalar":
+                return f"(bool)s{r}" if inp[1] == "|b1" else f"s{r}"
+            key = (r, lay.reads[j][k])
+            return f"x{q_of[key]}[e]" if key in self.full_read else f"l{q_of[key]}"
+
+        def compute(j: int) -> list[str]:
+            t = ctype(nodes[j][3])
+            if j not in self.full:
+                return [f"{i1}const {t} v{j} = ({t})({_node_expr(lay, j, lambda k: operand(j, k, False))});"]
+            expr = _node_expr(lay, j, lambda k: operand(j, k, True))
+            return [f"{i1}{t} v{j}[{E}];", f"{i1}#pragma unroll",
+                    f"{i1}for (int e = 0; e < {E}; ++e) v{j}[e] = ({t})({expr});"]
+
+        def stage(lv: int) -> list[str]:
+            out = []
+            for j in self.rows:
+                if self.level[j] == lv:
+                    out += compute(j)
+            for j in sorted(self.full):
+                if self.level[j] == lv:
+                    out += compute(j)
+            return out
+
+        lines += stage(0)
+        for lv in range(1, max(self.level, default=0) + 1):
+            here = [j for j in reds if self.level[j] == lv]
+            for j in here:
+                t, op = ctype(nodes[j][3]), nodes[j][0]
+                value = f"({t})({operand(j, 0, True)})"
+                lines += [f"{i1}{t} a{j} = {_identity(op, np.dtype(nodes[j][3]))};", f"{i1}#pragma unroll",
+                          f"{i1}for (int e = 0; e < {E}; ++e) {{"]
+                if not exact:
+                    lines.append(f"{i2}const int r = {slot};")
+                guard = "" if exact else f"if (r < {nred}) "
+                lines += [f"{i2}{guard}a{j} = {_combine(op, f'a{j}', value)};", f"{i1}}}"]
+            for off in _halves(min(G, 32)):
+                for j in here:
+                    t, op = ctype(nodes[j][3]), nodes[j][0]
+                    lines.append(f"{i1}a{j} = {_combine(op, f'a{j}', _shuffle(f'a{j}', t, off))};")
+            if G > 32 and here:
+                for j in here:
+                    lines.append(f"{i1}if ((threadIdx.x & 31u) == 0u) sh{j}[threadIdx.x >> 5] = a{j};")
+                lines.append(f"{i1}__syncthreads();")
+                for j in here:
+                    op = nodes[j][0]
+                    lines += [f"{i1}a{j} = sh{j}[0];", f"{i1}#pragma unroll",
+                              f"{i1}for (int w = 1; w < {G // 32}; ++w) a{j} = {_combine(op, f'a{j}', f'sh{j}[w]')};"]
+                if nrows > sh.blocks:  # a block does another row: its slots are written again
+                    lines.append(f"{i1}__syncthreads();")
+            for j in here:
+                t, op = ctype(nodes[j][3]), nodes[j][0]
+                lines.append(f"{i1}const {t} v{j} = ({t})({f'a{j} / ({t}){nred}' if op == 'mean' else f'a{j}'});")
+            lines += stage(lv)
+        if self.full_out:
+            lines.append(f"{i1}const {idx} ob = {base_of(self.ost)};")
+        for o, j in self.full_out:
+            t = ctype(nodes[j][3])
+            scalar = ["#pragma unroll", f"for (int e = 0; e < {E}; ++e) {{", f"    const int r = {slot};",
+                      f"    {guard_if(live, in_row)}out{o}[ob + {offset(self.ost)}] = v{j}[e];", "}"]
+            if (o, j) in self.vector_outs:
+                vt = _VECTOR[t]
+                fill = " ".join(f"v_.{_FIELDS[f]} = v{j}[k * {V} + {f}];" for f in range(V))
+                vector = ["#pragma unroll", f"for (int k = 0; k < {sh.per}; ++k) {{",
+                          f"    const int c = k * {G} + lane;",
+                          f"    if ({when(live, in_chunks)}) {{ {vt} v_; {fill} "
+                          f"reinterpret_cast<{vt}*>(out{o} + ob)[c] = v_; }}", "}"]
+                lines.append(f"{i1}if (vec) {{")
+                lines += [i2 + x for x in vector]
+                lines.append(f"{i1}}} else {{")
+                lines += [i2 + x for x in scalar]
+                lines.append(f"{i1}}}")
+            else:
+                lines += [i1 + x for x in scalar]
+        for o, j in enumerate(lay.outputs):
+            if j not in self.full:
+                lines.append(f"{i1}if ({when('lane == 0' if G > 1 else '', live)}) out{o}[row] = v{j};")
+        return lines + ["    }"]
+
+
+def _halves(n: int) -> list[int]:
+    """The shuffle distances of a butterfly over ``n`` lanes: n/2, n/4, ..., 1."""
+    out = []
+    while n > 1:
+        n //= 2
+        out.append(n)
+    return out
+
+
+def _shuffle(var: str, t: str, off: int) -> str:
+    if t in ("bool", "signed char", "unsigned char", "short", "unsigned short"):
+        return f"({t})__shfl_xor_sync(0xffffffffu, (int){var}, {off})"
+    return f"__shfl_xor_sync(0xffffffffu, {var}, {off})"
 
 
 def generate(ir: tuple) -> str:
     """The CUDA C++ source of one kernel (entry ``rx_group``) for ``ir``."""
-    lay = _Layout(ir)
+    lay, shape, rows = _planned(ir)
     kind, space, _, inputs, nodes, outputs = ir
     params = []
     for k, inp in enumerate(inputs):
@@ -257,9 +624,14 @@ def generate(ir: tuple) -> str:
             params.append(f"const {t}* __restrict__ in{k}")
     for k, j in enumerate(outputs):
         params.append(f"{ctype(nodes[j][3])}* __restrict__ out{k}")
-    body = _reduce_body(lay) if kind == "reduce" else _elementwise_body(lay)
-    return (_PRELUDE + f'\nextern "C" __global__ void __launch_bounds__({BLOCK}) {ENTRY}(' + ", ".join(params)
-            + ")\n{\n" + "\n".join(body) + "\n}\n")
+    if rows is not None:
+        body = rows.body()
+    elif kind == "reduce":
+        body = _loop_body(lay)
+    else:
+        body = _elementwise_body(lay, shape)
+    return (_PRELUDE + f'\nextern "C" __global__ void __launch_bounds__({shape.threads}) {ENTRY}('
+            + ", ".join(params) + ")\n{\n" + "\n".join(body) + "\n}\n")
 
 
 def _operand(lay: _Layout, j: int, k: int) -> str:
@@ -274,53 +646,91 @@ def _operand(lay: _Layout, j: int, k: int) -> str:
     return f"in{ref}[{' + '.join(f'({x})' for x in terms) or '0'}]"
 
 
-def _node_line(lay: _Layout, j: int, indent: str) -> str:
+def _node_expr(lay: _Layout, j: int, operand) -> str:
+    """The C++ expression of node ``j``; ``operand(k)`` gives the expression of its k-th operand."""
     op, attrs, _, dt, refs = lay.nodes[j]
-    args = [_operand(lay, j, k) for k in range(len(refs))]
+    args = [operand(k) for k in range(len(refs))]
     arg_dtypes = [np.dtype(lay.inputs[r][-2] if lay.inputs[r][0] == "array" else lay.inputs[r][1]) if s == "i"
                   else np.dtype(lay.nodes[r][3]) for s, r in refs]
-    t = ctype(dt)
-    return f"{indent}const {t} v{j} = ({t})({_expr(op, attrs, np.dtype(dt), args, arg_dtypes)});"
+    return _expr(op, attrs, np.dtype(dt), args, arg_dtypes)
 
 
-def _row_index(lay: _Layout) -> str:
+def _node_line(lay: _Layout, j: int, indent: str, operand=None) -> str:
+    t = ctype(lay.nodes[j][3])
+    expr = _node_expr(lay, j, operand or (lambda k: _operand(lay, j, k)))
+    return f"{indent}const {t} v{j} = ({t})({expr});"
+
+
+def _row_index(lay: _Layout, sfx: str = "LL") -> str:
     rowspace = tuple(lay.space[a] for a in lay.rowaxes)
-    terms = [f"c{a} * {s}LL" for a, s in zip(lay.rowaxes, _strides(rowspace), strict=True)]
-    return " + ".join(terms) or "0LL"
+    terms = [f"c{a} * {s}{sfx}" for a, s in zip(lay.rowaxes, _strides(rowspace), strict=True)]
+    return " + ".join(terms) or "0"
 
 
-def _elementwise_body(lay: _Layout) -> list[str]:
-    size = math.prod(lay.space)
-    lines = [f"    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < {size}LL;"
-             " i += (long long)gridDim.x * blockDim.x) {"]
-    lines += _decompose("i", lay.full, lay.space, "        ")
-    lines += [_node_line(lay, j, "        ") for j in range(len(lay.nodes))]
+def _elementwise_body(lay: _Layout, shape: _Shape) -> list[str]:
+    """A tile of ``threads * _EW_UNROLL`` elements per block and step (grid-stride): each thread does
+    ``_EW_UNROLL`` elements ``threads`` apart (coalesced), without bounds checks on whole tiles. An input
+    laid out like the space is read at the linear index; coordinates are formed only where an operand is
+    strided or broadcast, or a per-row value is written."""
+    size, idx = math.prod(lay.space), shape.idx
+    sfx = "LL" if idx == "long long" else ""
+    T, U = shape.threads, _EW_UNROLL
+    space_strides = dict(enumerate(_strides(lay.space)))
+    dense = {a: s for a, s in space_strides.items() if lay.space[a] != 1}
+    coords = any(not lay.is_full(j) for j in lay.outputs)
+
+    def operand(j: int, k: int) -> str:
+        nonlocal coords
+        s, r = lay.nodes[j][4][k]
+        if s == "i" and lay.inputs[r][0] == "array":
+            if _axis_strides(lay, r, lay.reads[j][k]) == dense:
+                return f"in{r}[i]"
+            coords = True
+        return _operand(lay, j, k)
+
+    work = [_node_line(lay, j, "", lambda k, j=j: operand(j, k)) for j in range(len(lay.nodes))]
     reduced = [a for a in lay.axes if lay.space[a] != 1]
     for k, j in enumerate(lay.outputs):
         if lay.is_full(j):
-            lines.append(f"        out{k}[i] = v{j};")
+            work.append(f"out{k}[i] = v{j};")
         else:
             first = " && ".join(f"c{a} == 0" for a in reduced) or "true"
-            lines.append(f"        if ({first}) out{k}[{_row_index(lay)}] = v{j};")
+            work.append(f"if ({first}) out{k}[{_row_index(lay, sfx)}] = v{j};")
+    if coords:
+        work = [x.strip() for x in _decompose("i", lay.full, lay.space, "", idx)] + work
+
+    def tile(indent: str, checked: bool) -> list[str]:
+        inner = indent + ("        " if checked else "    ")
+        out = [f"{indent}#pragma unroll", f"{indent}for (int u = 0; u < {U}; ++u) {{",
+               f"{indent}    const {idx} i = b + u * {T} + ({idx})threadIdx.x;"]
+        if checked:
+            out.append(f"{indent}    if (i < {size}{sfx}) {{")
+        out += [inner + x for x in work]
+        if checked:
+            out.append(f"{indent}    }}")
+        return out + [f"{indent}}}"]
+
+    lines = [f"    for ({idx} b = ({idx})blockIdx.x * {T * U}; b < {size}{sfx}; b += ({idx})gridDim.x * {T * U}) {{"]
+    if size < T * U:
+        lines += tile("        ", True)
+    elif size % (T * U):
+        lines.append(f"        if (b + {T * U} <= {size}{sfx}) {{")
+        lines += tile("            ", False)
+        lines.append("        } else {")
+        lines += tile("            ", True)
+        lines.append("        }")
+    else:
+        lines += tile("        ", False)
     return lines + ["    }"]
 
 
-def _reduce_body(lay: _Layout) -> list[str]:
+def _loop_body(lay: _Layout) -> list[str]:
+    """Rows too long for registers: each reduction level is a strided loop over the reduced axes (the row is
+    read again at each level, and once more to store per-element outputs) and a tree in shared memory."""
     nodes = lay.nodes
-    red_ops = ("sum", "max", "min", "mean")
     nred = math.prod(lay.space[a] for a in lay.axes)
     nrows = math.prod(lay.space[a] for a in lay.rowaxes)
-    level = []
-    for j, (op, _, _, _, refs) in enumerate(nodes):
-        lv = max((level[r] for s, r in refs if s == "n"), default=0)
-        if op in red_ops:
-            lv += 1
-        elif not lay.is_full(j) and any(s == "n" and lay.is_full(r) and nodes[r][0] not in red_ops
-                                        for s, r in refs):
-            raise Unsupported("a per-row value computed from per-element values without a reduction")
-        level.append(lv)
-    full = {j for j in range(len(nodes)) if lay.is_full(j) and nodes[j][0] not in red_ops}
-    rows = [j for j in range(len(nodes)) if j not in full and nodes[j][0] not in red_ops]
+    level, full, rows = _levels(lay)
 
     def closure(targets: list[int]) -> list[int]:
         need, stack = set(), list(targets)
@@ -343,7 +753,7 @@ def _reduce_body(lay: _Layout) -> list[str]:
     lines += [f"        const long long c{a} = 0;" for a in lay.axes if lay.space[a] == 1]
     lines += [_node_line(lay, j, "        ") for j in rows if level[j] == 0]
     for lv in range(1, max(level, default=0) + 1):
-        reds = [j for j in range(len(nodes)) if nodes[j][0] in red_ops and level[j] == lv]
+        reds = [j for j in range(len(nodes)) if nodes[j][0] in _REDUCE and level[j] == lv]
         if not reds:
             continue
         for j in reds:
@@ -380,11 +790,8 @@ def _reduce_body(lay: _Layout) -> list[str]:
 
 def launch_shape(ir: tuple) -> tuple[int, int]:
     """(blocks, threads per block) for ``ir``; 0 blocks when there is nothing to do."""
-    kind, space, axes = ir[0], ir[1], tuple(ir[2] or ())
-    if kind == "reduce":
-        rows = math.prod(d for a, d in enumerate(space) if a not in axes)
-        return min(rows, _MAX_GRID), BLOCK
-    return min(-(-math.prod(space) // BLOCK), _MAX_GRID), BLOCK
+    shape = _planned(ir)[1]
+    return shape.blocks, shape.threads
 
 
 # -- the factory -----------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The CUDA backend's code generator (rxcuda/tensor/_codegen.py) without a GPU: the source generated for a few
 groups, that it compiles with NVRTC, and the kernel factory's keys."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -37,18 +39,165 @@ def test_an_elementwise_chain_with_broadcasting_is_one_kernel():
     ((kind, ir),) = irs(rt.tanh(x * 2.0 + b))
     assert kind == "elementwise" and ir[0] == "elementwise" and ir[1] == (4, 5)
     src = cg.generate(ir)
-    assert "in2[(c1 * 1)]" in src and "in0[(c0 * 5) + (c1 * 1)]" in src  # b broadcast over rows
+    assert "in2[(c1 * 1)]" in src and "in0[i]" in src  # b broadcast over rows; x laid out like the space
     assert "tanhf(" in src and "float s" in src  # float32 math, the weak scalar 2.0 an argument
     code = cg.KernelFactory().get(ir).code
     assert code.entry == "rx_group" and code.image
 
 
-def test_softmax_is_one_reduce_kernel_with_three_loops():
-    ((kind, ir),) = irs(rt.softmax(data(3, 7), axis=-1))
+def test_elementwise_reads_contiguous_inputs_at_the_linear_index_with_32_bit_indices():
+    x, y = data(64, 33), data(64, 33)
+    ((_, ir),) = irs(rt.exp(x) * y + 1.0)
     src = cg.generate(ir)
-    assert kind == "reduce" and src.count("for (long long r_") == 3
-    assert "rx_max(" in src and "expf(" in src and "__syncthreads()" in src
-    cg.KernelFactory().get(ir)  # compiles
+    assert "in0[i]" in src and "in1[i]" in src and "t_ = i" not in src  # no coordinates formed at all
+    assert "const int i = b + u * 256" in src and "long long" not in src.split("rx_group(")[1]
+    assert cg.launch_shape(ir) == (-(-64 * 33 // 1024), 256)  # 4 elements a thread
+    ir = ("elementwise", (33, 64), None, (("array", (33, 64), "<f4", (1, 33)), ("scalar", "<f4")),
+          (("mul", (), (33, 64), "<f4", (("i", 0), ("i", 1))),), (0,))  # a transposed view: strided
+    src = cg.generate(ir)
+    assert "const int c0 = t_ % 33" in src and "in0[(c0 * 1) + (c1 * 33)]" in src and "out0[i]" in src
+    cg.KernelFactory().get(ir)
+
+
+def test_elementwise_indices_are_64_bit_past_2_to_the_31():
+    big = 3 << 30
+    ir = ("elementwise", (big,), None, (("array", (big,), "<f4", (1,)),),
+          (("exp", (), (big,), "<f4", (("i", 0),)),), (0,))
+    src = cg.generate(ir)
+    assert f"long long b = (long long)blockIdx.x * 1024; b < {big}LL" in src and "in0[i]" in src
+    assert cg.launch_shape(ir) == (1 << 20, 256)  # the grid is capped; the loop strides over the rest
+    cg.KernelFactory().get(ir)
+
+
+def layernorm(x):
+    mu = x.mean(-1, keepdims=True)
+    d = x - mu
+    return d / rt.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
+
+
+def row_kernel(program, *shape, dtype=np.float32):
+    ((kind, ir),) = [(k, ir) for k, ir in irs(program(data(*shape, dtype=dtype))) if k == "reduce"]
+    return ir, cg.generate(ir), cg._planned(ir)[1]
+
+
+def test_softmax_holds_the_row_in_registers_and_reads_it_once():
+    ir, src, shape = row_kernel(lambda x: rt.softmax(x, axis=-1), 4096, 4096)
+    assert (shape.mode, shape.threads, shape.group, shape.vec) == ("rows", 256, 256, 4)
+    assert cg.launch_shape(ir) == (4096, 256)  # a block a row
+    assert "for (long long r_" not in src  # no strided loops over the row
+    # signature, alignment check, the vector load and its element-wise twin (unaligned pointers): nothing else
+    assert src.count("in0") == 4 and "reinterpret_cast<const float4*>(in0 + rb0)[c]" in src
+    assert "in0[rb0 + r]" in src and "const bool vec = (((unsigned long long)in0 | (unsigned long long)out0)" in src
+    assert "float x0[16];" in src and "reinterpret_cast<float4*>(out0 + ob)[c] = v_" in src
+    assert src.count("__shfl_xor_sync") == 10 and "__shared__ float sh0[8];" in src  # 2 x 5 steps, 8 warps
+    assert "for (int base = (int)blockIdx.x * 1; base < 4096;" in src and "const int rb0 = c0 * 4096;" in src
+    assert "expf(" in src and "double" not in src
+    cg.KernelFactory().get(ir)
+
+
+def test_layernorm_reads_the_row_once_and_folds_two_means():
+    ir, src, shape = row_kernel(layernorm, 64, 1000)
+    assert shape.mode == "rows" and shape.vec == 4 and shape.threads * shape.per * 4 >= 1000
+    assert src.count("in0") == 4 and "sqrtf(" in src and "/ (float)1000" in src
+    assert src.count("__syncthreads()") == 2  # one per reduction level: the two means
+    cg.KernelFactory().get(ir)
+
+
+def test_short_rows_share_a_block_a_few_lanes_each():
+    ir, src, shape = row_kernel(lambda x: rt.log(rt.softmax(x, axis=-1)), 4096, 10)
+    assert shape.mode == "rows" and shape.group == 4 and shape.per == 3 and shape.vec == 1
+    blocks, threads = cg.launch_shape(ir)
+    assert blocks * (threads // 4) >= 4096 and blocks < 4096  # several rows per block
+    assert "__syncthreads" not in src and "__shared__" not in src  # a row lives in one warp: shuffles only
+    assert "__shfl_xor_sync(0xffffffffu, a0, 2)" in src and "a0, 4)" not in src  # a butterfly over 4 lanes
+    assert "in0[rb0 + r]" in src and "const int lane = (int)(threadIdx.x & 3u);" in src
+    cg.KernelFactory().get(ir)
+
+
+def restrided(ir, k, strides):
+    """``ir`` with input ``k`` read through ``strides`` (a view of other memory)."""
+    inputs = list(ir[3])
+    inputs[k] = (*inputs[k][:3], strides)
+    return (*ir[:3], tuple(inputs), *ir[4:])
+
+
+def test_unaligned_views_fall_back_to_element_loads_but_keep_vector_stores():
+    ir, _, _ = row_kernel(lambda x: rt.softmax(x, axis=-1), 64, 4096)
+    src = cg.generate(restrided(ir, 0, (4097, 1)))  # x[:, 1:] of a (64, 4097) array: rows not 16-byte aligned
+    assert "reinterpret_cast<const float4*>(in0" not in src and "in0[rb0 + r]" in src
+    assert "reinterpret_cast<float4*>(out0" in src and "(((unsigned long long)out0) & 15ULL)" in src
+    cg.KernelFactory().get(restrided(ir, 0, (4097, 1)))
+    src = cg.generate(restrided(ir, 0, (1, 64)))  # a transposed row: elements 64 apart
+    assert "in0[rb0 + r * 64]" in src and "const int rb0 = c0 * 1;" in src
+    assert "reinterpret_cast<const float4*>(in0" not in src
+    cg.KernelFactory().get(restrided(ir, 0, (1, 64)))
+
+
+def test_long_rows_fall_back_to_strided_loops():
+    ir, src, shape = row_kernel(lambda x: rt.softmax(x, axis=-1), 8, 20000)
+    assert shape.mode == "loop" and cg.launch_shape(ir) == (8, 256)
+    assert src.count("for (long long r_") == 3 and "rx_max(" in src and "expf(" in src
+    cg.KernelFactory().get(ir)
+    _, _, shape = row_kernel(lambda x: rt.softmax(x, axis=-1), 8, 16384)
+    assert shape.mode == "rows" and shape.threads == 1024  # 16 floats a thread
+    _, _, shape = row_kernel(lambda x: rt.softmax(x, axis=-1), 8, 16384, dtype=np.float64)
+    assert shape.mode == "loop"  # 8-byte values: 8192 at most
+
+
+PROGRAMS = {
+    "softmax": lambda x: rt.softmax(x, axis=-1),
+    "logsumexp": lambda x: rt.logsumexp(x, axis=-1),
+    "layernorm": layernorm,
+    "sum": lambda x: x.sum(axis=-1),
+    "max_keepdims": lambda x: x.max(axis=-1, keepdims=True) + 1,
+    "min_of_where": lambda x: rt.where(x > 0.5, x, -x).min(axis=-1) ** 2,
+    "mean_axis0": lambda x: x.mean(axis=0),
+    "softmax_axis0": lambda x: rt.softmax(x, axis=0),
+    "int_sum": lambda x: (x.astype("int32") * 3 > 1).sum(axis=-1),
+    "bool_max": lambda x: (x > 0.5).max(axis=-1),
+    "int_min": lambda x: (x * 100).astype("int64").min(axis=-1),
+    "sum_and_softmax": lambda x: (x.sum(axis=-1), rt.softmax(x, axis=-1)),
+    "all": lambda x: (x * 2).sum(),
+}
+
+
+@pytest.mark.parametrize("cols", [1, 3, 10, 33, 257, 4096, 5000, 20000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_reduce_kernel_compiles(cols, dtype):
+    x = data(5, cols, dtype=dtype)
+    factory = cg.KernelFactory()
+    for name, program in PROGRAMS.items():
+        out = program(x)
+        fused = [ir for kind, ir in irs(*(out if isinstance(out, tuple) else (out,))) if kind == "reduce"]
+        assert fused and None not in fused, name
+        for ir in fused:
+            assert factory.get(ir).code.image
+
+
+@pytest.mark.parametrize("axis,keepdims", [((0, 2), False), ((0, 2), True), ((1, 2), True), (1, False), (None, False)])
+def test_several_reduced_axes_compile_in_registers(axis, keepdims):
+    x = data(7, 30, 5)
+    for op in ("sum", "max", "min", "mean"):
+        ((kind, ir),) = irs(getattr(x * 2 - 1, op)(axis=axis, keepdims=keepdims))
+        assert kind == "reduce" and cg._planned(ir)[1].mode == "rows"
+        src = cg.generate(ir)
+        assert "x0[" in src and "for (long long r_" not in src
+        cg.KernelFactory().get(ir)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_f32_kernels_do_no_double_math(dtype):
+    """PTX of float32 kernels has no .f64 instruction (a literal or function promoted to double would add one)."""
+    x = data(6, 1000, dtype=dtype)
+    found = set()
+    for program in (PROGRAMS["softmax"], PROGRAMS["layernorm"], PROGRAMS["logsumexp"],
+                    lambda x: rt.tanh(x * 0.1) ** 2.0 + rt.sqrt(rt.abs(x)) / 3.0):
+        for kind, ir in irs(program(x)):
+            if kind in ("elementwise", "reduce"):
+                code = nv.compile_cuda(cg.generate(ir), entry=cg.ENTRY, name="t.cu", target="ptx")
+                ptx = code.image.decode() if isinstance(code.image, bytes) else code.image
+                found |= set(re.findall(r"\b[a-z]+(?:\.[a-z]+)*\.f64\b", ptx))
+    assert bool(found) == (dtype == np.float64), sorted(found)
 
 
 @pytest.mark.parametrize("program", [
