@@ -156,7 +156,7 @@ def requires_grad(node: Any) -> bool:
 
 
 def _differentiable(node: Any) -> bool:
-    return np.issubdtype(node.dtype, np.floating) and node.op not in _NO_GRAD_OPS and node not in _stopped
+    return node.dtype.kind == "f" and node.op not in _NO_GRAD_OPS and node not in _stopped
 
 
 def _reach(root: Any) -> set[Any] | None:

@@ -77,6 +77,19 @@ class Backend:
         """A function running ``group`` on the stream: its inputs' values in, its outputs' arrays out."""
         if group.kind == "copy":
             return lambda inputs: [self.copy(group.nodes[0], inputs[0])]
+        array, stream = self.array, self.stream
+        if group.kind in ("view", "matmul"):  # CuPy's own views and cupy.matmul (cuBLAS), as on the CPU backend
+            from ._cpu import compile_group
+
+            ops = compile_group(group, plan, xp=self.cp)
+            if group.kind == "view":
+                return lambda inputs: ops([array(v) for v in inputs])  # no device work: no stream
+
+            def run_matmul(inputs: list) -> list:
+                with stream:
+                    return ops([array(v) for v in inputs])
+
+            return run_matmul
 
         memo: list = []  # (strides of the array inputs, the prepared launch) of the first run
 
@@ -86,20 +99,19 @@ class Backend:
                 return memo[1](inputs)
             ir = group_ir(group, plan, [v if isinstance(v, _Fill) else self.array(v) for v in inputs])
             if ir is None:
+                from ._cpu import compile_group
+
+                ops = compile_group(group, plan, xp=self.cp)
+
                 def launch(ins: list) -> list:
-                    with self.stream:
-                        return self._op_by_op(group, plan, [self.array(v) for v in ins])
+                    with stream:
+                        return ops([array(v) for v in ins])
             else:
                 launch = self.prepare(ir, group)
             memo[:] = [strides, launch]
             return launch(inputs)
 
         return run
-
-    def _op_by_op(self, group, plan, inputs: list) -> list:
-        from ._cpu import compile_group
-
-        return compile_group(group, plan, xp=self.cp)(inputs)
 
     def prepare(self, ir: tuple, group):
         """A function launching ``ir``'s kernel (compiled and loaded now) for ``group``: its inputs' values in,
