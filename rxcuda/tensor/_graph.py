@@ -105,6 +105,9 @@ class Node:
             v = attrs[0]
             key = ("full", np.asarray(v).tobytes(), shape, dtype, device)  # -0.0 and 0.0 differ
             self.leaves = ()
+        elif not inputs:  # a node made outside a program (to_host's copy): nothing below it
+            key = (op, attrs, shape, dtype, device)
+            self.leaves = ()
         elif len(inputs) == 1:
             key = (op, attrs, shape, dtype, device, inputs[0].sid)
             self.leaves = inputs[0].leaves

@@ -129,3 +129,10 @@ def test_a_training_step_plans_once(rng):
         np.testing.assert_allclose(gb.numpy(), 2 * r.sum(0) / 5, rtol=1e-12)
         plans.append(rt.stats().plans)
     assert plans[0] == plans[-1]  # only the first step planned (the step, and the checks' own programs)
+
+
+def test_a_node_without_inputs_has_a_structure():
+    """``to_host`` makes a lone copy node (no inputs) to describe a transfer: it gets an id and no leaves."""
+    n = rt.Node("copy", (), ("cpu",), (2, 3), np.dtype(np.float32), "cpu")
+    m = rt.Node("copy", (), ("cpu",), (2, 3), np.dtype(np.float32), "cpu")
+    assert n.leaves == () and n.sid == m.sid
