@@ -135,15 +135,20 @@ def test_torch_cuda_tensors_are_held(rng):
     np.testing.assert_allclose(rt.exp(t).numpy(), np.exp(a))
 
 
-def test_a_repeat_structure_is_a_factory_hit(rng):
+def test_a_repeat_structure_compiles_nothing(rng):
+    """The same structure over other data: the runnable program of the first answers (no plan, no factory
+    lookup, no compile); a new shape is a factory miss; that shape's kernel is then kept by its IR."""
     from rxcuda.tensor._cuda import FACTORY
 
-    _, x = pair(rng, 10, 10)
-    (rt.exp(x) + 1).realize()
-    hits = FACTORY.hits
-    _, y = pair(rng, 10, 10)
-    (rt.exp(y) + 1).realize()
-    assert FACTORY.hits == hits + 1
+    a, x = pair(rng, 10, 10)
+    np.testing.assert_allclose((rt.exp(x) + 1).numpy(), np.exp(a) + 1, rtol=1e-12)
+    misses, plans = FACTORY.misses, rt.stats().plans
+    b, y = pair(rng, 10, 10)
+    np.testing.assert_allclose((rt.exp(y) + 1).numpy(), np.exp(b) + 1, rtol=1e-12)
+    assert FACTORY.misses == misses and rt.stats().plans == plans
+    c, z = pair(rng, 10, 11)
+    np.testing.assert_allclose((rt.exp(z) + 1).numpy(), np.exp(c) + 1, rtol=1e-12)
+    assert FACTORY.misses == misses + 1
 
 
 def test_autograd_on_cuda_matches_the_cpu_backend(rng):
