@@ -796,13 +796,30 @@ def launch_shape(ir: tuple) -> tuple[int, int]:
 
 # -- the factory -----------------------------------------------------------------------------------------------
 class KernelFactory:
-    """Compiled kernels by structural IR: ``get(ir)`` generates and compiles once (through rxcuda's NVRTC
-    path and its cache, which keys on the source), then returns the same :class:`GroupKernel`."""
+    """Compiled kernels by structural IR: ``get(ir)`` makes each kernel once, then returns the same
+    :class:`GroupKernel`.
 
-    def __init__(self):
+    A miss first asks ``_ptx.emit`` for PTX written straight from the IR (under a millisecond; the driver
+    JITs it when the kernel is loaded); where the PTX emitter does not cover the group (``Unsupported``) the
+    C++ of :func:`generate` is compiled through rxcuda's NVRTC path and its cache. ``ptx_misses`` and
+    ``nvrtc_misses`` count which way each miss went. ``ptx``: True (PTX where covered), False (always NVRTC,
+    to compare the two), or the kinds (``("elementwise",)``) that may use PTX.
+
+    >>> ir = (("elementwise", (4,), None, (("array", (4,), "<f4", (1,)), ("scalar", "<f4")),
+    ...        (("mul", (), (4,), "<f4", (("i", 0), ("i", 1))),), (0,)))
+    >>> factory = KernelFactory()
+    >>> kernel = factory.get(ir)
+    >>> kernel.code.cached, factory.ptx_misses, factory.nvrtc_misses, factory.get(ir) is kernel
+    ('ptx', 1, 0, True)
+    """
+
+    def __init__(self, ptx: bool | tuple[str, ...] = True):
         self._kernels: dict[tuple, GroupKernel] = {}
+        self.ptx = ptx
         self.hits = 0
         self.misses = 0
+        self.ptx_misses = 0
+        self.nvrtc_misses = 0
 
     def __len__(self) -> int:
         return len(self._kernels)
@@ -815,21 +832,33 @@ class KernelFactory:
         if kernel is not None:
             self.hits += 1
             return kernel
+        self.misses += 1
+        if self.ptx is True or (self.ptx and ir[0] in self.ptx):
+            from ._ptx import PtxCode, emit
+
+            try:
+                text = emit(ir)
+            except Unsupported:
+                pass
+            else:
+                self.ptx_misses += 1
+                kernel = self._kernels[ir] = GroupKernel(ir, text, PtxCode(ENTRY, text.encode() + b"\0"))
+                return kernel
         from ..sources._nvrtc import compile_cuda
 
-        self.misses += 1
         source = generate(ir)
         kernel = GroupKernel(ir, source, compile_cuda(source, entry=ENTRY, name=f"{ENTRY}.cu"))
+        self.nvrtc_misses += 1
         self._kernels[ir] = kernel
         return kernel
 
 
 class GroupKernel:
-    """One generated kernel: its IR, source, compiled code, and (once loaded on a device) its function."""
+    """One generated kernel: its IR, source (PTX text or CUDA C++), compiled code (``code.image`` and
+    ``code.entry`` to load), and (once loaded on a device) its function."""
 
     __slots__ = ("ir", "source", "code", "function", "module")
 
     def __init__(self, ir: tuple, source: str, code):
         self.ir, self.source, self.code = ir, source, code
         self.function = self.module = None
-

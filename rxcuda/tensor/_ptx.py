@@ -1,0 +1,1113 @@
+"""PTX for a fused group, emitted straight from its structural IR: a kernel factory miss without NVRTC.
+
+Why: a factory miss through NVRTC pays its C++ front end and then ptxas inside it: ``compile_cuda`` of a
+small group's C++ takes 45-135 ms on the 2-core build machine (~40 ms where the GPU facts were measured),
+while writing the same kernel as PTX here takes 0.1-0.3 ms and assembling that PTX for sm_90 takes ptxas
+5-14 ms of compile time (its ``-v`` report; 15-25 ms with the process start) - about what the driver's JIT
+pays when ``cuModuleLoadData`` loads it. So :func:`emit` writes the kernel in PTX (``.target sm_70``, which
+every newer GPU JITs) and :class:`~._codegen.KernelFactory` tries it before NVRTC; what it does not cover
+raises :class:`~._codegen.Unsupported` and the factory compiles the C++ of ``_codegen.generate`` as before.
+JIT time grows with the code, so the emitter keeps it small and straight: float32 division without
+``div.rn.f32`` (whose slow-path subroutine alone costs ptxas 6-10 ms), fewer unrolled copies of heavy bodies,
+no unrolling of short loops.
+
+The kernels have the C++ kernels' signature (one parameter per IR input in order: a scalar by value, a bool
+scalar as one unsigned byte, an array as a pointer; then one pointer per output, each output contiguous) and
+the same semantics, and they are right for any grid and any block of up to 1024 threads (grid-stride loops,
+``%ntid`` and ``%nctaid`` read at run time, ``.maxntid 1024``); the launch shape of ``_codegen.launch_shape``
+only tunes them:
+
+- **elementwise**: a grid-stride loop over tiles of ``ntid * U`` elements per block, a thread's U elements
+  ``ntid`` apart, all their loads issued before any arithmetic; U is the launch shape's elements per thread
+  (up to 4; 2 or 1 with heavy math). An operand laid out like the space is read at the linear index, others
+  through the coordinates (32-bit where they fit); a per-row value is written where the reduced coordinates
+  are 0;
+- **reduce**: rows of the non-reduced axes, each either a whole block's (a grid-stride loop over rows) or,
+  where the launch shape puts several rows in a block, a group of G = 1..32 lanes of a warp. Each reduction
+  level is a strided loop over the reduced axes (the per-element values it needs recomputed from the inputs),
+  then a fold: a ``shfl.sync.bfly`` butterfly within a lane group, or across a block ``shfl.sync.down`` within
+  each warp (mask and clamp name only the lanes that exist), one shared slot per warp and warp 0's fold of
+  those (two barriers); per-row values after the reductions they need, per-element outputs in a last loop.
+
+Arithmetic is NumPy's: ``add.rn``/``mul.rn`` (never contracted into an FMA), IEEE division and ``sqrt.rn``,
+NaN-propagating maximum/minimum, integer results wrapped to their width. float32 ``a / b`` is computed in
+float64 and rounded once, which gives exactly ``div.rn.f32``'s result (:func:`divf`). ``exp`` (float32) is a
+range reduction (x = j ln2 + r, ln2 in two parts) with a degree-6 polynomial and an exact two-step scaling by
+2**j (max 1 ulp, denormal results included); ``log`` and ``tanh`` (float32) are the sequences of CUDA's own
+``logf`` and ``tanhf`` (libdevice). Ops without a PTX form here (``pow``, ``sin``, ``cos``, float64
+``exp``/``log``/``tanh``) raise Unsupported.
+
+>>> ir = (("elementwise", (4,), None, (("array", (4,), "<f4", (1,)), ("scalar", "<f4")),
+...        (("mul", (), (4,), "<f4", (("i", 0), ("i", 1))),), (0,)))
+>>> text = emit(ir)
+>>> ".visible .entry rx_group(" in text and "mul.rn.f32" in text
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._codegen import ENTRY, Unsupported, _Layout, launch_shape
+
+VERSION = "7.0"
+TARGET = "sm_70"
+MAX_THREADS = 1024  # any block up to this size: registers (.maxntid) and the block reduction's warp slots
+_UNROLL = 4  # elementwise: at most this many elements per thread and trip (fewer with heavy math: _HEAVY)
+_HEAVY = frozenset({"exp", "log", "tanh", "sqrt"})  # ~20 instructions or more each, as is a float32 division
+_SLOT = 8  # bytes per value in shared memory
+_REGION = 33 * _SLOT  # shared memory per reduction: one value per warp (up to 32), then the block's result
+
+# dtype key (the dtype string without its byte order) -> register class, memory type
+_CLS = {"b1": "p", "i1": "r", "u1": "r", "i2": "r", "u2": "r", "i4": "r", "u4": "r", "i8": "rd", "u8": "rd",
+        "f4": "f", "f8": "fd"}
+_MEM = {"b1": "u8", "i1": "s8", "u1": "u8", "i2": "s16", "u2": "u16", "i4": "s32", "u4": "u32", "i8": "s64",
+        "u8": "u64", "f4": "f32", "f8": "f64"}
+_ITEM = {"b1": 1, "i1": 1, "u1": 1, "i2": 2, "u2": 2, "i4": 4, "u4": 4, "i8": 8, "u8": 8, "f4": 4, "f8": 8}
+_DECL = {"p": ".pred", "r": ".b32", "rd": ".b64", "f": ".f32", "fd": ".f64"}
+_NARROW = {"i1": "cvt.s32.s8", "u1": "cvt.u32.u8", "i2": "cvt.s32.s16", "u2": "cvt.u32.u16"}
+_FLOAT = {"f": "f32", "fd": "f64"}
+_RED_OPS = ("sum", "max", "min", "mean")
+_SUPPORTED = frozenset({"add", "sub", "mul", "div", "neg", "abs", "maximum", "minimum", "where", "eq", "ne", "lt",
+                        "le", "gt", "ge", "cast", "reshape", "broadcast_to", "sqrt", "exp", "log", "tanh",
+                        *_RED_OPS})
+_CMP_FLOAT = {"eq": "eq", "ne": "neu", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+
+_EXP_POLY = (0x3AB50836, 0x3C0922EA, 0x3D2AAC9F, 0x3E2AAA41, 0x3EFFFFFE, 0x3F800000)  # (e^r - 1) / r, high first
+_LOG_POLY = (0xBE055027, 0x3E1039F6, 0xBDF8CDCC, 0x3E0F2955, 0xBE2AD8B9, 0x3E4CED0B, 0xBE7FFF22, 0x3EAAAA78,
+             0xBF000000)  # CUDA's logf: (log1p(f) - f) / f^2 on [-1/3, 1/3]
+_TANH_POLY = (0x3C80F082, 0xBD563CAE, 0x3E085941, 0xBEAAA9ED, 0x00000000)  # CUDA's tanhf for |x| < 0.6
+
+
+@dataclass(frozen=True)
+class PtxCode:
+    """The loadable code of an emitted kernel, as the CUDA backend loads it: ``image`` (the PTX text,
+    NUL-terminated, for ``cuModuleLoadData``, which JITs it) and ``entry``; ``cached`` says where it came from
+    (``"ptx"``: emitted here, no NVRTC)."""
+
+    entry: str
+    image: bytes
+    format: str = "ptx"
+    cached: str = "ptx"
+
+
+def _key(dtype: str) -> str:
+    if dtype[0] == ">" or dtype[1:] not in _CLS:
+        raise Unsupported(f"no PTX type for dtype {dtype}")
+    return dtype[1:]
+
+
+def _signed(key: str) -> bool:
+    return key[0] == "i"
+
+
+def f32(value: float) -> str:
+    """A float32 PTX literal (exact bits): ``f32(1.0) == '0f3F800000'``."""
+    return f"0f{struct.unpack('<I', struct.pack('<f', value))[0]:08X}"
+
+
+def f64(value: float) -> str:
+    return f"0d{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+
+
+def _bits(bits: int) -> str:
+    return f"0f{bits:08X}"
+
+
+@functools.lru_cache(maxsize=256)
+def _common(keys: tuple[str, ...]) -> str:
+    """The dtype key NumPy compares ``keys`` in (the C++ generator casts both operands to it)."""
+    return _key(np.result_type(*(np.dtype(k) for k in keys)).str)
+
+
+def _imm(value, key: str) -> str:
+    """``value`` as an immediate operand of register class ``key``'s type."""
+    cls = _CLS[key]
+    if cls == "f":
+        return f32(float(value))
+    if cls == "fd":
+        return f64(float(value))
+    if cls == "rd":
+        return f"0x{int(value) & (1 << 64) - 1:016X}"
+    return f"0x{int(value) & (1 << 32) - 1:08X}"
+
+
+def _identity(op: str, key: str):
+    if op in ("sum", "mean"):
+        return 0
+    if key[0] == "f":
+        return -math.inf if op == "max" else math.inf
+    if key == "b1":
+        return op == "min"
+    info = np.iinfo(np.dtype(key))
+    return int(info.min if op == "max" else info.max)
+
+
+def _c_strides(shape: tuple) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+class _Ctx:
+    """An iteration context: the linear index register ``lin`` (u64) over ``axes`` of the space, and the
+    coordinate registers computed from it (32-bit where the context has fewer than 2**31 elements)."""
+
+    def __init__(self, space: tuple, axes: tuple):
+        self.axes = tuple(a for a in axes if space[a] != 1)
+        self.dims = {a: space[a] for a in self.axes}
+        self.size = math.prod(space[a] for a in axes)
+        self.wide = self.size >= 1 << 31
+        sub = _c_strides(tuple(space[a] for a in axes))
+        self.cstride = {a: s for a, s in zip(axes, sub, strict=True) if space[a] != 1}
+        self.lin = ""
+        self.coords: dict[int, str] = {}
+
+    def split(self, terms: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int | None]:
+        """``terms`` (axis, bytes) restricted to this context, and the factor F where they sum to lin * F."""
+        mine = [(a, b) for a, b in terms if a in self.dims]
+        if not mine:
+            return mine, None
+        coef: dict[int, int] = {}
+        for a, b in mine:
+            coef[a] = coef.get(a, 0) + b
+        f = coef.get(self.axes[-1], 0)
+        if f > 0 and len(coef) == len(self.axes) and all(coef[a] == f * self.cstride[a] for a in self.axes):
+            return mine, f
+        return mine, None
+
+
+class _Fn:
+    """One kernel being written: numbered registers per class, the instruction lines, labels."""
+
+    def __init__(self, ir: tuple, lay: _Layout):
+        self.ir, self.lay = ir, lay
+        self.guard = ""  # a predicate the loads are issued under (an unrolled element past the end)
+        self.count = {"p": 0, "r": 0, "rd": 0, "f": 0, "fd": 0}
+        self.lines: list[str] = []
+        self.labels = 0
+        self.inkeys = [_key(i[2] if i[0] == "array" else i[1]) for i in lay.inputs]
+        self.nodekeys = [_key(n[3]) for n in lay.nodes]
+        self.scopes: list[dict] = [{}]  # (kind, ...) -> register, innermost last
+        self.rowbase: dict[tuple, str] = {}  # (input, coordinates) -> its address at the row's coordinates
+        self.shared = 0
+
+    # -- registers and lines
+    def reg(self, cls: str) -> str:
+        self.count[cls] += 1
+        return f"%{cls}{self.count[cls]}"
+
+    def op(self, text: str) -> None:
+        self.lines.append("\t" + text + ";")
+
+    def label(self) -> str:
+        self.labels += 1
+        return f"$L{self.labels}"
+
+    def find(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    # -- values
+    def mov(self, key: str, value) -> str:
+        cls = _CLS[key]
+        d = self.reg(cls)
+        if cls == "p":
+            self.op(f"setp.ne.u32 {d}, {1 if value else 0}, 0")
+        else:
+            self.op(f"mov.{_DECL[cls][1:]} {d}, {_imm(value, key)}")
+        return d
+
+    def narrow(self, key: str, reg: str) -> str:
+        """A 32-bit register holding a value of ``key`` wrapped to its width (sign- or zero-extended)."""
+        if key not in _NARROW:
+            return reg
+        d = self.reg("r")
+        self.op(f"{_NARROW[key]} {d}, {reg}")
+        return d
+
+    def conv(self, reg: str, src: str, dst: str) -> str:
+        """``reg`` (a value of dtype key ``src``) as a value of ``dst``, as C++'s ``(dst)(value)``."""
+        if src == dst:
+            return reg
+        cs, cd = _CLS[src], _CLS[dst]
+        if dst == "b1":
+            d = self.reg("p")
+            if cs in _FLOAT:
+                self.op(f"setp.neu.{_FLOAT[cs]} {d}, {reg}, {_imm(0, src)}")
+            else:
+                self.op(f"setp.ne.{'s32' if cs == 'r' else 's64'} {d}, {reg}, 0")
+            return d
+        if src == "b1":
+            d = self.reg(cd)
+            self.op(f"selp.{_DECL[cd][1:]} {d}, {_imm(1, dst)}, {_imm(0, dst)}, {reg}")
+            return d
+        if cs in _FLOAT:
+            d = self.reg(cd)
+            if cd in _FLOAT:
+                self.op(f"cvt.f64.f32 {d}, {reg}" if cd == "fd" else f"cvt.rn.f32.f64 {d}, {reg}")
+                return d
+            # float -> integer truncates (C++'s cast); narrow types through int32, then wrapped
+            to = f"{'s' if _signed(dst) else 'u'}64" if cd == "rd" else ("u32" if dst == "u4" else "s32")
+            self.op(f"cvt.rzi.{to}.{_FLOAT[cs]} {d}, {reg}")
+            return self.narrow(dst, d) if cd == "r" else d
+        itype = f"{'s' if _signed(src) else 'u'}{32 if cs == 'r' else 64}"
+        if cd in _FLOAT:
+            d = self.reg(cd)
+            self.op(f"cvt.rn.{_FLOAT[cd]}.{itype} {d}, {reg}")
+            return d
+        if cs == "r" and cd == "rd":  # widen by the source's signedness: the value is kept
+            d = self.reg("rd")
+            self.op(f"cvt.{itype[0]}64.{itype} {d}, {reg}")
+            return d
+        if cs == "rd" and cd == "r":
+            d = self.reg("r")
+            self.op(f"cvt.u32.u64 {d}, {reg}")
+            return self.narrow(dst, d)
+        return reg if cs == "rd" else self.narrow(dst, reg)  # same width: the same bits, wrapped if narrower
+
+    # -- addresses and loads
+    def decompose(self, ctx: _Ctx, need: set[int]) -> None:
+        """Coordinate registers of ``ctx`` for the axes in ``need`` (row-major over ctx's axes)."""
+        need = need & set(ctx.axes)
+        ctx.coords = {}
+        if not need:
+            return
+        outer = min(ctx.axes.index(a) for a in need)
+        if ctx.wide:
+            t, cls, ty = ctx.lin, "rd", "u64"
+        else:
+            t, cls, ty = self.reg("r"), "r", "u32"
+            self.op(f"cvt.u32.u64 {t}, {ctx.lin}")
+        for pos in range(len(ctx.axes) - 1, outer - 1, -1):
+            a = ctx.axes[pos]
+            if pos == 0:
+                ctx.coords[a] = t
+                break
+            q, c = self.reg(cls), self.reg(cls)
+            d = ctx.dims[a]
+            self.op(f"div.{ty} {q}, {t}, {d}")
+            self.op(f"mul.lo.{ty} {c}, {q}, {d}")
+            self.op(f"sub.{ty} {c}, {t}, {c}")
+            ctx.coords[a] = c
+            t = q
+
+    def needs(self, ctx: _Ctx, terms: list[tuple[int, int]]) -> set[int]:
+        mine, f = ctx.split(terms)
+        return set() if f is not None else {a for a, _ in mine}
+
+    def offset(self, ctx: _Ctx, terms: list[tuple[int, int]]) -> str | None:
+        """A u64 register with the byte offset sum(coordinate * bytes) of ``terms`` in ``ctx`` (None for 0)."""
+        mine, f = ctx.split(terms)
+        if not mine:
+            return None
+        if f is not None:
+            key = ("lin", id(ctx), ctx.lin, f)
+            hit = self.find(key)
+            if hit:
+                return hit
+            d = self.reg("rd")
+            if f & (f - 1) == 0:
+                self.op(f"shl.b64 {d}, {ctx.lin}, {f.bit_length() - 1}")
+            else:
+                self.op(f"mul.lo.s64 {d}, {ctx.lin}, {f}")
+            self.scopes[-1][key] = d
+            return d
+        acc = None
+        for a, b in mine:
+            c, t = ctx.coords[a], self.reg("rd")
+            if ctx.wide:
+                self.op(f"mul.lo.s64 {t}, {c}, {b}")
+            elif -(1 << 31) <= b < 1 << 31:
+                self.op(f"mul.wide.s32 {t}, {c}, {b}")
+            else:
+                w = self.reg("rd")
+                self.op(f"cvt.u64.u32 {w}, {c}")
+                self.op(f"mul.lo.s64 {t}, {w}, {b}")
+            if acc is not None:
+                s = self.reg("rd")
+                self.op(f"add.s64 {s}, {acc}, {t}")
+                t = s
+            acc = t
+        return acc
+
+    def address(self, base: str, ctxs: list[_Ctx], terms: list[tuple[int, int]]) -> str:
+        out = base
+        for ctx in ctxs:
+            off = self.offset(ctx, terms)
+            if off is not None:
+                d = self.reg("rd")
+                self.op(f"add.s64 {d}, {out}, {off}")
+                out = d
+        return out
+
+    def terms(self, k: int, at: tuple) -> list[tuple[int, int]]:
+        inp, item = self.lay.inputs[k], _ITEM[self.inkeys[k]]
+        space = self.lay.space
+        return [(a, s * item) for a, s in zip(at, inp[3], strict=True) if a is not None and space[a] != 1 and s]
+
+    def load(self, k: int, at: tuple, ctxs: list[_Ctx]) -> str:
+        key = ("load", k, tuple(at))
+        hit = self.find(key)
+        if hit:
+            return hit
+        ikey = self.inkeys[k]
+        base = self.rowbase.get(key[1:]) or self.base[k]  # a reduce kernel's row part, once per row
+        addr = self.address(base, ctxs, self.terms(k, at))
+        cls = _CLS[ikey]
+        guard = f"@{self.guard} " if self.guard else ""
+        if cls == "p":
+            r, d = self.reg("r"), self.reg("p")
+            self.op(f"{guard}ld.global.nc.u8 {r}, [{addr}]")
+            self.op(f"setp.ne.u32 {d}, {r}, 0")
+        else:
+            d = self.reg(cls)
+            self.op(f"{guard}ld.global.nc.{_MEM[ikey]} {d}, [{addr}]")
+        self.scopes[-1][key] = d
+        return d
+
+    def store(self, key: str, addr: str, value: str, pred: str = "") -> None:
+        guard = f"@{pred} " if pred else ""
+        if key == "b1":
+            r = self.reg("r")
+            self.op(f"selp.u32 {r}, 1, 0, {value}")
+            value = r
+        self.op(f"{guard}st.global.{_MEM[key]} [{addr}], {value}")
+
+    # -- nodes
+    def operand(self, j: int, k: int, ctxs: list[_Ctx]) -> tuple[str, str]:
+        s, r = self.lay.nodes[j][4][k]
+        if s == "n":
+            reg = self.find(("node", r))
+            assert reg is not None, f"node {r} used before it is computed"
+            return reg, self.nodekeys[r]
+        if self.lay.inputs[r][0] == "scalar":
+            return self.scalar[r], self.inkeys[r]
+        return self.load(r, self.lay.reads[j][k], ctxs), self.inkeys[r]
+
+    def node(self, j: int, ctxs: list[_Ctx]) -> str:
+        op, _, _, _, refs = self.lay.nodes[j]
+        key = self.nodekeys[j]
+        args = [self.operand(j, k, ctxs) for k in range(len(refs))]
+        d = self.compute(op, key, args)
+        self.scopes[-1][("node", j)] = d
+        return d
+
+    def compute(self, op: str, key: str, args: list[tuple[str, str]]) -> str:
+        if op in _CMP_FLOAT:
+            ct = _common(tuple(k for _, k in args))
+            a, b = (self.conv(r, k, ct) for r, k in args)
+            return self.compare(op, ct, a, b)
+        if op == "where":
+            c = self.conv(*args[0], "b1")
+            a, b = (self.conv(r, k, key) for r, k in args[1:])
+            cls = _CLS[key]
+            d = self.reg(cls)
+            if cls == "p":
+                t, n = self.reg("p"), self.reg("p")
+                self.op(f"and.pred {t}, {c}, {a}")
+                self.op(f"not.pred {n}, {c}")
+                self.op(f"and.pred {n}, {n}, {b}")
+                self.op(f"or.pred {d}, {t}, {n}")
+            else:
+                self.op(f"selp.{_DECL[cls][1:]} {d}, {a}, {b}, {c}")
+            return d
+        vals = [self.conv(r, k, key) for r, k in args]
+        if op in ("cast", "reshape", "broadcast_to"):
+            return vals[0]
+        if op in ("add", "sub", "mul", "div", "maximum", "minimum"):
+            return self.binary(op, key, vals[0], vals[1])
+        return self.unary(op, key, vals[0])
+
+    def compare(self, op: str, ct: str, a: str, b: str) -> str:
+        cls = _CLS[ct]
+        if cls == "p":
+            a, b = self.conv(a, "b1", "u4"), self.conv(b, "b1", "u4")
+            cls, ct = "r", "u4"
+        d = self.reg("p")
+        if cls in _FLOAT:
+            self.op(f"setp.{_CMP_FLOAT[op]}.{_FLOAT[cls]} {d}, {a}, {b}")
+        else:
+            ty = f"{'s' if _signed(ct) else 'u'}{32 if cls == 'r' else 64}"
+            self.op(f"setp.{op}.{ty} {d}, {a}, {b}")
+        return d
+
+    def binary(self, op: str, key: str, a: str, b: str) -> str:
+        cls = _CLS[key]
+        d = self.reg(cls)
+        if cls == "p":
+            if op in ("add", "maximum"):
+                self.op(f"or.pred {d}, {a}, {b}")
+            elif op in ("mul", "minimum"):
+                self.op(f"and.pred {d}, {a}, {b}")
+            else:
+                raise Unsupported(f"{op} of bool")
+            return d
+        if cls in _FLOAT:
+            t = _FLOAT[cls]
+            if op in ("maximum", "minimum"):  # (a > b || a != a) ? a : b, as the C++ rx_max/rx_min
+                p, q = self.reg("p"), self.reg("p")
+                self.op(f"setp.{'gt' if op == 'maximum' else 'lt'}.{t} {p}, {a}, {b}")
+                self.op(f"setp.nan.or.{t} {q}, {a}, {a}, {p}")
+                self.op(f"selp.{t} {d}, {a}, {b}, {q}")
+            elif op == "div" and cls == "f":
+                self.count["f"] -= 1
+                return divf(self, a, b)
+            else:
+                self.op(f"{op}.rn.{t} {d}, {a}, {b}")
+            return d
+        width = 32 if cls == "r" else 64
+        if op in ("maximum", "minimum"):
+            self.op(f"{op[:3]}.{'s' if _signed(key) else 'u'}{width} {d}, {a}, {b}")
+            return d
+        if op == "div":
+            raise Unsupported(f"integer division of {key}")
+        self.op(f"{'mul.lo' if op == 'mul' else op}.s{width} {d}, {a}, {b}")
+        return self.narrow(key, d) if cls == "r" else d
+
+    def unary(self, op: str, key: str, a: str) -> str:
+        cls = _CLS[key]
+        if op == "abs" and (cls == "p" or key[0] == "u"):
+            return a
+        if op in ("neg", "abs"):
+            if cls == "p":
+                raise Unsupported(f"{op} of bool")
+            d = self.reg(cls)
+            t = _FLOAT.get(cls) or f"s{32 if cls == 'r' else 64}"
+            self.op(f"{op}.{t} {d}, {a}")
+            return self.narrow(key, d) if cls == "r" else d
+        if cls not in _FLOAT:
+            raise Unsupported(f"{op} of {key}")
+        if op == "sqrt":
+            d = self.reg(cls)
+            self.op(f"sqrt.rn.{_FLOAT[cls]} {d}, {a}")
+            return d
+        if cls != "f":
+            raise Unsupported(f"{op} of float64 (NVRTC's libdevice has it)")
+        if op == "exp":
+            return expf(self, a)
+        if op == "log":
+            return logf(self, a)
+        if op == "tanh":
+            return tanhf(self, a)
+        raise Unsupported(f"op {op}")
+
+    def combine(self, op: str, key: str, acc: str, value: str) -> str:
+        return self.binary("add" if op in ("sum", "mean") else ("maximum" if op == "max" else "minimum"),
+                           key, acc, value)
+
+    # -- the whole kernel
+    def params(self) -> list[str]:
+        lay, out = self.lay, []
+        self.base: dict[int, str] = {}
+        self.scalar: dict[int, str] = {}
+        self.outbase: list[str] = []
+        names = [f"{ENTRY}_param_{k}" for k in range(len(lay.inputs) + len(lay.outputs))]
+        for k, inp in enumerate(lay.inputs):
+            key = self.inkeys[k]
+            if inp[0] == "scalar":
+                out.append(f"\t.param .{_MEM[key] if key != 'b1' else 'u8'} {names[k]}")
+                cls = _CLS[key]
+                if cls == "p":
+                    r, d = self.reg("r"), self.reg("p")
+                    self.op(f"ld.param.u8 {r}, [{names[k]}]")
+                    self.op(f"setp.ne.u32 {d}, {r}, 0")
+                else:
+                    d = self.reg(cls)
+                    self.op(f"ld.param.{_MEM[key]} {d}, [{names[k]}]")
+                self.scalar[k] = d
+            else:
+                out.append(f"\t.param .u64 {names[k]}")
+                self.base[k] = self.pointer(names[k])
+        for k in range(len(lay.outputs)):
+            name = names[len(lay.inputs) + k]
+            out.append(f"\t.param .u64 {name}")
+            self.outbase.append(self.pointer(name))
+        return out
+
+    def pointer(self, name: str) -> str:
+        r, g = self.reg("rd"), self.reg("rd")
+        self.op(f"ld.param.u64 {r}, [{name}]")
+        self.op(f"cvta.to.global.u64 {g}, {r}")
+        return g
+
+    def special(self) -> None:
+        self.tid, self.ntid, self.ctaid, self.nctaid = (self.reg("r") for _ in range(4))
+        for r, name in ((self.tid, "tid"), (self.ntid, "ntid"), (self.ctaid, "ctaid"), (self.nctaid, "nctaid")):
+            self.op(f"mov.u32 {r}, %{name}.x")
+
+    def loop_head(self, lin: str, start: str, end: int, unroll: bool = True) -> tuple[str, str]:
+        """``for (lin = start; lin < end; ...)``: the loop and exit labels (the loop label is placed).
+        ``unroll=False`` asks the JIT not to unroll it (a short loop: unrolling costs JIT time, gains little)."""
+        top, done = self.label(), self.label()
+        self.op(f"mov.u64 {lin}, {start}")
+        p = self.reg("p")
+        self.op(f"setp.ge.u64 {p}, {lin}, {end}")
+        self.op(f"@{p} bra {done}")
+        self.lines.append(f"{top}:")
+        if not unroll:
+            self.op('.pragma "nounroll"')
+        return top, done
+
+    def loop_tail(self, lin: str, step: str, end: int, top: str, done: str) -> None:
+        p = self.reg("p")
+        self.op(f"add.s64 {lin}, {lin}, {step}")
+        self.op(f"setp.lt.u64 {p}, {lin}, {end}")
+        self.op(f"@{p} bra {top}")
+        self.lines.append(f"{done}:")
+
+
+def _check_ops(lay: _Layout) -> None:
+    for op, _, _, dtype, _ in lay.nodes:
+        if op not in _SUPPORTED:
+            raise Unsupported(f"op {op} has no PTX form here")
+        if op in ("exp", "log", "tanh") and dtype[1:] != "f4":
+            raise Unsupported(f"{op} of {dtype} has no PTX form here")
+
+
+def emit(ir: tuple) -> str:
+    """The PTX text of one kernel (entry ``rx_group``) for ``ir``; Unsupported where this emitter does not
+    cover the group (the factory then compiles the C++ of ``_codegen.generate`` through NVRTC)."""
+    lay = _Layout(ir)
+    _check_ops(lay)
+    fn = _Fn(ir, lay)
+    params = fn.params()
+    fn.special()
+    if lay.kind == "reduce":
+        _reduce(fn)
+    else:
+        _elementwise(fn)
+    decls = [f"\t.reg {_DECL[c]} %{c}<{n + 1}>;" for c, n in fn.count.items() if n]
+    if fn.shared:
+        decls.append(f"\t.shared .align 8 .b8 rx_sh[{fn.shared}];")
+    # .maxntid: ptxas keeps to 64 registers a thread, so any block of up to 1024 threads can launch it
+    return "\n".join([f".version {VERSION}", f".target {TARGET}", ".address_size 64", "",
+                      f".visible .entry {ENTRY}(", ",\n".join(params), f") .maxntid {MAX_THREADS}, 1, 1", "{",
+                      *decls, *fn.lines, "\tret;", "}", ""])
+
+
+def _full_terms(lay: _Layout, key: str) -> list[tuple[int, int]]:
+    """(axis, bytes) of a contiguous array of the whole space (an output written per element)."""
+    item = _ITEM[key]
+    return [(a, s * item) for a, s in enumerate(_c_strides(lay.space)) if lay.space[a] != 1]
+
+
+def _row_terms(lay: _Layout, key: str) -> list[tuple[int, int]]:
+    """(axis, bytes) of a contiguous array of the row axes (an output written once per row)."""
+    item = _ITEM[key]
+    rows = _c_strides(tuple(lay.space[a] for a in lay.rowaxes))
+    return [(a, s * item) for a, s in zip(lay.rowaxes, rows, strict=True) if lay.space[a] != 1]
+
+
+def _reads(lay: _Layout, js) -> list[tuple[int, tuple]]:
+    """(input, coordinates) of every array read by the nodes ``js``."""
+    out = []
+    for j in js:
+        for k, (s, r) in enumerate(lay.nodes[j][4]):
+            if s == "i" and lay.inputs[r][0] == "array":
+                out.append((r, lay.reads[j][k]))
+    return out
+
+
+def _elementwise(fn: _Fn) -> None:
+    """A grid-stride loop over tiles of ``ntid * U`` elements per block: a thread's U elements are ``ntid``
+    apart (coalesced), U from the launch shape's elements per thread (1..4; 2 with one or two heavy ops such as
+    exp or a float32 division, 1 with more: each copy of the body costs JIT time); all U elements' loads are
+    issued before any arithmetic, the later ones predicated on being inside the space."""
+    lay = fn.lay
+    size = math.prod(lay.space)
+    blocks, threads = launch_shape(fn.ir)
+    unroll = min(_UNROLL, max(1, -(-size // (blocks * threads)))) if blocks and threads else 1
+    heavy = sum(op in _HEAVY or (op == "div" and dt[1:] == "f4") for op, _, _, dt, _ in lay.nodes)
+    unroll = min(unroll, 4 if heavy == 0 else 2 if heavy <= 2 else 1)  # the JIT's time grows with the copies
+    reduced = [a for a in lay.axes if lay.space[a] != 1]
+    per_row = [(k, j) for k, j in enumerate(lay.outputs) if not lay.is_full(j)]
+    reads = list(dict.fromkeys(_reads(lay, range(len(lay.nodes)))))
+    probe = _Ctx(lay.space, lay.full)
+    need: set[int] = set()
+    for k, at in reads:
+        need |= fn.needs(probe, fn.terms(k, at))
+    if per_row:
+        need |= set(reduced)
+        for _, j in per_row:
+            need |= fn.needs(probe, _row_terms(lay, fn.nodekeys[j]))
+    start, step, t = fn.reg("rd"), fn.reg("rd"), fn.reg("rd")
+    fn.op(f"mul.wide.u32 {start}, {fn.ctaid}, {fn.ntid}")
+    if unroll > 1:
+        fn.op(f"mul.lo.s64 {start}, {start}, {unroll}")
+    fn.op(f"cvt.u64.u32 {t}, {fn.tid}")
+    fn.op(f"add.s64 {start}, {start}, {t}")
+    fn.op(f"mul.wide.u32 {step}, {fn.nctaid}, {fn.ntid}")
+    if unroll > 1:
+        fn.op(f"mul.lo.s64 {step}, {step}, {unroll}")
+    apart = []
+    for u in range(1, unroll):
+        d = fn.reg("rd")
+        fn.op(f"mul.wide.u32 {d}, {fn.ntid}, {u}")
+        apart.append(d)
+    i0 = fn.reg("rd")
+    top, done = fn.loop_head(i0, start, size)
+    elements = []
+    for u in range(unroll):  # coordinates and loads of every element first
+        ctx = _Ctx(lay.space, lay.full)
+        inside = ""
+        if u == 0:
+            ctx.lin = i0
+        else:
+            ctx.lin, inside = fn.reg("rd"), fn.reg("p")
+            fn.op(f"add.s64 {ctx.lin}, {i0}, {apart[u - 1]}")
+            fn.op(f"setp.lt.u64 {inside}, {ctx.lin}, {size}")
+        fn.scopes.append({})
+        fn.guard = inside
+        fn.decompose(ctx, need)
+        for k, at in reads:
+            fn.load(k, at, [ctx])
+        fn.guard = ""
+        elements.append((ctx, inside, fn.scopes.pop()))
+    for ctx, inside, scope in elements:
+        fn.scopes.append(scope)
+        for j in range(len(lay.nodes)):
+            fn.node(j, [ctx])
+        first = inside
+        if per_row:
+            for a in reduced:  # a per-row value is written where the reduced coordinates are all 0
+                p = fn.reg("p")
+                ty = "u64" if ctx.wide else "u32"
+                fn.op(f"setp.eq.and.{ty} {p}, {ctx.coords[a]}, 0, {first}" if first else
+                      f"setp.eq.{ty} {p}, {ctx.coords[a]}, 0")
+                first = p
+        for k, j in enumerate(lay.outputs):
+            key = fn.nodekeys[j]
+            value = fn.find(("node", j))
+            if lay.is_full(j):
+                fn.store(key, fn.address(fn.outbase[k], [ctx], _full_terms(lay, key)), value, inside)
+            else:
+                fn.store(key, fn.address(fn.outbase[k], [ctx], _row_terms(lay, key)), value, first)
+        fn.scopes.pop()
+    fn.loop_tail(i0, step, size, top, done)
+
+
+def _reduce(fn: _Fn) -> None:
+    lay = fn.lay
+    nodes = lay.nodes
+    n = len(nodes)
+    level = []
+    for j, (op, _, _, _, refs) in enumerate(nodes):
+        lv = max((level[r] for s, r in refs if s == "n"), default=0)
+        if op in _RED_OPS:
+            lv += 1
+        elif not lay.is_full(j) and any(s == "n" and lay.is_full(r) and nodes[r][0] not in _RED_OPS
+                                        for s, r in refs):
+            raise Unsupported("a per-row value computed from per-element values without a reduction")
+        level.append(lv)
+    full = {j for j in range(n) if lay.is_full(j) and nodes[j][0] not in _RED_OPS}
+    rows = [j for j in range(n) if j not in full and nodes[j][0] not in _RED_OPS]
+    levels = [[j for j in range(n) if nodes[j][0] in _RED_OPS and level[j] == lv]
+              for lv in range(1, max(level, default=0) + 1)]
+    fn.shared = max((len(r) for r in levels), default=0) * _REGION
+
+    def closure(targets) -> list[int]:
+        need, stack = set(), list(targets)
+        while stack:
+            j = stack.pop()
+            if j in full and j not in need:
+                need.add(j)
+                stack.extend(r for s, r in nodes[j][4] if s == "n")
+        return sorted(need)
+
+    nrows = math.prod(lay.space[a] for a in lay.rowaxes)
+    nred = math.prod(lay.space[a] for a in lay.axes)
+    rctx, ictx = _Ctx(lay.space, lay.rowaxes), _Ctx(lay.space, lay.axes)
+    writes_full = [(k, j) for k, j in enumerate(lay.outputs) if j in full]
+    loops = [closure([nodes[j][4][0][1] for j in reds if nodes[j][4][0][0] == "n"]) for reds in levels]
+    store_loop = closure([j for _, j in writes_full])
+    reads = _reads(lay, [j for js in loops for j in js] + store_loop + rows + [j for reds in levels for j in reds])
+    need_row: set[int] = set()
+    for k, at in reads:
+        need_row |= fn.needs(rctx, fn.terms(k, at))
+    for _, j in writes_full:
+        need_row |= fn.needs(rctx, _full_terms(lay, fn.nodekeys[j]))
+    for j in lay.outputs:
+        if j not in full:
+            need_row |= fn.needs(rctx, _row_terms(lay, fn.nodekeys[j]))
+
+    # who does which row: a whole block per row, or (several rows per block in the launch shape) groups of
+    # G lanes of a warp, G a power of two up to 32, decided here and correct for any block size at run time
+    blocks, threads = launch_shape(fn.ir)
+    group = 0
+    if blocks and nrows > blocks:
+        group = min(32, 1 << max(0, (threads // -(-nrows // blocks)).bit_length() - 1))
+    lead, row0, rstep, istart = fn.reg("p"), fn.reg("rd"), fn.reg("rd"), fn.reg("rd")
+    if group:
+        lg = group.bit_length() - 1
+        g, lane, per, t = fn.reg("r"), fn.reg("r"), fn.reg("r"), fn.reg("p")
+        fn.op(f"shr.u32 {g}, {fn.tid}, {lg}")
+        fn.op(f"and.b32 {lane}, {fn.tid}, {group - 1}")
+        fn.op(f"shr.u32 {per}, {fn.ntid}, {lg}")  # whole groups in a block; lanes past them stay idle
+        fn.op(f"setp.eq.u32 {lead}, {lane}, 0")
+        fn.op(f"setp.lt.u32 {t}, {g}, {per}")
+        c, gg = fn.reg("rd"), fn.reg("rd")
+        fn.op(f"mul.wide.u32 {c}, {fn.ctaid}, {per}")
+        fn.op(f"cvt.u64.u32 {gg}, {g}")
+        fn.op(f"add.s64 {c}, {c}, {gg}")
+        fn.op(f"selp.b64 {row0}, {c}, {nrows}, {t}")  # an idle lane starts past the last row
+        fn.op(f"mul.wide.u32 {rstep}, {fn.nctaid}, {per}")
+        fn.op(f"cvt.u64.u32 {istart}, {lane}")
+        istep = str(group)
+        w = _group_values(fn, group)
+        fn.shared = 0
+    else:
+        fn.op(f"setp.eq.u32 {lead}, {fn.tid}, 0")
+        w = _warp_values(fn)
+        fn.op(f"cvt.u64.u32 {row0}, {fn.ctaid}")
+        fn.op(f"cvt.u64.u32 {rstep}, {fn.nctaid}")
+        fn.op(f"cvt.u64.u32 {istart}, {fn.tid}")
+        istep = fn.reg("rd")
+        fn.op(f"cvt.u64.u32 {istep}, {fn.ntid}")
+
+    # for (row = row0; row < nrows; row += rstep)
+    rctx.lin = fn.reg("rd")
+    rtop, rdone = fn.loop_head(rctx.lin, row0, nrows)
+    fn.scopes.append({})
+    fn.decompose(rctx, need_row)
+    for k, at in reads:  # each array read's address at the row's coordinates
+        if (k, at) not in fn.rowbase:
+            fn.rowbase[(k, at)] = fn.address(fn.base[k], [rctx], fn.terms(k, at))
+    outrow = {k: fn.address(fn.outbase[k], [rctx], _full_terms(lay, fn.nodekeys[j])) for k, j in writes_full}
+
+    def inner_loop(js: list[int], readers: list[int], stores: list[tuple[int, int]], body) -> None:
+        """for (r = istart; r < nred; r += istep) { the nodes js at (row, r); body() }; ``readers``: other nodes
+        whose inputs body reads, ``stores``: outputs body writes (their coordinates are computed too)."""
+        ictx.lin = fn.reg("rd")
+        top, done = fn.loop_head(ictx.lin, istart, nred, unroll=not group)
+        fn.scopes.append({})
+        need: set[int] = set()
+        for k, at in _reads(lay, js + readers):
+            need |= fn.needs(ictx, fn.terms(k, at))
+        for _, j in stores:
+            need |= fn.needs(ictx, _full_terms(lay, fn.nodekeys[j]))
+        fn.decompose(ictx, need)
+        for j in js:
+            fn.node(j, [ictx])
+        body()
+        fn.scopes.pop()
+        fn.loop_tail(ictx.lin, istep, nred, top, done)
+
+    for j in rows:
+        if level[j] == 0:
+            fn.node(j, [])
+    for lv, reds in enumerate(levels, start=1):
+        if not reds:
+            continue
+        accs = {j: fn.mov(fn.nodekeys[j], _identity(nodes[j][0], fn.nodekeys[j])) for j in reds}
+
+        def accumulate(reds=reds, accs=accs) -> None:
+            for j in reds:
+                s, r = nodes[j][4][0]
+                if s == "n":
+                    value, vkey = fn.find(("node", r)), fn.nodekeys[r]
+                else:
+                    value, vkey = fn.operand(j, 0, [ictx])
+                key = fn.nodekeys[j]
+                new = fn.combine(nodes[j][0], key, accs[j], fn.conv(value, vkey, key))
+                fn.op(f"mov.{_DECL[_CLS[key]][1:]} {accs[j]}, {new}")
+
+        inner_loop(loops[lv - 1], reds, [], accumulate)
+        if group:
+            _group_reduce(fn, reds, accs, group, w)
+        else:
+            _block_reduce(fn, reds, accs, w)
+        for j in reds:
+            key, v = fn.nodekeys[j], accs[j]
+            if nodes[j][0] == "mean":  # the sum / n, IEEE division as the C++ a / (T)n
+                v = fn.binary("div", key, v, fn.mov(key, nred))
+            fn.scopes[-1][("node", j)] = v
+        for j in rows:
+            if level[j] == lv:
+                fn.node(j, [])
+
+    def store_full() -> None:
+        for k, j in writes_full:
+            key = fn.nodekeys[j]
+            fn.store(key, fn.address(outrow[k], [ictx], _full_terms(lay, key)), fn.find(("node", j)))
+
+    if writes_full:
+        inner_loop(store_loop, [], writes_full, store_full)
+    for k, j in enumerate(lay.outputs):
+        if j not in full:
+            key = fn.nodekeys[j]
+            fn.store(key, fn.address(fn.outbase[k], [rctx], _row_terms(lay, key)), fn.find(("node", j)), lead)
+    fn.scopes.pop()
+    fn.rowbase = {}
+    fn.loop_tail(rctx.lin, rstep, nrows, rtop, rdone)
+
+
+def _warp_values(fn: _Fn) -> dict[str, str]:
+    """Registers the block reduction uses: the shuffle mask and clamp of this thread's warp (its lanes that
+    exist: min(32, ntid - warp * 32)), whether it is lane 0 / in warp 0 / a lane with a warp's value to read,
+    and the shared addresses of its warp's slot and its lane's slot."""
+    w = {k: fn.reg("r") for k in ("lane", "warp", "n", "mask", "clamp", "sh", "warp_slot", "lane_slot", "nw")}
+    w.update({k: fn.reg("p") for k in ("lane0", "warp0", "has_warp")})
+    fn.op(f"and.b32 {w['lane']}, {fn.tid}, 31")
+    fn.op(f"shr.u32 {w['warp']}, {fn.tid}, 5")
+    fn.op(f"sub.s32 {w['n']}, {fn.tid}, {w['lane']}")
+    fn.op(f"sub.s32 {w['n']}, {fn.ntid}, {w['n']}")
+    fn.op(f"min.u32 {w['n']}, {w['n']}, 32")
+    fn.op(f"shl.b32 {w['mask']}, 1, {w['n']}")  # shifts of 32 give 0: the mask of all 32 lanes is then -1
+    fn.op(f"sub.s32 {w['mask']}, {w['mask']}, 1")
+    fn.op(f"sub.s32 {w['clamp']}, {w['n']}, 1")
+    fn.op(f"setp.eq.u32 {w['lane0']}, {w['lane']}, 0")
+    fn.op(f"setp.eq.u32 {w['warp0']}, {w['warp']}, 0")
+    fn.op(f"add.s32 {w['nw']}, {fn.ntid}, 31")
+    fn.op(f"shr.u32 {w['nw']}, {w['nw']}, 5")
+    fn.op(f"setp.lt.u32 {w['has_warp']}, {w['lane']}, {w['nw']}")
+    fn.op(f"mov.u32 {w['sh']}, rx_sh")
+    fn.op(f"mad.lo.s32 {w['warp_slot']}, {w['warp']}, {_SLOT}, {w['sh']}")
+    fn.op(f"mad.lo.s32 {w['lane_slot']}, {w['lane']}, {_SLOT}, {w['sh']}")
+    return w
+
+
+def _group_values(fn: _Fn, group: int) -> dict[str, str]:
+    """The shuffle mask of this thread's group of ``group`` lanes (aligned in its warp)."""
+    w = {"mask": fn.reg("r"), "clamp": str(((32 - group) << 8) | 31)}
+    if group == 32:
+        fn.op(f"mov.u32 {w['mask']}, -1")
+        return w
+    base = fn.reg("r")
+    fn.op(f"and.b32 {base}, {fn.tid}, {31 & ~(group - 1)}")
+    fn.op(f"shl.b32 {w['mask']}, {(1 << group) - 1}, {base}")
+    return w
+
+
+def _shuffle(fn: _Fn, mode: str, key: str, v: str, off: int, w: dict[str, str], pred: bool) -> tuple[str, str]:
+    """``shfl.sync.<mode>`` of a value of any class: (the value read, its in-range predicate or '')."""
+    cls = _CLS[key]
+    p = fn.reg("p") if pred else ""
+    dp = f"|{p}" if pred else ""
+    tail = f"{off}, {w['clamp']}, {w['mask']}"
+    if cls == "p":
+        r, o, q = fn.reg("r"), fn.reg("r"), fn.reg("p")
+        fn.op(f"selp.u32 {r}, 1, 0, {v}")
+        fn.op(f"shfl.sync.{mode}.b32 {o}{dp}, {r}, {tail}")
+        fn.op(f"setp.ne.u32 {q}, {o}, 0")
+        return q, p
+    if cls in ("rd", "fd"):
+        lo, hi, lo2, hi2, o = fn.reg("r"), fn.reg("r"), fn.reg("r"), fn.reg("r"), fn.reg(cls)
+        fn.op(f"mov.b64 {{{lo}, {hi}}}, {v}")
+        fn.op(f"shfl.sync.{mode}.b32 {lo2}{dp}, {lo}, {tail}")
+        fn.op(f"shfl.sync.{mode}.b32 {hi2}, {hi}, {tail}")
+        fn.op(f"mov.b64 {o}, {{{lo2}, {hi2}}}")
+        return o, p
+    o = fn.reg(cls)
+    fn.op(f"shfl.sync.{mode}.b32 {o}{dp}, {v}, {tail}")
+    return o, p
+
+
+def _group_reduce(fn: _Fn, reds: list[int], accs: dict[int, str], group: int, w: dict[str, str]) -> None:
+    """Each ``accs[j]`` folded over its group of lanes by a butterfly (every lane gets the result)."""
+    for j in reds:
+        key, op = fn.nodekeys[j], fn.lay.nodes[j][0]
+        v = accs[j]
+        off = group // 2
+        while off:
+            o, _ = _shuffle(fn, "bfly", key, v, off, w, False)
+            v = fn.combine(op, key, v, o)
+            off //= 2
+        fn.op(f"mov.{_DECL[_CLS[key]][1:]} {accs[j]}, {v}")
+
+
+def _block_reduce(fn: _Fn, reds: list[int], accs: dict[int, str], w: dict[str, str]) -> None:
+    """Each ``accs[j]`` folded over the block, the result in ``accs[j]`` of every thread.
+
+    Each warp folds its lanes with ``shfl.sync.down`` (the mask and the clamp name only the lanes that exist,
+    so a last, partial warp is folded right), lane 0 writes the warp's value to shared memory, warp 0 folds
+    those the same way and lane 0 writes the result: two barriers, any block size up to MAX_THREADS."""
+    nodes = fn.lay.nodes
+
+    def warp_fold(j: int, v: str) -> str:
+        key, op = fn.nodekeys[j], nodes[j][0]
+        cls = _CLS[key]
+        for off in (16, 8, 4, 2, 1):
+            o, p = _shuffle(fn, "down", key, v, off, w, True)
+            t = fn.reg(cls)
+            if cls == "p":  # a lane past the clamp reads the identity
+                fn.op(f"and.pred {t}, {o}, {p}" if op == "max" else f"or.pred {t}, {o}, !{p}")
+            else:
+                fn.op(f"selp.{_DECL[cls][1:]} {t}, {o}, {_imm(_identity(op, key), key)}, {p}")
+            v = fn.combine(op, key, v, t)
+        return v
+
+    def st(key: str, addr: str, value: str, pred: str) -> None:
+        if _CLS[key] == "p":
+            r = fn.reg("r")
+            fn.op(f"selp.u32 {r}, 1, 0, {value}")
+            fn.op(f"@{pred} st.shared.u32 [{addr}], {r}")
+        else:
+            fn.op(f"@{pred} st.shared.{_DECL[_CLS[key]][1:]} [{addr}], {value}")
+
+    def ld(j: int, addr: str, pred: str = "") -> str:
+        """The value at ``addr`` (where ``pred`` holds; the identity of reduction ``j`` elsewhere)."""
+        key = fn.nodekeys[j]
+        cls = _CLS[key]
+        guard = f"@{pred} " if pred else ""
+        if cls == "p":
+            r, d = fn.reg("r"), fn.reg("p")
+            fn.op(f"mov.u32 {r}, {1 if nodes[j][0] == 'min' else 0}")
+            fn.op(f"{guard}ld.shared.u32 {r}, [{addr}]")
+            fn.op(f"setp.ne.u32 {d}, {r}, 0")
+            return d
+        d = fn.reg(cls)
+        if pred:
+            fn.op(f"mov.{_DECL[cls][1:]} {d}, {_imm(_identity(nodes[j][0], key), key)}")
+        fn.op(f"{guard}ld.shared.{_DECL[cls][1:]} {d}, [{addr}]")
+        return d
+
+    for s, j in enumerate(reds):
+        st(fn.nodekeys[j], f"{w['warp_slot']}+{s * _REGION}", warp_fold(j, accs[j]), w["lane0"])
+    fn.op("bar.sync 0")
+    skip = fn.label()
+    fn.op(f"@!{w['warp0']} bra {skip}")
+    for s, j in enumerate(reds):
+        key = fn.nodekeys[j]
+        v = warp_fold(j, ld(j, f"{w['lane_slot']}+{s * _REGION}", w["has_warp"]))
+        st(key, f"{w['sh']}+{s * _REGION + 32 * _SLOT}", v, w["lane0"])
+    fn.lines.append(f"{skip}:")
+    fn.op("bar.sync 0")
+    for s, j in enumerate(reds):
+        key = fn.nodekeys[j]
+        v = ld(j, f"{w['sh']}+{s * _REGION + 32 * _SLOT}")
+        fn.op(f"mov.{_DECL[_CLS[key]][1:]} {accs[j]}, {v}")
+
+
+# -- float32 math -------------------------------------------------------------------------------------------------
+def expf(fn: _Fn, x: str) -> str:
+    """e**x for a float32 register: x clamped to [-104, 89] (beyond them the result is 0 or inf), j = rint(x
+    log2 e), r = x - j ln2 with ln2 in two parts (the first product exact), e**r = 1 + r q(r) with q a
+    degree-5 minimax polynomial, then two exact scalings by 2**(j/2): max 1 ulp, denormal results included."""
+    t, j, r, q, e, nan = (fn.reg("f") for _ in range(6))
+    fn.op(f"max.f32 {t}, {x}, {f32(-104.0)}")
+    fn.op(f"min.f32 {t}, {t}, {f32(89.0)}")
+    fn.op(f"mul.rn.f32 {j}, {t}, {_bits(0x3FB8AA3B)}")
+    fn.op(f"cvt.rni.f32.f32 {j}, {j}")
+    fn.op(f"fma.rn.f32 {r}, {j}, {_bits(0xBF317200)}, {t}")
+    fn.op(f"fma.rn.f32 {r}, {j}, {_bits(0xB5BFBE8E)}, {r}")
+    fn.op(f"fma.rn.f32 {q}, {_bits(_EXP_POLY[0])}, {r}, {_bits(_EXP_POLY[1])}")
+    for c in _EXP_POLY[2:]:
+        fn.op(f"fma.rn.f32 {q}, {q}, {r}, {_bits(c)}")
+    fn.op(f"fma.rn.f32 {e}, {q}, {r}, {_bits(0x3F800000)}")
+    ji, j1, j2 = fn.reg("r"), fn.reg("r"), fn.reg("r")
+    fn.op(f"cvt.rzi.s32.f32 {ji}, {j}")
+    fn.op(f"shr.s32 {j1}, {ji}, 1")
+    fn.op(f"sub.s32 {j2}, {ji}, {j1}")
+    for half in (j1, j2):
+        b, s = fn.reg("r"), fn.reg("f")
+        fn.op(f"add.s32 {b}, {half}, 127")
+        fn.op(f"shl.b32 {b}, {b}, 23")
+        fn.op(f"mov.b32 {s}, {b}")
+        fn.op(f"mul.rn.f32 {e}, {e}, {s}")
+    p, d = fn.reg("p"), fn.reg("f")
+    fn.op(f"setp.nan.f32 {p}, {x}, {x}")
+    fn.op(f"add.rn.f32 {nan}, {x}, {x}")
+    fn.op(f"selp.f32 {d}, {nan}, {e}, {p}")
+    return d
+
+
+def divf(fn: _Fn, a: str, b: str) -> str:
+    """a / b for float32 registers, correctly rounded like ``div.rn.f32`` but straight-line (``div.rn.f32``
+    brings ptxas's slow-path subroutine, 6-10 ms of JIT time): the quotient in float64 from an approximate
+    reciprocal, two Newton steps and a Markstein correction (relative error below 2**-51), rounded once to
+    float32. That rounding is exact: a quotient of two floats is never a float32 midpoint (an odd 25-bit
+    significand times a 24-bit one has more than 24 bits), nor within 2**-49 of one. Zero, infinite and NaN
+    operands take ``a * (1 / b)``, which gives IEEE's inf, zero and NaN results there."""
+    A, B, nb, y, e, q, r = (fn.reg("fd") for _ in range(7))
+    fn.op(f"cvt.f64.f32 {A}, {a}")
+    fn.op(f"cvt.f64.f32 {B}, {b}")
+    fn.op(f"neg.f64 {nb}, {B}")
+    fn.op(f"rcp.approx.ftz.f64 {y}, {B}")
+    for _ in range(2):
+        fn.op(f"fma.rn.f64 {e}, {nb}, {y}, {f64(1.0)}")
+        fn.op(f"fma.rn.f64 {y}, {y}, {e}, {y}")
+    q1, zero = fn.reg("fd"), fn.reg("p")
+    fn.op(f"mul.rn.f64 {q}, {A}, {y}")
+    fn.op(f"fma.rn.f64 {r}, {nb}, {q}, {A}")
+    fn.op(f"fma.rn.f64 {q1}, {r}, {y}, {q}")
+    fn.op(f"setp.eq.f64 {zero}, {A}, {f64(0.0)}")
+    fn.op(f"selp.f64 {q}, {q}, {q1}, {zero}")  # 0 / b keeps the product's sign (the correction adds +0)
+    quot, ta, tb, rb, spec, d = (fn.reg("f") for _ in range(6))
+    fn.op(f"cvt.rn.f32.f64 {quot}, {q}")
+    ok = fn.reg("p")
+    fn.op(f"abs.f32 {ta}, {a}")
+    fn.op(f"abs.f32 {tb}, {b}")
+    fn.op(f"setp.lt.f32 {ok}, {ta}, {_bits(0x7F800000)}")
+    fn.op(f"setp.lt.and.f32 {ok}, {tb}, {_bits(0x7F800000)}, {ok}")
+    fn.op(f"setp.ne.and.f32 {ok}, {b}, {_bits(0)}, {ok}")
+    fn.op(f"rcp.approx.ftz.f32 {rb}, {b}")
+    fn.op(f"mul.rn.f32 {spec}, {a}, {rb}")
+    fn.op(f"selp.f32 {d}, {quot}, {spec}, {ok}")
+    return d
+
+
+def logf(fn: _Fn, x: str) -> str:
+    """log(x) for a float32 register: CUDA's logf (libdevice): denormals scaled by 2**23, x = 2**e m with m in
+    [2/3, 4/3), log1p(m - 1) by a polynomial, + e ln2; then inf, NaN, negatives and zeros."""
+    p, x1, ea, m, e, f, q, r, res, sp = (fn.reg("p"), *(fn.reg("f") for _ in range(9)))
+    fn.op(f"setp.lt.f32 {p}, {x}, {_bits(0x00800000)}")
+    fn.op(f"mul.rn.f32 {x1}, {x}, {_bits(0x4B000000)}")
+    fn.op(f"selp.f32 {x1}, {x1}, {x}, {p}")
+    fn.op(f"selp.f32 {ea}, {_bits(0xC1B80000)}, {_bits(0)}, {p}")
+    ix, t, mb = fn.reg("r"), fn.reg("r"), fn.reg("r")
+    fn.op(f"mov.b32 {ix}, {x1}")
+    fn.op(f"add.s32 {t}, {ix}, -1059760811")  # - bits(2/3)
+    fn.op(f"and.b32 {t}, {t}, -8388608")  # the exponent field
+    fn.op(f"sub.s32 {mb}, {ix}, {t}")
+    fn.op(f"mov.b32 {m}, {mb}")
+    fn.op(f"cvt.rn.f32.s32 {e}, {t}")
+    fn.op(f"fma.rn.f32 {e}, {e}, {_bits(0x34000000)}, {ea}")
+    fn.op(f"add.rn.f32 {f}, {m}, {_bits(0xBF800000)}")
+    fn.op(f"fma.rn.f32 {q}, {_bits(_LOG_POLY[0])}, {f}, {_bits(_LOG_POLY[1])}")
+    for c in _LOG_POLY[2:]:
+        fn.op(f"fma.rn.f32 {q}, {q}, {f}, {_bits(c)}")
+    fn.op(f"mul.rn.f32 {r}, {f}, {q}")
+    fn.op(f"fma.rn.f32 {r}, {r}, {f}, {f}")
+    fn.op(f"fma.rn.f32 {res}, {e}, {_bits(0x3F317218)}, {r}")
+    finite, zero = fn.reg("p"), fn.reg("p")
+    fn.op(f"setp.lt.u32 {finite}, {ix}, 2139095040")  # 0 <= x < inf (bits), else inf, NaN or negative
+    fn.op(f"fma.rn.f32 {sp}, {x1}, {_bits(0x7F800000)}, {_bits(0x7F800000)}")
+    fn.op(f"selp.f32 {res}, {res}, {sp}, {finite}")
+    fn.op(f"setp.eq.f32 {zero}, {x1}, {_bits(0)}")
+    d = fn.reg("f")
+    fn.op(f"selp.f32 {d}, {_bits(0xFF800000)}, {res}, {zero}")
+    return d
+
+
+def tanhf(fn: _Fn, x: str) -> str:
+    """tanh(x) for a float32 register: CUDA's tanhf (libdevice): 1 - 2 / (e**(2|x|) + 1) for |x| >= 0.6
+    (with its approximate exp2 and reciprocal, sign copied), an odd polynomial below."""
+    a, t, u, w, big, s2, q, small, d = (fn.reg("f") for _ in range(9))
+    p1, p2 = fn.reg("p"), fn.reg("p")
+    fn.op(f"abs.f32 {a}, {x}")
+    fn.op(f"mul.rn.f32 {t}, {a}, {_bits(0x4038AA3B)}")
+    fn.op(f"ex2.approx.ftz.f32 {t}, {t}")
+    fn.op(f"add.rn.f32 {u}, {t}, {_bits(0x3F800000)}")
+    fn.op(f"rcp.approx.ftz.f32 {w}, {u}")
+    fn.op(f"fma.rn.f32 {big}, {w}, {_bits(0xC0000000)}, {_bits(0x3F800000)}")
+    fn.op(f"setp.ge.f32 {p1}, {a}, {_bits(0x41102CB4)}")
+    fn.op(f"selp.f32 {big}, {_bits(0x3F800000)}, {big}, {p1}")
+    fn.op(f"copysign.f32 {big}, {x}, {big}")
+    fn.op(f"mul.rn.f32 {s2}, {x}, {x}")
+    fn.op(f"fma.rn.f32 {q}, {_bits(_TANH_POLY[0])}, {s2}, {_bits(_TANH_POLY[1])}")
+    for c in _TANH_POLY[2:]:
+        fn.op(f"fma.rn.f32 {q}, {q}, {s2}, {_bits(c)}")
+    fn.op(f"fma.rn.f32 {small}, {q}, {x}, {x}")
+    fn.op(f"setp.ge.f32 {p2}, {a}, {_bits(0x3F19999A)}")
+    fn.op(f"selp.f32 {d}, {big}, {small}, {p2}")
+    return d
