@@ -23,7 +23,8 @@ only tunes them:
   through the coordinates (32-bit where they fit); a per-row value is written where the reduced coordinates
   are 0;
 - **reduce**: rows of the non-reduced axes, each either a whole block's (a grid-stride loop over rows) or,
-  where the launch shape puts several rows in a block, a group of G = 1..32 lanes of a warp. Each reduction
+  where the launch shape puts several rows in a block, a group of G = 1..32 lanes of a warp (G shrinks at
+  run time to fit a block smaller than the launch shape's; lanes past the last whole group idle). Each reduction
   level is a strided loop over the reduced axes (the per-element values it needs recomputed from the inputs),
   then a fold: a ``shfl.sync.bfly`` butterfly within a lane group, or across a block ``shfl.sync.down`` within
   each warp (mask and clamp name only the lanes that exist), one shared slot per warp and warp 0's fold of
@@ -410,23 +411,25 @@ class _Fn:
         if op == "where":
             c = self.conv(*args[0], "b1")
             a, b = (self.conv(r, k, key) for r, k in args[1:])
-            cls = _CLS[key]
-            d = self.reg(cls)
-            if cls == "p":
-                t, n = self.reg("p"), self.reg("p")
-                self.op(f"and.pred {t}, {c}, {a}")
-                self.op(f"not.pred {n}, {c}")
-                self.op(f"and.pred {n}, {n}, {b}")
-                self.op(f"or.pred {d}, {t}, {n}")
-            else:
-                self.op(f"selp.{_DECL[cls][1:]} {d}, {a}, {b}, {c}")
-            return d
+            return self.select(_CLS[key], c, a, b)
         vals = [self.conv(r, k, key) for r, k in args]
         if op in ("cast", "reshape", "broadcast_to"):
             return vals[0]
         if op in ("add", "sub", "mul", "div", "maximum", "minimum"):
             return self.binary(op, key, vals[0], vals[1])
         return self.unary(op, key, vals[0])
+
+    def select(self, cls: str, c: str, a: str, b: str) -> str:
+        """``c ? a : b`` for registers of class ``cls``."""
+        d = self.reg(cls)
+        if cls == "p":
+            t, n = self.reg("p"), self.reg("p")
+            self.op(f"and.pred {t}, {c}, {a}")
+            self.op(f"and.pred {n}, {b}, !{c}")
+            self.op(f"or.pred {d}, {t}, {n}")
+        else:
+            self.op(f"selp.{_DECL[cls][1:]} {d}, {a}, {b}, {c}")
+        return d
 
     def compare(self, op: str, ct: str, a: str, b: str) -> str:
         cls = _CLS[ct]
@@ -748,11 +751,11 @@ def _reduce(fn: _Fn) -> None:
         group = min(32, 1 << max(0, (threads // -(-nrows // blocks)).bit_length() - 1))
     lead, row0, rstep, istart = fn.reg("p"), fn.reg("rd"), fn.reg("rd"), fn.reg("rd")
     if group:
-        lg = group.bit_length() - 1
+        w = _group_values(fn, group)
         g, lane, per, t = fn.reg("r"), fn.reg("r"), fn.reg("r"), fn.reg("p")
-        fn.op(f"shr.u32 {g}, {fn.tid}, {lg}")
-        fn.op(f"and.b32 {lane}, {fn.tid}, {group - 1}")
-        fn.op(f"shr.u32 {per}, {fn.ntid}, {lg}")  # whole groups in a block; lanes past them stay idle
+        fn.op(f"shr.u32 {g}, {fn.tid}, {w['lg']}")
+        fn.op(f"and.b32 {lane}, {fn.tid}, {w['gm1']}")
+        fn.op(f"shr.u32 {per}, {fn.ntid}, {w['lg']}")  # whole groups in a block; lanes past them stay idle
         fn.op(f"setp.eq.u32 {lead}, {lane}, 0")
         fn.op(f"setp.lt.u32 {t}, {g}, {per}")
         c, gg = fn.reg("rd"), fn.reg("rd")
@@ -762,8 +765,8 @@ def _reduce(fn: _Fn) -> None:
         fn.op(f"selp.b64 {row0}, {c}, {nrows}, {t}")  # an idle lane starts past the last row
         fn.op(f"mul.wide.u32 {rstep}, {fn.nctaid}, {per}")
         fn.op(f"cvt.u64.u32 {istart}, {lane}")
-        istep = str(group)
-        w = _group_values(fn, group)
+        istep = fn.reg("rd")
+        fn.op(f"cvt.u64.u32 {istep}, {w['size']}")
         fn.shared = 0
     else:
         fn.op(f"setp.eq.u32 {lead}, {fn.tid}, 0")
@@ -877,52 +880,82 @@ def _warp_values(fn: _Fn) -> dict[str, str]:
 
 
 def _group_values(fn: _Fn, group: int) -> dict[str, str]:
-    """The shuffle mask of this thread's group of ``group`` lanes (aligned in its warp)."""
-    w = {"mask": fn.reg("r"), "clamp": str(((32 - group) << 8) | 31)}
-    if group == 32:
-        fn.op(f"mov.u32 {w['mask']}, -1")
-        return w
-    base = fn.reg("r")
-    fn.op(f"and.b32 {base}, {fn.tid}, {31 & ~(group - 1)}")
-    fn.op(f"shl.b32 {w['mask']}, {(1 << group) - 1}, {base}")
+    """Registers of the lane groups: their size G = min(``group``, the largest power of two <= ntid: a block
+    smaller than the launch shape's still works), its log2 and G - 1, this thread's group's shuffle mask (its
+    G lanes, aligned in the warp) and clamp, and per butterfly step (``group`` / 2 ... 1) whether it is < G."""
+    w = {k: fn.reg("r") for k in ("lg", "size", "gm1", "mask", "clamp")}
+    z, base, t = fn.reg("r"), fn.reg("r"), fn.reg("r")
+    fn.op(f"clz.b32 {z}, {fn.ntid}")
+    fn.op(f"sub.s32 {w['lg']}, 31, {z}")
+    fn.op(f"min.u32 {w['lg']}, {w['lg']}, {group.bit_length() - 1}")
+    fn.op(f"shl.b32 {w['size']}, 1, {w['lg']}")
+    fn.op(f"sub.s32 {w['gm1']}, {w['size']}, 1")
+    fn.op(f"and.b32 {t}, {fn.tid}, {w['gm1']}")
+    fn.op(f"sub.s32 {base}, {fn.tid}, {t}")  # the group's first thread
+    fn.op(f"and.b32 {base}, {base}, 31")  # ... as a lane of its warp
+    fn.op(f"shl.b32 {w['mask']}, 1, {w['size']}")  # a shift by 32 gives 0: all 32 lanes' mask is then -1
+    fn.op(f"sub.s32 {w['mask']}, {w['mask']}, 1")
+    fn.op(f"shl.b32 {w['mask']}, {w['mask']}, {base}")
+    fn.op(f"sub.s32 {t}, 32, {w['size']}")
+    fn.op(f"shl.b32 {t}, {t}, 8")
+    fn.op(f"or.b32 {w['clamp']}, {t}, 31")
+    off = group // 2
+    while off:
+        p = fn.reg("p")
+        fn.op(f"setp.lt.u32 {p}, {off}, {w['size']}")
+        w[f"step{off}"] = p
+        off //= 2
     return w
 
 
-def _shuffle(fn: _Fn, mode: str, key: str, v: str, off: int, w: dict[str, str], pred: bool) -> tuple[str, str]:
-    """``shfl.sync.<mode>`` of a value of any class: (the value read, its in-range predicate or '')."""
+def _shuffle(fn: _Fn, mode: str, key: str, v: str, off: int, w: dict[str, str], pred: bool,
+             guard: str = "") -> tuple[str, str]:
+    """``shfl.sync.<mode>`` of a value of any class: (the value read, its in-range predicate or ''); under
+    ``guard`` (a predicate the whole group agrees on) the shuffle may not happen, and the value read is then
+    ``v`` itself."""
     cls = _CLS[key]
     p = fn.reg("p") if pred else ""
     dp = f"|{p}" if pred else ""
     tail = f"{off}, {w['clamp']}, {w['mask']}"
+    at = f"@{guard} " if guard else ""
     if cls == "p":
         r, o, q = fn.reg("r"), fn.reg("r"), fn.reg("p")
         fn.op(f"selp.u32 {r}, 1, 0, {v}")
-        fn.op(f"shfl.sync.{mode}.b32 {o}{dp}, {r}, {tail}")
+        if guard:
+            fn.op(f"mov.u32 {o}, {r}")
+        fn.op(f"{at}shfl.sync.{mode}.b32 {o}{dp}, {r}, {tail}")
         fn.op(f"setp.ne.u32 {q}, {o}, 0")
         return q, p
     if cls in ("rd", "fd"):
         lo, hi, lo2, hi2, o = fn.reg("r"), fn.reg("r"), fn.reg("r"), fn.reg("r"), fn.reg(cls)
         fn.op(f"mov.b64 {{{lo}, {hi}}}, {v}")
-        fn.op(f"shfl.sync.{mode}.b32 {lo2}{dp}, {lo}, {tail}")
-        fn.op(f"shfl.sync.{mode}.b32 {hi2}, {hi}, {tail}")
+        if guard:
+            fn.op(f"mov.b64 {{{lo2}, {hi2}}}, {v}")
+        fn.op(f"{at}shfl.sync.{mode}.b32 {lo2}{dp}, {lo}, {tail}")
+        fn.op(f"{at}shfl.sync.{mode}.b32 {hi2}, {hi}, {tail}")
         fn.op(f"mov.b64 {o}, {{{lo2}, {hi2}}}")
         return o, p
     o = fn.reg(cls)
-    fn.op(f"shfl.sync.{mode}.b32 {o}{dp}, {v}, {tail}")
+    if guard:
+        fn.op(f"mov.{_DECL[cls][1:]} {o}, {v}")
+    fn.op(f"{at}shfl.sync.{mode}.b32 {o}{dp}, {v}, {tail}")
     return o, p
 
 
 def _group_reduce(fn: _Fn, reds: list[int], accs: dict[int, str], group: int, w: dict[str, str]) -> None:
-    """Each ``accs[j]`` folded over its group of lanes by a butterfly (every lane gets the result)."""
+    """Each ``accs[j]`` folded over its group of lanes by a butterfly (every lane gets the result); the steps
+    at offsets the run-time group size does not reach are skipped."""
     for j in reds:
         key, op = fn.nodekeys[j], fn.lay.nodes[j][0]
+        cls = _CLS[key]
         v = accs[j]
         off = group // 2
         while off:
-            o, _ = _shuffle(fn, "bfly", key, v, off, w, False)
-            v = fn.combine(op, key, v, o)
+            step = w[f"step{off}"]
+            o, _ = _shuffle(fn, "bfly", key, v, off, w, False, guard=step)
+            v = fn.select(cls, step, fn.combine(op, key, v, o), v)
             off //= 2
-        fn.op(f"mov.{_DECL[_CLS[key]][1:]} {accs[j]}, {v}")
+        fn.op(f"mov.{_DECL[cls][1:]} {accs[j]}, {v}")
 
 
 def _block_reduce(fn: _Fn, reds: list[int], accs: dict[int, str], w: dict[str, str]) -> None:

@@ -1,8 +1,10 @@
 """The PTX emitter (rxcuda/tensor/_ptx.py) without a GPU: PTX for a battery of groups made from real tensor
 programs, each assembled by ptxas (skipped where the CUDA toolkit's ptxas is absent); what it leaves to NVRTC;
-that emitting is fast; the kernel factory's two paths; and the float32 exp/log sequences interpreted
+that emitting is fast; the kernel factory's two paths; the float32 exp/log/division/tanh sequences interpreted
 instruction by instruction in NumPy (the exact PTX text emitted) against float64 NumPy over millions of
-values, special values included."""
+values, special values included; and whole kernels run on a PTX simulator (_ptxsim.py: threads, warp shuffles,
+barriers, bounds-checked memory) against the CPU backend, with their launch shape and with odd grids and blocks
+(one thread, partial warps)."""
 
 import os
 import shutil
@@ -10,6 +12,7 @@ import subprocess
 import time
 from fractions import Fraction
 
+import _ptxsim
 import numpy as np
 import pytest
 
@@ -505,3 +508,146 @@ def test_f32_division_is_correctly_rounded():
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
     bad = zip(a[~same], b[~same], got[~same], want[~same], strict=True)
     assert same.all(), [(x, y, g, w) for x, y, g, w in bad][:5]
+
+
+# -- whole kernels on the PTX simulator (tests/unit/_ptxsim.py) against NumPy -------------------------------
+def simulated(*tensors, launches=()):
+    """Run each fused group of ``tensors``' program (its inputs: leaves, any strides) as emitted PTX on the
+    simulator, with its launch shape and each of ``launches`` (grid, block); yields (outputs, NumPy's outputs
+    from the CPU backend, (grid, block)) per group and launch."""
+    p = plan([t.node for t in tensors])
+    groups = [g for g in p.groups if g.kind in ("elementwise", "reduce")]
+    assert groups
+    for g in groups:
+        assert all(i.op in ("const", "full") for i in g.inputs)
+        ir = cg.group_ir(g, p, [leaf_value(i) for i in g.inputs])
+        assert ir is not None
+        text = _ptx.emit(ir)
+        args = [(np.uint8(bool(i.attrs[0])) if i.dtype == np.bool_ else i.dtype.type(i.attrs[0]))
+                if i.op == "full" else leaf_value(i) for i in g.inputs]
+        want = [rt.Tensor(o).numpy() for o in g.outputs]
+        for grid, block in [cg.launch_shape(ir), *launches]:
+            outs = [np.empty(o.shape, o.dtype) for o in g.outputs]
+            _ptxsim.run(text, (grid,), (block,), [*args, *outs])
+            yield outs, want, (grid, block)
+
+
+def check_exact(*tensors, launches=()):
+    for outs, want, shape in simulated(*tensors, launches=launches):
+        for got, w in zip(outs, want, strict=True):
+            assert got.dtype == w.dtype and got.shape == w.shape
+            if w.dtype.kind == "f":
+                same = (got.view(f"u{w.itemsize}") == w.view(f"u{w.itemsize}")) | (np.isnan(got) & np.isnan(w))
+                assert same.all(), f"launch {shape}: got {got[~same][:4]}, want {w[~same][:4]}"
+            else:
+                np.testing.assert_array_equal(got, w, err_msg=f"launch {shape}")
+
+
+def check_close(*tensors, launches=(), rtol=1e-6, atol=1e-7):
+    for outs, want, shape in simulated(*tensors, launches=launches):
+        for got, w in zip(outs, want, strict=True):
+            assert got.dtype == w.dtype and got.shape == w.shape
+            np.testing.assert_allclose(got, w, rtol=rtol, atol=atol, err_msg=f"launch {shape}")
+
+
+def arr(rng, shape, dtype=np.float32):
+    return (rng.standard_normal(shape) * np.exp2(rng.integers(-4, 4, shape))).astype(dtype)
+
+
+ODD = [(1, 1), (2, 33), (3, 100)]  # one thread; a partial warp; a block of 3 warps and a partial one
+
+
+def test_sim_float_elementwise_with_strides_broadcasts_and_specials():
+    rng = np.random.default_rng(1)
+    base = arr(rng, (14, 9))
+    base[0, :5] = [np.nan, np.inf, -np.inf, 0.0, 1e-40]
+    x = rt.asarray(base[::2, 1:8])  # (7, 7): strided rows and columns
+    b, c = rt.asarray(arr(rng, (7,))), rt.asarray(arr(rng, (7, 1)))
+    check_exact(rt.maximum(x * 1.5 + b, -x) / (abs(c) + 1.0) - rt.minimum(x, 0.25), launches=ODD)
+    y = rt.asarray(arr(rng, (30, 6), np.float64)[::-1].T)  # negative and transposed strides
+    check_exact(rt.sqrt(abs(y)) - y / 3.0 + rt.where(y > 0, y, y * 2), launches=[(1, 64)])
+
+
+def test_sim_unrolled_elementwise_covers_every_element():
+    rng = np.random.default_rng(2)
+    x = rt.asarray(arr(rng, (41, 53)))  # 2173 elements: several tiles, a ragged last one
+    check_exact(x * 2.0 - 1.0, launches=[(1, 32), (5, 7)])
+
+
+def test_sim_exp_log_tanh():
+    rng = np.random.default_rng(3)
+    a = arr(rng, (6, 11))
+    a[0, :6] = [0.0, -np.inf, np.inf, np.nan, 88.0, -100.0]
+    x = rt.asarray(a)
+    check_close(rt.exp(x), rt.log(abs(x)), rt.tanh(x), rtol=3e-7, atol=0)
+
+
+@pytest.mark.parametrize("dtype", INTS + ("bool",))
+def test_sim_integer_and_bool_elementwise(dtype):
+    rng = np.random.default_rng(4)
+    if dtype == "bool":
+        a, b = rng.random((5, 6)) > 0.5, rng.random((6,)) > 0.5
+        x, y = rt.asarray(a), rt.asarray(b)
+        check_exact(x + y, x * y, rt.maximum(x, y), rt.minimum(x, y), x < y, x == y, abs(x),
+                    rt.where(x, y, y == x), x.astype(np.float64), x + 1, launches=[(1, 7)])
+        return
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, (5, 6), dtype=dtype, endpoint=True)
+    b = rng.integers(info.min, info.max, (6,), dtype=dtype, endpoint=True)
+    a[0, :2] = [info.min, info.max]
+    x, y = rt.asarray(a), rt.asarray(b)
+    check_exact(x + y, x - y, x * y, -x, abs(x), rt.maximum(x, y), rt.minimum(x, y), x < y, x >= y,
+                rt.where(x > y, x, y), x.astype(np.float32), x.astype(np.int8), x.astype(np.uint32), x.astype(bool),
+                x * 3 - 1, launches=[(1, 7)])
+
+
+def test_sim_mixed_types_and_casts():
+    rng = np.random.default_rng(5)
+    i = rt.asarray(rng.integers(-1000, 1000, (4, 9)).astype(np.int32))
+    u = rt.asarray(rng.integers(0, 2**32, (9,), dtype=np.uint32))
+    f = rt.asarray(arr(rng, (4, 1)))
+    w = rt.asarray(rng.integers(-(2**40), 2**40, (4, 9), dtype=np.int64))
+    check_exact(i + f, i / u, i < u, w == u, (w > 0) + (i < 0), i * 2.5, u - f, (f * 10).astype(np.int16),
+                abs(f * 50).astype(np.uint8), w.astype(np.float32))
+
+
+def test_sim_per_row_output():
+    rng = np.random.default_rng(6)
+    x, z = rt.asarray(arr(rng, (6, 7))), rt.asarray(arr(rng, (6, 1)))
+    row = z + 1.0
+    check_exact(x * row, row, launches=ODD)
+
+
+@pytest.mark.parametrize("program, shape", [
+    (lambda x: rt.softmax(x, axis=-1), (9, 10)),          # short rows: lanes of a warp per row
+    (lambda x: rt.softmax(x, axis=-1), (3, 150)),         # long rows: a block per row
+    (lambda x: rt.softmax(x, axis=0), (40, 3)),           # a strided reduced axis
+    (lambda x: rt.logsumexp(x, axis=1), (5, 33)),
+    (lambda x: x.astype(np.float64).mean(axis=(0, 2), keepdims=True), (3, 4, 5)),
+    (lambda x: (x * 2 - 1).max(axis=(1, 2)) + 1, (3, 4, 5)),
+    (lambda x: x.min(), (7, 9)),
+    (lambda x: (x - x.mean(-1, keepdims=True)) / rt.sqrt(((x - x.mean(-1, keepdims=True))
+                                                           * (x - x.mean(-1, keepdims=True))).mean(-1, keepdims=True)
+                                                          + 1e-5), (4, 37)),
+])
+def test_sim_float_reductions(program, shape):
+    rng = np.random.default_rng(7)
+    x = rt.asarray(arr(rng, shape))
+    check_close(program(x), launches=ODD, rtol=2e-6, atol=1e-6)
+
+
+def test_sim_integer_and_bool_reductions():
+    rng = np.random.default_rng(8)
+    i = rt.asarray(rng.integers(-50, 50, (6, 40)).astype(np.int32))
+    u = rt.asarray(rng.integers(0, 255, (40, 6)).astype(np.uint8))
+    f = rt.asarray(arr(rng, (6, 40)))
+    for t in (i.sum(axis=1), i.max(axis=0), u.max(axis=1), (f > 0).max(axis=1), (f > 0).min(axis=1),
+              (f > -2).min(axis=0), (f > 0).sum(axis=1), (i * 3 > 1).sum(axis=1), i.mean(axis=1)):
+        check_exact(t, launches=[(1, 1), (2, 33)])
+
+
+def test_sim_two_reductions_at_one_level_and_a_per_element_output():
+    rng = np.random.default_rng(9)
+    x = rt.asarray(arr(rng, (3, 200)))
+    hi, lo = x.max(axis=1, keepdims=True), x.min(axis=1, keepdims=True)
+    check_close((x - lo) / (hi - lo), launches=[(1, 1000), (2, 64)])
