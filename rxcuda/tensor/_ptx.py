@@ -257,10 +257,23 @@ class _Fn:
             if cd in _FLOAT:
                 self.op(f"cvt.f64.f32 {d}, {reg}" if cd == "fd" else f"cvt.rn.f32.f64 {d}, {reg}")
                 return d
-            # float -> integer truncates (C++'s cast); narrow types through int32, then wrapped
-            to = f"{'s' if _signed(dst) else 'u'}64" if cd == "rd" else ("u32" if dst == "u4" else "s32")
-            self.op(f"cvt.rzi.{to}.{_FLOAT[cs]} {d}, {reg}")
-            return self.narrow(dst, d) if cd == "r" else d
+            # float -> integer truncates (C++'s cast). Out of range it is undefined in C++; here a negative
+            # float becomes an unsigned integer as on NumPy's x86 (through a signed integer, wrapped)
+            ft = _FLOAT[cs]
+            if dst == "u8":
+                s, p = self.reg("rd"), self.reg("p")
+                self.op(f"cvt.rzi.u64.{ft} {d}, {reg}")
+                self.op(f"cvt.rzi.s64.{ft} {s}, {reg}")
+                self.op(f"setp.lt.{ft} {p}, {reg}, {_imm(0, src)}")
+                return self.select("rd", p, s, d)
+            if cd == "rd" or dst == "u4":
+                w = d if cd == "rd" else self.reg("rd")
+                self.op(f"cvt.rzi.s64.{ft} {w}, {reg}")
+                if cd == "r":
+                    self.op(f"cvt.u32.u64 {d}, {w}")
+                return d
+            self.op(f"cvt.rzi.s32.{ft} {d}, {reg}")  # narrow types through int32, then wrapped
+            return self.narrow(dst, d)
         itype = f"{'s' if _signed(src) else 'u'}{32 if cs == 'r' else 64}"
         if cd in _FLOAT:
             d = self.reg(cd)
