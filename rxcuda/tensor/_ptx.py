@@ -3,7 +3,7 @@
 Why: a factory miss through NVRTC pays its C++ front end and then ptxas inside it: ``compile_cuda`` of a
 small group's C++ takes 45-135 ms on the 2-core build machine (~40 ms where the GPU facts were measured),
 while writing the same kernel as PTX here takes 0.1-0.3 ms and assembling that PTX for sm_90 takes ptxas
-5-14 ms of compile time (its ``-v`` report; 15-25 ms with the process start) - about what the driver's JIT
+5-11 ms of compile time (its ``-v`` report; 15-25 ms with the process start) - about what the driver's JIT
 pays when ``cuModuleLoadData`` loads it. So :func:`emit` writes the kernel in PTX (``.target sm_70``, which
 every newer GPU JITs) and :class:`~._codegen.KernelFactory` tries it before NVRTC; what it does not cover
 raises :class:`~._codegen.Unsupported` and the factory compiles the C++ of ``_codegen.generate`` as before.
@@ -760,8 +760,8 @@ def _reduce(fn: _Fn) -> None:
     # G lanes of a warp, G a power of two up to 32, decided here and correct for any block size at run time
     blocks, threads = launch_shape(fn.ir)
     group = 0
-    if blocks and nrows > blocks:
-        group = min(32, 1 << max(0, (threads // -(-nrows // blocks)).bit_length() - 1))
+    if blocks and nrows > blocks and threads // -(-nrows // blocks) <= 32:
+        group = 1 << max(0, (threads // -(-nrows // blocks)).bit_length() - 1)
     lead, row0, rstep, istart = fn.reg("p"), fn.reg("rd"), fn.reg("rd"), fn.reg("rd")
     if group:
         w = _group_values(fn, group)
