@@ -8,10 +8,13 @@ data, so the :class:`KernelFactory` keys compiled kernels on it: the same struct
 Three kernel shapes come out of :func:`generate`; :func:`launch_shape` gives each its grid and block (the
 only launch contract: callers launch exactly that), and both come from one plan per IR (:func:`_planned`):
 
-- **elementwise**: blocks of 256 threads, each thread doing 4 elements 256 apart (coalesced) per grid-stride
-  step, with no bounds checks on whole tiles. An input laid out like the space is read as ``in[i]``; the
-  linear index is decomposed into coordinates only where an operand is strided or broadcast, or a per-row
-  value (reduced axes kept at 1, or dropped) is written once per row;
+- **elementwise**: blocks of 256 threads, each thread doing 4 units 256 apart (coalesced) per grid-stride
+  step, with no bounds checks on whole tiles. A unit is a 16-byte vector (float4, double2...: the operands
+  read at the linear index and the per-element outputs loaded and stored whole, behind a run-time check that
+  their pointers are 16-byte aligned, with a scalar tail) or, where the check fails or the item sizes differ,
+  one element. An input laid out like the space is read as ``in[i]``; the linear index is decomposed into
+  coordinates only where an operand is strided or broadcast, or a per-row value (reduced axes kept at 1, or
+  dropped) is written once per row;
 - **rows** (register-resident reduce, rows of up to 16384 elements of 4 bytes, 8192 of 8): each row of the
   non-reduced axes belongs to a group of lanes: a whole block for long rows (64..1024 threads, sized from
   the row length so a thread holds at most 16 elements, 8 of 8 bytes) or 1..32 lanes of a warp for short
@@ -27,6 +30,9 @@ only launch contract: callers launch exactly that), and both come from one plan 
 - **loop** (rows too long for registers, or an empty reduced extent): one block of 256 threads per row;
   each reduction level is a strided loop over the reduced axes and a tree in shared memory, recomputing the
   per-element values it needs from global memory (softmax reads the row three times).
+
+These numbers are the defaults of :class:`Tuning` (threads, units and vectors, elements a thread holds, rows a
+block, occupancy, cache hints); ``bench/kernel_sweep.py`` times the alternatives on a GPU.
 
 Math stays precise (``expf``, ``logf``, ``sqrtf``, IEEE division; no fast-math), and f32 kernels stay in f32:
 literals are cast to the kernel's type and float functions take their ``f`` names.
@@ -45,6 +51,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -58,16 +65,87 @@ ENTRY = "rx_group"
 _MAX_GRID = 1 << 20
 _INT32 = 2**31 - 1
 _REDUCE = ("sum", "max", "min", "mean")
-#: register-resident rows: at most this many elements per thread (half for 8-byte values) and at most
-#: ``_MAX_THREADS`` threads per row, so rows of up to 16384 (4-byte) / 8192 (8-byte) elements are read once
-_ELEMS_PER_THREAD = 16
+#: register-resident rows: at most ``_MAX_THREADS`` threads per row (with ``Tuning.row_elems`` elements a thread,
+#: rows of up to 16384 4-byte / 8192 8-byte elements are read once)
 _MAX_THREADS = 1024
 #: rows of at most this many chunks are handled by 1..32 lanes of a warp (several rows per block)
 _SHORT_ROW = 128
+#: register-resident rows hold at most this many 4-byte elements a thread (half of 8 bytes)
+_ELEMS_PER_THREAD = 16
 #: short rows shrink the block (down to one warp) until the grid has this many blocks (2 per SM of an H100)
 _MIN_BLOCKS = 264
-#: elementwise: threads per block and elements per thread (``threads`` apart, coalesced)
-_EW_THREADS, _EW_UNROLL = 256, 4
+_HINTS = {"plain": None, "ldg": "__ldg", "ldcs": "__ldcs", "stcs": "__stcs"}
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The generator's knobs (one process-wide instance, :data:`TUNING`; change it with :func:`set_tuning`).
+
+    - ``ew_threads``, ``ew_unroll``: elementwise threads per block and, per thread and grid-stride step, that many
+      16-byte vectors (vector path) or elements (scalar path), ``ew_threads`` apart (coalesced);
+    - ``ew_vector``: 16-byte loads and stores (float4, double2...) where every array operand the kernel reads at
+      the linear index and every per-element output have one item size of 4 or 8 bytes, behind a run-time check
+      that those pointers are 16-byte aligned (else the scalar path; a scalar tail for sizes not a multiple of
+      the vector);
+    - ``ew_max_blocks``: 0 for one tile per block (up to 2^20 blocks), else at most this many blocks, each
+      looping over tiles;
+    - ``row_elems``: register rows: elements of 4 bytes a thread holds at most (half of 8 bytes), so a row of
+      ``n`` elements gets ``n / row_elems`` threads (a power of two, ``row_min_threads``..1024); rows longer than
+      ``row_elems * 1024`` use strided loops;
+    - ``row_block_threads``: block-wide rows (more than 32 lanes) share a block until it has this many threads
+      (0: a block per row);
+    - ``row_occupancy``: threads per SM that register-row kernels ask ``__launch_bounds__`` to fit (its min
+      blocks = this / threads; 0: none);
+    - ``late_loads``: a row input first needed after a reduction (layernorm's gamma and beta) is loaded there,
+      not held in registers across it;
+    - ``loads``: ``plain``, ``ldg`` (``__ldg``: the read-only path) or ``ldcs`` (``__ldcs``: evict first) for the
+      elementwise and register-row kernels' array loads; ``stores``: ``plain`` or ``stcs`` (``__stcs``).
+
+    The kernel factory keys on the IR only: a tuning holds for kernels made after it is set (the sweep clears the
+    factory); each source names its tuning in a comment, so NVRTC's cache keys on it."""
+
+    ew_threads: int = 256
+    ew_unroll: int = 4
+    ew_vector: bool = True
+    ew_max_blocks: int = 0
+    row_elems: int = 16
+    row_min_threads: int = 64
+    row_block_threads: int = 0
+    row_occupancy: int = 0
+    late_loads: bool = False
+    loads: str = "plain"
+    stores: str = "plain"
+
+    def __post_init__(self):
+        if self.ew_threads not in (32, 64, 128, 256, 512, 1024) or self.ew_unroll < 1:
+            raise ValueError(f"ew_threads must be a power of two in 32..1024 and ew_unroll >= 1: {self}")
+        if self.row_elems not in (1, 2, 4, 8, 16, 32, 64) or self.row_min_threads not in (32, 64, 128, 256, 512,
+                                                                                           1024):
+            raise ValueError(f"row_elems must be a power of two up to 64, row_min_threads 32..1024: {self}")
+        if self.loads not in ("plain", "ldg", "ldcs") or self.stores not in ("plain", "stcs"):
+            raise ValueError(f"loads is plain, ldg or ldcs; stores plain or stcs: {self}")
+
+    def changes(self) -> str:
+        """The fields that differ from the defaults, as ``name=value`` pairs (``default`` where none do)."""
+        base = Tuning()
+        return ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__dataclass_fields__
+                         if getattr(self, f) != getattr(base, f)) or "default"
+
+
+#: the tuning :func:`generate` and :func:`launch_shape` read (the lead sets the default here, in ``Tuning``)
+TUNING = Tuning()
+
+
+def set_tuning(tuning: Tuning | None = None, **fields) -> Tuning:
+    """Make ``tuning`` (or :data:`TUNING` with ``fields`` replaced) the process's tuning and return the previous
+    one. Kernels already in a factory stay as they were made: clear it (and the programs holding them) first."""
+    global TUNING
+    previous = TUNING
+    TUNING = dataclasses.replace(tuning or TUNING, **fields)
+    _planned.cache_clear()
+    return previous
+
+
 _VECTOR = {"float": "float4", "int": "int4", "unsigned int": "uint4", "double": "double2", "long long": "longlong2",
            "unsigned long long": "ulonglong2"}
 _FIELDS = "xyzw"
@@ -332,7 +410,8 @@ def _decompose(var: str, axes: tuple, space: tuple, indent: str, idx: str = "lon
 class _Shape:
     """How one kernel maps onto the GPU: its mode (``elementwise``, ``rows``: register-resident rows,
     ``loop``: strided loops over long rows), ``threads`` per block and ``blocks``; for ``rows`` the lanes
-    per row (``group``), chunks per lane (``per``) and elements per chunk (``vec``); the index type."""
+    per row (``group``), chunks per lane (``per``) and elements per chunk (``vec``; for ``elementwise`` the
+    elements per 16-byte vector of the vector path, 1 for none); the index type; the tuning it was planned with."""
 
     mode: str
     threads: int
@@ -341,23 +420,46 @@ class _Shape:
     per: int = 0
     vec: int = 1
     idx: str = "long long"
+    tuning: Tuning = Tuning()
 
 
 @functools.lru_cache(maxsize=4096)
 def _planned(ir: tuple) -> tuple[_Layout, _Shape, _Rows | None]:
     """The layout, launch shape and (for register-resident rows) row plan of ``ir``: computed once per IR,
     so :func:`launch_shape` and :func:`generate` agree and a launch does not re-plan."""
-    lay = _Layout(ir)
+    lay, tuning = _Layout(ir), TUNING
     size = math.prod(lay.space)
     if lay.kind != "reduce":
-        threads, per_block = _EW_THREADS, _EW_THREADS * _EW_UNROLL
-        blocks = min(-(-size // per_block), _MAX_GRID)
-        return lay, _Shape("elementwise", threads, blocks, idx=_index_type(lay, size + (blocks + 1) * per_block)), None
-    rows = _Rows(lay)
+        vec = _ew_vector(lay, tuning)[1]
+        threads = tuning.ew_threads
+        per_block = threads * tuning.ew_unroll * vec
+        blocks = min(-(-size // per_block), tuning.ew_max_blocks or _MAX_GRID, _MAX_GRID)
+        idx = _index_type(lay, size + (blocks + 1) * per_block)
+        return lay, _Shape("elementwise", threads, blocks, vec=vec, idx=idx, tuning=tuning), None
+    rows = _Rows(lay, tuning)
     if rows.shape is not None:
         return lay, rows.shape, rows
     nrows = math.prod(lay.space[a] for a in lay.rowaxes)
-    return lay, _Shape("loop", BLOCK, min(nrows, _MAX_GRID)), None
+    return lay, _Shape("loop", BLOCK, min(nrows, _MAX_GRID), tuning=tuning), None
+
+
+def _ew_vector(lay: _Layout, tuning: Tuning) -> tuple[list[tuple], int]:
+    """The elementwise vector path: the (input, coordinates) reads at the linear index that it loads as 16-byte
+    vectors (with the per-element outputs it stores so), and the elements per vector; ([], 1) where the tuning
+    or the operands' item sizes (one size of 4 or 8 bytes for all of them) rule it out."""
+    dense = {a: s for a, s in enumerate(_strides(lay.space)) if lay.space[a] != 1}
+    keys = list(dict.fromkeys((r, lay.reads[j][k]) for j, node in enumerate(lay.nodes)
+                              for k, (s, r) in enumerate(node[4]) if s == "i" and lay.inputs[r][0] == "array"))
+    keys = [key for key in keys if _axis_strides(lay, *key) == dense]
+    sizes = {np.dtype(lay.inputs[r][2]).itemsize for r, _ in keys}
+    sizes |= {np.dtype(lay.nodes[j][3]).itemsize for j in lay.outputs if lay.is_full(j)}
+    size = math.prod(lay.space)
+    if not tuning.ew_vector or len(sizes) != 1 or (item := sizes.pop()) not in (4, 8) or size < 32 // item:
+        return [], 1  # no operand to vectorize, mixed or narrow item sizes, or fewer than two vectors
+    types = {ctype(lay.inputs[r][2]) for r, _ in keys} | {ctype(lay.nodes[j][3]) for j in lay.outputs}
+    if not all(t in _VECTOR for t in types):
+        return [], 1
+    return keys, 16 // item
 
 
 class _Rows:
@@ -371,9 +473,9 @@ class _Rows:
     ``__shfl_xor_sync`` across the group (and a shared slot per warp across a block), and every per-element
     output is stored once."""
 
-    def __init__(self, lay: _Layout):
+    def __init__(self, lay: _Layout, tuning: Tuning):
         sp = lay.space
-        self.lay = lay
+        self.lay, self.tuning = lay, tuning
         self.red = [a for a in sorted(lay.axes) if sp[a] != 1]
         self.rowax = [a for a in lay.rowaxes if sp[a] != 1]
         self.nred = math.prod(sp[a] for a in self.red)
@@ -398,10 +500,12 @@ class _Rows:
         return all(st.get(a) == self.rs[a] for a in self.red)
 
     def _plan(self) -> _Shape | None:
-        lay, nred, nrows = self.lay, self.nred, self.nrows
+        lay, nred, nrows, tn = self.lay, self.nred, self.nrows, self.tuning
         held = [np.dtype(lay.inputs[k][2]).itemsize for k, _ in self.full_read]
         held += [np.dtype(lay.nodes[j][3]).itemsize for j in self.full]
-        most = _ELEMS_PER_THREAD if max(held, default=1) <= 4 else _ELEMS_PER_THREAD // 2
+        wide = max(held, default=1) > 4
+        most = _ELEMS_PER_THREAD // 2 if wide else _ELEMS_PER_THREAD  # what fits: rows up to most * 1024
+        want = max(1, tn.row_elems // 2 if wide else tn.row_elems)  # what the tuning asks for
         if nred == 0 or nred > most * _MAX_THREADS:
             return None
         sizes = {np.dtype(lay.inputs[k][2]).itemsize for k, _ in self.full_read}
@@ -420,17 +524,21 @@ class _Rows:
             threads = 256
             while threads > 32 and -(-nrows // (threads // group)) < _MIN_BLOCKS:
                 threads //= 2
-        else:  # one block per row, sized so each thread holds at most `most` elements
-            threads = group = min(_MAX_THREADS, max(64, _pow2ceil(-(-nred // most))))
+        else:  # a block's lanes per row, sized so each thread holds `want` elements (at most `most`)
+            threads = group = min(_MAX_THREADS, max(tn.row_min_threads, _pow2ceil(-(-nred // want))))
+            if tn.row_block_threads > group:  # several rows a block
+                threads = min(_MAX_THREADS, _pow2ceil(tn.row_block_threads))
+            while threads > group and -(-nrows // (threads // group)) < _MIN_BLOCKS:
+                threads //= 2
         per = -(-chunks // group)
         rows_per_block = threads // group
         blocks = min(-(-nrows // rows_per_block), _MAX_GRID)
         idx = _index_type(lay, max(nrows * nred, nrows + (blocks + 1) * rows_per_block))
-        return _Shape("rows", threads, blocks, group, per, vec, idx)
+        return _Shape("rows", threads, blocks, group, per, vec, idx, tn)
 
     # -- code --------------------------------------------------------------------------------------------
     def body(self) -> list[str]:
-        lay, sh = self.lay, self.shape
+        lay, sh, tn = self.lay, self.shape, self.tuning
         nodes, idx = lay.nodes, sh.idx
         G, V, E = sh.group, sh.vec, sh.per * sh.vec
         R = sh.threads // G
@@ -440,15 +548,17 @@ class _Rows:
         reds = [j for j in range(len(nodes)) if nodes[j][0] in _REDUCE]
         q_of = self.keys
         lines = []
-        if G > 32:
+        if G > 32:  # a slot per warp of the block; a row's slots start at its first warp's
             for j in reds:
-                lines.append(f"    __shared__ {ctype(nodes[j][3])} sh{j}[{G // 32}];")
+                lines.append(f"    __shared__ {ctype(nodes[j][3])} sh{j}[{sh.threads // 32}];")
         ptrs = [f"(unsigned long long)in{k}" for k, _ in self.vector_keys]
         ptrs += [f"(unsigned long long)out{o}" for o in dict.fromkeys(o for o, _ in self.vector_outs)]
         if V > 1:
             lines.append(f"    const bool vec = (({' | '.join(ptrs)}) & 15ULL) == 0ULL;  // 16-byte aligned")
         lane = "0" if G == 1 else "(int)threadIdx.x" if sh.threads == G else f"(int)(threadIdx.x & {G - 1}u)"
         lines.append(f"    const int lane = {lane};")
+        if G > 32 and R > 1:
+            lines.append(f"    const unsigned int w0 = (threadIdx.x / {G}u) * {G // 32}u;  // the row's first warp")
         lines.append(f"    for ({idx} base = ({idx})blockIdx.x * {R}; base < {nrows}{sfx}; "
                      f"base += ({idx})gridDim.x * {R}) {{")
         i1, i2 = "        ", "            "
@@ -483,18 +593,25 @@ class _Rows:
                               for a in self.red if a in st) or "0"
 
         slot = f"((e / {V}) * {G} + lane) * {V} + e % {V}" if V > 1 else f"e * {G} + lane"
+        loads: dict[int, list[str]] = {}  # level -> the loads of the inputs first needed at that level
         for key, q in q_of.items():
             k = key[0]
             t = ctype(lay.inputs[k][2])
+            # the first level reading it (a reduction of level n reads its operand at level n - 1)
+            first = min(self.level[j] - (node[0] in _REDUCE) for j, node in enumerate(nodes)
+                        if any(s == "i" and (r, lay.reads[j][m]) == key for m, (s, r) in enumerate(node[4])))
+            out = loads.setdefault(first if tn.late_loads else 0, [])
             if key not in self.full_read:
-                load = f"in{k}[{base_of(self.st[key])}]"
-                lines.append(f"{i1}const {t} l{q} = {f'valid ? {load} : ({t})0' if live else load};")
+                load = _ld(None, t, f"in{k}", base_of(self.st[key]))
+                out.append(f"{i1}const {t} l{q} = {f'valid ? {load} : ({t})0' if live else load};")
                 continue
-            lines.append(f"{i1}const {idx} rb{q} = {base_of(self.st[key])};")
-            lines.append(f"{i1}{t} x{q}[{E}];")
+            out.append(f"{i1}const {idx} rb{q} = {base_of(self.st[key])};")
+            out.append(f"{i1}{t} x{q}[{E}];")
+            hint = tn if any(a in self.rrs for a in self.st[key]) else None  # a weight shared by rows: plain
             scalar = ["#pragma unroll", f"for (int e = 0; e < {E}; ++e) {{",
                       f"    const int r = {slot};",
-                      f"    x{q}[e] = {guarded_load(f'in{k}[rb{q} + {offset(self.st[key])}]', t)};", "}"]
+                      f"    x{q}[e] = {guarded_load(_ld(hint, t, f'in{k}', f'rb{q} + {offset(self.st[key])}'), t)};",
+                      "}"]
             if key in self.vector_keys:
                 vt = _VECTOR[t]
                 fill = " ".join(f"x{q}[k * {V} + {f}] = v_.{_FIELDS[f]};" for f in range(V))
@@ -502,15 +619,15 @@ class _Rows:
                 vector = ["#pragma unroll", f"for (int k = 0; k < {sh.per}; ++k) {{",
                           f"    const int c = k * {G} + lane;",
                           f"    if ({when(live, in_chunks)}) {{ const {vt} v_ = "
-                          f"reinterpret_cast<const {vt}*>(in{k} + rb{q})[c]; {fill} }}",
+                          f"{_ld(hint, vt, f'reinterpret_cast<const {vt}*>(in{k} + rb{q})', 'c')}; {fill} }}",
                           f"    else {{ {zero} }}", "}"]
-                lines.append(f"{i1}if (vec) {{")
-                lines += [i2 + x for x in vector]
-                lines.append(f"{i1}}} else {{")
-                lines += [i2 + x for x in scalar]
-                lines.append(f"{i1}}}")
+                out.append(f"{i1}if (vec) {{")
+                out += [i2 + x for x in vector]
+                out.append(f"{i1}}} else {{")
+                out += [i2 + x for x in scalar]
+                out.append(f"{i1}}}")
             else:
-                lines += [i1 + x for x in scalar]
+                out += [i1 + x for x in scalar]
 
         def operand(j: int, k: int, e: bool) -> str:
             s, r = nodes[j][4][k]
@@ -531,7 +648,7 @@ class _Rows:
                     f"{i1}for (int e = 0; e < {E}; ++e) v{j}[e] = ({t})({expr});"]
 
         def stage(lv: int) -> list[str]:
-            out = []
+            out = list(loads.get(lv, []))
             for j in self.rows:
                 if self.level[j] == lv:
                     out += compute(j)
@@ -562,9 +679,11 @@ class _Rows:
                 lines.append(f"{i1}__syncthreads();")
                 for j in here:
                     op = nodes[j][0]
-                    lines += [f"{i1}a{j} = sh{j}[0];", f"{i1}#pragma unroll",
-                              f"{i1}for (int w = 1; w < {G // 32}; ++w) a{j} = {_combine(op, f'a{j}', f'sh{j}[w]')};"]
-                if nrows > sh.blocks:  # a block does another row: its slots are written again
+                    at = "" if R == 1 else "w0 + "
+                    fold = _combine(op, f"a{j}", f"sh{j}[{at}w]")
+                    lines += [f"{i1}a{j} = sh{j}[{at}0];", f"{i1}#pragma unroll",
+                              f"{i1}for (int w = 1; w < {G // 32}; ++w) a{j} = {fold};"]
+                if nrows > sh.blocks * R:  # a block does another row: its slots are written again
                     lines.append(f"{i1}__syncthreads();")
             for j in here:
                 t, op = ctype(nodes[j][3]), nodes[j][0]
@@ -575,14 +694,15 @@ class _Rows:
         for o, j in self.full_out:
             t = ctype(nodes[j][3])
             scalar = ["#pragma unroll", f"for (int e = 0; e < {E}; ++e) {{", f"    const int r = {slot};",
-                      f"    {guard_if(live, in_row)}out{o}[ob + {offset(self.ost)}] = v{j}[e];", "}"]
+                      f"    {guard_if(live, in_row)}{_st(tn, t, f'out{o}', f'ob + {offset(self.ost)}', f'v{j}[e]')};",
+                      "}"]
             if (o, j) in self.vector_outs:
                 vt = _VECTOR[t]
                 fill = " ".join(f"v_.{_FIELDS[f]} = v{j}[k * {V} + {f}];" for f in range(V))
                 vector = ["#pragma unroll", f"for (int k = 0; k < {sh.per}; ++k) {{",
                           f"    const int c = k * {G} + lane;",
                           f"    if ({when(live, in_chunks)}) {{ {vt} v_; {fill} "
-                          f"reinterpret_cast<{vt}*>(out{o} + ob)[c] = v_; }}", "}"]
+                          f"{_st(tn, vt, f'reinterpret_cast<{vt}*>(out{o} + ob)', 'c', 'v_')}; }}", "}"]
                 lines.append(f"{i1}if (vec) {{")
                 lines += [i2 + x for x in vector]
                 lines.append(f"{i1}}} else {{")
@@ -594,6 +714,19 @@ class _Rows:
             if j not in self.full:
                 lines.append(f"{i1}if ({when('lane == 0' if G > 1 else '', live)}) out{o}[row] = v{j};")
         return lines + ["    }"]
+
+
+def _ld(tuning: Tuning | None, t: str, pointer: str, index: str) -> str:
+    """``pointer[index]`` (a ``t``), loaded with the tuning's cache hint (none for bool: no intrinsic takes one;
+    none without a tuning: operands read by many threads, such as broadcast weights, keep the default caching)."""
+    hint = _HINTS[tuning.loads] if tuning else None
+    return f"{hint}({pointer} + ({index}))" if hint and t != "bool" else f"{pointer}[{index}]"
+
+
+def _st(tuning: Tuning, t: str, pointer: str, index: str, value: str) -> str:
+    """``pointer[index] = value`` (a ``t``), stored with the tuning's cache hint."""
+    hint = _HINTS[tuning.stores]
+    return f"{hint}({pointer} + ({index}), {value})" if hint and t != "bool" else f"{pointer}[{index}] = {value}"
 
 
 def _halves(n: int) -> list[int]:
@@ -630,7 +763,11 @@ def generate(ir: tuple) -> str:
         body = _loop_body(lay)
     else:
         body = _elementwise_body(lay, shape)
-    return (_PRELUDE + f'\nextern "C" __global__ void __launch_bounds__({shape.threads}) {ENTRY}('
+    bounds = f"{shape.threads}"
+    if shape.mode == "rows" and shape.tuning.row_occupancy >= 2 * shape.threads:
+        bounds += f", {shape.tuning.row_occupancy // shape.threads}"
+    return (_PRELUDE + f"// tuning: {shape.tuning.changes()}\n"
+            + f'\nextern "C" __global__ void __launch_bounds__({bounds}) {ENTRY}('
             + ", ".join(params) + ")\n{\n" + "\n".join(body) + "\n}\n")
 
 
@@ -668,59 +805,123 @@ def _row_index(lay: _Layout, sfx: str = "LL") -> str:
 
 
 def _elementwise_body(lay: _Layout, shape: _Shape) -> list[str]:
-    """A tile of ``threads * _EW_UNROLL`` elements per block and step (grid-stride): each thread does
-    ``_EW_UNROLL`` elements ``threads`` apart (coalesced), without bounds checks on whole tiles. An input
-    laid out like the space is read at the linear index; coordinates are formed only where an operand is
-    strided or broadcast, or a per-row value is written."""
-    size, idx = math.prod(lay.space), shape.idx
+    """Grid-stride tiles of ``threads * ew_unroll`` units per block and step: each thread does ``ew_unroll`` units
+    ``threads`` apart (coalesced), without bounds checks on whole tiles. A unit is an element, or (the vector
+    path, ``shape.vec`` > 1, taken where a run-time check finds its pointers 16-byte aligned) a 16-byte vector of
+    ``vec`` elements: a whole tile loads all its vectors first, computes element by element, then stores vectors;
+    the last ``size % vec`` elements are a scalar tail. An input laid out like the space is read at the linear
+    index (or from its vector); coordinates are formed only where an operand is strided or broadcast, or a
+    per-row value is written."""
+    size, idx, tn = math.prod(lay.space), shape.idx, shape.tuning
     sfx = "LL" if idx == "long long" else ""
-    T, U = shape.threads, _EW_UNROLL
-    space_strides = dict(enumerate(_strides(lay.space)))
-    dense = {a: s for a, s in space_strides.items() if lay.space[a] != 1}
-    coords = any(not lay.is_full(j) for j in lay.outputs)
-
-    def operand(j: int, k: int) -> str:
-        nonlocal coords
-        s, r = lay.nodes[j][4][k]
-        if s == "i" and lay.inputs[r][0] == "array":
-            if _axis_strides(lay, r, lay.reads[j][k]) == dense:
-                return f"in{r}[i]"
-            coords = True
-        return _operand(lay, j, k)
-
-    work = [_node_line(lay, j, "", lambda k, j=j: operand(j, k)) for j in range(len(lay.nodes))]
+    T, U, V = shape.threads, tn.ew_unroll, shape.vec
+    dense = {a: s for a, s in enumerate(_strides(lay.space)) if lay.space[a] != 1}
     reduced = [a for a in lay.axes if lay.space[a] != 1]
-    for k, j in enumerate(lay.outputs):
-        if lay.is_full(j):
-            work.append(f"out{k}[i] = v{j};")
-        else:
-            first = " && ".join(f"c{a} == 0" for a in reduced) or "true"
-            work.append(f"if ({first}) out{k}[{_row_index(lay, sfx)}] = v{j};")
-    if coords:
-        work = [x.strip() for x in _decompose("i", lay.full, lay.space, "", idx)] + work
 
-    def tile(indent: str, checked: bool) -> list[str]:
-        inner = indent + ("        " if checked else "    ")
-        out = [f"{indent}#pragma unroll", f"{indent}for (int u = 0; u < {U}; ++u) {{",
-               f"{indent}    const {idx} i = b + u * {T} + ({idx})threadIdx.x;"]
-        if checked:
-            out.append(f"{indent}    if (i < {size}{sfx}) {{")
-        out += [inner + x for x in work]
-        if checked:
+    def key(j: int, k: int) -> tuple | None:
+        """(input, coordinates) of operand ``k`` of node ``j`` where it is an array read at the linear index."""
+        s, r = lay.nodes[j][4][k]
+        if s != "i" or lay.inputs[r][0] != "array" or _axis_strides(lay, r, lay.reads[j][k]) != dense:
+            return None
+        return r, lay.reads[j][k]
+
+    arrays = [(j, k) for j, node in enumerate(lay.nodes) for k, (s, r) in enumerate(node[4])
+              if s == "i" and lay.inputs[r][0] == "array"]
+    coords = any(not lay.is_full(j) for j in lay.outputs) or any(key(j, k) is None for j, k in arrays)
+    first = " && ".join(f"c{a} == 0" for a in reduced) or "true"
+
+    def work(read, write) -> list[str]:
+        """One element's lines at the linear index ``i``: ``read(j, k)`` is a dense operand's expression,
+        ``write(k, j)`` the store of a per-element output."""
+        out = [x.strip() for x in _decompose("i", lay.full, lay.space, "", idx)] if coords else []
+        for j in range(len(lay.nodes)):
+            out.append(_node_line(lay, j, "", lambda k, j=j: read(j, k) if key(j, k) else _operand(lay, j, k)))
+        for k, j in enumerate(lay.outputs):
+            out.append(write(k, j) if lay.is_full(j) else f"if ({first}) out{k}[{_row_index(lay, sfx)}] = v{j};")
+        return out
+
+    def tiles(n: int, unit: int, whole, checked) -> list[str]:
+        """The grid-stride loop over ``n`` units in tiles of ``T * U``: ``whole(indent)`` for a whole tile,
+        ``checked(indent)`` for the last, partial one."""
+        out = [f"    for ({idx} b = ({idx})blockIdx.x * {T * U}; b < {n}{sfx}; b += ({idx})gridDim.x * {T * U}) {{"]
+        if n < T * U:
+            out += checked("        ")
+        elif n % (T * U):
+            out.append(f"        if (b + {T * U} <= {n}{sfx}) {{")
+            out += whole("            ")
+            out.append("        } else {")
+            out += checked("            ")
+            out.append("        }")
+        else:
+            out += whole("        ")
+        return out + ["    }"]
+
+    def unrolled(indent: str, var: str, body: list[str], check: str = "", unroll: str = "#pragma unroll") -> list[str]:
+        inner = indent + ("        " if check else "    ")
+        out = [f"{indent}{unroll}", f"{indent}for (int u = 0; u < {U}; ++u) {{",
+               f"{indent}    const {idx} {var} = b + u * {T} + ({idx})threadIdx.x;"]
+        if check:
+            out.append(f"{indent}    if ({check}) {{")
+        out += [inner + x for x in body]
+        if check:
             out.append(f"{indent}    }}")
         return out + [f"{indent}}}"]
 
-    lines = [f"    for ({idx} b = ({idx})blockIdx.x * {T * U}; b < {size}{sfx}; b += ({idx})gridDim.x * {T * U}) {{"]
-    if size < T * U:
-        lines += tile("        ", True)
-    elif size % (T * U):
-        lines.append(f"        if (b + {T * U} <= {size}{sfx}) {{")
-        lines += tile("            ", False)
-        lines.append("        } else {")
-        lines += tile("            ", True)
+    def out_type(j: int) -> str:
+        return ctype(lay.nodes[j][3])
+
+    scalar = work(lambda j, k: _ld(tn, ctype(lay.inputs[key(j, k)[0]][2]), f"in{key(j, k)[0]}", "i"),
+                  lambda k, j: _st(tn, out_type(j), f"out{k}", "i", f"v{j}") + ";")
+    scalar_loop = tiles(size, 1, lambda ind: unrolled(ind, "i", scalar),
+                        lambda ind: unrolled(ind, "i", scalar, f"i < {size}{sfx}"))
+    if V == 1:
+        return scalar_loop
+
+    vkeys = {kq: q for q, kq in enumerate(_ew_vector(lay, tn)[0])}
+    vin = {q: _VECTOR[ctype(lay.inputs[kq[0]][2])] for kq, q in vkeys.items()}
+    fulls = [(k, j) for k, j in enumerate(lay.outputs) if lay.is_full(j)]
+    n = size // V  # whole vectors
+
+    def vector(names: dict[int, str]) -> list[str]:
+        """One vector at vector index ``c`` whose loaded inputs are ``names[q]``: element by element, then stored."""
+        out = [f"{_VECTOR[out_type(j)]} o{k};" for k, j in fulls]
+        for e in range(V):
+            f = _FIELDS[e]
+            out.append("{")
+            if coords:
+                out.append(f"    const {idx} i = c * {V} + {e};")
+            out += ["    " + x for x in work(lambda j, k, f=f: f"{names[vkeys[key(j, k)]]}.{f}",
+                                             lambda k, j, f=f: f"o{k}.{f} = v{j};")]
+            out.append("}")
+        for k, j in fulls:
+            vt = _VECTOR[out_type(j)]
+            out.append(_st(tn, vt, f"reinterpret_cast<{vt}*>(out{k})", "c", f"o{k}") + ";")
+        return out
+
+    def load(q: int, r: int) -> str:
+        return _ld(tn, vin[q], f"reinterpret_cast<const {vin[q]}*>(in{r})", "c")
+
+    def whole(indent: str) -> list[str]:
+        out = [f"{indent}{vin[q]} w{q}[{U}];" for q in vin]
+        if vkeys:
+            out += unrolled(indent, "c", [f"w{q}[u] = {load(q, r)};" for (r, _), q in vkeys.items()])
+        return out + unrolled(indent, "c", vector({q: f"w{q}[u]" for q in vin}))
+
+    def checked(indent: str) -> list[str]:
+        body = [f"const {vin[q]} w{q} = {load(q, r)};" for (r, _), q in vkeys.items()]
+        return unrolled(indent, "c", body + vector({q: f"w{q}" for q in vin}), f"c < {n}{sfx}", "#pragma unroll 1")
+
+    pointers = [f"(unsigned long long)in{r}" for r in dict.fromkeys(r for r, _ in vkeys)]
+    pointers += [f"(unsigned long long)out{k}" for k, _ in fulls]
+    lines = [f"    if ((({' | '.join(pointers)}) & 15ULL) == 0ULL) {{  // 16-byte aligned: vectors of {V}"]
+    lines += ["    " + x for x in tiles(n, V, whole, checked)]
+    if size % V:  # the last few elements, one a thread of the first block
+        lines += [f"        if (blockIdx.x == 0u && threadIdx.x < {size % V}u) {{",
+                  f"            const {idx} i = {n * V}{sfx} + ({idx})threadIdx.x;"]
+        lines += ["            " + x for x in scalar]
         lines.append("        }")
-    else:
-        lines += tile("        ", False)
+    lines.append("    } else {")
+    lines += ["    " + x for x in scalar_loop]
     return lines + ["    }"]
 
 

@@ -1,6 +1,10 @@
 """The CUDA backend's code generator (rxcuda/tensor/_codegen.py) without a GPU: the source generated for a few
 groups, that it compiles with NVRTC, and the kernel factory's keys."""
 
+import concurrent.futures
+import importlib.util
+import math
+import pathlib
 import re
 
 import numpy as np
@@ -55,8 +59,9 @@ def test_elementwise_reads_contiguous_inputs_at_the_linear_index_with_32_bit_ind
     ((_, ir),) = irs(rt.exp(x) * y + 1.0)
     src = cg.generate(ir)
     assert "in0[i]" in src and "in1[i]" in src and "t_ = i" not in src  # no coordinates formed at all
-    assert "const int i = b + u * 256" in src and "long long" not in src.split("rx_group(")[1]
-    assert cg.launch_shape(ir) == (-(-64 * 33 // 1024), 256)  # 4 elements a thread
+    assert "const int i = b + u * 256" in src and "long long b" not in src and "long long i" not in src
+    assert "reinterpret_cast<const float4*>(in0)[c]" in src  # and a float4 path where aligned
+    assert cg.launch_shape(ir) == (-(-64 * 33 // 4096), 256)  # 4 float4 a thread
     ir = ("elementwise", (33, 64), None, (("array", (33, 64), "<f4", (1, 33)), ("scalar", "<f4")),
           (("mul", (), (33, 64), "<f4", (("i", 0), ("i", 1))),), (0,))  # a transposed view: strided
     src = cg.generate(ir)
@@ -65,11 +70,12 @@ def test_elementwise_reads_contiguous_inputs_at_the_linear_index_with_32_bit_ind
 
 
 def test_elementwise_indices_are_64_bit_past_2_to_the_31():
-    big = 3 << 30
+    big = 5 << 30
     ir = ("elementwise", (big,), None, (("array", (big,), "<f4", (1,)),),
           (("exp", (), (big,), "<f4", (("i", 0),)),), (0,))
     src = cg.generate(ir)
     assert f"long long b = (long long)blockIdx.x * 1024; b < {big}LL" in src and "in0[i]" in src
+    assert f"long long b = (long long)blockIdx.x * 1024; b < {big // 4}LL" in src  # float4s
     assert cg.launch_shape(ir) == (1 << 20, 256)  # the grid is capped; the loop strides over the rest
     compiled(ir)
 
@@ -265,3 +271,129 @@ def test_a_reduction_then_a_scalar_still_plans_one_kernel(program):
     for kind, ir in irs(program(x)):
         assert ir is not None, kind
         compiled(ir)  # compiles
+
+
+# -- tuning -------------------------------------------------------------------------------------------------------
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def sweep_module():
+    """bench/kernel_sweep.py (importable without a GPU): its CANDIDATES, WORKLOADS and programs."""
+    spec = importlib.util.spec_from_file_location("kernel_sweep", ROOT / "bench" / "kernel_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def tuned():
+    """Set a tuning for one test (``tuned(**fields)``); the previous one comes back after it."""
+    previous = cg.TUNING
+    yield lambda tuning=None, **fields: cg.set_tuning(tuning, **fields)
+    cg.set_tuning(previous)
+
+
+def test_the_tuning_is_in_the_source_and_changes_the_plan(tuned):
+    ir, src, shape = row_kernel(lambda x: rt.softmax(x, axis=-1), 4096, 4096)
+    assert "// tuning: default\n" in src and shape.tuning == cg.Tuning()
+    tuned(row_elems=4, row_occupancy=2048, loads="ldcs", stores="stcs")
+    src, shape = cg.generate(ir), cg._planned(ir)[1]
+    assert (shape.threads, shape.per, shape.vec) == (1024, 1, 4)  # 1024 threads of one float4 each
+    assert "// tuning: row_elems=4, row_occupancy=2048, loads='ldcs', stores='stcs'\n" in src
+    assert "__launch_bounds__(1024, 2)" in src and "__ldcs(reinterpret_cast<const float4*>(in0 + rb0) + (c))" in src
+    assert "__stcs(reinterpret_cast<float4*>(out0 + ob) + (c), v_)" in src and "__ldcs(in0 + (rb0 + r))" in src
+    compiled(ir)
+    tuned(cg.Tuning())
+    assert cg._planned(ir)[1].threads == 256  # set_tuning forgets the plans made with another tuning
+    with pytest.raises(ValueError, match="loads"):
+        cg.Tuning(loads="ldx")
+
+
+def test_several_long_rows_share_a_block(tuned):
+    tuned(row_block_threads=512)
+    ir, src, shape = row_kernel(lambda x: rt.softmax(x, axis=-1), 4096, 1024)
+    assert (shape.threads, shape.group) == (512, 64) and cg.launch_shape(ir) == (512, 512)  # 8 rows a block
+    assert "__shared__ float sh0[16];" in src and "const unsigned int w0 = (threadIdx.x / 64u) * 2u;" in src
+    assert "a0 = sh0[w0 + 0];" in src and "base + (int)(threadIdx.x / 64u)" in src
+    compiled(ir)
+    ir, _, shape = row_kernel(lambda x: rt.softmax(x, axis=-1), 40, 1024)
+    assert shape.threads == 64  # too few rows to share blocks: the grid keeps its blocks
+
+
+def test_late_loads_read_a_weight_after_the_reductions(tuned):
+    def ln(x, g, b):
+        return layernorm(x) * g + b
+
+    def kernel():
+        tensors = data(64, 1000), data(1000), data(1000)
+        ((_, ir),) = [(k, ir) for k, ir in irs(ln(*tensors)) if k == "reduce"]
+        return cg.generate(ir)
+
+    early = kernel()
+    assert early.index("float x1[") < early.index("__syncthreads()")  # gamma held across both reductions
+    tuned(late_loads=True)
+    late = kernel()
+    assert late.index("float x1[") > late.rindex("__syncthreads()")  # gamma: after the second reduction
+    assert late.index("float x0[") < late.index("a0 = sh0[")  # x: before the first
+
+
+@pytest.mark.parametrize("dtype,vector", [(np.float32, "float4"), (np.float64, "double2"), (np.int32, "int4")])
+def test_elementwise_vectors_behind_an_alignment_check_with_a_scalar_tail(dtype, vector):
+    x, y = data(37, 33, dtype=dtype), data(33, dtype=dtype)
+    ((_, ir),) = irs(x * 2 + y)
+    src = cg.generate(ir)
+    v = 16 // np.dtype(dtype).itemsize
+    assert f"& 15ULL) == 0ULL) {{  // 16-byte aligned: vectors of {v}" in src
+    assert f"reinterpret_cast<const {vector}*>(in0)[c]" in src and f"reinterpret_cast<{vector}*>(out0)[c] = o0;" in src
+    assert "in2[(c1 * 1)]" in src  # the broadcast row: read at its coordinates, element by element
+    assert f"const int i = c * {v} + {v - 1};" in src  # each element of a vector finds its own coordinates
+    if 37 * 33 % v:
+        assert f"threadIdx.x < {37 * 33 % v}u" in src  # the last elements, past the whole vectors
+    assert "} else {" in src and "in0[i]" in src  # the scalar path, for misaligned pointers
+    compiled(ir)
+
+
+def test_elementwise_without_vectors():
+    x = data(64, 33)
+    ((_, ir),) = irs(x.T * 2.0)[1:]  # read through a transpose: no operand at the linear index, but the output
+    assert cg._planned(ir)[1].vec == 4 and "reinterpret_cast<float4*>(out0)[c] = o0;" in cg.generate(ir)
+    compiled(ir)
+    ((_, ir),) = irs((x > 0.5) == (x < 0.1))
+    assert cg._planned(ir)[1].vec == 1 and "reinterpret_cast" not in cg.generate(ir)  # 1-byte outputs
+    ((_, ir),) = irs(x.astype("float64") + 1)
+    assert cg._planned(ir)[1].vec == 1  # mixed item sizes
+
+
+def test_every_sweep_tuning_compiles(tuned):
+    """Every candidate of bench/kernel_sweep.py, for the sweep's workloads and rows of 1..5000 (short rows, a
+    block a row, the strided loops), and elementwise kernels over strided, broadcast and odd-sized operands."""
+    sweep = sweep_module()
+
+    def z(*shape):
+        return rt.tensor(np.zeros(shape, np.float32))
+
+    groups = []
+    for name, shape in sweep.WORKLOADS:
+        groups += irs(sweep._program(name, rt, z(*shape), z(shape[1]), z(shape[1])))
+    for cols in (1, 3, 33, 1000, 5000, 20000):
+        for name in ("softmax", "layernorm", "x * a + b"):
+            groups += irs(sweep._program(name, rt, z(37, cols), z(cols), z(cols)))
+    x = data(37, 33)
+    groups += irs(x.T * 2 + 1) + irs(x + data(37, 1)) + irs(rt.exp(x[:, 1:]) + x[:, :1])
+    fused = [ir for kind, ir in groups if kind in ("elementwise", "reduce")]
+    assert None not in fused and len(fused) >= 20
+    sources, shapes = set(), set()
+    for tuning in sweep.CANDIDATES:
+        tuned(tuning)
+        for ir in fused:
+            shape = cg._planned(ir)[1]
+            assert 32 <= shape.threads <= 1024 and shape.blocks >= 1 and shape.tuning == tuning
+            if shape.mode == "rows":
+                nred = math.prod(ir[1][a] for a in ir[2])
+                assert shape.group * shape.per * shape.vec >= nred and shape.threads % shape.group == 0
+            shapes.add((ir, shape.threads, shape.blocks, shape.group, shape.per, shape.vec))
+            sources.add(re.sub(r"// tuning: .*\n", "", cg.generate(ir)))  # the same code under other knobs
+    assert len(shapes) > 2 * len(fused)  # the knobs do move the plans
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        images = list(ex.map(lambda s: nv.compile_cuda(s, entry=cg.ENTRY, name="rx_group.cu").image, sources))
+    assert all(images)
