@@ -283,3 +283,98 @@ def test_elementwise_end_to_end_on_views(rng, dtype):
     x = rt.asarray(cp.asarray(a))
     check((x.T[::2, 1:] * 2 + 1).cupy(), a.T[::2, 1:].astype(np.float64) * 2 + 1, dtype)
     check((rt.exp(x[:, :1]) * x).cupy(), np.exp(a[:, :1].astype(np.float64)) * a, dtype)
+
+
+# -- the vector path of elementwise kernels, and the tunings ------------------------------------------------------
+EW_TUNINGS = {
+    "default": cg.Tuning(),
+    "unroll1-128": cg.Tuning(ew_unroll=1, ew_threads=128),
+    "unroll8-3blocks-hints": cg.Tuning(ew_unroll=8, ew_max_blocks=3, loads="ldcs", stores="stcs"),
+    "ldg-512": cg.Tuning(ew_threads=512, ew_unroll=2, loads="ldg"),
+    "scalar": cg.Tuning(ew_vector=False),
+}
+
+
+@pytest.fixture
+def tuning(request):
+    """The tuning named by the test's parameter, for its kernels only."""
+    previous = cg.set_tuning(request.param)
+    yield request.param
+    cg.set_tuning(previous)
+
+
+def offset_view(a: np.ndarray, by: int = 1):
+    """A CuPy copy of ``a`` whose data starts ``by`` elements past a 16-byte boundary (a misaligned view)."""
+    flat = cp.zeros(a.size + by, a.dtype)
+    flat[by:] = cp.asarray(a.ravel())
+    return flat[by:].reshape(a.shape)
+
+
+@pytest.mark.parametrize("tuning", list(EW_TUNINGS.values()), ids=list(EW_TUNINGS), indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("n", [2, 5, 8, 1023, 4096 + 3, 3 * 4096 * 4 + 2, (1 << 20) + 1])
+def test_vector_elementwise_aligned_misaligned_and_tails(rng, tuning, dtype, n):
+    """Whole vectors, the partial last tile and the scalar tail (sizes not a multiple of the vector), with every
+    pointer 16-byte aligned (the vector path) or an input one element off (the scalar path), under each tuning."""
+    if np.dtype(dtype).kind == "f":
+        a, b = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    else:
+        a, b = rng.integers(-1000, 1000, n).astype(dtype), rng.integers(-1000, 1000, n).astype(dtype)
+
+    def program(x, y):
+        return x * 3 - y + 1
+
+    expected = a.astype(np.float64) * 3 - b + 1
+    for views in ({}, {0: offset_view(a)}, {1: offset_view(b, 3)}, {0: offset_view(a, 2), 1: offset_view(b, 2)}):
+        (out,), mode = run_generated(program, [a, b], views)
+        assert mode == "elementwise"
+        if np.dtype(dtype).kind == "f":
+            check(out, expected, dtype)
+        else:
+            np.testing.assert_array_equal(cp.asnumpy(out), expected.astype(dtype))
+
+
+@pytest.mark.parametrize("tuning", list(EW_TUNINGS.values()), ids=list(EW_TUNINGS), indirect=True)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(37, 33), (300, 4), (5, 4099), (1, 7)])
+def test_vector_elementwise_with_broadcast_operands(rng, tuning, dtype, shape):
+    """A dense operand read as vectors beside broadcast ones read at each element's coordinates (vectors that
+    straddle rows where the row length is not a multiple of the vector)."""
+    a = rng.standard_normal(shape).astype(dtype)
+    row = rng.standard_normal(shape[1]).astype(dtype)
+    col = rng.standard_normal((shape[0], 1)).astype(dtype)
+    (out,), _ = run_generated(lambda x, r, c: rt.exp(x * r) - c / (rt.abs(x) + 1) + r, [a, row, col])
+    a64, r64, c64 = a.astype(np.float64), row.astype(np.float64), col.astype(np.float64)
+    check(out, np.exp(a64 * r64) - c64 / (np.abs(a64) + 1) + r64, dtype)
+    t = cp.asarray(rng.standard_normal(shape[::-1]).astype(dtype)).T  # a transposed operand beside a dense one
+    (out,), _ = run_generated(lambda x, y: x * y + 2, [a, cp.asnumpy(t)], {1: t})
+    check(out, a64 * cp.asnumpy(t).astype(np.float64) + 2, dtype)
+
+
+ROW_TUNINGS = {
+    "elems4": cg.Tuning(row_elems=4),
+    "elems8-late-occupancy": cg.Tuning(row_elems=8, late_loads=True, row_occupancy=1536),
+    "elems32": cg.Tuning(row_elems=32),
+    "block-rows-512-hints": cg.Tuning(row_block_threads=512, loads="ldcs", stores="stcs"),
+    "min128-ldg": cg.Tuning(row_min_threads=128, loads="ldg"),
+}
+
+
+@pytest.mark.parametrize("tuning", list(ROW_TUNINGS.values()), ids=list(ROW_TUNINGS), indirect=True)
+@pytest.mark.parametrize("cols", [1, 33, 257, 1000, 1024, 4096, 5000, 16384])
+def test_row_kernels_under_other_tunings(rng, tuning, cols):
+    """Softmax and layernorm with a weight and a bias (loaded late under ``late_loads``), aligned and not; rows of
+    up to 1024 come 2113 at a time, enough for several block-wide rows to share a block (the last one part
+    empty) where the tuning asks for that."""
+    a = rng.standard_normal((2113 if cols <= 1024 else ROWS, cols)).astype(np.float32)
+    g, b = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    a64 = a.astype(np.float64)
+    (out,), mode = run_generated(lambda x: rt.softmax(x, axis=-1), [a])
+    assert mode == "rows"
+    check(out, np_softmax(a64), np.float32)
+    (out,), _ = run_generated(lambda x: rt.softmax(x, axis=-1), [a], {0: offset_view(a)})
+    check(out, np_softmax(a64), np.float32)
+    (out,), _ = run_generated(lambda x, g, b: layernorm(x) * g + b, [a, g, b])
+    check(out, np_layernorm(a64) * g + b, np.float32)
+    (out,), _ = run_generated(lambda x: x.sum(axis=-1), [a])
+    check(out, a64.sum(-1), np.float32)
