@@ -12,8 +12,8 @@ shape, timed the same way on the same stream. Every result is checked against Nu
 wrong kernel shows as WRONG and never wins).
 
 Prints one markdown table (device microseconds and percent of the copy's device time; higher is better), then
-the best tuning per workload and overall (the geometric mean of the percentages), and the ``Tuning(...)`` line
-to make the winner the default in ``rxcuda/tensor/_codegen.py``.
+the best tuning per workload and overall (the geometric mean of the percentages), and the ``TUNING = Tuning(...)``
+line that makes the winner the default in ``rxcuda/tensor/_codegen.py``.
 """
 
 from __future__ import annotations
@@ -282,9 +282,8 @@ extern "C" __global__ void rx_spin(unsigned long long ns)
         s, k = max(valid)
         best = candidates[k]
         print(f"\nbest overall (geometric mean of % of copy): #{k} {best.changes()}: {s:.1f} %")
-        fields = ", ".join(f"{f}={getattr(best, f)!r}" for f in best.__dataclass_fields__)
-        print(f"to make it the default, set the field defaults of `class Tuning` in rxcuda/tensor/_codegen.py: "
-              f"Tuning({fields})")
+        line = f"TUNING = Tuning({'' if best.changes() == 'default' else best.changes()})"
+        print(f"to make it the default, write this line for `TUNING = Tuning()` in rxcuda/tensor/_codegen.py: {line}")
     wrong = sum(us is None for row in results for us, _ in row)
     print(f"\n{len(candidates)} candidates x {len(WORKLOADS)} workloads, {wrong} wrong; "
           f"compiling {compiled_s:.0f} s, all {time.perf_counter() - started:.0f} s")
