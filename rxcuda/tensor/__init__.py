@@ -44,7 +44,7 @@ __all__ = [
     "Tensor", "abs", "arange", "asarray", "cache", "clear_cache", "cos", "exp", "explain", "full", "grad",
     "is_grad_enabled", "log",
     "logsumexp", "matmul", "max", "maximum", "mean", "min", "minimum", "no_grad", "ones", "realize", "reset_stats",
-    "sin", "softmax", "sqrt", "stats", "sum", "tanh", "tensor", "where", "zeros",
+    "sin", "softmax", "sqrt", "stats", "sum", "tanh", "tensor", "wait_compiled", "where", "zeros",
 ]
 __all__ += ["InputSpec", "TensorBlock", "block", "input", "update"]  # rxcuda/tensor/_block.py
 
@@ -658,6 +658,19 @@ def _values(nodes: list[Node], passes: Passes | None = None, use_cache: bool = T
         _PROGRAMS.clear()
     _PROGRAMS[sig] = runnable
     return values
+
+
+def wait_compiled(timeout: float | None = None) -> int:
+    """Block until the kernels NVRTC is building in the background are ready (or ``timeout`` seconds pass);
+    returns how many are still being built.
+
+    On CUDA a new kernel first runs as PTX written straight from its IR (a miss costs milliseconds); the tuned
+    C++ build of the same kernel replaces it at a launch after NVRTC has made it. Call this before timing
+    steady-state speed, or to have every later launch use the tuned kernels. Without CUDA it returns 0.
+    """
+    from ._cuda import FACTORY
+
+    return FACTORY.wait(timeout)
 
 
 def realize(*tensors: Tensor, passes: Passes | None = None, cache: bool = True):

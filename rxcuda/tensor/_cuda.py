@@ -1,7 +1,8 @@
 """The CUDA backend: CuPy arrays on one stream, one generated kernel per fused group (``_codegen``).
 
 It runs the same plan as the CPU backend, group by group (``_cpu.evaluate`` walks the plan for both): an
-elementwise or reduce group becomes one kernel from the :class:`~._codegen.KernelFactory`; ``matmul`` is
+elementwise or reduce group becomes one kernel from the :class:`~._codegen.KernelFactory` (PTX written from
+the IR at once, replaced by the tuned C++ build from a background NVRTC compile at a later launch); ``matmul`` is
 ``cupy.matmul`` (cuBLAS); views are CuPy views; ``copy`` moves data between host and device. A group the
 generator cannot express runs op by op through CuPy (the CPU backend's own op table, on CuPy arrays).
 """
@@ -13,7 +14,8 @@ import numpy as np
 from ._codegen import KernelFactory, group_ir, launch_shape
 from ._graph import Node
 
-FACTORY = KernelFactory()
+FACTORY = KernelFactory(upgrade=True)
+"""The process's kernels: PTX answers a miss, the tuned C++ build replaces it when NVRTC has made it."""
 _BACKEND: list[Backend] = []
 
 
@@ -107,22 +109,20 @@ class Backend:
                     with stream:
                         return ops([array(v) for v in ins])
             else:
-                launch = self.prepare(ir, group)
+                launch = self.prepare(ir, group, plan.passes.fast_math)
             memo[:] = [strides, launch]
             return launch(inputs)
 
         return run
 
-    def prepare(self, ir: tuple, group):
+    def prepare(self, ir: tuple, group, fast_math: bool = False):
         """A function launching ``ir``'s kernel (compiled and loaded now) for ``group``: its inputs' values in,
         its outputs' new arrays out. Everything that does not change between launches is decided here."""
         cp = self.cp
-        kernel = FACTORY.get(ir)
+        kernel = FACTORY.get(ir, fast_math=fast_math)
         if kernel.function is None:
-            kernel.module = cp.cuda.function.Module()
-            kernel.module.load(kernel.code.image)
-            kernel.function = kernel.module.get_function(kernel.code.entry)
-        function = kernel.function
+            kernel.module, kernel.function = self.load(kernel.code)
+        load, current = self.load, kernel.current
         grid, block = launch_shape(ir)
         grid, block = (grid,), (block,)
         outs = [(n.shape, n.dtype) for n in group.outputs]
@@ -136,10 +136,16 @@ class Backend:
             if grid[0] == 0:
                 return results
             args = [fills.get(k, v) for k, v in enumerate(inputs)]
-            function(grid, block, (*args, *results), stream=stream)
+            current(load)(grid, block, (*args, *results), stream=stream)  # the C++ build once it is ready
             return results
 
         return launch
+
+    def load(self, code):
+        """``code`` (a cubin, or PTX the driver JITs) loaded on this device: (module, function)."""
+        module = self.cp.cuda.function.Module()
+        module.load(code.image)
+        return module, module.get_function(code.entry)
 
     def copy(self, node: Node, value):
         """A ``copy`` node: host -> device gives a CuPy array, device -> host a NumPy array."""

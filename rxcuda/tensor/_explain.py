@@ -54,6 +54,8 @@ def explain(plan: Plan) -> str:
     wide = [g for g in plan.groups if g.chains > 1]
     lines.append(f"  horizontal fusion{state(p.horizontal)}: {len(wide)} launch(es) of several independent groups"
                  + ("" if not wide else " (" + ", ".join(f"g{g.index}: {g.chains}" for g in wide) + ")"))
+    if p.fast_math:
+        lines.append("  fast math: on (approximate float32 exp, log, sqrt and division in CUDA kernels)")
     pulled = [n for n in plan.nodes if n in PULLED]
     if pulled:
         lines.append(f"  device pulls: {len(pulled)} node(s) made on the backend of an op that runs on one only")

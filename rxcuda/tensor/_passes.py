@@ -28,14 +28,20 @@ from ._graph import ELEMENTWISE, LEAVES, REDUCTIONS, Node, topo
 class Passes:
     """Which passes run (all by default). ``Passes.none()`` evaluates the graph as written.
 
+    ``fast_math`` (off by default) lets the CUDA kernels use the GPU's approximate float32 math: ``exp``/``log``
+    through ``ex2.approx``/``lg2.approx``, ``sqrt`` and ``/`` approximate, denormals flushed (NVRTC's
+    ``--use_fast_math``). Results then differ from NumPy by a few ulp per op, which is what ``torch.compile``
+    and XLA accept by default; a compute-heavy chain runs several times faster. The CPU backend ignores it.
+
     >>> Passes(cse=False)
-    Passes(dead=True, cse=False, vertical=True, horizontal=True)
+    Passes(dead=True, cse=False, vertical=True, horizontal=True, fast_math=False)
     """
 
     dead: bool = True
     cse: bool = True
     vertical: bool = True
     horizontal: bool = True
+    fast_math: bool = False
 
     @classmethod
     def none(cls) -> Passes:
