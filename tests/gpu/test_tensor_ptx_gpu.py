@@ -38,11 +38,15 @@ def evaluate(monkeypatch, build, ptx):
     return [t.numpy() for t in outs], factory
 
 
-def both(monkeypatch, build):
-    """(PTX results, NVRTC results) of ``build()``; asserts every kernel of the first run was PTX and of the
-    second NVRTC, so the comparison is between the two compilers."""
+def both(monkeypatch, build, every: bool = True):
+    """(PTX results, NVRTC results) of ``build()``; asserts every kernel of the first run was PTX (``every``;
+    else at least one, the rest NVRTC's: a group with an op PTX lacks, such as float64 exp) and of the second
+    NVRTC, so the comparison is between the two compilers."""
     ptx, f1 = evaluate(monkeypatch, build, True)
-    assert f1.misses >= 1 and f1.ptx_misses == f1.misses and f1.nvrtc_misses == 0, "the PTX path was not taken"
+    if every:
+        assert f1.misses >= 1 and f1.ptx_misses == f1.misses and f1.nvrtc_misses == 0, "the PTX path was not taken"
+    else:
+        assert f1.ptx_misses >= 1 and f1.ptx_misses + f1.nvrtc_misses == f1.misses, "the PTX path was not taken"
     nvrtc, f2 = evaluate(monkeypatch, build, False)
     assert f2.nvrtc_misses == f2.misses >= 1 and f2.ptx_misses == 0
     return ptx, nvrtc
@@ -317,7 +321,7 @@ def test_softmax_logsumexp_layernorm(monkeypatch, rng, rows, cols, dtype):
         var = ((x - mu) * (x - mu)).mean(-1, keepdims=True)
         return rt.softmax(x, axis=-1), rt.logsumexp(x, axis=-1), (x - mu) / rt.sqrt(var + 1e-5)
 
-    ptx, nvrtc = both(monkeypatch, build)
+    ptx, nvrtc = both(monkeypatch, build, every=dtype == np.float32)  # float64 exp goes to NVRTC
     e = np.exp(a - a.max(-1, keepdims=True))
     m = a.max(-1, keepdims=True)
     am = a.mean(-1, keepdims=True)
