@@ -43,7 +43,7 @@ the ones it is evaluated at) gives ``None``; the backend then runs that group op
 >>> import numpy as np
 >>> ir = (("elementwise", (4,), None, (("array", (4,), "<f4", (1,)), ("scalar", "<f4")),
 ...        (("mul", (), (4,), "<f4", (("i", 0), ("i", 1))),), (0,)))
->>> "v0 = (float)(((float)(in0[i]) * (float)(s1)))" in generate(ir)
+>>> "v0 = (float)(((float)(__ldcs(in0 + (i))) * (float)(s1)))" in generate(ir)  # a streaming load (TUNING)
 True
 >>> launch_shape(ir)
 (1, 256)
@@ -133,7 +133,7 @@ class Tuning:
 
 
 #: the tuning :func:`generate` and :func:`launch_shape` read (the lead sets the default here, in ``Tuning``)
-TUNING = Tuning()
+TUNING = Tuning(loads="ldcs", stores="stcs")  # the best of bench/kernel_sweep.py on an H100 (98 % of a copy)
 
 
 def set_tuning(tuning: Tuning | None = None, **fields) -> Tuning:
@@ -1028,9 +1028,10 @@ class KernelFactory:
     to compare the two), or the kinds (``("elementwise",)``) that may use PTX.
 
     **Tiers** (``upgrade=True``, the process factory of the CUDA backend): a PTX kernel answers the miss in
-    milliseconds, and the C++ kernel of the same IR (the tuned one: rows held in registers, vector loads) is
-    compiled by NVRTC on a background thread; :meth:`GroupKernel.current` swaps it in at the next launch once
-    it is ready (``upgrades`` counts them; :meth:`wait` blocks until none is pending). ``fast_math=True``
+    milliseconds; once it is launched a second time (a kernel that runs once is never rebuilt), NVRTC compiles
+    the C++ kernel of the same IR (the tuned one: rows held in registers, vector loads) on a background thread,
+    and :meth:`GroupKernel.current` swaps it in at the first launch after it is ready (``upgrades`` counts them;
+    :meth:`wait` blocks until none is being built). ``fast_math=True``
     kernels (approximate float32 math, ``Passes(fast_math=True)``) are NVRTC's ``--use_fast_math`` build,
     keyed apart from the precise ones.
 
@@ -1076,8 +1077,7 @@ class KernelFactory:
                 self.ptx_misses += 1
                 kernel = self._kernels[key] = GroupKernel(ir, text, PtxCode(ENTRY, text.encode() + b"\0"))
                 if self.upgrade:
-                    kernel.pending = _background().submit(_nvrtc, ir, False)
-                    kernel.factory = self
+                    kernel.hot, kernel.factory = 2, self  # the build starts at its second launch
                 return kernel
         source, code = _nvrtc(ir, fast_math)
         kernel = GroupKernel(ir, source, code)
@@ -1100,16 +1100,23 @@ class GroupKernel:
     ``code.entry`` to load), and (once loaded on a device) its function; ``pending``: the better build of the
     same IR while NVRTC makes it in the background (see :class:`KernelFactory`)."""
 
-    __slots__ = ("ir", "source", "code", "function", "module", "pending", "factory", "failed")
+    __slots__ = ("ir", "source", "code", "function", "module", "pending", "factory", "failed", "hot")
 
     def __init__(self, ir: tuple, source: str, code):
         self.ir, self.source, self.code = ir, source, code
         self.function = self.module = self.pending = self.factory = self.failed = None
+        self.hot: int | None = None  # launches until the background build starts (None: no build)
 
     def current(self, load):
         """The function to launch: the loaded one, after swapping in the background build if it is ready
-        (``load(code) -> (module, function)`` loads a build on the caller's device and thread). A failed
+        (``load(code) -> (module, function)`` loads a build on the caller's device and thread). Counts the
+        launches of a kernel that has a better build to come, and starts that build at the second. A failed
         background build keeps the first kernel and is kept in ``failed``."""
+        if self.hot is not None:
+            self.hot -= 1
+            if self.hot <= 0:
+                self.hot = None
+                self.pending = _background().submit(_nvrtc, self.ir, False)
         pending = self.pending
         if pending is not None and pending.done():
             self.pending = None

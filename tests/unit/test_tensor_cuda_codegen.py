@@ -24,6 +24,25 @@ def compiler(tmp_path):
     nv.set_default_compiler(prev)
 
 
+@pytest.fixture(autouse=True)
+def plain_tuning():
+    """The source checks below read plain loads and stores (``in0[i]``): they run under ``Tuning()``, not the
+    process default (which adds cache hints, see test_the_default_tuning_adds_cache_hints)."""
+    previous = cg.set_tuning(cg.Tuning())
+    yield
+    cg.set_tuning(previous)
+
+
+def test_the_default_tuning_adds_cache_hints(plain_tuning):
+    cg.set_tuning(cg.Tuning(loads="ldcs", stores="stcs"))
+    x = rt.tensor(np.ones((64, 64), np.float32))
+    p = plan([(rt.exp(x) + 1).node])
+    (g,) = p.groups
+    src = cg.generate(cg.group_ir(g, p, [leaf_value(i) for i in g.inputs]))
+    assert "__ldcs(" in src and "__stcs(" in src
+    compiled(cg.group_ir(g, p, [leaf_value(i) for i in g.inputs]))
+
+
 def compiled(ir):
     """The generated C++ of ``ir`` compiled by NVRTC (whichever way the kernel factory would make it)."""
     return nv.compile_cuda(cg.generate(ir), entry=cg.ENTRY, name="rx_group.cu")
