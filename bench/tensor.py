@@ -386,7 +386,7 @@ extern "C" __global__ void rx_spin(unsigned long long ns)
     def lookup(y):
         """From a traced program to its runnable program (kernels loaded): the signature and one dict lookup."""
         leaves, maps = rt._leaves([y.node])
-        return rt._PROGRAMS.get(rt._signature([y.node], leaves, maps, Passes()))
+        return rt._PROGRAMS.get(rt._signature([y.node], leaves, maps, rt._DEFAULT_PASSES))
 
     base = int(time.time() * 1000) % 100_000  # shapes no earlier run compiled (new IR, so new code)
     for what, f in (("exp: PTX emitted from the IR", rt.exp), ("sin: CUDA C++ through NVRTC", rt.sin)):

@@ -429,6 +429,10 @@ def _planned(ir: tuple) -> tuple[_Layout, _Shape, _Rows | None]:
     so :func:`launch_shape` and :func:`generate` agree and a launch does not re-plan."""
     lay, tuning = _Layout(ir), TUNING
     size = math.prod(lay.space)
+    if lay.kind != "reduce" and _heavy(lay):
+        # libdevice's sin/cos/pow (and float64 exp/log/tanh) are long: unrolled and vectorized they make NVRTC
+        # take ~0.5 s per kernel, and such a kernel is compute-bound anyway: one element a thread, no vectors
+        tuning = dataclasses.replace(tuning, ew_unroll=1, ew_vector=False)
     if lay.kind != "reduce":
         vec = _ew_vector(lay, tuning)[1]
         threads = tuning.ew_threads
@@ -441,6 +445,14 @@ def _planned(ir: tuple) -> tuple[_Layout, _Shape, _Rows | None]:
         return lay, rows.shape, rows
     nrows = math.prod(lay.space[a] for a in lay.rowaxes)
     return lay, _Shape("loop", BLOCK, min(nrows, _MAX_GRID), tuning=tuning), None
+
+
+_HEAVY = frozenset({"sin", "cos", "pow"})
+
+
+def _heavy(lay: _Layout) -> bool:
+    """Whether ``lay`` calls a long libdevice function (see :func:`_planned`)."""
+    return any(op in _HEAVY or (op in _MATH and dt[-1] == "8") for op, _, _, dt, _ in lay.nodes)
 
 
 def _ew_vector(lay: _Layout, tuning: Tuning) -> tuple[list[tuple], int]:

@@ -24,7 +24,7 @@ from ..model._shapes import Shape
 from ._graph import ELEMENTWISE, LEAVES, REDUCTIONS, Node, topo
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Passes:
     """Which passes run (all by default). ``Passes.none()`` evaluates the graph as written.
 
