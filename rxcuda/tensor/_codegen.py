@@ -1137,6 +1137,11 @@ class GroupKernel:
                 module, function = load(code)
             except Exception as e:  # noqa: BLE001 - the first kernel keeps running; the reason stays visible
                 self.failed = e
+                import logging
+
+                logging.getLogger("rxcuda").warning(
+                    "the tuned build of a generated tensor kernel failed, its first (PTX) build keeps running: %s: "
+                    "%s (GroupKernel.failed keeps the exception)", type(e).__name__, e)
             else:
                 self.source, self.code, self.module, self.function = source, code, module, function
                 if self.factory is not None:
