@@ -378,6 +378,18 @@ def _coord(a: int, var: str, axes: list[int], strides: dict[int, int], space: tu
     return e if a == axes[0] else f"({e} % {space[a]})"
 
 
+def element_closure(nodes: tuple, full: set[int], targets) -> list[int]:
+    """The per-element nodes (of ``full``) that ``targets`` need, themselves included, in node order: what a
+    loop over the reduced axes must compute to reach them."""
+    need, stack = set(), list(targets)
+    while stack:
+        j = stack.pop()
+        if j in full and j not in need:
+            need.add(j)
+            stack.extend(r for s, r in nodes[j][4] if s == "n")
+    return sorted(need)
+
+
 def _levels(lay: _Layout) -> tuple[list[int], set[int], list[int]]:
     """For a reduce IR: each node's level (how many reductions it depends on, through each other), the
     per-element nodes (not reductions) and the per-row nodes; raises Unsupported for a per-row value
@@ -946,13 +958,7 @@ def _loop_body(lay: _Layout) -> list[str]:
     level, full, rows = _levels(lay)
 
     def closure(targets: list[int]) -> list[int]:
-        need, stack = set(), list(targets)
-        while stack:
-            j = stack.pop()
-            if j in full and j not in need:
-                need.add(j)
-                stack.extend(r for s, r in nodes[j][4] if s == "n")
-        return sorted(need)
+        return element_closure(nodes, full, targets)
 
     def loop(js: list[int], tail: list[str]) -> list[str]:
         out = [f"        for (long long r_ = threadIdx.x; r_ < {nred}LL; r_ += blockDim.x) {{"]

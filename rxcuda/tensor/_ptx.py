@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._codegen import ENTRY, Unsupported, _Layout, launch_shape
+from ._codegen import ENTRY, Unsupported, _Layout, element_closure, launch_shape
 
 VERSION = "7.0"
 TARGET = "sm_70"
@@ -732,13 +732,7 @@ def _reduce(fn: _Fn) -> None:
     fn.shared = max((len(r) for r in levels), default=0) * _REGION
 
     def closure(targets) -> list[int]:
-        need, stack = set(), list(targets)
-        while stack:
-            j = stack.pop()
-            if j in full and j not in need:
-                need.add(j)
-                stack.extend(r for s, r in nodes[j][4] if s == "n")
-        return sorted(need)
+        return element_closure(nodes, full, targets)
 
     nrows = math.prod(lay.space[a] for a in lay.rowaxes)
     nred = math.prod(lay.space[a] for a in lay.axes)
