@@ -1085,10 +1085,10 @@ class KernelFactory:
             return kernel
         self.misses += 1
         if not fast_math and (self.ptx is True or (self.ptx and ir[0] in self.ptx)):
-            from ._ptx import PtxCode, emit
+            from ._ptx import _UNROLL, PtxCode, emit
 
             try:
-                text = emit(ir)
+                text = emit(ir, unroll=1 if self.upgrade else _UNROLL)  # a first tier: the least JIT time
             except Unsupported:
                 pass
             else:

@@ -190,6 +190,7 @@ class _Fn:
 
     def __init__(self, ir: tuple, lay: _Layout):
         self.ir, self.lay = ir, lay
+        self.unroll = _UNROLL
         self.guard = ""  # a predicate the loads are issued under (an unrolled element past the end)
         self.count = {"p": 0, "r": 0, "rd": 0, "f": 0, "fd": 0}
         self.lines: list[str] = []
@@ -590,12 +591,15 @@ def _check_ops(lay: _Layout) -> None:
             raise Unsupported(f"{op} of {dtype} has no PTX form here")
 
 
-def emit(ir: tuple) -> str:
+def emit(ir: tuple, unroll: int = _UNROLL) -> str:
     """The PTX text of one kernel (entry ``rx_group``) for ``ir``; Unsupported where this emitter does not
-    cover the group (the factory then compiles the C++ of ``_codegen.generate`` through NVRTC)."""
+    cover the group (the factory then compiles the C++ of ``_codegen.generate`` through NVRTC). ``unroll``:
+    elementwise elements per thread and trip at most; 1 for a first tier that a tuned build replaces (each copy
+    of the body costs the driver's JIT ~0.5 ms; an empty kernel alone ~6 ms on the H100)."""
     lay = _Layout(ir)
     _check_ops(lay)
     fn = _Fn(ir, lay)
+    fn.unroll = unroll
     params = fn.params()
     fn.special()
     if lay.kind == "reduce":
@@ -642,7 +646,7 @@ def _elementwise(fn: _Fn) -> None:
     lay = fn.lay
     size = math.prod(lay.space)
     blocks, threads = launch_shape(fn.ir)
-    unroll = min(_UNROLL, max(1, -(-size // (blocks * threads)))) if blocks and threads else 1
+    unroll = min(fn.unroll, max(1, -(-size // (blocks * threads)))) if blocks and threads else 1
     heavy = sum(op in _HEAVY or (op == "div" and dt[1:] == "f4") for op, _, _, dt, _ in lay.nodes)
     unroll = min(unroll, 4 if heavy == 0 else 2 if heavy <= 2 else 1)  # the JIT's time grows with the copies
     reduced = [a for a in lay.axes if lay.space[a] != 1]

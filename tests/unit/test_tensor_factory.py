@@ -90,3 +90,14 @@ def test_fast_math_is_a_pass_setting_shown_by_explain():
     assert "fast math: on" in rt.explain(rt.exp(x), passes=rt.Passes(fast_math=True))
     assert "fast math" not in rt.explain(rt.exp(x))
     np.testing.assert_allclose(rt.exp(x).numpy(passes=rt.Passes(fast_math=True)), np.exp(np.ones(4)), rtol=1e-6)
+
+
+def test_a_first_tier_is_emitted_without_unrolling(exp_ir):
+    """Each unrolled copy of the body costs the driver's JIT time, and a first tier that runs twice is replaced:
+    the tiered factory emits one element a thread per trip, a PTX-only factory the unrolled kernel."""
+    from rxcuda.tensor import _ptx
+
+    tiered = cg.KernelFactory(upgrade=True).get(exp_ir).source
+    alone = cg.KernelFactory().get(exp_ir).source
+    assert tiered == _ptx.emit(exp_ir, unroll=1) and alone == _ptx.emit(exp_ir)
+    assert len(tiered) < len(alone)
