@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model._shapes import c_strides
 from ._graph import Node
 
 BLOCK = 256
@@ -345,14 +346,6 @@ def _expr(op: str, attrs: tuple, dtype: np.dtype, args: list[str], arg_dtypes: l
     raise Unsupported(f"op {op}")
 
 
-def _strides(shape: tuple) -> tuple:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return tuple(reversed(out))
-
-
 def _pow2ceil(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -471,7 +464,7 @@ def _ew_vector(lay: _Layout, tuning: Tuning) -> tuple[list[tuple], int]:
     """The elementwise vector path: the (input, coordinates) reads at the linear index that it loads as 16-byte
     vectors (with the per-element outputs it stores so), and the elements per vector; ([], 1) where the tuning
     or the operands' item sizes (one size of 4 or 8 bytes for all of them) rule it out."""
-    dense = {a: s for a, s in enumerate(_strides(lay.space)) if lay.space[a] != 1}
+    dense = {a: s for a, s in enumerate(c_strides(lay.space)) if lay.space[a] != 1}
     keys = list(dict.fromkeys((r, lay.reads[j][k]) for j, node in enumerate(lay.nodes)
                               for k, (s, r) in enumerate(node[4]) if s == "i" and lay.inputs[r][0] == "array"))
     keys = [key for key in keys if _axis_strides(lay, *key) == dense]
@@ -505,8 +498,8 @@ class _Rows:
         self.nred = math.prod(sp[a] for a in self.red)
         self.nrows = math.prod(sp[a] for a in self.rowax)
         self.level, self.full, self.rows = _levels(lay)
-        self.rs = dict(zip(self.red, _strides(tuple(sp[a] for a in self.red)), strict=True))
-        self.rrs = dict(zip(self.rowax, _strides(tuple(sp[a] for a in self.rowax)), strict=True))
+        self.rs = dict(zip(self.red, c_strides(tuple(sp[a] for a in self.red)), strict=True))
+        self.rrs = dict(zip(self.rowax, c_strides(tuple(sp[a] for a in self.rowax)), strict=True))
         self.keys: dict[tuple, int] = {}  # (input, coordinates it is read at) -> q: one load per key
         for j, (_, _, _, _, refs) in enumerate(lay.nodes):
             for k, (s, r) in enumerate(refs):
@@ -514,7 +507,7 @@ class _Rows:
                     self.keys.setdefault((r, lay.reads[j][k]), len(self.keys))
         self.st = {key: _axis_strides(lay, *key) for key in self.keys}
         self.full_read = {key for key in self.keys if any(a in self.st[key] for a in self.red)}
-        space_strides = _strides(sp)
+        space_strides = c_strides(sp)
         self.ost = {a: space_strides[a] for a in self.red + self.rowax}
         self.full_out = [(o, j) for o, j in enumerate(lay.outputs) if j in self.full]
         self.shape = self._plan()
@@ -824,7 +817,7 @@ def _node_line(lay: _Layout, j: int, indent: str, operand=None) -> str:
 
 def _row_index(lay: _Layout, sfx: str = "LL") -> str:
     rowspace = tuple(lay.space[a] for a in lay.rowaxes)
-    terms = [f"c{a} * {s}{sfx}" for a, s in zip(lay.rowaxes, _strides(rowspace), strict=True)]
+    terms = [f"c{a} * {s}{sfx}" for a, s in zip(lay.rowaxes, c_strides(rowspace), strict=True)]
     return " + ".join(terms) or "0"
 
 
@@ -839,7 +832,7 @@ def _elementwise_body(lay: _Layout, shape: _Shape) -> list[str]:
     size, idx, tn = math.prod(lay.space), shape.idx, shape.tuning
     sfx = "LL" if idx == "long long" else ""
     T, U, V = shape.threads, tn.ew_unroll, shape.vec
-    dense = {a: s for a, s in enumerate(_strides(lay.space)) if lay.space[a] != 1}
+    dense = {a: s for a, s in enumerate(c_strides(lay.space)) if lay.space[a] != 1}
     reduced = [a for a in lay.axes if lay.space[a] != 1]
 
     def key(j: int, k: int) -> tuple | None:
@@ -998,7 +991,7 @@ def _loop_body(lay: _Layout) -> list[str]:
     row_index = _row_index(lay)
     writes_full = [(k, j) for k, j in enumerate(lay.outputs) if j in full]
     if writes_full:
-        space_index = " + ".join(f"c{a} * {s}LL" for a, s in zip(lay.full, _strides(lay.space), strict=True))
+        space_index = " + ".join(f"c{a} * {s}LL" for a, s in zip(lay.full, c_strides(lay.space), strict=True))
         stores = [f"            out{k}[{space_index}] = v{j};" for k, j in writes_full]
         lines += loop([j for _, j in writes_full], stores)
     for k, j in enumerate(lay.outputs):

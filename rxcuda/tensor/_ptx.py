@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model._shapes import c_strides
 from ._codegen import ENTRY, Unsupported, _Layout, element_closure, launch_shape
 
 VERSION = "7.0"
@@ -149,14 +150,6 @@ def _identity(op: str, key: str):
     return int(info.min if op == "max" else info.max)
 
 
-def _c_strides(shape: tuple) -> list[int]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
-
-
 class _Ctx:
     """An iteration context: the linear index register ``lin`` (u64) over ``axes`` of the space, and the
     coordinate registers computed from it (32-bit where the context has fewer than 2**31 elements)."""
@@ -166,7 +159,7 @@ class _Ctx:
         self.dims = {a: space[a] for a in self.axes}
         self.size = math.prod(space[a] for a in axes)
         self.wide = self.size >= 1 << 31
-        sub = _c_strides(tuple(space[a] for a in axes))
+        sub = c_strides(tuple(space[a] for a in axes))
         self.cstride = {a: s for a, s in zip(axes, sub, strict=True) if space[a] != 1}
         self.lin = ""
         self.coords: dict[int, str] = {}
@@ -618,13 +611,13 @@ def emit(ir: tuple, unroll: int = _UNROLL) -> str:
 def _full_terms(lay: _Layout, key: str) -> list[tuple[int, int]]:
     """(axis, bytes) of a contiguous array of the whole space (an output written per element)."""
     item = _ITEM[key]
-    return [(a, s * item) for a, s in enumerate(_c_strides(lay.space)) if lay.space[a] != 1]
+    return [(a, s * item) for a, s in enumerate(c_strides(lay.space)) if lay.space[a] != 1]
 
 
 def _row_terms(lay: _Layout, key: str) -> list[tuple[int, int]]:
     """(axis, bytes) of a contiguous array of the row axes (an output written once per row)."""
     item = _ITEM[key]
-    rows = _c_strides(tuple(lay.space[a] for a in lay.rowaxes))
+    rows = c_strides(tuple(lay.space[a] for a in lay.rowaxes))
     return [(a, s * item) for a, s in zip(lay.rowaxes, rows, strict=True) if lay.space[a] != 1]
 
 
