@@ -52,7 +52,6 @@ any block: its kernels and GEMMs become nodes of the frame graph there.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -107,7 +106,7 @@ def _spec(name: str, value) -> InputSpec | Node:
     if isinstance(value, int | float | np.integer | np.floating):
         dtype = np.dtype(np.float32 if isinstance(value, float) else np.int32 if isinstance(value, int)
                          else value.dtype)
-        return Node("full", (), (dtype.type(value),), (), dtype, DEVICE)
+        return Node("full", (), (dtype.type(value), name), (), dtype, DEVICE)  # named: never merged with a literal
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if isinstance(shape, tuple) and dtype is not None and not isinstance(value, str | bytes):
         return input(shape, np.dtype(str(dtype)) if not isinstance(dtype, np.dtype) else dtype)
@@ -227,22 +226,6 @@ def _gemm(n: Node, ins: tuple[Node, ...], refs: list[_Ref | None], name: str):
     return gemm(m, cols, k, dtype=names[0], trans_a=trans[0], trans_b=trans[1], name=name)
 
 
-def _keys(program: list[Node], params: Mapping[Node, str]) -> dict[Node, bytes]:
-    """Structural keys for CSE (as ``_cache.keys``) where a parameter is its name, never a value: a parameter
-    equal to a literal stays a parameter."""
-    from ._cache import _attr_text
-
-    out: dict[Node, bytes] = {}
-    for n in program:
-        h = hashlib.blake2b(digest_size=16)
-        attr = f"param:{params[n]}" if n in params else _attr_text(n)
-        h.update(f"{n.op}|{attr}|{n.shape}|{n.dtype.str}|{n.device}".encode())
-        for i in n.inputs:
-            h.update(out[i])
-        out[n] = h.digest()
-    return out
-
-
 def _bake(source: str, literals: Mapping[int, tuple[Any, np.dtype]]) -> str:
     """``source`` with the scalar arguments ``s<k>`` of ``literals`` turned into constants of the body."""
     if not literals:
@@ -322,7 +305,7 @@ def _trace(fn: Callable, name: str, args: Mapping[str, Any]) -> _Traced:
                              "(a keyword argument) of the tensor block")
         if n.op == "copy":
             raise ValueError("a device copy (.to) has no place in a tensor block: it runs on the GPU")
-    p = plan(list(outs.values()), passes=Passes(), keys=_keys(program, params))
+    p = plan(list(outs.values()), passes=Passes())  # keys: a parameter's fill carries its name (_spec)
     out_nodes = [p.input_map.get(n, n) for n in outs.values()]
     if len(set(out_nodes)) != len(out_nodes):
         raise ValueError("two outputs of the tensor block are the same value; return it once")

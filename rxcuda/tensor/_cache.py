@@ -22,19 +22,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 import attrs
-import numpy as np
 
 from ._graph import Node
-
-
-def _attr_text(node: Node) -> str:
-    if node.op == "const":
-        buf = node.attrs[0]
-        return f"#{buf.serial}v{buf.version}"
-    if node.op == "full":
-        v = node.attrs[0]
-        return f"{v!r}:{np.asarray(v).tobytes().hex()}"  # -0.0 and 0.0 differ, NaN equals itself
-    return repr(node.attrs)
 
 
 def key(node: Node) -> tuple:

@@ -8,7 +8,8 @@ The representation agreed with autograd (``_autograd.py`` builds its backward gr
   (``"cpu"`` or ``"cuda"``).
 - Leaves: ``"const"`` holds an array by reference through its :class:`Buffer`, ``attrs == (buffer,)``
   (a Buffer hashes by identity and carries the version that the result cache keys on); ``"full"`` is a
-  scalar fill, ``attrs == (value,)`` with ``value`` already of ``dtype``.
+  scalar fill, ``attrs == (value,)`` with ``value`` already of ``dtype`` (a tensor block's parameter adds its
+  name, ``(value, name)``: never the same structure as a literal or another parameter).
 - ``"copy"`` is a device transfer, ``attrs == (target device,)``.
 
 Attributes per op (all tuples, so they hash and compare for common-subexpression elimination):
@@ -103,7 +104,7 @@ class Node:
             self.leaves: tuple[Node, ...] = (self,)
         elif op == "full":
             v = attrs[0]
-            key = ("full", np.asarray(v).tobytes(), shape, dtype, device)  # -0.0 and 0.0 differ
+            key = ("full", np.asarray(v).tobytes(), attrs[1:], shape, dtype, device)  # -0.0 and 0.0 differ
             self.leaves = ()
         elif not inputs:  # a node made outside a program (to_host's copy): nothing below it
             key = (op, attrs, shape, dtype, device)
