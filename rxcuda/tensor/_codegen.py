@@ -479,6 +479,11 @@ def _ew_vector(lay: _Layout, tuning: Tuning) -> tuple[list[tuple], int]:
     return keys, 16 // item
 
 
+def _vector_or_scalar(i1: str, i2: str, vector: list[str], scalar: list[str]) -> list[str]:
+    """``vector`` lines where the row is 16-byte aligned (the kernel's run-time ``vec``), else ``scalar``."""
+    return [f"{i1}if (vec) {{", *(i2 + x for x in vector), f"{i1}}} else {{", *(i2 + x for x in scalar), f"{i1}}}"]
+
+
 class _Rows:
     """The register-resident row kernel for a reduce IR (``shape`` None where the row is too long for it).
 
@@ -638,11 +643,7 @@ class _Rows:
                           f"    if ({when(live, in_chunks)}) {{ const {vt} v_ = "
                           f"{_ld(hint, vt, f'reinterpret_cast<const {vt}*>(in{k} + rb{q})', 'c')}; {fill} }}",
                           f"    else {{ {zero} }}", "}"]
-                out.append(f"{i1}if (vec) {{")
-                out += [i2 + x for x in vector]
-                out.append(f"{i1}}} else {{")
-                out += [i2 + x for x in scalar]
-                out.append(f"{i1}}}")
+                out += _vector_or_scalar(i1, i2, vector, scalar)
             else:
                 out += [i1 + x for x in scalar]
 
@@ -720,11 +721,7 @@ class _Rows:
                           f"    const int c = k * {G} + lane;",
                           f"    if ({when(live, in_chunks)}) {{ {vt} v_; {fill} "
                           f"{_st(tn, vt, f'reinterpret_cast<{vt}*>(out{o} + ob)', 'c', 'v_')}; }}", "}"]
-                lines.append(f"{i1}if (vec) {{")
-                lines += [i2 + x for x in vector]
-                lines.append(f"{i1}}} else {{")
-                lines += [i2 + x for x in scalar]
-                lines.append(f"{i1}}}")
+                lines += _vector_or_scalar(i1, i2, vector, scalar)
             else:
                 lines += [i1 + x for x in scalar]
         for o, j in enumerate(lay.outputs):
