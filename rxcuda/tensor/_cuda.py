@@ -1,7 +1,7 @@
 """The CUDA backend: CuPy arrays on one stream, one generated kernel per fused group (``_codegen``).
 
 It runs the same plan as the CPU backend, group by group (``_cpu.evaluate`` walks the plan for both): an
-elementwise or reduce group becomes one kernel from the :class:`~._codegen.KernelFactory` (PTX written from
+elementwise or reduce group becomes one kernel from the :class:`~._factory.KernelFactory` (PTX written from
 the IR at once, replaced by the tuned C++ build from a background NVRTC compile at a later launch); ``matmul`` is
 ``cupy.matmul`` (cuBLAS); views are CuPy views; ``copy`` moves data between host and device. A group the
 generator cannot express runs op by op through CuPy (the CPU backend's own op table, on CuPy arrays).
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._codegen import KernelFactory, group_ir, launch_shape
+from ._codegen import group_ir, launch_shape
+from ._factory import KernelFactory
 from ._graph import Node
 
 FACTORY = KernelFactory(upgrade=True)
@@ -155,7 +156,7 @@ class Backend:
             err, handle = driver.cuModuleLoadDataEx(code.image, 1, [level], [0])
             if err != driver.CUresult.CUDA_SUCCESS:
                 raise RuntimeError(f"loading the PTX of a generated tensor kernel failed: {err.name} (the PTX is "
-                                   "in GroupKernel.source; rxcuda.tensor._codegen.KernelFactory(ptx=False) uses "
+                                   "in GroupKernel.source; rxcuda.tensor._factory.KernelFactory(ptx=False) uses "
                                    "NVRTC instead)")
             module.ptr = int(handle)  # CuPy owns it from here (unloads it with the Module)
         else:

@@ -5,7 +5,7 @@ small group's C++ takes 45-135 ms on the 2-core build machine (~40 ms where the 
 while writing the same kernel as PTX here takes 0.1-0.3 ms and assembling that PTX for sm_90 takes ptxas
 5-11 ms of compile time (its ``-v`` report; 15-25 ms with the process start) - about what the driver's JIT
 pays when ``cuModuleLoadData`` loads it. So :func:`emit` writes the kernel in PTX (``.target sm_70``, which
-every newer GPU JITs) and :class:`~._codegen.KernelFactory` tries it before NVRTC; what it does not cover
+every newer GPU JITs) and :class:`~._factory.KernelFactory` tries it before NVRTC; what it does not cover
 raises :class:`~._codegen.Unsupported` and the factory compiles the C++ of ``_codegen.generate`` as before.
 JIT time grows with the code, so the emitter keeps it small and straight: float32 division without
 ``div.rn.f32`` (whose slow-path subroutine alone costs ptxas 6-10 ms), fewer unrolled copies of heavy bodies,

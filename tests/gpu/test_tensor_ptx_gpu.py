@@ -11,7 +11,7 @@ cp = pytest.importorskip("cupy")
 
 import rxcuda.tensor as rt  # noqa: E402
 from rxcuda.tensor import _codegen as cg  # noqa: E402
-from rxcuda.tensor import _cuda  # noqa: E402
+from rxcuda.tensor import _cuda, _factory  # noqa: E402
 
 F32 = np.float32
 INTS = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
@@ -28,7 +28,7 @@ def fresh():
 def evaluate(monkeypatch, build, ptx):
     """The results (NumPy arrays) of the program ``build()`` makes, run on cuda through a fresh kernel factory
     (PTX where covered, or NVRTC only); and that factory."""
-    factory = cg.KernelFactory(ptx=ptx)
+    factory = _factory.KernelFactory(ptx=ptx)
     monkeypatch.setattr(_cuda, "FACTORY", factory)
     rt.clear_cache()
     rt._PROGRAMS.clear()  # a repeat of a program structure would reuse the other factory's kernel
@@ -383,7 +383,7 @@ def test_any_grid_and_block_size_is_right(rng, program, shape):
     a = floats(rng, shape, F32)
     y = program(rt.asarray(cp.asarray(a)))
     g, ir, args = _group_of(y)
-    factory = cg.KernelFactory()
+    factory = _factory.KernelFactory()
     kernel = factory.get(ir)
     assert factory.ptx_misses == 1
     module = cp.cuda.function.Module()

@@ -13,6 +13,7 @@ import pytest
 import rxcuda.tensor as rt
 from rxcuda.sources import _nvrtc as nv
 from rxcuda.tensor import _codegen as cg
+from rxcuda.tensor import _factory
 from rxcuda.tensor._cpu import leaf_value
 from rxcuda.tensor._passes import plan
 
@@ -248,7 +249,7 @@ def test_reductions_and_dtypes_compile(program):
 
 
 def test_the_factory_hits_for_the_same_structure_and_misses_for_another_shape_or_dtype():
-    factory = cg.KernelFactory()
+    factory = _factory.KernelFactory()
 
     def ir_of(x):
         ((_, ir),) = irs(rt.exp(x) * 2.0 + 1.0)

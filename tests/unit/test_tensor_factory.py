@@ -9,6 +9,7 @@ import pytest
 import rxcuda.tensor as rt
 from rxcuda.sources._nvrtc import compile_cuda
 from rxcuda.tensor import _codegen as cg
+from rxcuda.tensor import _factory
 from rxcuda.tensor._passes import plan
 
 
@@ -25,7 +26,7 @@ def exp_ir():
 
 
 def test_a_miss_is_ptx_and_the_cpp_build_replaces_it(exp_ir):
-    factory = cg.KernelFactory(upgrade=True)
+    factory = _factory.KernelFactory(upgrade=True)
     kernel = factory.get(exp_ir)
     loaded = []
 
@@ -46,7 +47,7 @@ def test_a_miss_is_ptx_and_the_cpp_build_replaces_it(exp_ir):
 
 
 def test_a_failed_background_build_keeps_the_first_kernel(exp_ir):
-    factory = cg.KernelFactory(upgrade=True)
+    factory = _factory.KernelFactory(upgrade=True)
     kernel = factory.get(exp_ir)
     kernel.function = "ptx function"
 
@@ -62,7 +63,7 @@ def test_a_failed_background_build_keeps_the_first_kernel(exp_ir):
 
 
 def test_without_upgrade_nothing_is_built_in_the_background(exp_ir):
-    factory = cg.KernelFactory()
+    factory = _factory.KernelFactory()
     kernel = factory.get(exp_ir)
     kernel.function = "ptx function"
     for _ in range(3):
@@ -71,7 +72,7 @@ def test_without_upgrade_nothing_is_built_in_the_background(exp_ir):
 
 
 def test_fast_math_kernels_are_nvrtc_builds_kept_apart(exp_ir):
-    factory = cg.KernelFactory()
+    factory = _factory.KernelFactory()
     precise = factory.get(exp_ir)
     fast = factory.get(exp_ir, fast_math=True)
     assert fast is not precise and factory.get(exp_ir, fast_math=True) is fast
@@ -97,7 +98,7 @@ def test_a_first_tier_is_emitted_without_unrolling(exp_ir):
     the tiered factory emits one element a thread per trip, a PTX-only factory the unrolled kernel."""
     from rxcuda.tensor import _ptx
 
-    tiered = cg.KernelFactory(upgrade=True).get(exp_ir).source
-    alone = cg.KernelFactory().get(exp_ir).source
+    tiered = _factory.KernelFactory(upgrade=True).get(exp_ir).source
+    alone = _factory.KernelFactory().get(exp_ir).source
     assert tiered == _ptx.emit(exp_ir, unroll=1) and alone == _ptx.emit(exp_ir)
     assert len(tiered) < len(alone)

@@ -19,7 +19,7 @@ import pytest
 import rxcuda.tensor as rt
 from rxcuda.sources import _nvrtc as nv
 from rxcuda.tensor import _codegen as cg
-from rxcuda.tensor import _ptx
+from rxcuda.tensor import _factory, _ptx
 from rxcuda.tensor._cpu import leaf_value
 from rxcuda.tensor._passes import plan
 
@@ -279,7 +279,7 @@ def _timed(f, *args) -> float:
 
 # -- the factory ----------------------------------------------------------------------------------------------
 def test_the_factory_emits_ptx_and_falls_back_to_nvrtc():
-    factory = cg.KernelFactory()
+    factory = _factory.KernelFactory()
     x = data(4, 5)
     k = factory.get(_one(rt.exp(x) * 2.0 + 1.0))
     assert (factory.ptx_misses, factory.nvrtc_misses) == (1, 0)
@@ -295,10 +295,10 @@ def test_the_factory_emits_ptx_and_falls_back_to_nvrtc():
 
 def test_the_factory_can_be_told_to_use_nvrtc():
     x = data(4, 5)
-    never = cg.KernelFactory(ptx=False)
+    never = _factory.KernelFactory(ptx=False)
     k = never.get(_one(x * 2.0))
     assert (never.ptx_misses, never.nvrtc_misses) == (0, 1) and "__global__" in k.source
-    only = cg.KernelFactory(ptx=("elementwise",))
+    only = _factory.KernelFactory(ptx=("elementwise",))
     only.get(_one(x * 2.0))
     only.get(_one(x.sum(axis=1)))
     assert (only.ptx_misses, only.nvrtc_misses) == (1, 1)
