@@ -22,21 +22,31 @@ True
 
 from __future__ import annotations
 
-import builtins
-
 import numpy as np
 
 from ..model._shapes import ShapeError
 from . import _autograd, _ops
 from ._autograd import GradientError, grad, is_grad_enabled, no_grad
 from ._block import InputSpec, TensorBlock, block, input, update  # a tensor program as a block of a pipeline
-from ._cache import ResultCache, Stats, key, keys, touch_outside
-from ._cpu import Program, evaluate
+from ._cache import Stats
 from ._cuda import CudaUnavailableError, to_host
 from ._explain import explain as _explain_plan
-from ._graph import Buffer, Node, topo
+from ._graph import Buffer, Node
 from ._ops import DeviceError
-from ._passes import Group, Passes, Plan, plan
+from ._passes import Group, Passes, Plan, plan  # noqa: F401 - rt.plan: the passes on their own
+from ._run import (  # noqa: F401 - the runnable-program cache, for bench/tensor.py and tests
+    _DEFAULT_PASSES,
+    _PROGRAMS,
+    _leaves,
+    _program,
+    _signature,
+    _values,
+    cache,
+    clear_cache,
+    reset_stats,
+    stats,
+    wait_compiled,
+)
 
 __all__ = [
     "Buffer", "CudaUnavailableError", "DeviceError", "GradientError", "Group", "Node", "Passes", "Plan", "ShapeError",
@@ -48,30 +58,7 @@ __all__ = [
 ]
 __all__ += ["InputSpec", "TensorBlock", "block", "input", "update"]  # rxcuda/tensor/_block.py
 
-_STATS = Stats()
-_CACHE = ResultCache()
 _SCALARS = (bool, int, float, complex, np.generic)
-
-
-def stats() -> Stats:
-    """What evaluations did since :func:`reset_stats` (a copy): launches, nodes computed, cache hits."""
-    return Stats(**{k: getattr(_STATS, k) for k in ("evaluations", "launches", "views", "nodes", "hits", "plans")})
-
-
-def reset_stats() -> None:
-    """Zero the counters :func:`stats` reports."""
-    for k in ("evaluations", "launches", "views", "nodes", "hits", "plans"):
-        setattr(_STATS, k, 0)
-
-
-def cache() -> ResultCache:
-    """The process's result cache (``len(cache())`` results, ``cache().bytes``; ``cache().limit`` bytes)."""
-    return _CACHE
-
-
-def clear_cache() -> None:
-    """Forget every cached result (the next evaluation computes everything again)."""
-    _CACHE.clear()
 
 
 class Tensor:
@@ -588,90 +575,6 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
 
 
 # -- running --------------------------------------------------------------------------------------------------
-def _program(nodes: list[Node], passes: Passes | None, use_cache: bool, roots=()) -> tuple[Plan, dict]:
-    program = topo([*nodes, *roots])
-    touch_outside(program)
-    ks = keys(program)
-    p = plan(nodes, roots=roots, passes=passes or Passes(), keys=ks,
-             cached=(lambda n: ks[n] in _CACHE) if use_cache else (lambda n: False))
-    return p, ks
-
-
-_PROGRAMS: dict[tuple, Program] = {}
-"""Runnable programs by structure (:func:`_signature`): a repeat skips the passes and the kernel lookups."""
-_PROGRAM_LIMIT = 4096
-_DEFAULT_PASSES = Passes()
-
-
-def _leaves(nodes: list[Node]) -> tuple[tuple[Node, ...], tuple]:
-    """The distinct leaves of ``nodes`` in first-use order, and where each output's leaves sit among them."""
-    if len(nodes) == 1:
-        return nodes[0].leaves, ()
-    leaves: list[Node] = []
-    at: dict[int, int] = {}
-    maps = []
-    for n in nodes:
-        m = []
-        for leaf in n.leaves:
-            k = at.get(id(leaf))
-            if k is None:
-                k = at[id(leaf)] = len(leaves)
-                leaves.append(leaf)
-            m.append(k)
-        maps.append(tuple(m))
-    return tuple(leaves), tuple(maps)
-
-
-def _signature(nodes: list[Node], leaves: tuple[Node, ...], maps: tuple, passes: Passes) -> tuple:
-    """What a runnable program depends on: the outputs' structure, how their leaves line up, which leaves hold
-    the same buffer (common-subexpression elimination merges those), and the passes."""
-    serials: dict[int, int] = {}
-    alias = tuple(serials.setdefault(leaf.attrs[0].serial, k) for k, leaf in enumerate(leaves))
-    return (passes, tuple(n.sid for n in nodes), maps, alias)
-
-
-def _values(nodes: list[Node], passes: Passes | None = None, use_cache: bool = True) -> list:
-    passes = passes or _DEFAULT_PASSES
-    leaves, maps = _leaves(nodes)
-    touch_outside(leaves)
-    cache = _CACHE if use_cache else None
-    if cache is not None:
-        found = [cache.get(key(n)) for n in nodes]
-        if all(v is not None for v in found):  # every result is known: nothing runs
-            _STATS.hits += len(nodes)
-            return found
-    sig = _signature(nodes, leaves, maps, passes)
-    ready = _PROGRAMS.get(sig)
-    if ready is not None and (cache is None or not ready.cached_any(leaves, cache)):
-        if ready.steps:
-            _STATS.evaluations += 1
-        return ready.run(leaves, cache, _STATS)
-    p, _ = _program(nodes, passes, use_cache)
-    _STATS.plans += 1
-    _STATS.hits += builtins.sum(o in p.known for o in p.outputs)
-    if p.groups:
-        _STATS.evaluations += 1
-    runnable, values = evaluate(p, leaves, cache, _STATS)
-    if p.known:  # this plan skips what the cache had: a repeat needs the plan that computes everything
-        runnable = Program(_program(nodes, passes, False)[0], leaves)
-    if len(_PROGRAMS) >= _PROGRAM_LIMIT:
-        _PROGRAMS.clear()
-    _PROGRAMS[sig] = runnable
-    return values
-
-
-def wait_compiled(timeout: float | None = None) -> int:
-    """Block until the kernels NVRTC is building in the background are ready (or ``timeout`` seconds pass);
-    returns how many are still being built.
-
-    On CUDA a new kernel first runs as PTX written straight from its IR (a miss costs milliseconds); the tuned
-    C++ build of the same kernel replaces it at a launch after NVRTC has made it. Call this before timing
-    steady-state speed, or to have every later launch use the tuned kernels. Without CUDA it returns 0.
-    """
-    from ._cuda import FACTORY
-
-    return FACTORY.wait(timeout)
-
 
 def realize(*tensors: Tensor, passes: Passes | None = None, cache: bool = True):
     """Evaluate ``tensors`` together (shared work runs once) and keep their results in the cache. Returns the
