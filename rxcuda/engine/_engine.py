@@ -30,7 +30,7 @@ from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
-from . import _profile, _shapes_io
+from . import _batch, _profile, _shapes_io
 from ._batch import Batches
 from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
@@ -51,7 +51,7 @@ from .plan._plan import GraphPlan
 _now = time.perf_counter_ns
 _ident = threading.get_ident
 _tuple_new = tuple.__new__
-_UNTIMED = (None, 1, None, None, None)  # a frame's (gpu_us, frames, blocks, kernels, phases) when nothing is timed
+_UNTIMED = _profile.UNTIMED
 
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
@@ -313,7 +313,7 @@ class Engine:
                     if sync:
                         rt.fast.wait(stream)
                 else:
-                    timed = self._launch_instrumented(g, stream, sync, t0)
+                    timed = _profile.launch_instrumented(self, g, stream, sync, t0)
         except CudaError as e:
             if is_sticky(e):
                 raise self._lose(e) from e
@@ -343,105 +343,7 @@ class Engine:
         >>> frame.frames                                         # doctest: +SKIP
         37
         """
-        self._check_open()
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k < 2**32:
-            raise ValueError(f"run_batch takes a frame count from 1 to 2**32-1 (got {k!r})")
-        if self._loop is not None and threading.current_thread() is not self._loop.thread:
-            raise RuntimeError("engine.run(...) drives the frames on its own thread; dispose it before calling "
-                               "run_batch() yourself")
-        t0 = _now()
-        if _ident() != self._gpu_thread:
-            self.device.make_current()
-            self._gpu_thread = _ident()
-        rt, io = self._rt, self._io
-        stop_ref = self._ref(until) if until is not None else None
-        try:
-            tiers = self._updater.apply_pending() if rt.pending.count else ()
-            g = rt.graph
-            if g is None:
-                return self._tick(True)
-            stop = self._batches.stop_flag(stop_ref, g) if stop_ref is not None else None
-            batch = self._batches.prepare(stop)
-            if io.feeds:
-                io.stage_feeds(g)
-            stream = rt.stream_h
-            fast = rt.fast
-            prof = self._profiler
-            slot = prof.begin(stream) if prof.level != "none" else -1
-            batch.launch(k, stream)
-            if slot >= 0:
-                prof.record_end(stream, slot)
-            if io.taps:
-                io.enqueue_taps(g, rt.frame + k)
-            fast.wait(stream)
-            frames = self._batches.frames_run(k)
-            times = None
-            if slot >= 0:  # the batch's GPU time; per-block timings are the last frame's
-                prof.finish(slot, rt.frame + frames, g, frames)
-                times = prof.collect(True)
-        except CudaError as e:
-            if is_sticky(e):
-                raise self._lose(e) from e
-            raise
-        rt.frame += frames
-        if io.taps:
-            io.deliver_taps(True, self._warn)
-        frame = Frame(rt.frame, (_now() - t0) / 1e3, tiers, rt.reporter.state, True,
-                      times.gpu_us if times else None, frames, times.blocks if times else None,
-                      times.kernels if times else None)
-        self.last_frame = frame
-        if self._frames.observers:
-            self._frames.emit(frame)
-        return frame
-
-    def _launch_instrumented(self, g, stream: int, sync: bool, t0: int) -> tuple:
-        """A frame with profiling (see rxcuda.engine._profile) or ``debug`` (node by node, each waited for):
-        (gpu_us, frames, blocks, kernels, phases) for its Frame."""
-        fast, prof, rt = self._rt.fast, self._profiler, self._rt
-        level = prof.level
-        if level == "summary" and sync and not self.debug and not self._timings.observers:
-            # the common case kept lean: one event pair, read after the wait, nothing queued
-            fast.record(self._ev_start_h, stream)
-            err = g.launcher(stream)
-            if err:
-                fast.raise_for(err, "cuGraphLaunch")
-            fast.record(self._ev_end_h, stream)
-            if self._io.taps:
-                self._io.enqueue_taps(g, rt.frame + 1)
-            fast.wait(stream)
-            return fast.elapsed_us(self._ev_start_h, self._ev_end_h), 1, None, None, None
-        phases = _profile.Phases() if level == "deep" else None
-        if phases is not None:
-            phases.t = t0
-            phases.mark("apply")
-        if level == "deep_sync":
-            eager = prof.run_eager(g, stream, rt.frame + 1)
-            if self._io.taps:
-                self._io.enqueue_taps(g, rt.frame + 1)
-            return eager.gpu_us, 1, eager.blocks, eager.kernels, None
-        slot = prof.begin(stream) if level != "none" else -1
-        if self.debug:
-            g.run_eagerly(stream, check_each=True)
-        else:
-            err = g.launcher(stream)
-            if err:
-                fast.raise_for(err, "cuGraphLaunch")
-        if slot >= 0:
-            prof.end(stream, slot, rt.frame + 1, g)
-        if self._io.taps:
-            self._io.enqueue_taps(g, rt.frame + 1)
-        if phases is not None:
-            phases.mark("launch")
-        if sync:
-            fast.wait(stream)
-            if phases is not None:
-                phases.mark("sync")
-        if slot < 0:
-            return _UNTIMED
-        times = prof.collect(sync)
-        if times is None or times.frame != rt.frame + 1:  # this frame's timings come later (engine.timings)
-            return None, 1, None, None, phases.out if phases else None
-        return times.gpu_us, 1, times.blocks, times.kernels, phases.out if phases else None
+        return _batch.run_batch(self, k, until)
 
     @property
     def timing(self) -> bool:

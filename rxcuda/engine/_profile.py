@@ -299,3 +299,56 @@ def occupancy(api, function, block_threads: int, shared_mem: int, max_threads_pe
     blocks = check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block_threads, shared_mem),
                    "cuOccupancyMaxActiveBlocksPerMultiprocessor")
     return min(1.0, blocks * block_threads / max(max_threads_per_sm, 1))
+
+
+UNTIMED = (None, 1, None, None, None)  # a frame's (gpu_us, frames, blocks, kernels, phases) when nothing is timed
+
+
+def launch_instrumented(engine, g, stream: int, sync: bool, t0: int) -> tuple:
+    """A frame with profiling (see rxcuda.engine._profile) or ``debug`` (node by node, each waited for):
+    (gpu_us, frames, blocks, kernels, phases) for its Frame."""
+    fast, prof, rt = engine._rt.fast, engine._profiler, engine._rt
+    level = prof.level
+    if level == "summary" and sync and not engine.debug and not engine._timings.observers:
+        # the common case kept lean: one event pair, read after the wait, nothing queued
+        fast.record(engine._ev_start_h, stream)
+        err = g.launcher(stream)
+        if err:
+            fast.raise_for(err, "cuGraphLaunch")
+        fast.record(engine._ev_end_h, stream)
+        if engine._io.taps:
+            engine._io.enqueue_taps(g, rt.frame + 1)
+        fast.wait(stream)
+        return fast.elapsed_us(engine._ev_start_h, engine._ev_end_h), 1, None, None, None
+    phases = Phases() if level == "deep" else None
+    if phases is not None:
+        phases.t = t0
+        phases.mark("apply")
+    if level == "deep_sync":
+        eager = prof.run_eager(g, stream, rt.frame + 1)
+        if engine._io.taps:
+            engine._io.enqueue_taps(g, rt.frame + 1)
+        return eager.gpu_us, 1, eager.blocks, eager.kernels, None
+    slot = prof.begin(stream) if level != "none" else -1
+    if engine.debug:
+        g.run_eagerly(stream, check_each=True)
+    else:
+        err = g.launcher(stream)
+        if err:
+            fast.raise_for(err, "cuGraphLaunch")
+    if slot >= 0:
+        prof.end(stream, slot, rt.frame + 1, g)
+    if engine._io.taps:
+        engine._io.enqueue_taps(g, rt.frame + 1)
+    if phases is not None:
+        phases.mark("launch")
+    if sync:
+        fast.wait(stream)
+        if phases is not None:
+            phases.mark("sync")
+    if slot < 0:
+        return UNTIMED
+    times = prof.collect(sync)
+    if times is None or times.frame != rt.frame + 1:  # this frame's timings come later (engine.timings)
+        return None, 1, None, None, phases.out if phases else None
+    return times.gpu_us, 1, times.blocks, times.kernels, phases.out if phases else None
