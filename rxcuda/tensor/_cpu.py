@@ -74,6 +74,11 @@ def compile_group(group: Group, plan: Plan, xp=np) -> Callable[[list], list]:
     return run
 
 
+def leaf_versions(leaves: tuple[Node, ...]) -> list[tuple[int, int]]:
+    """(serial, version) of each leaf's buffer: with a node's ``sid``, the parts of its result key."""
+    return [(leaf.attrs[0].serial, leaf.attrs[0].version) for leaf in leaves]
+
+
 class Program:
     """A plan made runnable once: every group's function (NumPy here; a CUDA group's kernel is resolved on its
     first run and kept), the slots its values move through, and what goes into the result cache.
@@ -131,7 +136,8 @@ class Program:
         self.out_slots = [at(o) for o in plan.outputs]
         self.nslots = len(slot)
 
-    def run(self, leaves: tuple[Node, ...], cache: ResultCache | None, stats: Stats) -> list:
+    def run(self, leaves: tuple[Node, ...], cache: ResultCache | None, stats: Stats,
+            versions: list | None = None) -> list:
         """The outputs' values for ``leaves`` (the request's leaves, at the positions this program was built
         for); every group output goes into ``cache``."""
         env: list = [None] * self.nslots
@@ -152,18 +158,17 @@ class Program:
         stats.views += self.views
         stats.nodes += self.nodes
         if cache is not None:
-            versions = [(leaf.attrs[0].serial, leaf.attrs[0].version) for leaf in leaves]
+            versions = versions or leaf_versions(leaves)
             for s, sid, reads in self.puts:
                 cache.put((sid, tuple(versions[k] for k in reads)), env[s])
         if self.cuda is None:
             return [env[s] for s in self.out_slots]
         return [self.cuda.array(env[s]) for s in self.out_slots]
 
-    def cached_any(self, leaves: tuple[Node, ...], cache: ResultCache) -> bool:
+    def cached_any(self, versions: list, cache: ResultCache) -> bool:
         """Whether ``cache`` holds any value this program computes from these leaves (a plan that skips it
         would do less). Values that read no leaf (constants, such as a gradient's seed) do not count: they are
         cheap, and they would send every repeat back to the passes."""
-        versions = [(leaf.attrs[0].serial, leaf.attrs[0].version) for leaf in leaves]
         return any((sid, tuple(versions[k] for k in reads)) in cache for _, sid, reads in self.puts if reads)
 
 

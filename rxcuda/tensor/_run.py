@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import builtins
 
-from ._cache import ResultCache, Stats, key, keys, touch_outside
-from ._cpu import Program, evaluate
+from ._cache import ResultCache, Stats, keys, touch_outside
+from ._cpu import Program, evaluate, leaf_versions
 from ._graph import Node, topo
 from ._passes import Passes, Plan, plan
 
@@ -88,17 +88,20 @@ def _values(nodes: list[Node], passes: Passes | None = None, use_cache: bool = T
     leaves, maps = _leaves(nodes)
     touch_outside(leaves)
     cache = _CACHE if use_cache else None
+    versions = None
     if cache is not None:
-        found = [cache.get(key(n)) for n in nodes]
+        versions = leaf_versions(leaves)  # once: the outputs' keys, the cached-work check and the cache puts
+        found = [cache.get((n.sid, tuple(versions[k] for k in m) if maps else tuple(versions)))
+                 for n, m in zip(nodes, maps or [()] * len(nodes), strict=True)]
         if all(v is not None for v in found):  # every result is known: nothing runs
             _STATS.hits += len(nodes)
             return found
     sig = _signature(nodes, leaves, maps, passes)
     ready = _PROGRAMS.get(sig)
-    if ready is not None and (cache is None or not ready.cached_any(leaves, cache)):
+    if ready is not None and (cache is None or not ready.cached_any(versions, cache)):
         if ready.steps:
             _STATS.evaluations += 1
-        return ready.run(leaves, cache, _STATS)
+        return ready.run(leaves, cache, _STATS, versions)
     p, _ = _program(nodes, passes, use_cache)
     _STATS.plans += 1
     _STATS.hits += builtins.sum(o in p.known for o in p.outputs)
