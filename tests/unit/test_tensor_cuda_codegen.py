@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from _tensor_irs import irs
 
 import rxcuda.tensor as rt
 from rxcuda.sources import _nvrtc as nv
@@ -47,16 +48,6 @@ def test_the_default_tuning_adds_cache_hints(plain_tuning):
 def compiled(ir):
     """The generated C++ of ``ir`` compiled by NVRTC (whichever way the kernel factory would make it)."""
     return nv.compile_cuda(cg.generate(ir), entry=cg.ENTRY, name="rx_group.cu")
-
-
-def irs(*tensors):
-    """(group kind, IR) for each group of the plan; inputs that groups compute are contiguous arrays."""
-    p = plan([t.node for t in tensors])
-    out = []
-    for g in p.groups:
-        values = [leaf_value(i) if i.op in ("const", "full") else np.empty(i.shape, i.dtype) for i in g.inputs]
-        out.append((g.kind, cg.group_ir(g, p, values)))
-    return out
 
 
 def data(*shape, dtype=np.float32):

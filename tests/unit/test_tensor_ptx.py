@@ -15,6 +15,7 @@ from fractions import Fraction
 import _ptxsim
 import numpy as np
 import pytest
+from _tensor_irs import irs
 
 import rxcuda.tensor as rt
 from rxcuda.sources import _nvrtc as nv
@@ -56,16 +57,6 @@ def ptxas(tmp_path):
         assert r.returncode == 0, f"ptxas failed:\n{r.stderr}\n{text}"
 
     return assemble
-
-
-def irs(*tensors):
-    """(group kind, IR) for each group of the plan; inputs that groups compute are contiguous arrays."""
-    p = plan([t.node for t in tensors])
-    out = []
-    for g in p.groups:
-        values = [leaf_value(i) if i.op in ("const", "full") else np.empty(i.shape, i.dtype) for i in g.inputs]
-        out.append((g.kind, cg.group_ir(g, p, values)))
-    return out
 
 
 def fused(*tensors):
