@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 demo: $(STAMP)
 	$(VENV)/bin/rxcuda demo
 
-# ruff, mypy (rxcuda/engine and rxcuda/streams, configured in pyproject.toml), then pytest with the docstring
+# ruff, mypy (rxcuda/engine, blocks, plan and streams, configured in pyproject.toml), then pytest with the docstring
 # examples. Every step runs even when an earlier one fails, so one run reports everything; pytest's summary
 # line comes last (.ci/run looks for it) and the exit status is non-zero when any step failed.
 test: $(STAMP) chromium

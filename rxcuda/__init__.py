@@ -20,16 +20,13 @@ cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators
 
 import logging as _logging
 
+from .blocks._appendstate import AppendState
+from .blocks._blocks import Block, BlockBuilder, Parameter, PortHandle
+from .blocks._composite import Composite, CompositeInstance
+from .blocks._regions import For, If, IfElse, Region, While
 from .cuda._device import device_info
 from .cuda._driver import probe
-from .engine._append import AppendState
-from .engine._blocks import Block, Parameter, PortHandle
-from .engine._builder import BlockBuilder
-from .engine._composite import Composite, CompositeInstance
 from .engine._engine import AppliedUpdate, Diagnostic, Engine, EngineStream, Frame
-from .engine._regions import For, If, IfElse, Region, While
-from .engine.plan._liveness import BufferStats
-from .engine.plan._plan import GraphPlan, plan
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from .model._dtypes import numpy_dtype, struct
 from .model._errors import (
@@ -48,6 +45,8 @@ from .model._errors import (
 )
 from .model._events import Tier
 from .model._shapes import Broadcast, Follow, Like, Reduce, ShapeError
+from .plan._liveness import BufferStats
+from .plan._plan import GraphPlan, plan
 from .sources._compose import ComposeError, In, InOut, Out, compose, elementwise, kernel
 from .sources._files import load_kernel_file
 from .sources._load import load_source

@@ -263,7 +263,7 @@ def _package_kernels() -> Path | None:
 
 def demo_blocks(kernels: Path, size: int):
     """The quickstart blocks and their connections: (add, mul, above), [(src port, dst port), ...]."""
-    from .engine._blocks import Block
+    from .blocks._blocks import Block
 
     add = Block.from_kernel(kernels / "vector_add.ptx", size=size)
     mul = Block.from_kernel(kernels / "scalar_mul.ptx", size=size, scale=SCALES[0], ranges={"scale": SCALE_RANGE})
@@ -277,8 +277,8 @@ def plan_demo(kernels: Path, size: int):
     """The demo pipeline as the planner sees it: (blocks, PipelineDescription, GraphPlan).
 
     Built the way the engine snapshots its model; the inputs the demo writes from the host are 'fed'."""
-    from .engine.plan._plan import plan
     from .model._describe import BlockEntry, Connection, PipelineDescription, PortRef
+    from .plan._plan import plan
 
     blocks, connections = demo_blocks(kernels, size)
     add = blocks[0]

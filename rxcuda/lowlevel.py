@@ -57,7 +57,6 @@ error), :func:`check` (every :class:`Problem`, errors and warnings, raising noth
 (the topological order the plan uses).
 """
 
-from .engine.plan._plan import check, order_blocks, plan, validate
 from .model._composite import (
     CompositeDescription,
     ExposedParameter,
@@ -103,6 +102,7 @@ from .model._graphplan import (
     StampNodePlan,
 )
 from .model._regions import RegionSpec
+from .plan._plan import check, order_blocks, plan, validate
 
 __all__ = [
     "BlockDescription",

@@ -23,7 +23,6 @@ from ..model._describe import (
     BlockDescription,
     CallSpec,
     CountSpec,
-    KernelCode,
     KernelSpec,
     Launch,
     PortRef,
@@ -32,15 +31,10 @@ from ..model._describe import (
 )
 from ..model._errors import ForeignBlockError, NotAPortError, ValidationError
 from ..model._events import Tier
-from ._append import AppendState
+from ._appendstate import AppendState
+from ._builder import DescriptionBuilder, _as_tuple, _load_code, append_pairs
 
 _ids = itertools.count(1)
-
-
-def _load_code(source) -> KernelCode:
-    from ..sources._load import load_source
-
-    return load_source(source)
 
 
 @attrs.frozen
@@ -101,9 +95,22 @@ class PortHandle:
 
     def __str__(self) -> str:
         """Type, shape, bytes, pool class, and whose memory the port's buffer is (read from the running plan)."""
-        from ._tooltips import port_text
+        engine = self.block._engine
+        return port_head(self) + " (not in an engine)" if engine is None else engine._port_text(self)
 
-        return port_text(self)
+
+def port_head(port: PortHandle, shape: tuple[int, ...] | None = None) -> str:
+    """The start of ``str(port)``: its type, ``shape`` (default: the declared one) and bytes.
+
+    >>> port_head(Block.from_kernel("kernels/scalar_mul.ptx", size=1024)["out"])
+    'scalar_mul.out: output f32[1024], 4 KiB'
+    """
+    spec = port.spec
+    if shape is None:
+        shape = getattr(spec, "shape", None) or (spec.count,)
+    nbytes = (_dtypes.itemsize(spec.dtype) if spec.dtype else 1) * math.prod(shape)
+    return (f"{port.block.name}.{port.name}: {spec.direction}put {spec.dtype or 'untyped'}"
+            f"[{'x'.join(str(d) for d in shape)}], {_dtypes.format_bytes(nbytes)}")
 
 
 # Largest finite value of each float type a parameter may hold (bf16 travels as 16-bit words).
@@ -339,8 +346,6 @@ class Block:
             check_block_size(block_size, "block_size")
         if size is None and shape is None:
             raise TypeError("Block.from_kernel needs 'size' (the element count of its ports) or 'shape'")
-        from ._builder import BlockBuilder, append_pairs
-
         code = _load_code(source)
         b = BlockBuilder(name or code.entry, size=size, shape=shape)
         k = b.add_kernel(code, threads=threads, block=block_size)
@@ -411,8 +416,6 @@ class Block:
         >>> [p.name for p in mm.inputs], mm.params["alpha"].value
         (['a', 'b'], 1.0)
         """
-        from ._builder import BlockBuilder
-
         b = BlockBuilder(name or spec.name)
         k = b.add_call(spec)
         for i, p in enumerate(spec.params):
@@ -591,5 +594,23 @@ class Block:
         return out
 
 
-def _as_tuple(v):
-    return (v,) if isinstance(v, int) else tuple(v)
+class BlockBuilder(DescriptionBuilder):
+    """Declare a block: kernels, ports, parameters and internal connections; then ``build()``.
+
+    >>> n = 1 << 16
+    >>> b = BlockBuilder("scaled_sum", size=n)
+    >>> add = b.add_kernel("kernels/vector_add.ptx")
+    >>> mul = b.add_kernel("kernels/scalar_mul.ptx")
+    >>> b.input("a", add["a"]); b.input("b", add["b"])
+    >>> b.connect(add["out"], mul["x"])          # an internal buffer of n elements
+    >>> b.output("out", mul["out"])
+    >>> b.scalar("scale", mul["scale"], default=3.0)
+    >>> b.scalar("n", [add["n"], mul["n"]])      # one parameter feeding two kernels
+    >>> block = b.build()
+    >>> [p.name for p in block.inputs], block.params["scale"].value
+    (['a', 'b'], 3.0)
+    """
+
+    def build(self) -> Block:
+        """Check that every parameter is fed and return the Block (a new one each call)."""
+        return Block(self.describe())

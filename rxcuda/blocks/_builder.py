@@ -1,7 +1,9 @@
 """Declaring blocks: kernels and library calls, their ports, parameters and internal connections.
 
-``BlockBuilder`` checks each declaration as it is made (a parameter nothing feeds, a port on a scalar, a
-type that disagrees with the kernel) and builds an immutable BlockDescription wrapped in a Block.
+``DescriptionBuilder`` checks each declaration as it is made (a parameter nothing feeds, a port on a scalar, a
+type that disagrees with the kernel) and ``describe()`` returns the immutable BlockDescription. It knows
+nothing of ``Block``: the public ``BlockBuilder`` (``rxcuda.blocks._blocks``) is this builder plus ``build()``,
+which wraps the description in a Block, so the two modules do not import each other.
 """
 
 from __future__ import annotations
@@ -28,8 +30,17 @@ from ..model._describe import (
     step_params,
 )
 from ..model._errors import ValidationError
-from ._blocks import Block, _as_tuple, _load_code
 from ._builder_shapes import Shaping, builder_shape
+
+
+def _load_code(source) -> KernelCode:
+    from ..sources._load import load_source
+
+    return load_source(source)
+
+
+def _as_tuple(v):
+    return (v,) if isinstance(v, int) else tuple(v)
 
 
 def append_pairs(code: KernelCode) -> dict[str, int]:
@@ -68,21 +79,18 @@ class KernelHandle:
                        f"(it has: {', '.join(p.name for p in self.params) or 'none'})")
 
 
-class BlockBuilder:
-    """Declare a block: kernels, ports, parameters and internal connections; then ``build()``.
+class DescriptionBuilder:
+    """Declare a block's kernels, ports, parameters and internal connections; ``describe()`` checks that every
+    kernel parameter is fed and returns the BlockDescription. Use :class:`rxcuda.BlockBuilder`, whose
+    ``build()`` returns the Block.
 
-    >>> n = 1 << 16
-    >>> b = BlockBuilder("scaled_sum", size=n)
-    >>> add = b.add_kernel("kernels/vector_add.ptx")
+    >>> b = DescriptionBuilder("doubled", size=1024)
     >>> mul = b.add_kernel("kernels/scalar_mul.ptx")
-    >>> b.input("a", add["a"]); b.input("b", add["b"])
-    >>> b.connect(add["out"], mul["x"])          # an internal buffer of n elements
-    >>> b.output("out", mul["out"])
-    >>> b.scalar("scale", mul["scale"], default=3.0)
-    >>> b.scalar("n", [add["n"], mul["n"]])      # one parameter feeding two kernels
-    >>> block = b.build()
-    >>> [p.name for p in block.inputs], block.params["scale"].value
-    (['a', 'b'], 3.0)
+    >>> b.input("x", mul["x"]); b.output("out", mul["out"])
+    >>> b.scalar("scale", mul["scale"], default=2.0); b.scalar("n", mul["n"])
+    >>> desc = b.describe()
+    >>> [p.name for p in desc.ports], desc.scalars[0].default
+    (['x', 'out'], 2.0)
     """
 
     def __init__(self, name: str, *, size: int | None = None, shape=None):
@@ -320,8 +328,8 @@ class BlockBuilder:
             self._claim(d, name)
         self._internals.append(InternalBuffer(name, sp.dtype or self._param(dsts[0]).dtype, count, src, dsts))
 
-    def build(self) -> Block:
-        """Check that every parameter is fed and return the Block."""
+    def describe(self) -> BlockDescription:
+        """Check that every parameter is fed and return the block's description."""
         if not self._steps:
             raise ValidationError(f"{self.name}: a block needs at least one kernel or call", subject=self.name)
         for s in self._steps:
@@ -332,8 +340,7 @@ class BlockBuilder:
                                           f"declare a {what} for it", subject=self.name)
         ports, scalars, internals, steps = self._shaping.finish(self._ports, self._scalars, self._internals,
                                                                 self._steps)
-        desc = BlockDescription(self.name, tuple(steps), tuple(ports), tuple(scalars), tuple(internals))
-        return Block(desc)
+        return BlockDescription(self.name, tuple(steps), tuple(ports), tuple(scalars), tuple(internals))
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _call_count(self, pin: Pin) -> int | None:

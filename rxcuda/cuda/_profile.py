@@ -1,6 +1,6 @@
 """The device side of profiling: a ring of timestamps in host-mapped memory, written by stamp kernels.
 
-Each stamp node of a profiled graph (see rxcuda.engine.plan._profile) writes the GPU's global timer (ns) into
+Each stamp node of a profiled graph (see rxcuda.plan._profile) writes the GPU's global timer (ns) into
 its column of row ``frame % slots``; the host reads a row straight from memory once the frame's end event has
 completed, so profiling adds no copy and no wait. The frame's start stamp (column 0), which runs before the
 rest of the frame, counts the frames in device memory and the other stamps read that count (a GPU-driven batch

@@ -1,1 +1,2 @@
-"""Descriptions, planner, CUDA layer and the engine. Import public names from ``rxcuda``."""
+"""The running pipeline: the Engine and its verbs, the Structure tier (build), updates by tier, data in and
+out, hot reload, profiling and GPU-driven batches. Import public names from ``rxcuda``."""

@@ -12,13 +12,13 @@ import time
 
 import numpy as np
 
+from ..blocks._regions import condition_kernels
 from ..cuda._batch import BatchGraph
 from ..cuda._driver import check, is_sticky
 from ..model import _dtypes
 from ..model._errors import CudaError, ValidationError
 from ..model._regions import CONDITION_DTYPES
 from ._records import Frame
-from ._regions import condition_kernels
 
 _now = time.perf_counter_ns
 _ident = threading.get_ident

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..blocks._regions import stamp_code
 from ..cuda import _nvtx
 from ..cuda._driver import check
 from ..cuda._graph import CompiledGraph, capture_graph
@@ -23,14 +24,13 @@ from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
 from ..model._graphplan import BufferArg, CallNodePlan, HandleArg, KernelNodePlan, ScalarArg
+from ..plan._liveness import holds_own_value
+from ..plan._plan import plan as make_plan
+from ..plan._profile import add_stamps
 from ._delaystate import DelayState
 from ._profile import LOW_OCCUPANCY, occupancy
-from ._regions import stamp_code
 from ._resize import try_in_place
 from ._runtime import Runtime
-from .plan._liveness import holds_own_value
-from .plan._plan import plan as make_plan
-from .plan._profile import add_stamps
 
 
 class _BlockFailure(Exception):

@@ -23,8 +23,8 @@ from ..model import _dtypes
 from ..model._describe import Connection, PipelineDescription, PortRef
 from ..model._errors import ValidationError
 from ..model._graphplan import BufferPlan, GraphPlan
+from ..plan._delays import initial_array, same_initial
 from ._runtime import Runtime
-from .plan._delays import initial_array, same_initial
 
 
 def initial_connection(conn: Connection, src, dst, initial) -> Connection:

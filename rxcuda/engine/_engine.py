@@ -17,6 +17,9 @@ import numpy as np
 from reactivex import Observable
 from reactivex.disposable import Disposable
 
+from ..blocks._blocks import Block, PortHandle, resolve_port
+from ..blocks._composite import Composite, CompositeInstance
+from ..blocks._regions import Region
 from ..cuda import _nvtx
 from ..cuda._device import Device
 from ..cuda._driver import is_sticky
@@ -27,26 +30,25 @@ from ..model import _dtypes
 from ..model._describe import PipelineDescription, PortRef
 from ..model._errors import CudaError, DeviceLostError, EngineClosedError
 from ..model._events import Tier
+from ..plan._liveness import BufferStats, buffer_stats
+from ..plan._plan import GraphPlan
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
 from . import _batch, _profile, _shapes_io
 from ._batch import Batches
-from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
-from ._composite import Composite, CompositeInstance, Composites
+from ._composites import Composites
 from ._io import DataIO
 from ._model import Model
 from ._ports import EngineStream
 from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
-from ._regions import Region, add_region, remove_region_member
+from ._region_ops import add_region, remove_region_member
 from ._reload import HotReload
 from ._replace import replace_block
 from ._runtime import Runtime, quietly
-from ._tooltips import Link
+from ._tooltips import Link, port_text
 from ._update import Updater
-from .plan._liveness import BufferStats, buffer_stats
-from .plan._plan import GraphPlan
 
 _now = time.perf_counter_ns
 _ident = threading.get_ident
@@ -749,6 +751,9 @@ class Engine:
 
     def _warn(self, subject: str, message: str, block=None) -> None:
         self._rt.reporter.warn(subject, message, block)
+
+    def _port_text(self, port: PortHandle) -> str:  # str(port) of a block in this engine (PortHandle.__str__)
+        return port_text(port)
 
     def _frame_index(self) -> int:
         return self._rt.frame

@@ -23,11 +23,11 @@ from ..cuda._memory import DeviceBuffer, as_cupy
 from ..model._describe import CountSpec, PortRef
 from ..model._errors import ValidationError
 from ..model._events import BlockChanged
+from ..plan._liveness import holds_own_value
 from . import _shapes_io
 from ._append import AppendMonitor
 from ._ports import InputFeed, OutputTap
 from ._runtime import Runtime, quietly
-from .plan._liveness import holds_own_value
 
 
 class DataIO:

@@ -11,13 +11,13 @@ from collections.abc import Callable
 
 import attrs
 
+from ..blocks._blocks import Block, PortHandle, resolve_port
 from ..cuda._memory import ExternalArray
 from ..model import _dtypes
 from ..model._describe import Connection, PortRef
 from ..model._errors import ValidationError
 from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, Disconnected, PortRebound
 from . import _shapes_io
-from ._blocks import Block, PortHandle, resolve_port
 from ._delaystate import check_shared_initial, initial_connection
 from ._io import DataIO
 from ._runtime import Runtime

@@ -14,13 +14,13 @@ from collections.abc import Callable
 
 import attrs
 
+from ..blocks._blocks import Block, PortHandle
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import ForeignBlockError, UnknownPortError, ValidationError
 from ..model._events import BlockChanged, LaunchChanged
-from ._blocks import Block, PortHandle
+from ..plan._plan import check_connection
 from ._io import DataIO
 from ._runtime import Runtime
-from .plan._plan import check_connection
 
 
 def replace_block(rt: Runtime, io: DataIO, engine, old: Block, new: Block,

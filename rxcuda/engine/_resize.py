@@ -15,7 +15,7 @@ instantiating.
 from __future__ import annotations
 
 from ..cuda._driver import check
-from .plan import _shapes
+from ..plan import _shapes
 
 
 def try_in_place(builder, desc, gp) -> bool:

@@ -17,9 +17,9 @@ from ..cuda._graph import CompiledGraph
 from ..cuda._memory import BufferPool, ExternalArray
 from ..cuda._modules import ModuleCache
 from ..model._describe import BlockEntry, Connection, ExternalBinding, PipelineDescription, PortRef
+from ..plan._index import PipelineIndex
 from ..streams._coalesce import PendingPlan
 from ._records import Reporter
-from .plan._index import PipelineIndex
 
 
 @attrs.define(eq=False)

@@ -4,7 +4,7 @@ A port holds ``shape`` elements of its dtype. On the host a vector element (floa
 axis (a float32 array shaped (..., 4)), a struct element one item of a structured array; a port with strides
 is gathered into (and scattered from) a C-contiguous array. ``engine.resize(port, shape)`` and
 ``engine.write(port, array, resize=True)`` give a host-fed or bound input a new shape; the planner resolves
-what follows from it downstream at the next frame (``rxcuda.engine.plan._shapes``).
+what follows from it downstream at the next frame (``rxcuda.plan._shapes``).
 """
 
 from __future__ import annotations

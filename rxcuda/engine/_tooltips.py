@@ -6,6 +6,7 @@ whose memory it is (engine-owned, shared by memory reuse, bound to a user array,
 
 from __future__ import annotations
 
+from ..blocks._blocks import port_head
 from ..cuda._memory import size_class
 from ..model import _dtypes
 from ..model._describe import PortRef
@@ -14,21 +15,11 @@ from ..model._describe import PortRef
 def port_text(port) -> str:
     """One line about ``port`` (a PortHandle): type, shape, bytes, and its buffer in the running graph."""
     block = port.block
-    spec = port.spec
-    shape = getattr(spec, "shape", None) or (spec.count,)
     engine = block._engine
     rt = engine._rt if engine is not None else None
     g = rt.graph if rt is not None else None
     ref = PortRef(block.id, port.name)
-    if g is not None and ref in g.plan.shapes:
-        shape = g.plan.shapes[ref]
-    count = 1
-    for d in shape:
-        count *= d
-    item = _dtypes.itemsize(spec.dtype) if spec.dtype else 1
-    nbytes = item * count
-    head = (f"{block.name}.{port.name}: {spec.direction}put {spec.dtype or 'untyped'}"
-            f"[{'x'.join(str(d) for d in shape)}], {_dtypes.format_bytes(nbytes)}")
+    head = port_head(port, g.plan.shapes.get(ref) if g is not None else None)
     if rt is None:
         return head + " (not in an engine)"
     if ref in rt.bindings:

@@ -470,7 +470,7 @@ class PipelineDescription:
     # their buffers to another buffer, so what is read there is the port's own value
     kept: frozenset[PortRef] = frozenset()
     # inputs the user resized (engine.resize, engine.write(..., resize=True)): port -> shape; what flows from
-    # there downstream is resolved by the planner (rxcuda.engine.plan._shapes)
+    # there downstream is resolved by the planner (rxcuda.plan._shapes)
     shapes: Mapping[PortRef, tuple[int, ...]] = attrs.field(factory=dict, converter=lambda m: dict(m))
     # id -> entry, built once: lookups by id stay O(1) however large the pipeline (the first entry wins
     # where a hand-built description repeats an id; the planner refuses that)

@@ -1,6 +1,6 @@
 """The plan of a graph, as pure data: nodes in order, their dependencies, buffers and update slots.
 
-The planner (``rxcuda.engine.plan``) makes it; the CUDA layer (``rxcuda.cuda``) builds a graph from it.
+The planner (``rxcuda.plan``) makes it; the CUDA layer (``rxcuda.cuda``) builds a graph from it.
 """
 
 from __future__ import annotations
@@ -198,15 +198,15 @@ class GraphPlan:
     # delayed connections: the buffer a delayed output writes -> its previous-frame buffer (kind "delay"),
     # which a copy node refreshes at the end of each frame; the delayed inputs read the latter
     delays: Mapping[int, int] = attrs.field(factory=dict)
-    # memory reuse (rxcuda.engine.plan._liveness): buffers whose lifetimes never overlap share one allocation.
+    # memory reuse (rxcuda.plan._liveness): buffers whose lifetimes never overlap share one allocation.
     # ``shared``: each group of buffers sharing one, in the order they use it; ``storage``: buffer id -> the
     # first buffer of its group, for every member. A buffer in no group has memory of its own.
     shared: tuple[tuple[int, ...], ...] = ()
     storage: Mapping[int, int] = attrs.field(factory=dict)
     # resolved shapes of the ports whose shape differs from the declared one (a resize upstream, a 2-D output
-    # into a 1-D input, ...): ``shapes.get(ref, spec.shape)`` is a port's shape (rxcuda.engine.plan._shapes)
+    # into a 1-D input, ...): ``shapes.get(ref, spec.shape)`` is a port's shape (rxcuda.plan._shapes)
     shapes: Mapping[PortRef, tuple[int, ...]] = attrs.field(factory=dict)
-    # profiling timestamps (rxcuda.engine.plan._profile): what the StampNodePlan columns measure, or None
+    # profiling timestamps (rxcuda.plan._profile): what the StampNodePlan columns measure, or None
     stamps: StampLayout | None = None
 
     def topology(self) -> tuple:

@@ -1,5 +1,5 @@
 """Shapes of ports: N-D extents, optional strides, and the rules that derive a port's shape from the other
-ports of its block. Pure data and pure functions; the planner resolves them (``rxcuda.engine.plan._shapes``).
+ports of its block. Pure data and pure functions; the planner resolves them (``rxcuda.plan._shapes``).
 
 A port declares a shape (C-contiguous unless it gives ``strides``, counted in elements). A rule says how the
 shape follows the pipeline when an input upstream changes size:

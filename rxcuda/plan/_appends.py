@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...model._describe import COUNT_SUFFIX, BlockDescription, Connection, CountSpec, PortRef, PortSpec
-from ...model._graphplan import MemsetNodePlan
+from ..model._describe import COUNT_SUFFIX, BlockDescription, Connection, CountSpec, PortRef, PortSpec
+from ..model._graphplan import MemsetNodePlan
 
 
 def _where(blocks: Mapping[int, BlockDescription], ref: PortRef) -> str:

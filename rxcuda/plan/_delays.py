@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from ...model import _dtypes
-from ...model._describe import BlockDescription, Connection, PipelineDescription, PortRef, PortSpec
-from ...model._graphplan import BufferPlan, CopyNodePlan
+from ..model import _dtypes
+from ..model._describe import BlockDescription, Connection, PipelineDescription, PortRef, PortSpec
+from ..model._graphplan import BufferPlan, CopyNodePlan
 
 
 def delay_key(src: PortRef) -> tuple:

@@ -9,9 +9,10 @@ blocks downstream of its target. The messages are the planner's own (``check_con
 
 from __future__ import annotations
 
-from ...model._describe import BlockDescription, Connection, PortRef
-from ...model._errors import ValidationError
-from ._plan import check_connection, cycle_message
+from ..model._describe import BlockDescription, Connection, PortRef
+from ..model._errors import ValidationError
+from ._order import cycle_message
+from ._plan import check_connection
 
 
 class PipelineIndex:

@@ -48,9 +48,9 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from ...model import _dtypes
-from ...model._describe import PipelineDescription, PortRef
-from ...model._graphplan import GraphPlan, MemsetNodePlan, NodePlan
+from ..model import _dtypes
+from ..model._describe import PipelineDescription, PortRef
+from ..model._graphplan import GraphPlan, MemsetNodePlan, NodePlan
 
 _SHAREABLE = ("port", "internal")
 # above this many top-level nodes no buffer shares: the ancestor bits would take n * n / 16 bytes

@@ -8,11 +8,10 @@ raised together as one :class:`ValidationError` (``.problems``) once the pass is
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Mapping
 
-from ...model import _dtypes
-from ...model._describe import (
+from ..model import _dtypes
+from ..model._describe import (
     BlockDescription,
     BlockEntry,
     CallSpec,
@@ -21,8 +20,8 @@ from ...model._describe import (
     PipelineDescription,
     PortRef,
 )
-from ...model._errors import Problem, UnknownPortError, ValidationError
-from ...model._graphplan import (
+from ..model._errors import Problem, UnknownPortError
+from ..model._graphplan import (
     Arg,
     BufferArg,
     BufferKind,
@@ -34,35 +33,7 @@ from ...model._graphplan import (
     ScalarArg,
 )
 from . import _appends, _delays, _liveness, _regions, _shapes
-
-
-class _Report:
-    """The problems found so far, in the order found. Checks call it only when something is wrong, so a
-    pipeline without problems costs nothing here (and no message is ever formatted for it)."""
-
-    __slots__ = ("errors", "kind", "problems")
-
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.errors = 0
-        self.kind: type[ValidationError] = ValidationError  # the first error's class (raised when it is alone)
-
-    def error(self, message: str, subject: str, block: int | None = None,
-              kind: type[ValidationError] = ValidationError) -> None:
-        if not self.errors:
-            self.kind = kind
-        self.errors += 1
-        self.problems.append(Problem("error", subject, message, block))
-
-    def warning(self, message: str, subject: str, block: int | None = None) -> None:
-        self.problems.append(Problem("warning", subject, message, block))
-
-    def raise_errors(self) -> None:
-        """Raise one ValidationError for every error found (a lone error keeps its class, e.g.
-        UnknownPortError, and its message); nothing when there are only warnings."""
-        if self.errors:
-            kind = self.kind if self.errors == 1 else ValidationError
-            raise kind.from_problems(self.problems)
+from ._order import Report, hazard_deps, ordered_blocks
 
 
 def _label(blocks: Mapping[int, BlockDescription], ref: PortRef) -> str:
@@ -81,7 +52,7 @@ def validate(desc: PipelineDescription) -> None:
     _Planner(desc).run()
 
 
-def _validate_blocks(desc: PipelineDescription, report: _Report) -> tuple[BlockEntry, ...]:
+def _validate_blocks(desc: PipelineDescription, report: Report) -> tuple[BlockEntry, ...]:
     """Each block once, each name once: names are how messages and plans tell blocks apart. Returns the
     blocks with each id once (``desc.blocks`` itself when none repeats)."""
     ids: set[int] = set()
@@ -107,13 +78,13 @@ def check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sour
     """Raise ValidationError if connection ``c`` does not fit: both blocks present, the ports exist, an output
     to an input, equal dtypes and sizes, the input neither connected (``sources``: input -> its source) nor
     bound. Cycles are checked elsewhere (they depend on every connection). O(ports of the two blocks)."""
-    report = _Report()
+    report = Report()
     if not _check_connection(c, blocks, sources, bound, report):
         report.raise_errors()
 
 
 def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sources: Mapping[PortRef, PortRef],
-                      bound: Container[PortRef], report: _Report, reshaped: list | None = None) -> bool:
+                      bound: Container[PortRef], report: Report, reshaped: list | None = None) -> bool:
     """Report what is wrong with ``c`` (see check_connection); True when nothing is. ``reshaped`` collects the
     connections that join different (compatible) declared shapes: the planner then resolves shapes."""
     ports = []
@@ -145,7 +116,7 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
             report.error(problem, _label(blocks, c.dst), c.dst.block)
             return False
     ok = True
-    if sp.dtype != dp.dtype and sp.dtype and dp.dtype:  # element types, then shapes (rxcuda.engine.plan._shapes)
+    if sp.dtype != dp.dtype and sp.dtype and dp.dtype:  # element types, then shapes (rxcuda.plan._shapes)
         s, d = _label(blocks, c.src), _label(blocks, c.dst)
         problem = _shapes.dtype_problem(s, d, sp, dp)
         if problem is not None:
@@ -172,7 +143,7 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
     return ok
 
 
-def _validate_connections(desc: PipelineDescription, report: _Report) -> bool:
+def _validate_connections(desc: PipelineDescription, report: Report) -> bool:
     """Check every connection; True when one joins different (compatible) declared shapes."""
     blocks = {b.id: b.desc for b in desc.blocks}
     sources: dict[PortRef, PortRef] = {}
@@ -184,14 +155,7 @@ def _validate_connections(desc: PipelineDescription, report: _Report) -> bool:
     return bool(reshaped)
 
 
-def cycle_message(names: list[str]) -> str:
-    """The message for connections that form a cycle through the named blocks (sorted)."""
-    return (f"the connections form a cycle through blocks {', '.join(names)}; a frame must be a DAG: make one "
-            "of its connections delayed (engine.connect(src, dst, delay=1): the input then reads the value of the "
-            "previous frame), or remove one")
-
-
-def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], report: _Report) -> None:
+def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], report: Report) -> None:
     # (block, port) tuples: they hash several times faster than PortRefs, and this visits every port
     connected = {(c.dst.block, c.dst.port) for c in desc.connections}
     fed = {(r.block, r.port) for r in desc.fed}
@@ -229,95 +193,10 @@ def _np_name(dtype: str) -> str:
 
 def order_blocks(desc: PipelineDescription) -> tuple[BlockEntry, ...]:
     """Topological order of blocks by connections; ties keep insertion order. Raises on a cycle."""
-    report = _Report()
-    order = _order_blocks(desc, report)
+    report = Report()
+    order = ordered_blocks(desc, report)
     report.raise_errors()
     return order
-
-
-def ordered(succ: Mapping[int, Iterable[int]], rank: Mapping[int, int]) -> tuple[list[int], list[int]]:
-    """Kahn's topological order of the keys of ``succ`` (each item -> the items that follow it, no repeats),
-    ties broken by ``rank``; and the items left over (on a cycle or after one), in rank order."""
-    indeg = dict.fromkeys(succ, 0)
-    for outs in succ.values():
-        for n in outs:
-            indeg[n] += 1
-    ready = [(rank[m], m) for m, d in indeg.items() if d == 0]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        _, m = heapq.heappop(ready)
-        out.append(m)
-        for n in succ[m]:
-            indeg[n] -= 1
-            if indeg[n] == 0:
-                heapq.heappush(ready, (rank[n], n))
-    stuck = sorted((m for m, d in indeg.items() if d > 0), key=rank.__getitem__) if len(out) != len(indeg) else []
-    return out, stuck
-
-
-def _order_blocks(desc: PipelineDescription, report: _Report) -> tuple[BlockEntry, ...]:
-    """Topological order (ties in insertion order); each cycle is reported, and the blocks that could not be
-    ordered (on a cycle or downstream of one) follow in insertion order, so the caller can check them too."""
-    index = {b.id: i for i, b in enumerate(desc.blocks)}
-    succ: dict[int, set[int]] = {b.id: set() for b in desc.blocks}
-    for c in desc.connections:
-        out = succ.get(c.src.block)
-        if out is not None and c.dst.block in succ and not c.delay:
-            out.add(c.dst.block)
-    out_ids, stuck = ordered(succ, index)
-    if stuck:
-        for cycle in _cycles(stuck, succ):
-            names = sorted(desc.block(b).label() for b in cycle)
-            first = min(cycle, key=lambda b: desc.block(b).label())
-            report.error(cycle_message(names), names[0], first)
-        out_ids.extend(stuck)
-    return tuple(desc.block(b) for b in out_ids)
-
-
-def _cycles(stuck: list[int], succ: Mapping[int, set[int]]) -> list[list[int]]:
-    """The cycles among the ``stuck`` blocks (those left after a topological sort): each strongly connected
-    component with more than one block or with a self-loop, in the order of their first block. Kosaraju's
-    two passes, iterative (a cycle may be thousands of blocks long)."""
-    members = set(stuck)
-    finished: list[int] = []
-    seen: set[int] = set()
-    for root in stuck:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(succ[root]))]
-        while stack:
-            node, it = stack[-1]
-            for nxt in it:
-                if nxt in members and nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, iter(succ[nxt])))
-                    break
-            else:
-                stack.pop()
-                finished.append(node)
-    pred: dict[int, list[int]] = {b: [] for b in stuck}
-    for b in stuck:
-        for nxt in succ[b]:
-            if nxt in members:
-                pred[nxt].append(b)
-    order = {b: i for i, b in enumerate(stuck)}
-    cycles, assigned = [], set()
-    for root in reversed(finished):
-        if root in assigned:
-            continue
-        assigned.add(root)
-        component, todo = [root], [root]
-        while todo:
-            for prev in pred[todo.pop()]:
-                if prev not in assigned:
-                    assigned.add(prev)
-                    component.append(prev)
-                    todo.append(prev)
-        if len(component) > 1 or root in succ[root]:
-            cycles.append(sorted(component, key=order.__getitem__))
-    return sorted(cycles, key=lambda c: order[c[0]])
 
 
 class _Planner:
@@ -336,7 +215,7 @@ class _Planner:
         self.buffer_args: dict[int, BufferArg] = {}  # one per buffer: a value, shared by the nodes using it
         self.delayed: dict[PortRef, PortRef] = {}  # input -> the output feeding it through a delayed connection
         self.append_users: dict | None = None  # append port -> its readers, once a chain needs them (_appends)
-        self.report = _Report()
+        self.report = Report()
         self.resolved = _shapes.NOTHING  # shapes that differ from the declared ones (set in _run)
         self.parents: dict[int, tuple[int, int]] = {}  # body node -> (region node, body): see _regions
         self.region_setters: dict[int, int] = {}  # region node -> the kernel node that sets its condition
@@ -361,11 +240,11 @@ class _Planner:
         gp, report = self._run()
         return (None if report.errors else gp), tuple(report.problems)
 
-    def _run(self) -> tuple[GraphPlan | None, _Report]:
+    def _run(self) -> tuple[GraphPlan | None, Report]:
         desc, report = self.desc, self.report
         unique = _validate_blocks(desc, report)
         reshaped = _validate_connections(desc, report)
-        blocks = _order_blocks(desc, report)
+        blocks = ordered_blocks(desc, report)
         _validate_inputs(desc, unique, report)
         sources, self.delayed = _delays.split_sources(desc.connections)
         if self.delayed:
@@ -376,7 +255,7 @@ class _Planner:
         # gives each port its buffer and emits the block's nodes. With errors found above every block is still
         # emitted (only for the problems inside its kernels: the plan is dropped), so a block after a cycle or a
         # bad connection gets its own buffers.
-        if desc.regions:  # levels: the top and each region body (rxcuda.engine.plan._regions)
+        if desc.regions:  # levels: the top and each region body (rxcuda.plan._regions)
             _regions.plan_levels(self, blocks, sources, _regions.check_regions(desc, report))
         else:
             for b in blocks:
@@ -390,7 +269,7 @@ class _Planner:
             nodes=tuple(self.nodes),
             deps=(_regions.region_deps(self.nodes, self.parents, self.region_setters, self.region_steps)
                   if desc.regions
-                  else _hazard_deps(self.nodes)),
+                  else hazard_deps(self.nodes)),
             buffers=tuple(self.buffers),
             port_buffers=self.port_buffers,
             counters=self.counters,
@@ -511,38 +390,10 @@ class _Planner:
             nodes.append(node)
 
 
-def _hazard_deps(nodes: list[NodePlan]) -> tuple[tuple[int, ...], ...]:
-    """Dependencies from buffer hazards in node order: read-after-write, write-after-write, write-after-read.
-
-    Edges implied by others are kept (the driver prunes nothing, but a few extra edges cost nothing
-    measurable and keep the rule obviously right).
-    """
-    last_writer: dict[int, int] = {}
-    readers: dict[int, list[int]] = {}
-    deps: list[tuple[int, ...]] = []
-    for n in nodes:
-        d: set[int] = set()
-        for buf in n.reads:
-            if buf in last_writer:
-                d.add(last_writer[buf])
-        for buf in n.writes:
-            if buf in last_writer:
-                d.add(last_writer[buf])
-            d.update(readers.get(buf, ()))
-        d.discard(n.id)
-        deps.append(tuple(sorted(d)))
-        for buf in n.reads:
-            readers.setdefault(buf, []).append(n.id)
-        for buf in n.writes:
-            last_writer[buf] = n.id
-            readers[buf] = []
-    return tuple(deps)
-
-
 def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
     """Validate a pipeline and plan its graph. Pure. Raises one ValidationError listing every error found
     (``.problems``, warnings included); the warnings of a pipeline that plans are ``GraphPlan.warnings``.
 
     ``reuse_memory``: let intermediate buffers whose lifetimes never overlap share memory (``GraphPlan.shared``,
-    see ``rxcuda.engine.plan._liveness``); False gives every buffer its own."""
+    see ``rxcuda.plan._liveness``); False gives every buffer its own."""
     return _Planner(desc, reuse_memory).run()

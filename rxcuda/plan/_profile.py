@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import attrs
 
-from ...model._describe import PipelineDescription
-from ...model._graphplan import (
+from ..model._describe import PipelineDescription
+from ..model._graphplan import (
     CallNodePlan,
     GraphPlan,
     KernelNodePlan,

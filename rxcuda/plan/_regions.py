@@ -13,11 +13,11 @@ Pure: imports nothing from CUDA.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any
 
-from ...model import _dtypes
-from ...model._describe import BlockEntry, PipelineDescription, PortRef, step_params
-from ...model._graphplan import (
+from ..model import _dtypes
+from ..model._describe import BlockEntry, PipelineDescription, PortRef, step_params
+from ..model._graphplan import (
     BufferArg,
     BufferKind,
     HandleArg,
@@ -27,14 +27,14 @@ from ...model._graphplan import (
     RegionNodePlan,
     ScalarArg,
 )
-from ...model._regions import CONDITION_DTYPES, RegionSpec
-
-if TYPE_CHECKING:
-    from ._plan import _Planner
+from ..model._regions import CONDITION_DTYPES, RegionSpec
+from ._order import hazard_deps, ordered
 
 Level = tuple[int, int] | None  # (region id, body index), or None for the top level
+# ``planner`` below is _plan's _Planner (its nodes, buffers, report and emit_block), passed in: _plan imports
+# this module, so naming its class here would make an import circle.
 
-# The region block's kernels and ports, as rxcuda.engine._regions declares them.
+# The region block's kernels and ports, as rxcuda.blocks._regions declares them.
 SET, INIT, STEP = "set", "init", "step"
 CONDITION = "condition"
 
@@ -97,7 +97,7 @@ def _chain(bid: int, where: Mapping[int, tuple[int, int]]) -> list[tuple[Level, 
         item = lvl[0]
 
 
-def plan_levels(planner: _Planner, order: tuple[BlockEntry, ...], sources: Mapping[PortRef, PortRef],
+def plan_levels(planner: Any, order: tuple[BlockEntry, ...], sources: Mapping[PortRef, PortRef],
                 where: Mapping[int, tuple[int, int]]) -> None:
     """Emit every block's nodes into ``planner`` level by level, regions as conditional nodes; sets
     ``planner.parents`` and ``planner.region_setters`` (their dependencies: :func:`region_deps`)."""
@@ -160,8 +160,6 @@ def _check_crossing(c, where, regions, label, report) -> None:
 def _order_level(lvl: Level, members: list[int], edges: set[tuple[int, int]], rank: Mapping[int, int],
                  label: Mapping[int, str], report) -> list[int]:
     """Topological order of one level's items (ties in the pipeline's order); a cycle is reported."""
-    from ._plan import ordered
-
     succ: dict[int, list[int]] = {m: [] for m in members}
     for a, b in edges:
         if a in succ and b in succ:
@@ -177,11 +175,11 @@ def _order_level(lvl: Level, members: list[int], edges: set[tuple[int, int]], ra
     return out
 
 
-def _condition_source(planner: _Planner, region: BlockEntry, sources) -> PortRef | None:
+def _condition_source(planner: Any, region: BlockEntry, sources) -> PortRef | None:
     return sources.get(PortRef(region.id, CONDITION))
 
 
-def _emit_region(planner: _Planner, entry: BlockEntry, spec: RegionSpec, sources, parent, parents: dict,
+def _emit_region(planner: Any, entry: BlockEntry, spec: RegionSpec, sources, parent, parents: dict,
                  emit, where) -> None:
     """The region block's setter (before), zero-fills of an If's outputs, the conditional node, its bodies,
     and for loops the step kernel closing each pass."""
@@ -339,14 +337,12 @@ def region_deps(nodes: list[NodePlan], parents: Mapping[int, tuple[int, int]], s
                 steps: Mapping[int, int]) -> tuple[tuple[int, ...], ...]:
     """Dependencies from buffer hazards within each level (the top, each body), in node order, plus each
     region node's dependency on the kernel that sets its condition (they share no buffer for an If)."""
-    from ._plan import _hazard_deps
-
     by_level: dict[tuple[int, int] | None, list[NodePlan]] = {}
     for n in nodes:
         by_level.setdefault(parents.get(n.id), []).append(n)
     deps: list[tuple[int, ...]] = [()] * len(nodes)
     for members in by_level.values():
-        local = _hazard_deps(members)
+        local = hazard_deps(members)
         for n, d in zip(members, local, strict=True):
             deps[n.id] = d
     for region_node, setter in setters.items():

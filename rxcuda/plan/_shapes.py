@@ -34,9 +34,10 @@ from collections.abc import Mapping
 
 import attrs
 
-from ...model import _dtypes
-from ...model._describe import BlockEntry, KernelSpec, Launch, PipelineDescription, PortRef, PortSpec
-from ...model._shapes import Broadcast, Follow, Like, Reduce, Shape, ShapeError, accepts, fmt, launch_geometry
+from ..model import _dtypes
+from ..model._describe import BlockEntry, KernelSpec, Launch, PipelineDescription, PortRef, PortSpec
+from ..model._shapes import Broadcast, Follow, Like, Reduce, Shape, ShapeError, accepts, fmt, launch_geometry
+from ._order import Report, ordered_blocks
 
 _ROUNDS = 4  # delayed loops: resolve again while a delayed input's guess differs from its source (rarely > 1)
 
@@ -150,10 +151,8 @@ def resolve(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], sources: 
 def resolve_all(desc: PipelineDescription) -> Resolved:
     """Resolve a pipeline's shapes on their own, raising the first shape error (for tools and tests; the
     planner calls :func:`resolve`)."""
-    from ._plan import _order_blocks, _Report
-
-    report = _Report()
-    order = _order_blocks(desc, report)
+    report = Report()
+    order = ordered_blocks(desc, report)
     delayed = {c.dst: c.src for c in desc.connections if getattr(c, "delay", 0)}
     sources = {c.dst: c.src for c in desc.connections if not getattr(c, "delay", 0)}
     out = resolve(desc, order, sources, delayed, True, report)

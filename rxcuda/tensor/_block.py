@@ -59,7 +59,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..engine._blocks import Block, Parameter, Parameters
+from ..blocks._blocks import Block, Parameter, Parameters
 from ..model import _dtypes
 from ..model._describe import BlockDescription, CallSpec, KernelSpec
 from ..model._events import Tier
@@ -278,7 +278,7 @@ def _outputs(result) -> dict[str, Node]:
 
 
 def _trace(fn: Callable, name: str, args: Mapping[str, Any]) -> _Traced:
-    from ..engine._builder import BlockBuilder
+    from ..blocks._blocks import BlockBuilder
     from ..sources._nvrtc import compile_cuda
     from . import Tensor
 

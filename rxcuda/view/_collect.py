@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..engine._composite import CompositeInstance
+from ..blocks._composite import CompositeInstance
 from ..engine._engine import Engine
 from ..model._describe import PortRef
 from ..model._events import Tier

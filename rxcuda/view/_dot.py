@@ -36,7 +36,7 @@ import pathlib
 import re
 from collections.abc import Iterable, Mapping
 
-from ..engine._composite import CompositeInstance
+from ..blocks._composite import CompositeInstance
 from ..engine._engine import Engine
 from ..model import _dtypes
 from ..model._describe import BlockEntry, KernelSpec, PipelineDescription, PortRef, PortSpec

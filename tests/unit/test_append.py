@@ -16,8 +16,9 @@ from _pipeline import APPEND, builder, kcode, pipeline, ptr, ref, scalar
 
 import rxcuda
 from rxcuda import Block, ValidationError
+from rxcuda.blocks._appendstate import AppendState
 from rxcuda.cuda import NullDriver
-from rxcuda.engine._append import AppendState, warning_text
+from rxcuda.engine._append import warning_text
 from rxcuda.lowlevel import Connection, MemsetNodePlan, PipelineDescription, PortRef, plan
 
 CAP = 256

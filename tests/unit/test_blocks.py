@@ -21,7 +21,7 @@ from rxcuda import (
     UnknownPortError,
     ValidationError,
 )
-from rxcuda.engine._blocks import resolve_port
+from rxcuda.blocks._blocks import resolve_port
 from rxcuda.lowlevel import Pin, PortRef
 from rxcuda.streams import BlockChanged, PendingPlan
 

@@ -11,9 +11,9 @@ from _pipeline import add, mul, pipeline, ref
 
 import rxcuda
 from rxcuda import Block, ValidationError
-from rxcuda.engine.plan._index import PipelineIndex
 from rxcuda.lowlevel import Connection, PortRef, order_blocks, plan, validate
 from rxcuda.model._graphplan import CopyNodePlan
+from rxcuda.plan._index import PipelineIndex
 
 N = 1024
 KERNELS = "kernels"

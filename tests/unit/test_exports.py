@@ -103,7 +103,7 @@ def test_lowlevel_holds_what_plan_takes_and_returns():
         assert name in low.__all__, name
 
 
-@pytest.mark.parametrize("module", ["rxcuda.lowlevel", "rxcuda.engine.plan._index"])
+@pytest.mark.parametrize("module", ["rxcuda.lowlevel", "rxcuda.plan._index"])
 def test_docstring_examples_run_without_a_gpu(module):
     import doctest
 
@@ -112,7 +112,7 @@ def test_docstring_examples_run_without_a_gpu(module):
 
 
 def test_tests_of_the_planner_use_public_names():
-    private = ("rxcuda.model._describe", "rxcuda.model._graphplan", "rxcuda.engine.plan._plan import (")
+    private = ("rxcuda.model._describe", "rxcuda.model._graphplan", "rxcuda.plan._plan import (")
     for name in ("_pipeline.py", "test_plan.py", "test_describe.py", "test_index.py"):
         text = (ROOT / "tests" / "unit" / name).read_text()
         assert not [p for p in private if p in text], name

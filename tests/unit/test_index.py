@@ -10,8 +10,8 @@ import pytest
 from _pipeline import IMUL, add, all_inputs, mul, pipeline, ref
 
 from rxcuda import Block, UnknownPortError, ValidationError, plan
-from rxcuda.engine.plan._index import PipelineIndex
 from rxcuda.lowlevel import Connection, PortRef
+from rxcuda.plan._index import PipelineIndex
 
 
 def index_of(*blocks: Block, bound=()) -> PipelineIndex:

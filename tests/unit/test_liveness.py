@@ -19,8 +19,6 @@ from _pipeline import ADD, APPEND, add, kcode, mul, pipeline, ptr, ref, scalar
 
 import rxcuda
 from rxcuda import Block, BlockBuilder, BufferStats
-from rxcuda.engine.plan import _liveness
-from rxcuda.engine.plan._liveness import buffer_stats, holds_own_value, shared_groups
 from rxcuda.lowlevel import (
     BufferArg,
     BufferPlan,
@@ -32,6 +30,8 @@ from rxcuda.lowlevel import (
     plan,
 )
 from rxcuda.model._graphplan import RegionNodePlan
+from rxcuda.plan import _liveness
+from rxcuda.plan._liveness import buffer_stats, holds_own_value, shared_groups
 
 N = 64
 NBYTES = N * 4

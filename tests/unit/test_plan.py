@@ -22,7 +22,6 @@ from _pipeline import (
 )
 
 from rxcuda import Block, CallSpec, Tier, UnknownPortError, ValidationError
-from rxcuda.engine.plan._plan import _hazard_deps  # the hazard rule alone, on hand-made nodes
 from rxcuda.lowlevel import (
     BlockDescription,
     BufferArg,
@@ -41,6 +40,7 @@ from rxcuda.lowlevel import (
     plan,
     validate,
 )
+from rxcuda.plan._order import hazard_deps  # the hazard rule alone, on hand-made nodes
 
 
 def chain(size: int = 64):
@@ -299,24 +299,24 @@ def node(i: int, reads=(), writes=()) -> KernelNodePlan:
 
 
 def test_read_after_write_depends_on_the_writer():
-    assert _hazard_deps([node(0, writes={1}), node(1, reads={1})]) == ((), (0,))
+    assert hazard_deps([node(0, writes={1}), node(1, reads={1})]) == ((), (0,))
 
 
 def test_write_after_read_waits_for_the_reader():
-    assert _hazard_deps([node(0, reads={1}), node(1, writes={1})]) == ((), (0,))
+    assert hazard_deps([node(0, reads={1}), node(1, writes={1})]) == ((), (0,))
 
 
 def test_write_after_write_is_ordered():
-    assert _hazard_deps([node(0, writes={1}), node(1, writes={1})]) == ((), (0,))
+    assert hazard_deps([node(0, writes={1}), node(1, writes={1})]) == ((), (0,))
 
 
 def test_disjoint_buffers_have_no_dependency():
-    assert _hazard_deps([node(0, writes={1}), node(1, reads={2}, writes={3})]) == ((), ())
+    assert hazard_deps([node(0, writes={1}), node(1, reads={2}, writes={3})]) == ((), ())
 
 
 def test_kernel_reading_and_writing_one_buffer():
     nodes = [node(0, writes={1}), node(1, reads={1}, writes={1}), node(2, reads={1}), node(3, writes={1})]
-    deps = _hazard_deps(nodes)
+    deps = hazard_deps(nodes)
     assert deps[1] == (0,)  # never on itself
     assert deps[2] == (1,)  # reads the inout result
     assert deps[3] == (1, 2)  # waits for the last writer and the readers since
@@ -324,7 +324,7 @@ def test_kernel_reading_and_writing_one_buffer():
 
 def test_readers_since_the_last_write_only():
     nodes = [node(0, reads={1}), node(1, writes={1}), node(2, reads={1}), node(3, writes={1})]
-    assert _hazard_deps(nodes)[3] == (1, 2)
+    assert hazard_deps(nodes)[3] == (1, 2)
 
 
 def test_inout_port_orders_a_reader_before_the_in_place_writer():

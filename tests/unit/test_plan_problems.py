@@ -11,7 +11,6 @@ from _pipeline import IMUL, add, all_inputs, builder, kcode, mul, pipeline, ptr,
 import rxcuda
 from rxcuda import Block, UnknownPortError, ValidationError
 from rxcuda.cuda import NullDriver
-from rxcuda.engine.plan._index import PipelineIndex
 from rxcuda.lowlevel import (
     BlockDescription,
     Connection,
@@ -25,6 +24,7 @@ from rxcuda.lowlevel import (
     plan,
     validate,
 )
+from rxcuda.plan._index import PipelineIndex
 
 
 def problems_of(desc) -> tuple[Problem, ...]:

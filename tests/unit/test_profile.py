@@ -11,8 +11,8 @@ from cuda.bindings.driver import CUresult
 import rxcuda as rx
 from rxcuda.cuda import NullDriver
 from rxcuda.engine._profile import FrameTimes, Timings, timings_from_row
-from rxcuda.engine.plan._profile import add_stamps
 from rxcuda.lowlevel import StampLayout, StampNodePlan
+from rxcuda.plan._profile import add_stamps
 
 
 @pytest.fixture

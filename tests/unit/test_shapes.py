@@ -577,7 +577,7 @@ def test_float4_state_fed_back_through_delayed_connections(engine):
         engine.connect(integ["vel_out"], integ["vel"], delay=1, initial=np.zeros((n, 3), np.float32))
 
 
-@pytest.mark.parametrize("module", ["rxcuda.model._shapes", "rxcuda.model._dtypes", "rxcuda.engine.plan._shapes",
+@pytest.mark.parametrize("module", ["rxcuda.model._shapes", "rxcuda.model._dtypes", "rxcuda.plan._shapes",
                                     "rxcuda.sources._cdecl"])
 def test_docstring_examples_run_without_a_gpu(module):
     import doctest
