@@ -6,8 +6,8 @@ flattens it into ordinary blocks named by their path (``"smooth/blur"``, ``"oute
 planner and the CUDA layer see nothing new, and returns a :class:`CompositeInstance`: its ports are the inner
 blocks' port handles (``engine.connect``, ``bind``, ``write``, ``observe`` take them unchanged) and its
 parameters set every inner parameter they stand for (each a hot, Parameters-tier update). Adding the same
-composite twice makes two independent instances. The engine keeps its instances (``engine.composites``);
-``engine.remove(instance)`` removes every block inside.
+composite twice makes two independent instances. The engine keeps its instances (``engine.composites``;
+adding and removing them: ``rxcuda.engine._composites``); ``engine.remove(instance)`` removes every block inside.
 
 A composite is a description: ``describe()`` returns it as data (``rxcuda.lowlevel.CompositeDescription``)
 and ``Composite.from_description`` rebuilds an equal composite from that data.

@@ -648,3 +648,34 @@ def test_str_block_shows_error_message():
     blk.state, blk.message = "error", "compile failed"
     assert str(blk).splitlines()[0].endswith("error — compile failed")
     assert repr(blk) == f"<Block mul #{blk.id} error>"
+
+
+# -- the builder describes; BlockBuilder.build wraps the description -------------------------------------------
+def test_the_builder_describes_and_build_wraps_the_description_in_a_new_block():
+    from rxcuda.blocks._builder import DescriptionBuilder
+    from rxcuda.lowlevel import BlockDescription
+
+    b = BlockBuilder("doubled", size=64)
+    k = b.add_kernel("kernels/scalar_mul.ptx")
+    b.input("x", k["x"])
+    b.output("out", k["out"])
+    b.scalar("scale", k["scale"], default=2.0)
+    b.scalar("n", k["n"])
+    desc = b.describe()
+    one, two = b.build(), b.build()
+    assert isinstance(b, DescriptionBuilder) and isinstance(desc, BlockDescription)
+    assert one.description == desc == two.description and one is not two and one.id != two.id
+    assert one.params["scale"].value == 2.0 and [p.name for p in one.outputs] == ["out"]
+
+
+def test_describing_an_incomplete_block_names_what_is_missing():
+    from rxcuda.blocks._builder import DescriptionBuilder
+
+    with pytest.raises(ValidationError, match="empty: a block needs at least one kernel or call"):
+        DescriptionBuilder("empty").describe()
+    b = DescriptionBuilder("half", size=64)
+    k = b.add_kernel("kernels/scalar_mul.ptx")
+    b.input("x", k["x"])
+    with pytest.raises(ValidationError, match=r"half: parameter 1 \('out'\) of 'scalar_mul' is not fed; declare a "
+                                              "port or internal connection"):
+        b.describe()
