@@ -188,14 +188,27 @@ def _in_range(param: Parameter, check, lo, hi):
     return check_range
 
 
+def _port_hint(thing) -> str:
+    """For a block or a composite instance given where a port belongs: the ports it has, by name."""
+    ports = getattr(thing, "ports", None)  # Block and CompositeInstance both have ``ports``
+    if isinstance(thing, Block):
+        names = [p.name for p in thing.description.ports]
+    elif isinstance(ports, Mapping) or callable(ports):
+        names = list(ports() if callable(ports) else ports)
+    else:
+        return ""
+    name = getattr(thing, "name", "block")
+    shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+    return f"; name one of its ports, e.g. {name}[{names[0]!r}] (ports: {shown})" if names else ""
+
+
 def resolve_port(port, blocks: Mapping[int, Block]) -> PortRef:
     """The PortRef of ``port``, a port handle (``block["out"]``) of a block in ``blocks`` (id -> Block, an
     engine's registry). Every failure is a ValidationError that is also the builtin it refines:
     NotAPortError (a TypeError) for anything but a port, ForeignBlockError for a block not in ``blocks``,
     UnknownPortError (a KeyError) for a port name the block does not declare."""
     if not isinstance(port, PortHandle):
-        hint = "; name one of its ports, e.g. block['out']" if isinstance(port, Block) else ""
-        raise NotAPortError(f"expected a port such as block['out'] (got {port!r}){hint}")
+        raise NotAPortError(f"expected a port such as block['out'] (got {port!r}){_port_hint(port)}")
     block = port.block
     if blocks.get(block.id) is not block:
         raise ForeignBlockError(f"{block.name} is not in this engine; engine.add(block) first", subject=block.name)
@@ -220,16 +233,34 @@ class Parameter:
     TypeError: scalar_mul.scale (f32) takes a number: a Python or NumPy int or float (got '2.5', a str)
     """
 
-    __slots__ = ("name", "dtype", "_value", "_block", "_check", "min", "max", "step")
+    __slots__ = ("name", "dtype", "_value", "_block", "_check", "_min", "_max", "_step")
 
     def __init__(self, block: Block, name: str, dtype: str, value, min=None, max=None, step=None):
         self.name = name
         self.dtype = dtype
         self._block = block
-        self.min, self.max, self.step = min, max, step  # the declared range (None: unbounded) and control step
+        self._min, self._max, self._step = min, max, step  # the declared range (None: unbounded) and control step
         check = _value_check(self, dtype)
         self._check = check if min is None and max is None else _in_range(self, check, min, max)
         self._value = self._check(value)
+
+    # The range is part of the declaration (it is checked by every setter, shown by the live page's controls and
+    # kept by describe()), so it is read-only here: declare another range to change it.
+    @property
+    def min(self):
+        """The smallest value the parameter takes (None: unbounded). Read-only: declare the range with the
+        block (``Block.from_kernel(..., ranges=...)``, ``BlockBuilder.scalar``, a sidecar)."""
+        return self._min
+
+    @property
+    def max(self):
+        """The largest value the parameter takes (None: unbounded). Read-only, like :attr:`min`."""
+        return self._max
+
+    @property
+    def step(self):
+        """The step a control offers (None: any); it guides controls only. Read-only, like :attr:`min`."""
+        return self._step
 
     @property
     def value(self):
@@ -573,6 +604,22 @@ class Block:
         lines.extend(self._profile_lines())
         return "\n".join(lines)
 
+    @property
+    def occupancy(self) -> dict[str, float]:
+        """Theoretical occupancy of each of the block's kernels in the running graph, kernel name -> fraction
+        of the SM's thread slots its launch can fill (0..1), from ``cuOccupancyMaxActiveBlocksPerMultiprocessor``.
+        Measured at build time while the engine profiles per kernel (``engine.profile = "per_kernel"``); empty
+        otherwise, or before the first build. A kernel below 25 % also gets a warning diagnostic.
+
+        >>> engine.profile = "per_kernel"; engine.tick()                                # doctest: +SKIP
+        >>> mul.occupancy                                                               # doctest: +SKIP
+        {'scalar_mul': 1.0}
+        """
+        engine = self._engine
+        if engine is None:
+            return {}
+        return {kernel: occ for (bid, kernel), occ in dict(engine._rt.occupancy).items() if bid == self.id}
+
     def _profile_lines(self) -> list[str]:
         """What the engine's profiling last measured of this block (nothing is read from the GPU here)."""
         engine = self._engine
@@ -588,9 +635,8 @@ class Block:
                     label = f"{self.name}/{k.name}"
                     if label in last.kernels:
                         out.append(f"    {label}: {last.kernels[label].gpu_us:.2f} us")
-        for (bid, kernel), occ in engine._rt.occupancy.items():
-            if bid == self.id:
-                out.append(f"  occupancy of {kernel}: {occ:.0%} (theoretical)")
+        for kernel, occ in self.occupancy.items():
+            out.append(f"  occupancy of {kernel}: {occ:.0%} (theoretical)")
         return out
 
 

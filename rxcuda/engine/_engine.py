@@ -678,9 +678,10 @@ class Engine:
         return self._rt.reporter.stream.observable
 
     @property
-    def diagnostic_log(self):
-        """The last 1000 diagnostics, oldest first."""
-        return self._rt.reporter.log
+    def diagnostic_log(self) -> tuple:
+        """The last 1000 diagnostics, oldest first: a snapshot (a tuple), so it can be indexed and sliced
+        (``engine.diagnostic_log[-5:]``) while the engine goes on publishing."""
+        return tuple(self._rt.reporter.log.copy())  # deque.copy() is atomic under the GIL; iterating is not
 
     @property
     def frames(self) -> Observable:

@@ -73,8 +73,9 @@ class Model:
 
     def connect(self, src: PortHandle, dst: PortHandle, delay: int = 0, initial=None) -> None:
         rt = self.rt
+        s, d = self.ref(src), self.ref(dst)  # NotAPortError (a TypeError) for a block or composite given whole
         try:
-            conn = Connection(self.ref(src), self.ref(dst), delay)  # refuses a delay other than 0 or 1
+            conn = Connection(s, d, delay)  # refuses a delay other than 0 or 1
         except ValueError as e:
             raise ValidationError(f"{src!r} -> {dst!r}: {e}", subject=dst.block.name) from None
         if initial is not None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import attrs
 
 from ..blocks._blocks import Block, PortHandle
+from ..model import _dtypes
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import ForeignBlockError, UnknownPortError, ValidationError
 from ..model._events import BlockChanged, LaunchChanged
@@ -135,6 +136,13 @@ def _check_fit(rt: Runtime, io: DataIO, old: Block, new: Block, desc) -> None:
             raise ValidationError(f"{head}: '{port}' is {sized[port]}, which expects {was.dtype}[{was.count}], but "
                                   f"{new.name} has {spec.dtype}[{spec.count}]; dispose that stream first",
                                   subject=old.name)
+        if PortRef(oid, port) in rt.fed and not _dtypes.compatible(was.dtype, spec.dtype):
+            # the written bytes are the old element type's: read as another type they would be garbage
+            raise ValidationError(f"{head}: '{port}' holds data written from the host as {was.dtype}, but "
+                                  f"{new.name}.{port} is {spec.dtype}; the bytes would be read as another type. "
+                                  f"Give {new.name} a {was.dtype} port, or replace first and then write the data "
+                                  f"again as {spec.dtype} (engine.write({new.name}['{port}'], "
+                                  f"array.astype(...)))", subject=old.name)
         ext = rt.bindings.get(PortRef(oid, port))
         if ext is not None and ((spec.dtype and ext.dtype != spec.dtype) or ext.count < spec.count):
             raise ValidationError(f"{head}: the {ext.dtype} array of {ext.count} elements bound to '{port}' does "

@@ -178,9 +178,9 @@ def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], 
             if p.direction == "in" and key not in connected and key not in fed and p.counter is None:
                 if p.required:
                     report.error(f"required input {b.label()}.{p.name} is neither connected nor bound; connect an "
-                                 f"output to it (engine.connect(src, {b.label()}['{p.name}'])) or bind an array "
+                                 f"output to it (engine.connect(other['out'], {b.label()}['{p.name}'])), bind an array "
                                  f"(engine.bind({b.label()}['{p.name}'], array)) or write data to it "
-                                 "(engine.write(...))", b.label(), b.id)
+                                 f"(engine.write({b.label()}['{p.name}'], array))", b.label(), b.id)
                 else:
                     report.warning(f"optional input {b.label()}.{p.name} is neither connected, bound nor written: "
                                    f"{b.label()} reads zeros from it every frame; connect, bind or write it if "

@@ -58,8 +58,9 @@ def dtype_problem(s: str, d: str, sp: PortSpec, dp: PortSpec) -> str | None:
 
 def layout_problem(s: str, d: str, sp: PortSpec, dp: PortSpec) -> str | None:
     """Why the declared shapes of ``sp`` and ``dp`` do not fit, or None: the element counts must be equal, an
-    N-D fixed input must have the output's shape, and strided layouts must match."""
-    if sp.count != dp.count:
+    N-D fixed input must have the output's shape, and strided layouts must match. A ``Follow`` input takes
+    whatever shape feeds it (the shape pass resolves it, and what it sizes follows), so only layouts matter."""
+    if sp.count != dp.count and not isinstance(dp.rule, Follow):
         if len(sp.shape) == 1 and len(dp.shape) == 1:
             return (f"cannot connect {s} ({sp.count} elements) to {d} ({dp.count} elements): sizes differ; give "
                     "both blocks the same size")

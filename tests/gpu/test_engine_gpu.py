@@ -298,7 +298,7 @@ def test_missing_required_input_reports_and_keeps_running(engine, rng, kernels):
 
 def test_bad_connect_raises_and_leaves_engine_unchanged(engine, kernels):
     f = engine.add(Block.from_kernel(kernels / "vector_add.ptx", size=64))
-    g = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=128))
+    g = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=128, counts={"x": 128}))  # a fixed input
     with pytest.raises(rxcuda.ValidationError, match="sizes differ"):
         engine.connect(f["out"], g["x"])
     with pytest.raises(rxcuda.ValidationError, match="output port"):

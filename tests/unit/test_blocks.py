@@ -376,7 +376,7 @@ def test_resolve_port_refuses_what_is_not_a_port(bad):
 
 def test_resolve_port_of_a_block_says_to_name_a_port():
     blk = Block.from_kernel(MUL, size=4)
-    with pytest.raises(NotAPortError, match=r"name one of its ports, e\.g\. block\['out'\]"):
+    with pytest.raises(NotAPortError, match=r"name one of its ports, e\.g\. mul\['x'\] \(ports: x, out\)"):
         resolve_port(blk, {blk.id: blk})
 
 

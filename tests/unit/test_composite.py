@@ -346,7 +346,7 @@ def test_a_cycle_among_inner_connections_gets_the_planners_message():
 def test_inner_connections_that_do_not_fit_get_the_planners_message():
     c = Composite("c")
     a = c.add(mul("a"))
-    small = c.add(Block.from_kernel(f"{K}/scalar_mul.ptx", size=16, name="small"))
+    small = c.add(Block.from_kernel(f"{K}/scalar_mul.ptx", size=16, name="small", counts={"x": 16}))  # fixed
     with pytest.raises(rxcuda.ValidationError, match=r"composite 'c': cannot connect a.out \(1024 elements\) to "
                                                      r"small.x \(16 elements\): sizes differ"):
         c.connect(a["out"], small["x"])
@@ -494,7 +494,7 @@ def test_a_new_block_without_a_port_in_use_is_refused_and_the_engine_is_unchange
     assert (engine.blocks, engine.connections, engine.rebuilds) == before and mid.state == "ok"
     with pytest.raises(rxcuda.ValidationError, match="no port 'a', which is written from the host"):
         engine.replace(src, mul())
-    small = Block.from_kernel(f"{K}/scalar_mul.ptx", size=16)
+    small = Block.from_kernel(f"{K}/scalar_mul.ptx", size=16, counts={"x": 16})  # a fixed input
     with pytest.raises(rxcuda.ValidationError, match=r"cannot replace mid with scalar_mul: cannot connect src.out "
                                                      r"\(1024 elements\) to mid.x \(16 elements\)"):
         engine.replace(mid, small)
@@ -528,7 +528,7 @@ def test_replace_keeps_streams_in_and_out_when_the_port_fits(engine, api):
     assert [ref.block for ref, _tap, _obs in engine._io.taps] == [new.id]
     engine.disconnect(mid["out"], new["x"])
     engine.write(new["x"], np.ones(N, np.float32))
-    small = Block.from_kernel(f"{K}/scalar_mul.ptx", size=16)
+    small = Block.from_kernel(f"{K}/scalar_mul.ptx", size=16, counts={"x": 16})  # a fixed input
     with pytest.raises(rxcuda.ValidationError, match=r"'out' is observed, which expects f32\[1024\]"):
         engine.replace(new, small)
     sub.dispose()

@@ -36,7 +36,7 @@ def refusal(fn) -> str:
 # -- the same message as the planner's, for every way a connection can be wrong -------------------------------
 def cases():
     a1, a2, m, i = add(name="a1"), add(name="a2"), mul(), Block.from_kernel(IMUL, size=64, name="imul")
-    small = mul(32, name="small")
+    small = mul(32, name="small", counts={"x": 32})  # a fixed input
     first, second, third = mul(name="first"), mul(name="second"), mul(name="third")
     loop = mul(name="loop")
     return {

@@ -92,7 +92,7 @@ def test_dtype_mismatch_names_both_ports_and_types():
 
 
 def test_size_mismatch_says_to_give_the_same_size():
-    a, m = add(64), mul(128)
+    a, m = add(64), mul(128, counts={"x": 128})  # x has its own count: fixed
     desc = pipeline(a, m, conns=[(a["out"], m["x"])], fed=all_inputs(a))
     with pytest.raises(ValidationError, match=r"\(64 elements\) to mul\.x \(128 elements\): sizes differ; give both"):
         plan(desc)
@@ -135,7 +135,7 @@ def test_missing_required_input_names_the_port_and_the_fixes():
     with pytest.raises(ValidationError, match=r"required input add\.a is neither connected nor bound") as e:
         plan(pipeline(a))
     msg = str(e.value)
-    assert "engine.connect(src, add['a'])" in msg and "engine.bind(add['a'], array)" in msg
+    assert "engine.connect(other['out'], add['a'])" in msg and "engine.bind(add['a'], array)" in msg
     assert "engine.write" in msg and e.value.subject == "add"
 
 

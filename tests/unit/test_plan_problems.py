@@ -87,7 +87,7 @@ def test_each_open_required_input_is_its_own_problem():
 
 
 def test_each_bad_connection_is_its_own_problem():
-    a1, a2, m, small = add(name="a1"), add(name="a2"), mul(), mul(32, name="small")
+    a1, a2, m, small = add(name="a1"), add(name="a2"), mul(), mul(32, name="small", counts={"x": 32})
     desc = pipeline(a1, a2, m, small, conns=[(m["x"], a1["a"]), (a1["out"], small["x"]), (a2["out"], m["out"])],
                     fed=all_inputs(a1, a2, m, small))
     assert [p.message.split(";")[0] for p in problems_of(desc)] == [
@@ -98,7 +98,7 @@ def test_each_bad_connection_is_its_own_problem():
 
 
 def test_a_connection_wrong_in_two_ways_reports_both():
-    a, i = add(), Block.from_kernel(IMUL, size=32, name="imul")
+    a, i = add(), Block.from_kernel(IMUL, size=32, name="imul", counts={"x": 32})
     desc = pipeline(a, i, conns=[(a["out"], i["x"])], fed=all_inputs(a))
     assert [p.message.split(":")[0] for p in problems_of(desc)] == [
         "cannot connect add.out (f32) to imul.x (i32)",
@@ -206,7 +206,7 @@ def test_a_single_unknown_port_is_still_an_unknown_port_error():
 
 
 def test_the_index_refuses_a_connection_with_the_planners_messages():
-    a, i = add(), Block.from_kernel(IMUL, size=32, name="imul")
+    a, i = add(), Block.from_kernel(IMUL, size=32, name="imul", counts={"x": 32})
     index = PipelineIndex()
     index.add_block(a.id, a.description)
     index.add_block(i.id, i.description)

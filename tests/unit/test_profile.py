@@ -167,6 +167,7 @@ def test_low_occupancy_warns_once_per_rebuild_and_the_block_recovers(engine, mon
     engine.tick()
     occ = engine._rt.occupancy[(blocks[0].id, "mul")]
     assert occ == 256 / 2048
+    assert blocks[0].occupancy == {"mul": 256 / 2048}  # the same number as data, not only in str(block)
     warnings = [d for d in engine.diagnostic_log if "theoretical occupancy 12%" in d.message]
     assert len(warnings) == 2 and blocks[0].state == "warning"
     assert "use more threads per block" in warnings[0].message
