@@ -126,7 +126,8 @@ def test_a_delay_between_ports_of_different_size_or_dtype_is_refused(size, dtype
     a = add()
     other = Block.from_kernel(rxcuda.lowlevel.KernelCode("imul", b"// imul", "ptx", rxcuda.KernelSignature(
         "imul", (rxcuda.KernelParam("x", "pointer", 8, dtype or "f32", "in"),
-                 rxcuda.KernelParam("out", "pointer", 8, dtype or "f32", "out")))), size=size, name="other", counts={"x": size})
+                 rxcuda.KernelParam("out", "pointer", 8, dtype or "f32", "out")))),
+        size=size, name="other", counts={"x": size})
     desc = delayed(pipeline(a, other, fed=[a["a"], a["b"]]), (a["out"], other["x"]))
     with pytest.raises(ValidationError, match=rf"cannot connect add\.out .* to other\.x .*{what}.*; a delayed "
                                               "connection copies the output into the input's previous-frame "
