@@ -95,7 +95,8 @@ past the buffer. Set n <= 1024, or grow the buffer first: engine.resize(mul['x']
         inputs = set(inputs)
         grow = port if port in inputs else next((p for p in capacities if p in inputs), None)
         how = (f"engine.resize({block}['{grow}'], shape)" if grow is not None
-               else "engine.resize(input, shape) on the input it follows")
+               else "engine.resize(input, shape) on the input it follows (an append buffer's capacity is fixed "
+               "where it is declared)")
         return (f"{block}.{name} = {value} is more than port '{port}' holds ({cap} elements): {name} counts "
                 f"{tied}, so the kernel would index past the buffer. Set {name} <= {cap}, or grow the buffer "
                 f"first: {how}"), port, cap
