@@ -33,6 +33,7 @@ from .engine.plan._plan import GraphPlan, plan
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from .model._dtypes import numpy_dtype, struct
 from .model._errors import (
+    BoundsError,
     CompileError,
     CudaError,
     DeviceLostError,
@@ -71,6 +72,7 @@ __all__ = [
     "BufferStats",
     "CallSpec",
     "CaptureArgs",
+    "BoundsError",
     "CompileError",
     "ComposeError",
     "Composite",

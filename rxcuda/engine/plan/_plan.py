@@ -33,6 +33,7 @@ from ...model._graphplan import (
     NodePlan,
     ScalarArg,
 )
+from ...model._bounds import count_problem
 from . import _appends, _delays, _liveness, _regions, _shapes
 
 
@@ -432,11 +433,17 @@ class _Planner:
                 pin_buffer[pin.kernel, pin.param] = buf
             if p.counter is not None:  # one counter per append buffer, reset once (see _appends)
                 _appends.emit_counter(self, bid, label, p, ref, src, pin_buffer)
+        # ports and internal buffers some count parameter counts -> their buffer (checked below)
+        tied = {c: port_buffers.get(PortRef(bid, c)) for s in d.scalars for c in s.counts}
         for ib in d.internals:
             count = ib.count if shaped is None else shaped.internals.get(ib.name, ib.count)
             iid = self.buffer(("internal", bid, ib.name), f"{label}/{ib.name}", ib.dtype, count, "internal")
             for pin in (ib.writer, *ib.readers):
                 pin_buffer[pin.kernel, pin.param] = iid
+            if ib.name in tied:
+                tied[ib.name] = iid
+        if tied:
+            _check_counts(self, b, shaped, tied)
         scalar_of: dict[tuple[str, int], str] = {}
         for s in d.scalars:
             for pin in s.pins:
@@ -546,3 +553,21 @@ def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
     ``reuse_memory``: let intermediate buffers whose lifetimes never overlap share memory (``GraphPlan.shared``,
     see ``rxcuda.engine.plan._liveness``); False gives every buffer its own."""
     return _Planner(desc, reuse_memory).run()
+
+
+def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> None:
+    """A count parameter (``ScalarSpec.counts``) whose value this plan would pass exceeds a buffer it counts,
+    or is negative: an error naming the parameter, the port and its size (``rxcuda.model._bounds``), so the
+    plan is refused and the last good graph keeps running instead of a kernel indexing past a buffer."""
+    d = b.desc
+    inputs = [p.name for p in d.ports if p.direction == "in" and p.counter is None]
+    for s in d.scalars:
+        if not s.counts:
+            continue
+        value = b.value(s.name)
+        if shaped is not None and s.name in shaped.values:
+            value = shaped.values[s.name]
+        caps = {c: planner.buffers[tied[c]].count for c in s.counts if tied.get(c) is not None}
+        found = count_problem(d.name, s.name, value, caps, inputs)
+        if found is not None:
+            planner.report.error(found[0], f"{d.name}.{s.name}", b.id)
