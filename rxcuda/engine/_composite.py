@@ -496,6 +496,8 @@ class CompositeParameter:
     def value(self, v) -> None:
         ts = self.targets
         v = ts[0]._check(v)  # one type for all: a value the first takes, every one takes
+        for t in ts[1:]:
+            t._check(v)  # a count checks its own buffers (BoundsError): refused by one, set on none
         for t in ts:
             t.value = v
 

@@ -61,10 +61,10 @@ def tie(name: str, dtype: str | None, value, pins: Iterable[tuple[str, str]],
         return ()
     appended = set(appends)
     for kernel, _param in pins:
-        if name.lower() == "capacity":  # an append kernel's capacity counts its append buffer
-            for key in appended:
-                if key[0] == kernel and key in buffers:
-                    out[buffers[key][0]] = None
+        mine = [key for key in appended if key[0] == kernel and key in buffers]
+        if name.lower() == "capacity" and mine:  # an append kernel's capacity counts its append buffer
+            for key in mine:
+                out[buffers[key][0]] = None
             continue
         for (k, _ptr), (buf, count) in buffers.items():
             if k == kernel and count == value and (k, _ptr) not in appended:

@@ -559,6 +559,8 @@ def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]
     """A count parameter (``ScalarSpec.counts``) whose value this plan would pass exceeds a buffer it counts,
     or is negative: an error naming the parameter, the port and its size (``rxcuda.model._bounds``), so the
     plan is refused and the last good graph keeps running instead of a kernel indexing past a buffer."""
+    if planner.report.errors:
+        return  # the plan is refused already (a shape error, say): its sizes would only repeat it
     d = b.desc
     inputs = [p.name for p in d.ports if p.direction == "in" and p.counter is None]
     for s in d.scalars:
