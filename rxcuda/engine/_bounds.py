@@ -91,7 +91,8 @@ def check_launch(block, kernel: str, launch: Launch) -> None:
     port, cap = min(caps.items(), key=lambda kv: kv[1])
     per_block = math.prod(launch.block)
     ipt = spec.code.items_per_thread
-    cover = -(-(-(-cap // ipt)) // per_block) * per_block
+    threads = -(-cap // ipt)  # ceil: a thread may handle several elements
+    cover = -(-threads // per_block) * per_block  # in whole blocks
     declared = spec.launch.threads if spec.grid_of is None else 0
     limit = max(cover, declared)
     if launch.threads > limit:

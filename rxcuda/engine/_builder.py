@@ -299,11 +299,11 @@ class BlockBuilder:
         declared = (params[0].min, params[0].max, params[0].step)
         lo, hi, step = (d if v is None else v for v, d in zip((min, max, step), declared, strict=True))
         lo, hi, step = check_range(f"{self.name}.{name}", dtype, lo, hi, step, default)
-        for pin in pins:
-            self._claim(pin, name)
         if counts is not None and _dtypes.is_float(dtype):
             raise ValidationError(f"{self.name}: parameter '{name}' is {dtype}; only an integer parameter can count "
                                   "elements (counts=...)", subject=self.name)
+        for pin in pins:
+            self._claim(pin, name)
         self._scalars.append(ScalarSpec(name, dtype, default, pins, min=lo, max=hi, step=step,
                                         counts=tuple(dict.fromkeys(counts or ()))))
 

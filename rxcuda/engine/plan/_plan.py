@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Container, Iterable, Mapping
 
 from ...model import _dtypes
+from ...model._bounds import count_problem
 from ...model._describe import (
     BlockDescription,
     BlockEntry,
@@ -33,7 +34,6 @@ from ...model._graphplan import (
     NodePlan,
     ScalarArg,
 )
-from ...model._bounds import count_problem
 from . import _appends, _delays, _liveness, _regions, _shapes
 
 
@@ -442,8 +442,7 @@ class _Planner:
                 pin_buffer[pin.kernel, pin.param] = iid
             if ib.name in tied:
                 tied[ib.name] = iid
-        if tied:
-            _check_counts(self, b, shaped, tied)
+        clamped = _check_counts(self, b, shaped, tied) if tied else None
         scalar_of: dict[tuple[str, int], str] = {}
         for s in d.scalars:
             for pin in s.pins:
@@ -488,6 +487,8 @@ class _Planner:
                 value = values[name] if name in values else b.value(name)
                 if shaped is not None and name in shaped.values:  # a size that followed a resize
                     value = shaped.values[name]
+                if clamped and name in clamped:  # a count that follows a size, set above the buffer it counts
+                    value = clamped[name]
                 args.append(ScalarArg(bid, name, prm.dtype, prm.size, value))
                 if call is None:
                     slot = (bid, name)
@@ -555,12 +556,15 @@ def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
     return _Planner(desc, reuse_memory).run()
 
 
-def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> None:
+def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> dict[str, int]:
     """A count parameter (``ScalarSpec.counts``) whose value this plan would pass exceeds a buffer it counts,
     or is negative: an error naming the parameter, the port and its size (``rxcuda.model._bounds``), so the
-    plan is refused and the last good graph keeps running instead of a kernel indexing past a buffer."""
+    plan is refused and the last good graph keeps running instead of a kernel indexing past a buffer. A count
+    that follows a size (``ScalarSpec.size_of``: a ``"size"`` default) and was set above what its buffers hold
+    now (set while they were larger, then resized back) shrinks with them instead: returns those values."""
+    clamped: dict[str, int] = {}
     if planner.report.errors:
-        return  # the plan is refused already (a shape error, say): its sizes would only repeat it
+        return clamped  # the plan is refused already (a shape error, say): its sizes would only repeat it
     d = b.desc
     inputs = [p.name for p in d.ports if p.direction == "in" and p.counter is None]
     for s in d.scalars:
@@ -571,5 +575,11 @@ def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]
             value = shaped.values[s.name]
         caps = {c: planner.buffers[tied[c]].count for c in s.counts if tied.get(c) is not None}
         found = count_problem(d.name, s.name, value, caps, inputs)
-        if found is not None:
+        if found is not None and s.size_of is not None and value > 0:
+            clamped[s.name] = cap = min(caps.values())
+            planner.report.warning(f"{d.name}.{s.name} = {value} is more than port '{found[1]}' holds ({cap} "
+                                   f"elements); {s.name} follows the size of {s.size_of[0]}, so the frames pass "
+                                   f"{cap}. Set {s.name} <= {cap} to silence this", f"{d.name}.{s.name}", b.id)
+        elif found is not None:
             planner.report.error(found[0], f"{d.name}.{s.name}", b.id)
+    return clamped
