@@ -119,3 +119,37 @@ def untied_kernels(block) -> list[str]:
         if not any(s.counts and any(p.kernel == st.name for p in s.pins) for s in desc.scalars):
             out.append(st.name)
     return out
+
+
+def plan_limits(plan, blocks) -> dict[tuple[int, str], tuple[int, str]]:
+    """(block id, parameter) -> (element count of the smallest buffer it counts, that buffer's name) in the
+    GraphPlan ``plan``, for the count parameters of ``blocks`` (id -> Block) it holds."""
+    internal = {b.key: b.id for b in plan.buffers if b.kind == "internal"}
+    out = {}
+    for bid, block in blocks.items():
+        for s in block.description.scalars:
+            caps = []
+            for c in s.counts:
+                buf = plan.port_buffers.get(PortRef(bid, c))
+                if buf is None:
+                    buf = internal.get(("internal", bid, c))
+                if buf is not None:
+                    caps.append((plan.buffers[buf].count, c))
+            if caps:
+                out[bid, s.name] = min(caps)
+    return out
+
+
+def report_late_refusal(rt, key: tuple[int, str], value, limit: tuple[int, str]) -> None:
+    """A count value that passed ``set`` but no longer fits the running graph (a resize came in between):
+    it is not applied; an error diagnostic says so."""
+    from ._records import Diagnostic
+
+    bid, name = key
+    block = rt.blocks.get(bid)
+    label = block.name if block is not None else f"#{bid}"
+    cap, port = limit
+    why = ("is negative" if value < 0 else f"is more than port '{port}' holds ({cap} elements) in the running graph "
+           "(it was resized after the value was set)")
+    rt.reporter.publish(Diagnostic("error", f"{label}.{name}", f"{label}.{name} = {value} {why}: the value was not "
+                                   f"applied. Set 0 <= {name} <= {cap}", rt.frame, bid))

@@ -385,3 +385,32 @@ def test_a_kernel_file_whose_scalars_count_nothing_gets_one_info_on_add(tmp_path
     engine.write(blk["x"], np.ones(N, np.float32))
     engine.tick()
     assert [d.severity for d in seen] == ["info"]  # once, when added
+
+
+def test_a_count_that_reaches_the_engine_past_the_running_buffers_is_not_applied(engine, api):
+    # what a set racing a resize would leave pending: the engine's last check keeps it from the GPU
+    mul = fed_mul(engine)
+    seen: list = []
+    engine.diagnostics.subscribe(seen.append)
+    mark = len(api.calls)
+    engine._rt.pending.set_parameter(mul.id, "n", 5000)
+    frame = engine.tick()
+    assert frame.state == "ok" and frame.tiers == ()
+    assert api.since(mark) == ["cuGraphLaunch", "cuStreamSynchronize"]
+    (d,) = seen
+    assert d.severity == "error" and d.subject == "scalar_mul.n" and "the value was not applied" in d.message
+    # with other changes pending (the drained plan's path), the good values still go through
+    engine._rt.pending.set_parameter(mul.id, "n", -1)
+    mul.set(scale=2.0)
+    assert engine.tick().tiers == ("parameters",) and "negative" in seen[-1].message
+
+
+def test_the_engine_check_follows_a_resize_in_place(engine, api):
+    mul = fed_mul(engine)
+    engine.resize(mul["x"], (N // 2,))
+    engine.tick()
+    seen: list = []
+    engine.diagnostics.subscribe(seen.append)
+    engine._rt.pending.set_parameter(mul.id, "n", N)
+    engine.tick()
+    assert [d.severity for d in seen] == ["error"] and "holds (512 elements)" in seen[0].message
