@@ -570,17 +570,10 @@ class Block:
         engine = self._engine
         if engine is None:
             return
-        from ..model._errors import BoundsError
+        from ._bounds import binding_refused
 
-        if isinstance(err, BoundsError):  # refused, the last good value stays: an error, the block is not in error
-            from ._records import Diagnostic
-
-            rt = engine._rt
-            rt.reporter.publish(Diagnostic("error", f"{self.name}.{name}", f"parameter binding: {err}; the value "
-                                           f"was refused and {self.name}.{name} keeps "
-                                           f"{self.params[name].value!r}", rt.frame, self.id))
-            return
-        engine._warn(f"{self.name}.{name}", f"parameter binding: {err}", self)
+        if not binding_refused(engine, self, name, err):  # a count past its buffers is an error diagnostic
+            engine._warn(f"{self.name}.{name}", f"parameter binding: {err}", self)
 
     def dispose_bindings(self) -> None:
         """End every parameter binding of this block."""

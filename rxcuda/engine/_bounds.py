@@ -4,8 +4,11 @@ Every way a value reaches a count parameter (``Block.set``, ``Parameter.value =`
 composite's ``set``, the live view and the notebook widgets, which call the same setter) goes through
 :func:`bounded`'s check, against the element counts the tied buffers have *now* (after ``engine.resize``).
 The planner checks the same rule again whenever it plans (a rebuild, ``engine.replace``, a description
-rebuilt from data), so a value that slipped past a concurrent resize fails that plan (a diagnostic; the last
-good graph keeps running) instead of reaching the GPU. The rules are in ``rxcuda.model._bounds``.
+rebuilt from data): a count set by number that no longer fits fails that plan (a diagnostic; the last good
+graph keeps running), one that follows a size is passed as that size (a plan warning). And the engine checks
+each count value once more against the running plan before it patches the graph (:func:`plan_limits`), so a
+value that passed ``set`` just before a resize shrank its buffer is dropped with an error diagnostic instead
+of reaching the GPU. The rules are in ``rxcuda.model._bounds``.
 
 Launch geometry (``Block.set_launch``): a kernel with a tied count parameter only touches its buffers below
 that count (the author said so by declaring it), so threads beyond it do nothing and any thread count is
@@ -119,6 +122,20 @@ def untied_kernels(block) -> list[str]:
         if not any(s.counts and any(p.kernel == st.name for p in s.pins) for s in desc.scalars):
             out.append(st.name)
     return out
+
+
+def binding_refused(engine, block, name: str, err: Exception) -> bool:
+    """Report a value from ``Parameter.bind`` that the count rule refused (a BoundsError) as an error
+    diagnostic that says the parameter keeps its value (the block stays as it is); False for other errors."""
+    if not isinstance(err, BoundsError):
+        return False
+    from ._records import Diagnostic
+
+    rt = engine._rt
+    rt.reporter.publish(Diagnostic("error", f"{block.name}.{name}", f"parameter binding: {err}; the value was "
+                                   f"refused and {block.name}.{name} keeps {block.params[name].value!r}", rt.frame,
+                                   block.id))
+    return True
 
 
 def plan_limits(plan, blocks) -> dict[tuple[int, str], tuple[int, str]]:
