@@ -572,7 +572,7 @@ class Block:
             return
         from ._bounds import binding_refused
 
-        if not binding_refused(engine, self, name, err):  # a count past its buffers is an error diagnostic
+        if not binding_refused(engine, f"{self.name}.{name}", self.params[name].value, self.id, err):
             engine._warn(f"{self.name}.{name}", f"parameter binding: {err}", self)
 
     def dispose_bindings(self) -> None:

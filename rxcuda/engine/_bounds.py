@@ -124,17 +124,17 @@ def untied_kernels(block) -> list[str]:
     return out
 
 
-def binding_refused(engine, block, name: str, err: Exception) -> bool:
-    """Report a value from ``Parameter.bind`` that the count rule refused (a BoundsError) as an error
-    diagnostic that says the parameter keeps its value (the block stays as it is); False for other errors."""
+def binding_refused(engine, subject: str, keeps, block_id: int | None, err: Exception) -> bool:
+    """Report a value from ``bind`` (a parameter's, or a composite instance's) that the count rule refused (a
+    BoundsError) as an error diagnostic on ``subject`` saying that it keeps its value ``keeps`` (the block
+    stays as it is); False for any other error."""
     if not isinstance(err, BoundsError):
         return False
     from ._records import Diagnostic
 
     rt = engine._rt
-    rt.reporter.publish(Diagnostic("error", f"{block.name}.{name}", f"parameter binding: {err}; the value was "
-                                   f"refused and {block.name}.{name} keeps {block.params[name].value!r}", rt.frame,
-                                   block.id))
+    rt.reporter.publish(Diagnostic("error", subject, f"parameter binding: {err}; the value was refused and "
+                                   f"{subject} keeps {keeps!r}", rt.frame, block_id))
     return True
 
 

@@ -511,8 +511,13 @@ class CompositeParameter:
 
         def failed(err: Exception) -> None:
             engine = self._instance._engine
-            if engine is not None:
-                engine._warn(f"{self._instance.name}.{self.name}", f"parameter binding: {err}")
+            if engine is None:
+                return
+            from ._bounds import binding_refused
+
+            subject = f"{self._instance.name}.{self.name}"
+            if not binding_refused(engine, subject, self.value, None, err):  # a count past its buffers: an error
+                engine._warn(subject, f"parameter binding: {err}")
 
         d = bind_parameter(source, setter, failed)
         self._instance._subscriptions.add(d)

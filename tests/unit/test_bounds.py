@@ -414,3 +414,22 @@ def test_the_engine_check_follows_a_resize_in_place(engine, api):
     engine._rt.pending.set_parameter(mul.id, "n", N)
     engine.tick()
     assert [d.severity for d in seen] == ["error"] and "holds (512 elements)" in seen[0].message
+
+
+def test_a_composite_binding_past_a_buffer_is_an_error_diagnostic(engine):
+    small, big = Block.from_kernel(MUL, size=N // 2, name="small"), Block.from_kernel(MUL, size=N, name="big")
+    c = rxcuda.Composite("pair")
+    c.add(small)
+    c.add(big)
+    c.expose_parameter("n", small.params["n"], big.params["n"])
+    inst = engine.add(c)
+    seen: list = []
+    engine.diagnostics.subscribe(seen.append)
+    knob = Subject()
+    inst.params["n"].bind(knob)
+    knob.on_next(N)
+    (d,) = seen
+    assert d.severity == "error" and d.subject == f"{inst.name}.n" and "holds (512 elements)" in d.message
+    assert [t.value for t in inst.params["n"].targets] == [N // 2, N]
+    knob.on_next(100)
+    assert [t.value for t in inst.params["n"].targets] == [100, 100]
