@@ -55,17 +55,38 @@ def capacities(block, names: Iterable[str]) -> dict[str, int]:
 
 def bounded(param, check: Callable, counts: tuple[str, ...]) -> Callable:
     """``check`` (the parameter's type and range check) followed by the count rule: a value above the element
-    count of a buffer that parameter counts, or below 0, raises BoundsError and changes nothing."""
+    count of a buffer that parameter counts, or below 0, raises BoundsError and changes nothing.
+
+    The setter is the hottest call a user makes, so the check costs a few attribute reads while nothing is
+    resized (the declared counts hold); only a resized pipeline looks up the shapes (:func:`capacities`)."""
     block = param._block
+    cached: list = [None, 0]  # [description, smallest declared count]: a description is immutable
+
+    def declared_min() -> int:
+        desc = block._desc
+        if cached[0] is not desc:
+            cached[0], cached[1] = desc, min(_declared(desc, counts).values(), default=-1)
+        return cached[1]
 
     def check_count(v):
         v = check(v)
-        caps = capacities(block, counts)
-        if v < 0 or v > min(caps.values(), default=v):
-            raise refusal(block, param.name, v, caps)
+        cap = declared_min()
+        rt = getattr(block._engine, "_rt", None)
+        if rt is not None:
+            g = rt.graph
+            if rt.shapes or (g is not None and g.plan.shapes):  # something was resized: the counts now
+                cap = min(capacities(block, counts).values(), default=-1)
+        if cap >= 0 and not 0 <= v <= cap:
+            raise refusal(block, param.name, v, capacities(block, counts))
         return v
 
     return check_count
+
+
+def _declared(desc, names: Iterable[str]) -> dict[str, int]:
+    """name -> declared element count of the ports and internal buffers ``names`` of a block description."""
+    sizes = {p.name: p.count for p in desc.ports} | {ib.name: ib.count for ib in desc.internals}
+    return {n: sizes[n] for n in names if n in sizes}
 
 
 def refusal(block, name: str, value, caps: dict[str, int]) -> BoundsError:
