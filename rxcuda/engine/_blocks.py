@@ -247,10 +247,15 @@ engine.resize(scalar_mul['x'], shape)
         >>> Block.from_kernel("kernels/scalar_mul.ptx", size=1024).params["n"].counts
         ('x', 'out')
         """
-        for s in self._block.description.scalars:
-            if s.name == self.name:
-                return s.counts
-        return ()
+        return next((s.counts for s in self._block.description.scalars if s.name == self.name), ())
+
+    @property
+    def limit(self) -> int | None:
+        """The largest value this count parameter takes now: the smallest element count, after any resize, of
+        the buffers it counts (a slider's end); None when it counts nothing."""
+        from ._bounds import capacities
+
+        return min(capacities(self._block, self.counts).values(), default=None) if self.counts else None
 
     @property
     def value(self):

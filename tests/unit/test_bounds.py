@@ -433,3 +433,12 @@ def test_a_composite_binding_past_a_buffer_is_an_error_diagnostic(engine):
     assert [t.value for t in inst.params["n"].targets] == [N // 2, N]
     knob.on_next(100)
     assert [t.value for t in inst.params["n"].targets] == [100, 100]
+
+
+def test_limit_is_the_largest_value_a_count_takes_now(engine):
+    mul = fed_mul(engine)
+    assert mul.params["n"].limit == N and mul.params["scale"].limit is None
+    engine.resize(mul["x"], (N // 2,))
+    engine.tick()
+    assert mul.params["n"].limit == N // 2
+    mul.set(n=mul.params["n"].limit)
