@@ -35,7 +35,8 @@ class Updater:
         self.updates = Broadcast(on_error=self._subscriber_failed)
         self.recaptures = 0
         self.applied = 0  # calls of apply_pending that had something to apply
-        self._limits_plan, self._limits = None, {}  # the running plan, and its count limits (_count_limits)
+        self._limits_plan: object = None  # the running plan whose count limits _limits holds (_count_limits)
+        self._limits: dict = {}
         self._handlers = {
             Tier.STRUCTURE: self._structure,
             Tier.CODE: self._code,
