@@ -9,7 +9,7 @@
 //   n          in       int            element count of values (sidecar default: "size")
 extern "C" __global__ void append_above(const float* __restrict__ values, float* __restrict__ out,
                                         unsigned int* __restrict__ count, float threshold,
-                                        unsigned int capacity, int n)
+                                        unsigned int capacity /*counts out*/, int n /*counts values*/)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {

@@ -7,7 +7,7 @@
 //   out  out  float*        sum, n elements
 //   n    in   int           element count (sidecar default: "size")
 extern "C" __global__ void vector_add3(const float* __restrict__ a, const float* __restrict__ b,
-                                       const float* __restrict__ c, float* __restrict__ out, int n)
+                                       const float* __restrict__ c, float* __restrict__ out, int n /*counts a, b, c, out*/)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i] + c[i];

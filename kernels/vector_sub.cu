@@ -5,7 +5,7 @@
 //   out  out  float*        difference, n elements
 //   n    in   int           element count (sidecar default: "size")
 extern "C" __global__ void vector_sub(const float* __restrict__ a, const float* __restrict__ b,
-                                      float* __restrict__ out, int n)
+                                      float* __restrict__ out, int n /*counts a, b, out*/)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] - b[i];

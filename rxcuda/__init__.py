@@ -30,6 +30,7 @@ from .engine._engine import AppliedUpdate, Diagnostic, Engine, EngineStream, Fra
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from .model._dtypes import numpy_dtype, struct
 from .model._errors import (
+    BoundsError,
     CompileError,
     CudaError,
     DeviceLostError,
@@ -70,6 +71,7 @@ __all__ = [
     "BufferStats",
     "CallSpec",
     "CaptureArgs",
+    "BoundsError",
     "CompileError",
     "ComposeError",
     "Composite",

@@ -219,6 +219,16 @@ def resolve_port(port, blocks: Mapping[int, Block]) -> PortRef:
 class Parameter:
     """A typed scalar of a block. Setting ``value`` schedules a hot update of the next frame.
 
+    A count parameter (see :attr:`counts`) never exceeds the element count of the buffers it counts:
+
+    >>> mul = Block.from_kernel("kernels/scalar_mul.ptx", size=1024)
+    >>> mul.set(n=50_000_000)
+    Traceback (most recent call last):
+    ...
+    rxcuda.model._errors.BoundsError: scalar_mul.n = 50000000 is more than port 'x' holds (1024 elements): n \
+counts x and out, so the kernel would index past the buffer. Set n <= 1024, or grow the buffer first: \
+engine.resize(scalar_mul['x'], shape)
+
     Integer types take Python and NumPy integers within their range (not bool, float or str); float types
     take Python and NumPy ints and floats that are finite and within their range (not bool or str). A value
     that breaks the rule raises TypeError or ValueError and the parameter keeps its old value. A parameter
@@ -235,13 +245,18 @@ class Parameter:
 
     __slots__ = ("name", "dtype", "_value", "_block", "_check", "_min", "_max", "_step")
 
-    def __init__(self, block: Block, name: str, dtype: str, value, min=None, max=None, step=None):
+    def __init__(self, block: Block, name: str, dtype: str, value, min=None, max=None, step=None,
+                 counts: tuple[str, ...] = ()):
         self.name = name
         self.dtype = dtype
         self._block = block
         self._min, self._max, self._step = min, max, step  # the declared range (None: unbounded) and control step
         check = _value_check(self, dtype)
         self._check = check if min is None and max is None else _in_range(self, check, min, max)
+        if counts:  # a count parameter: never past the buffers it counts (see rxcuda.engine._bounds)
+            from ._bounds import bounded
+
+            self._check = bounded(self, self._check, counts)
         self._value = self._check(value)
 
     # The range is part of the declaration (it is checked by every setter, shown by the live page's controls and
@@ -261,6 +276,24 @@ class Parameter:
     def step(self):
         """The step a control offers (None: any); it guides controls only. Read-only, like :attr:`min`."""
         return self._step
+
+    @property
+    def counts(self) -> tuple[str, ...]:
+        """The ports (and internal buffers) this count parameter counts; () for none. A value above the
+        smallest one's element count, or below 0, raises BoundsError (a ValueError) and changes nothing.
+
+        >>> Block.from_kernel("kernels/scalar_mul.ptx", size=1024).params["n"].counts
+        ('x', 'out')
+        """
+        return next((s.counts for s in self._block.description.scalars if s.name == self.name), ())
+
+    @property
+    def limit(self) -> int | None:
+        """The largest value this count parameter takes now: the smallest element count, after any resize, of
+        the buffers it counts (a slider's end); None when it counts nothing."""
+        from ._bounds import capacities
+
+        return min(capacities(self._block, self.counts).values(), default=None) if self.counts else None
 
     @property
     def value(self):
@@ -344,7 +377,8 @@ class Block:
         self.message = ""
         self._warnings: dict[str, str] = {}  # what keeps the block in "warning" (source -> message)
         self._appends: dict[str, AppendState] = {}  # append port -> what the engine last read of its counter
-        self.params = Parameters({s.name: Parameter(self, s.name, s.dtype, s.default, s.min, s.max, s.step)
+        self.params = Parameters({s.name: Parameter(self, s.name, s.dtype, s.default, s.min, s.max, s.step,
+                                                    s.counts)
                                   for s in description.scalars})
 
     @classmethod
@@ -496,13 +530,22 @@ class Block:
 
     # -- changes ---------------------------------------------------------------------------------------
     def set(self, **values) -> None:
-        """Set several parameters at once: ``block.set(scale=0.5, n=128)``."""
-        for name, v in values.items():
-            self.params[name].value = v
+        """Set several parameters at once: ``block.set(scale=0.5, n=128)``. Every value is checked first: one
+        that is refused (TypeError, ValueError, BoundsError for a count past its buffers) raises and none of
+        them changes."""
+        params = [(self.params[name], v) for name, v in values.items()]
+        for prm, v in params:
+            prm._check(v)
+        for prm, v in params:
+            prm.value = v
 
     def set_launch(self, kernel: str | None = None, *, threads: int | None = None, grid=None, block=None,
                    shared_mem: int | None = None) -> Launch:
-        """Change a kernel's launch geometry (warm update, no rebuild). Returns the new Launch."""
+        """Change a kernel's launch geometry (warm update, no rebuild). Returns the new Launch.
+
+        A kernel none of whose count parameters is tied to its buffers may get at most the threads that cover
+        its smallest buffer (BoundsError otherwise, nothing changes); one with a tied count stops at the count,
+        so any thread count is safe (see ``rxcuda.engine._bounds``)."""
         from ..model._events import LaunchChanged
 
         kernel = self._kernel_name(kernel)
@@ -515,6 +558,9 @@ class Block:
             new = Launch.for_threads(threads, block=math.prod(_as_tuple(bs)), shared_mem=sm)
         else:
             new = Launch(grid=grid if grid is not None else old.grid, block=bs, shared_mem=sm)
+        from ._bounds import check_launch
+
+        check_launch(self, kernel, new)  # more threads than an unguarded kernel's buffers: BoundsError
         self._launches[kernel] = new
         if self._sink is not None:
             self._sink.add(LaunchChanged(self.id, kernel, new))
@@ -561,8 +607,9 @@ class Block:
 
     def _binding_error(self, name: str, err: Exception) -> None:
         engine = self._engine
-        if engine is not None:
-            engine._warn(f"{self.name}.{name}", f"parameter binding: {err}", self)
+        if engine is None:
+            return
+        engine._binding_failed(f"{self.name}.{name}", err, self.params[name].value, self)
 
     def dispose_bindings(self) -> None:
         """End every parameter binding of this block."""

@@ -13,6 +13,7 @@ import math
 
 import attrs
 
+from ..model import _bounds, _dtypes
 from ..model._describe import (
     BlockDescription,
     CallSpec,
@@ -29,7 +30,7 @@ from ..model._describe import (
     check_range,
     step_params,
 )
-from ..model._errors import ValidationError
+from ..model._errors import BoundsError, ValidationError
 from ._builder_shapes import Shaping, builder_shape
 
 
@@ -252,7 +253,7 @@ class DescriptionBuilder:
         self._ports.append(PortSpec(name, direction, dtype, count, pins, required, stored, **shaped))
 
     def scalar(self, name: str, pins, *, default=None, dtype=None, size_of=None, min=None, max=None,
-               step=None) -> None:
+               step=None, counts=None) -> None:
         """Declare a scalar parameter feeding one or more scalar kernel parameters.
 
         ``min`` and ``max`` bound its value (a set outside them raises ValueError); ``step`` is the
@@ -262,9 +263,20 @@ class DescriptionBuilder:
         ``size_of`` derives its value from a port's shape, again whenever the pipeline resizes: a port name
         (its element count) or ``(port, axis)`` (the length of one axis): ``b.scalar("cols", k["cols"],
         size_of=("x", 1))``. A scalar that defaults to ``"size"`` takes the builder's element count, and
-        follows the block's first input when that resizes."""
+        follows the block's first input when that resizes.
+
+        ``counts`` names the ports (or internal buffers) an integer scalar is the element count of: a value
+        above the smallest one's element count, or below 0, is refused with BoundsError wherever it is set
+        (``counts=["a", "out"]``). Without it, the kernels' own declarations apply (a sidecar's ``"counts"``,
+        ``RX_COUNTS(...)``), else a scalar named like a count whose default equals some of its kernel's buffers'
+        element counts counts those (see ``rxcuda.model._bounds``)."""
         self._check_name(name)
         pins = _pins(pins)
+        if counts is not None:
+            counts = (counts,) if isinstance(counts, str) else tuple(counts)
+            if not counts or not all(isinstance(c, str) for c in counts):
+                raise ValueError(f"{self.name}: 'counts' of parameter '{name}' names ports, e.g. counts=['a', 'out'] "
+                                 f"(got {counts!r})")
         params = [self._param(p) for p in pins]
         for pin, prm in zip(pins, params, strict=True):
             if prm.is_pointer:
@@ -295,9 +307,13 @@ class DescriptionBuilder:
         declared = (params[0].min, params[0].max, params[0].step)
         lo, hi, step = (d if v is None else v for v, d in zip((min, max, step), declared, strict=True))
         lo, hi, step = check_range(f"{self.name}.{name}", dtype, lo, hi, step, default)
+        if counts is not None and _dtypes.is_float(dtype):
+            raise ValidationError(f"{self.name}: parameter '{name}' is {dtype}; only an integer parameter can count "
+                                  "elements (counts=...)", subject=self.name)
         for pin in pins:
             self._claim(pin, name)
-        self._scalars.append(ScalarSpec(name, dtype, default, pins, min=lo, max=hi, step=step))
+        self._scalars.append(ScalarSpec(name, dtype, default, pins, min=lo, max=hi, step=step,
+                                        counts=tuple(dict.fromkeys(counts or ()))))
 
     def connect(self, src: Pin, dst, *, count: int | None = None, name: str | None = None) -> None:
         """Connect a kernel's output parameter to later kernels' inputs through an internal buffer."""
@@ -340,6 +356,7 @@ class DescriptionBuilder:
                                           f"declare a {what} for it", subject=self.name)
         ports, scalars, internals, steps = self._shaping.finish(self._ports, self._scalars, self._internals,
                                                                 self._steps)
+        scalars = _tie_counts(self.name, ports, scalars, internals, steps)
         return BlockDescription(self.name, tuple(steps), tuple(ports), tuple(scalars), tuple(internals))
 
     # -- helpers ---------------------------------------------------------------------------------------
@@ -374,6 +391,47 @@ class DescriptionBuilder:
         taken = {p.name for p in self._ports} | {s.name for s in self._scalars}
         if name in taken:
             raise ValidationError(f"{self.name}: '{name}' is declared twice", subject=self.name)
+
+
+def _tie_counts(block: str, ports, scalars, internals, steps) -> list[ScalarSpec]:
+    """Each scalar with the ports and internal buffers it counts (``ScalarSpec.counts``): declared on the block
+    (checked here), else declared by its kernels or inferred (``rxcuda.model._bounds.tie``)."""
+    params = {st.name: step_params(st) for st in steps}
+    buffers: dict[tuple[str, str], tuple[str, int]] = {}
+    appends = []
+    for p in ports:
+        for pin in p.pins:
+            key = (pin.kernel, params[pin.kernel][pin.param].name)
+            buffers[key] = (p.name, p.count)
+            if p.counter is not None:
+                appends.append(key)
+    for ib in internals:
+        for pin in (ib.writer, *ib.readers):
+            buffers[pin.kernel, params[pin.kernel][pin.param].name] = (ib.name, ib.count)
+    declared = {(st, prm.name): prm.counts for st, ps in params.items() for prm in ps if prm.counts}
+    names = [p.name for p in ports] + [ib.name for ib in internals]
+    out = []
+    for s in scalars:
+        if s.counts:
+            for c in s.counts:
+                if c not in names:
+                    raise ValidationError(f"{block}: parameter '{s.name}' counts '{c}', which is not a port or "
+                                          f"internal buffer of the block ({', '.join(names) or 'none'})",
+                                          subject=block)
+        else:
+            pins = [(pin.kernel, params[pin.kernel][pin.param].name) for pin in s.pins]
+            tied = _bounds.tie(s.name, s.dtype, s.default, pins, declared, buffers, appends)
+            if tied:
+                s = attrs.evolve(s, counts=tied)
+        sizes = {p.name: p.count for p in ports} | {ib.name: ib.count for ib in internals}
+        inputs = [p.name for p in ports if p.direction == "in" and p.counter is None]
+        found = _bounds.count_problem(block, s.name, s.default, {c: sizes[c] for c in s.counts}, inputs)
+        if found is not None:
+            raise BoundsError(f"{found[0]} (this is its default: give the block '{s.name}' a value that fits, "
+                              f"e.g. {s.name}={found[2]})", block=block, parameter=s.name, port=found[1],
+                              capacity=found[2], value=s.default)
+        out.append(s)
+    return out
 
 
 def _pins(pins) -> tuple[Pin, ...]:

@@ -494,6 +494,8 @@ class CompositeParameter:
     def value(self, v) -> None:
         ts = self.targets
         v = ts[0]._check(v)  # one type for all: a value the first takes, every one takes
+        for t in ts[1:]:
+            t._check(v)  # a count checks its own buffers (BoundsError): refused by one, set on none
         for t in ts:
             t.value = v
 
@@ -507,8 +509,9 @@ class CompositeParameter:
 
         def failed(err: Exception) -> None:
             engine = self._instance._engine
-            if engine is not None:
-                engine._warn(f"{self._instance.name}.{self.name}", f"parameter binding: {err}")
+            if engine is None:
+                return
+            engine._binding_failed(f"{self._instance.name}.{self.name}", err, self.value, None)
 
         d = bind_parameter(source, setter, failed)
         self._instance._subscriptions.add(d)

@@ -8,6 +8,7 @@ parameters, connect, add or remove blocks: that only folds a change into the pen
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from ..streams._coalesce import PendingPlan, UpdatePlan
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
 from . import _batch, _profile, _shapes_io
 from ._batch import Batches
+from ._bounds import binding_refused
 from ._build import Builder
 from ._composites import Composites
 from ._io import DataIO
@@ -752,6 +754,16 @@ class Engine:
 
     def _warn(self, subject: str, message: str, block=None) -> None:
         self._rt.reporter.warn(subject, message, block)
+
+    def _port_count(self, ref: PortRef, spec) -> int:
+        """The element count a port has now (a resize waiting for the next frame included); blocks ask this."""
+        return math.prod(_shapes_io.current_shape(self._rt, ref, spec))
+
+    def _binding_failed(self, subject: str, err: Exception, keeps, block=None) -> None:
+        """A value from a parameter binding was refused: a count past its buffers is an error diagnostic (the
+        parameter keeps ``keeps``), any other refusal a warning. Blocks call this; they never import the engine."""
+        if not binding_refused(self, subject, keeps, block.id if block is not None else None, err):
+            self._warn(subject, f"parameter binding: {err}", block)
 
     def _port_text(self, port: PortHandle) -> str:  # str(port) of a block in this engine (PortHandle.__str__)
         return port_text(port)

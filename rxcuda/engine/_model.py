@@ -23,6 +23,22 @@ from ._io import DataIO
 from ._runtime import Runtime
 
 
+def _bounds_info(rt: Runtime, block: Block) -> None:
+    """One "info" diagnostic per kernel file of ``block`` none of whose scalars is tied to its buffers: rxcuda
+    cannot check its bounds (see rxcuda.engine._bounds)."""
+    from ..blocks._bounds import untied_kernels
+    from ._records import Diagnostic
+
+    for kernel in untied_kernels(block):
+        origin = block.description.kernel(kernel).code.origin  # type: ignore[union-attr]
+        rt.reporter.publish(Diagnostic(
+            "info", f"{block.name}.{kernel}",
+            f"{block.name}.{kernel} ({origin}): no scalar of this kernel counts its buffers, so keeping its indices "
+            "inside them is yours: rxcuda cannot refuse a value or a launch that makes it index past them. Declare "
+            'the count ({"name": "n", "type": "i32", "counts": ["x", "out"]} in its sidecar, or '
+            "int n RX_COUNTS(x, out) in CUDA C++) to have such values refused", rt.frame, block.id))
+
+
 class Model:
     def __init__(self, rt: Runtime, io: DataIO):
         self.rt = rt
@@ -47,6 +63,7 @@ class Model:
             block._sink = rt.pending
             block.state, block.message = "not built", ""
         rt.pending.add(BlockAdded(block.id, block.name))
+        _bounds_info(rt, block)
 
     def remove(self, block: Block, gpu: Callable) -> None:
         rt, io = self.rt, self.io

@@ -35,6 +35,8 @@ class Updater:
         self.updates = Broadcast(on_error=self._subscriber_failed)
         self.recaptures = 0
         self.applied = 0  # calls of apply_pending that had something to apply
+        self._limits_plan: object = None  # the running plan whose count limits _limits holds (_count_limits)
+        self._limits: dict = {}
         self._handlers = {
             Tier.STRUCTURE: self._structure,
             Tier.CODE: self._code,
@@ -59,6 +61,11 @@ class Updater:
         t0 = time.perf_counter_ns() if observed else 0
         events = pending.count
         params = pending.take_parameters()
+        limits = self._limits if self._limits_plan is g.plan else self._count_limits(g)
+        if limits:  # count parameters: the last check before a value reaches the GPU (rxcuda.engine._bounds)
+            params = self._within(params, limits)
+            if not params:
+                return ()
         targets = g.hot[next(iter(params))] if len(params) == 1 else None
         if targets is not None:  # the hot path
             (value,) = params.values()
@@ -136,7 +143,31 @@ class Updater:
         return (Tier.CODE,) if swapped else ()
 
     def _parameters(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
-        return self.apply_values(up.params, up.rebinds, up.launches, raise_errors)
+        g = self.rt.running()
+        limits = self._limits if self._limits_plan is g.plan else self._count_limits(g)
+        params = self._within(up.params, limits) if limits else up.params
+        return self.apply_values(params, up.rebinds, up.launches, raise_errors)
+
+    # -- count parameters ------------------------------------------------------------------------------
+    def _count_limits(self, g) -> dict:
+        """(block id, parameter) -> the element count of the smallest buffer it counts, in the running plan
+        ``g.plan`` (cached per plan). A value checked at ``set`` against a shape that a resize then shrank is
+        caught here, before it reaches the GPU."""
+        from ._bounds import plan_limits
+
+        self._limits_plan, self._limits = g.plan, plan_limits(g.plan, self.rt.blocks)
+        return self._limits
+
+    def _within(self, params: dict, limits: dict) -> dict:
+        """``params`` without the count values past their buffers (each reported as an error diagnostic)."""
+        bad = [key for key, v in params.items() if key in limits and not 0 <= v <= limits[key][0]]
+        if not bad:
+            return params
+        from ._bounds import report_late_refusal
+
+        for key in bad:
+            report_late_refusal(self.rt, key, params[key], limits[key])
+        return {k: v for k, v in params.items() if k not in bad}
 
     # -- the one Parameters path ---------------------------------------------------------------------
     def apply_values(self, params: dict, rebinds: dict | None = None, launches: dict | None = None,

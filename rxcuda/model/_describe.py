@@ -43,6 +43,9 @@ class KernelParam:
     min: float | int | None = None
     max: float | int | None = None
     step: float | int | None = None
+    # the pointer parameters a count scalar counts (sidecar key 'counts', RX_COUNTS(...) in CUDA C++): the kernel
+    # touches those buffers only below the scalar's value, so the value may not exceed their element counts
+    counts: tuple[str, ...] = ()
 
     @property
     def is_pointer(self) -> bool:
@@ -274,6 +277,9 @@ class ScalarSpec:
     min: float | int | None = None
     max: float | int | None = None
     step: float | int | None = None
+    # the ports and internal buffers this count parameter counts (declared or inferred, see
+    # rxcuda.model._bounds): a value above the smallest one's element count, or below 0, is refused
+    counts: tuple[str, ...] = ()
 
 
 @attrs.frozen

@@ -69,6 +69,19 @@ class ForeignBlockError(ValidationError):
     """A port of a block that is not in this engine (never added, or removed); ``engine.add`` it first."""
 
 
+class BoundsError(RxcudaError, ValueError):
+    """A count parameter, or a launch, that would make a kernel index past a buffer: a value above the
+    element count of a port it counts, or below 0. Nothing changed; the engine keeps running. ``block``,
+    ``parameter``, ``port``, ``capacity`` and ``value`` say what was refused (``parameter`` is
+    ``"threads"`` for a launch); ``engine.resize(port, shape)`` is how a buffer grows."""
+
+    def __init__(self, message: str, *, block: str = "", parameter: str = "", port: str = "",
+                 capacity: int | None = None, value=None):
+        super().__init__(message)
+        self.subject = f"{block}.{parameter}" if block else None
+        self.block, self.parameter, self.port, self.capacity, self.value = block, parameter, port, capacity, value
+
+
 class KernelFileError(RxcudaError, ValueError):
     """A kernel file or its JSON sidecar is missing, malformed, or disagrees with the kernel."""
 

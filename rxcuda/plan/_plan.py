@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 
 from ..model import _dtypes
+from ..model._bounds import count_problem
 from ..model._describe import (
     BlockDescription,
     BlockEntry,
@@ -311,11 +312,16 @@ class _Planner:
                 pin_buffer[pin.kernel, pin.param] = buf
             if p.counter is not None:  # one counter per append buffer, reset once (see _appends)
                 _appends.emit_counter(self, bid, label, p, ref, src, pin_buffer)
+        # ports and internal buffers some count parameter counts -> their buffer (checked below)
+        tied = {c: port_buffers.get(PortRef(bid, c)) for s in d.scalars for c in s.counts}
         for ib in d.internals:
             count = ib.count if shaped is None else shaped.internals.get(ib.name, ib.count)
             iid = self.buffer(("internal", bid, ib.name), f"{label}/{ib.name}", ib.dtype, count, "internal")
             for pin in (ib.writer, *ib.readers):
                 pin_buffer[pin.kernel, pin.param] = iid
+            if ib.name in tied:
+                tied[ib.name] = iid
+        clamped = _check_counts(self, b, shaped, tied) if tied else None
         scalar_of: dict[tuple[str, int], str] = {}
         for s in d.scalars:
             for pin in s.pins:
@@ -360,6 +366,8 @@ class _Planner:
                 value = values[name] if name in values else b.value(name)
                 if shaped is not None and name in shaped.values:  # a size that followed a resize
                     value = shaped.values[name]
+                if clamped and name in clamped:  # a count that follows a size, set above the buffer it counts
+                    value = clamped[name]
                 args.append(ScalarArg(bid, name, prm.dtype, prm.size, value))
                 if call is None:
                     slot = (bid, name)
@@ -397,3 +405,32 @@ def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
     ``reuse_memory``: let intermediate buffers whose lifetimes never overlap share memory (``GraphPlan.shared``,
     see ``rxcuda.plan._liveness``); False gives every buffer its own."""
     return _Planner(desc, reuse_memory).run()
+
+
+def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> dict[str, int]:
+    """A count parameter (``ScalarSpec.counts``) whose value this plan would pass exceeds a buffer it counts,
+    or is negative: an error naming the parameter, the port and its size (``rxcuda.model._bounds``), so the
+    plan is refused and the last good graph keeps running instead of a kernel indexing past a buffer. A count
+    that follows a size (``ScalarSpec.size_of``: a ``"size"`` default) and was set above what its buffers hold
+    now (set while they were larger, then resized back) shrinks with them instead: returns those values."""
+    clamped: dict[str, int] = {}
+    if planner.report.errors:
+        return clamped  # the plan is refused already (a shape error, say): its sizes would only repeat it
+    d = b.desc
+    inputs = [p.name for p in d.ports if p.direction == "in" and p.counter is None]
+    for s in d.scalars:
+        if not s.counts:
+            continue
+        value = b.value(s.name)
+        if shaped is not None and s.name in shaped.values:
+            value = shaped.values[s.name]
+        caps = {c: planner.buffers[tied[c]].count for c in s.counts if tied.get(c) is not None}
+        found = count_problem(d.name, s.name, value, caps, inputs)
+        if found is not None and s.size_of is not None and value > 0:
+            clamped[s.name] = cap = min(caps.values())
+            planner.report.warning(f"{d.name}.{s.name} = {value} is more than port '{found[1]}' holds ({cap} "
+                                   f"elements); {s.name} follows the size of {s.size_of[0]}, so the frames pass "
+                                   f"{cap}. Set {s.name} <= {cap} to silence this", f"{d.name}.{s.name}", b.id)
+        elif found is not None:
+            planner.report.error(found[0], f"{d.name}.{s.name}", b.id)
+    return clamped

@@ -52,7 +52,7 @@ Report = Callable[[str], None]
 
 PTX_ARCH = "compute_75"
 _TOP_ORDER = ("entry", "block_size", "shared_mem", "params", "append")
-_PARAM_ORDER = ("name", "type", "direction", "default")
+_PARAM_ORDER = ("name", "type", "direction", "default", "counts")
 
 
 def _say(report: Report | None, message: str) -> None:
@@ -161,6 +161,10 @@ def sidecar_for(decl: KernelDeclaration, existing: dict[str, Any] | None = None)
                     entry["default"] = old["default"]
             elif p.default is not None:
                 entry["default"] = p.default
+            if p.counts:  # RX_COUNTS(...) / /*counts ...*/ in the source
+                entry["counts"] = list(p.counts)
+            elif "counts" in old:
+                entry["counts"] = old["counts"]
         params.append(entry)
     out: dict[str, Any] = {k: v for k, v in existing.items() if k not in ("entry", "params", "append")}
     if not existing:

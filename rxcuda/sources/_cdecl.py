@@ -8,11 +8,16 @@ compile defines or a comment that any compiler ignores::
                                      RX_INOUT float* acc,      // read and written: /*inout*/
                                      RX_COUNTER unsigned* n,   // an append counter: /*counter*/
                                      float w RX_DEFAULT(0.5),  // a scalar's default: /*= 0.5*/
-                                     int count RX_SIZE)        // default = element count: /*size*/
+                                     int count RX_SIZE         // default = element count: /*size*/
+                                               RX_COUNTS(a, acc)) // counts a and acc: /*counts a, acc*/
 
 ``const T*`` is an input, ``T*`` an output. An int scalar named ``n``, ``size``, ``count`` or
 ``num_elements`` defaults to the element count unless it says otherwise. ``__launch_bounds__(N)`` gives
 the kernel's block size: both ``compile_cuda`` and ``rxcuda kernels build`` take it from here.
+
+``RX_COUNTS(a, acc)`` says that an integer scalar is the element count of those pointer parameters (the kernel
+touches them only below it): a value above the smallest of their buffers, or below 0, is then refused
+wherever it is set (``rxcuda.model._bounds``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ ANNOTATION_MACROS: tuple[tuple[str, str], ...] = (
     ("RX_COUNTER", ""),
     ("RX_SIZE", ""),
     ("RX_DEFAULT(x)", ""),
+    ("RX_COUNTS(...)", ""),
 )
 #: The same, as compiler flags (for nvcc).
 ANNOTATION_FLAGS: tuple[str, ...] = tuple(f"-D{name}={value}" for name, value in ANNOTATION_MACROS)
@@ -57,6 +63,7 @@ class DeclaredParam:
     default: float | int | str | None = None
     direction_explicit: bool = False
     default_explicit: bool = False
+    counts: tuple[str, ...] = ()  # RX_COUNTS(a, b): the pointer parameters this count scalar counts
 
     def spelled(self) -> str:
         """The sidecar spelling of the type: ``'f32*'``, ``'void*'``, ``'i32'``."""
@@ -113,8 +120,8 @@ _DROP_WORDS = frozenset({
     "__restrict__", "__restrict", "restrict", "volatile", "__grid_constant__", "struct", "class",
     "typename", "register", "__device__", "__constant__", "__shared__", "__global__"
 })
-_ANNOT_COMMENT_RE = re.compile(r"/\*\s*(in|out|inout|counter|size|=\s*[^*]*?)\s*\*/")
-_ANNOT_RE = re.compile(r"\bRX_(INOUT|IN|OUT|COUNTER|SIZE)\b|\bRX_DEFAULT\s*\(([^()]*)\)")
+_ANNOT_COMMENT_RE = re.compile(r"/\*\s*(in|out|inout|counter|size|=\s*[^*]*?|counts\s[^*]*?)\s*\*/")
+_ANNOT_RE = re.compile(r"\bRX_(INOUT|IN|OUT|COUNTER|SIZE)\b|\bRX_DEFAULT\s*\(([^()]*)\)|\bRX_COUNTS\s*\(([^()]*)\)")
 _GLOBAL_RE = re.compile(r"\b__global__\b")
 _ATTR_RE = r"(?:(?:__launch_bounds__|__cluster_dims__|__maxnreg__)\s*\([^()]*\)|__noinline__|static|inline)"
 _HEAD_RE = re.compile(r"\s*(?:" + _ATTR_RE + r"\s*)*void\s+(?:" + _ATTR_RE + r"\s*)*([A-Za-z_]\w*)\s*\(")
@@ -129,6 +136,8 @@ def _clean_source(text: str) -> str:
         word = m.group(1).strip()
         if word.startswith("="):
             return f"RX_DEFAULT({word[1:].strip()})"
+        if word.startswith("counts"):
+            return f"RX_COUNTS({word[6:].strip()})"
         return f"RX_{word.upper()}"
 
     text = _ANNOT_COMMENT_RE.sub(annot, text)
@@ -230,9 +239,14 @@ def _parse_param(text: str, file: str, line: int, structs: dict[str, str] | None
     direction = None
     default = None
     default_explicit = False
+    counts: tuple[str, ...] = ()
     for m in _ANNOT_RE.finditer(text):
         word, value = m.group(1), m.group(2)
-        if word == "SIZE":
+        if m.group(3) is not None:
+            counts = tuple(dict.fromkeys(c for c in re.split(r"[\s,]+", m.group(3)) if c))
+            if not counts or not all(re.fullmatch(r"[A-Za-z_]\w*", c) for c in counts):
+                raise fail(f"RX_COUNTS({m.group(3)}) must name pointer parameters, like RX_COUNTS(x, out)")
+        elif word == "SIZE":
             default, default_explicit = "size", True
         elif word is None:
             try:
@@ -277,14 +291,18 @@ def _parse_param(text: str, file: str, line: int, structs: dict[str, str] | None
             raise fail(f"'{name}' is a counter, which must be an 'unsigned int*' (it is '{ctype}')")
         if default_explicit:
             raise fail(f"'{name}' is a pointer and takes no default; bind or connect a buffer to it")
+        if counts:
+            raise fail(f"'{name}' is a pointer; RX_COUNTS belongs on the integer scalar that counts it")
         return DeclaredParam(name, ctype, True, dtype, direction, None, explicit, False)
     if direction not in (None, "in"):
         raise fail(f"'{name}' is a scalar, always an input; RX_{direction.upper()} belongs on pointers")
     if default == "size" and dtype is not None and _dtypes.is_float(dtype):
         raise fail(f"'{name}' defaults to the element count, so it needs an integer type (it is '{ctype}')")
+    if counts and (dtype is None or _dtypes.is_float(dtype)):
+        raise fail(f"'{name}' counts {', '.join(counts)}, so it needs an integer type (it is '{ctype}')")
     if not default_explicit and name in _SIZE_NAMES and dtype is not None and not _dtypes.is_float(dtype):
         default = "size"
-    return DeclaredParam(name, ctype, False, dtype, "in", default, direction is not None, default_explicit)
+    return DeclaredParam(name, ctype, False, dtype, "in", default, direction is not None, default_explicit, counts)
 
 
 def parse_declarations(source: str, file: str = "<source>") -> dict[str, KernelDeclaration]:
@@ -330,6 +348,12 @@ def parse_declarations(source: str, file: str = "<source>") -> dict[str, KernelD
                 msg = f"kernel '{name}' has two parameters named '{p.name}'"
                 raise declaration_error(file, line, msg)
             seen.add(p.name)
+        pointers = [p.name for p in params if p.pointer]
+        for p in params:
+            for c in p.counts:
+                if c not in pointers:
+                    raise declaration_error(file, line, f"'{p.name}' of kernel '{name}' counts '{c}', which is not "
+                                            f"a pointer parameter (pointers: {', '.join(pointers) or 'none'})")
         found[name] = KernelDeclaration(entry=name, params=tuple(params), line=line, file=file,
                                         block_size=_launch_bounds(prefix + " " + head.group(0)))
     return found

@@ -12,6 +12,11 @@ A scalar may declare ``"min"``, ``"max"`` and ``"step"`` (``{"name": "scale", "t
 "max": 10, "step": 0.1}``): setting a value outside ``[min, max]`` is refused, and the live view's slider
 uses all three.
 
+An integer scalar that is an element count says which pointer parameters it counts: ``{"name": "n", "type":
+"i32", "default": "size", "counts": ["a", "b", "out"]}`` (the kernel touches ``a``, ``b`` and ``out`` only
+below ``n``). A value above the smallest of their buffers, or below 0, is then refused wherever it is set
+(``rxcuda.model._bounds``).
+
 :func:`read_sidecar` validates it strictly (unknown keys are typos, not extensions); :func:`merge` checks
 it against the kernel's real parameters and produces the :class:`KernelSignature` the engine uses.
 """
@@ -33,7 +38,7 @@ from ..model._errors import KernelFileError
 from ._paths import decode_text
 
 _TOP_KEYS = ("entry", "block_size", "shared_mem", "params", "append", "structs")
-_PARAM_KEYS = ("name", "type", "direction", "default", "min", "max", "step")
+_PARAM_KEYS = ("name", "type", "direction", "default", "min", "max", "step", "counts")
 _APPEND_KEYS = ("data", "counter")
 _TYPE_CHOICES = ", ".join([*_dtypes.TYPE_NAMES, *(t + "*" for t in _dtypes.TYPE_NAMES), "void*"])
 POINTER_SIZE = 8
@@ -52,6 +57,7 @@ class SidecarParam:
     min: float | int | None = None  # the scalar's declared range and control step (the live view's slider)
     max: float | int | None = None
     step: float | int | None = None
+    counts: tuple[str, ...] = ()  # the pointer parameters this count scalar counts
 
     @property
     def size(self) -> int:
@@ -150,6 +156,7 @@ def parse_sidecar(data: str | Mapping[str, Any], path: str = "<sidecar>") -> Sid
             if p.name in seen:
                 raise fail(f"params[{i}] ('{p.name}'): the name is already used by params[{seen[p.name]}]")
             seen[p.name] = i
+        _check_counts(params, fail)
 
     append = None
     if "append" in data:
@@ -252,8 +259,30 @@ def _parse_param(raw: Any, i: int, fail, structs: Mapping[str, str] | None = Non
         lo, hi, step = check_range(where, dtype, lo, hi, step, default)
     except ValueError as e:
         raise fail(str(e)) from None
+    counts = raw.get("counts", ())
+    if "counts" in raw:
+        if pointer or _dtypes.is_float(dtype):
+            raise fail(f"{where}: 'counts' belongs on an integer scalar that is an element count (this is "
+                       f"'{spelled}'); put it on the count, e.g. {{\"name\": \"n\", \"type\": \"i32\", "
+                       f"\"counts\": [\"x\", \"out\"]}}")
+        if not isinstance(counts, list) or not counts or not all(isinstance(c, str) for c in counts):
+            raise fail(f"{where}: 'counts' must be a non-empty list of pointer parameter names, like "
+                       f'["x", "out"] (got {counts!r})')
+        counts = tuple(dict.fromkeys(counts))
     return SidecarParam(name=name, dtype=dtype, pointer=pointer, direction=direction, default=default, min=lo,
-                        max=hi, step=step)
+                        max=hi, step=step, counts=counts)
+
+
+def _check_counts(params: list[SidecarParam], fail) -> None:
+    """Every name a scalar's 'counts' lists is a pointer parameter of the same kernel."""
+    pointers = [p.name for p in params if p.pointer]
+    for i, p in enumerate(params):
+        for c in p.counts:
+            if c not in pointers:
+                close = difflib.get_close_matches(c, pointers, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise fail(f"params[{i}] ('{p.name}'): 'counts' names '{c}', which is not a pointer parameter"
+                           f"{hint}; the pointers are {', '.join(pointers) or 'none'}")
 
 
 def _parse_append(raw: Any, params: list[SidecarParam] | None, fail):
@@ -356,6 +385,7 @@ def kernel_param(p, size: int, align: int) -> KernelParam:
         min=getattr(p, "min", None),
         max=getattr(p, "max", None),
         step=getattr(p, "step", None),
+        counts=tuple(getattr(p, "counts", ())),
     )
 
 

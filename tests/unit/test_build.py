@@ -64,7 +64,7 @@ def test_sidecars_from_scratch_match_the_source(shipped):
             {"name": "y", "type": "f32*", "direction": "in"},
             {"name": "y_out", "type": "f32*", "direction": "out"},
             {"name": "a", "type": "f32"},
-            {"name": "n", "type": "i32", "default": "size"},
+            {"name": "n", "type": "i32", "default": "size", "counts": ["x", "y", "y_out"]},  # /*counts ...*/
         ],
     }
     # what the loader makes of the new sidecar and the PTX

@@ -1,0 +1,143 @@
+"""The checks that keep a parameter or a launch from making a kernel index past its buffers.
+
+Every way a value reaches a count parameter (``Block.set``, ``Parameter.value =``, ``Parameter.bind``, a
+composite's ``set``, the live view and the notebook widgets, which call the same setter) goes through
+:func:`bounded`'s check, against the element counts the tied buffers have *now* (after ``engine.resize``).
+The planner checks the same rule again whenever it plans (a rebuild, ``engine.replace``, a description
+rebuilt from data): a count set by number that no longer fits fails that plan (a diagnostic; the last good
+graph keeps running), one that follows a size is passed as that size (a plan warning). And the engine checks
+each count value once more against the running plan before it patches the graph (:func:`plan_limits`), so a
+value that passed ``set`` just before a resize shrank its buffer is dropped with an error diagnostic instead
+of reaching the GPU. The rules are in ``rxcuda.model._bounds``.
+
+Launch geometry (``Block.set_launch``): a kernel with a tied count parameter only touches its buffers below
+that count (the author said so by declaring it), so threads beyond it do nothing and any thread count is
+safe. A kernel with none gives rxcuda nothing to check against, so it may be launched with at most the threads
+that cover its smallest buffer (rounded up to whole blocks), or the launch it was declared with where that
+was given explicitly; more is refused with BoundsError.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+
+from ..model._bounds import count_problem
+from ..model._describe import KernelSpec, Launch, PortRef
+from ..model._errors import BoundsError
+
+
+def capacities(block, names: Iterable[str]) -> dict[str, int]:
+    """name -> element count now, of ports and internal buffers of ``block``: in its engine (resized shapes
+    included, a resize waiting for the next frame too), else as declared."""
+    desc = block.description
+    ports = {p.name: p for p in desc.ports}
+    internals = {ib.name: ib for ib in desc.internals}
+    engine = block._engine
+    rt = getattr(engine, "_rt", None)
+
+    def count(name: str) -> int:
+        spec = ports.get(name)
+        if spec is not None:
+            if rt is None or spec.counter is not None:  # an append buffer keeps its capacity
+                return spec.count
+            return engine._port_count(PortRef(block.id, name), spec)  # resized shapes are the engine's to know
+        ib = internals[name]
+        if rt is not None and ib.like is not None and ib.like in ports:
+            return count(ib.like)
+        return ib.count
+
+    return {n: count(n) for n in names if n in ports or n in internals}
+
+
+def bounded(param, check: Callable, counts: tuple[str, ...]) -> Callable:
+    """``check`` (the parameter's type and range check) followed by the count rule: a value above the element
+    count of a buffer that parameter counts, or below 0, raises BoundsError and changes nothing.
+
+    The setter is the hottest call a user makes, so the check costs a few attribute reads while nothing is
+    resized (the declared counts hold); only a resized pipeline looks up the shapes (:func:`capacities`)."""
+    block = param._block
+    cached: list = [None, 0]  # [description, smallest declared count]: a description is immutable
+
+    def declared_min() -> int:
+        desc = block._desc
+        if cached[0] is not desc:
+            cached[0], cached[1] = desc, min(_declared(desc, counts).values(), default=-1)
+        return cached[1]
+
+    def check_count(v):
+        v = check(v)
+        cap = declared_min()
+        rt = getattr(block._engine, "_rt", None)
+        if rt is not None:
+            g = rt.graph
+            if rt.shapes or (g is not None and g.plan.shapes):  # something was resized: the counts now
+                cap = min(capacities(block, counts).values(), default=-1)
+        if cap >= 0 and not 0 <= v <= cap:
+            raise refusal(block, param.name, v, capacities(block, counts))
+        return v
+
+    return check_count
+
+
+def _declared(desc, names: Iterable[str]) -> dict[str, int]:
+    """name -> declared element count of the ports and internal buffers ``names`` of a block description."""
+    sizes = {p.name: p.count for p in desc.ports} | {ib.name: ib.count for ib in desc.internals}
+    return {n: sizes[n] for n in names if n in sizes}
+
+
+def refusal(block, name: str, value, caps: dict[str, int]) -> BoundsError:
+    """The BoundsError for ``value`` of count parameter ``name`` of ``block`` (``caps``: its tied buffers)."""
+    inputs = {p.name for p in block.description.ports if p.direction == "in" and p.counter is None}
+    found = count_problem(block.name, name, value, caps, inputs)
+    assert found is not None
+    message, port, cap = found
+    return BoundsError(message, block=block.name, parameter=name, port=port, capacity=cap, value=value)
+
+
+def check_launch(block, kernel: str, launch: Launch) -> None:
+    """Refuse ``launch`` for ``kernel`` of ``block`` when more threads could index past a buffer (see the
+    module's docstring for the rule); BoundsError names the kernel, the smallest buffer and its size."""
+    desc = block.description
+    spec = desc.kernel(kernel)
+    if not isinstance(spec, KernelSpec):
+        return
+    if any(s.counts and any(p.kernel == kernel for p in s.pins) for s in desc.scalars):
+        return  # guarded by a checked count: extra threads do nothing
+    touched = [p.name for p in desc.ports if any(pin.kernel == kernel for pin in p.pins)]
+    touched += [ib.name for ib in desc.internals if any(p.kernel == kernel for p in (ib.writer, *ib.readers))]
+    caps = capacities(block, touched)
+    if not caps:
+        return
+    port, cap = min(caps.items(), key=lambda kv: kv[1])
+    per_block = math.prod(launch.block)
+    ipt = spec.code.items_per_thread
+    threads = -(-cap // ipt)  # ceil: a thread may handle several elements
+    cover = -(-threads // per_block) * per_block  # in whole blocks
+    declared = spec.launch.threads if spec.grid_of is None else 0
+    limit = max(cover, declared)
+    if launch.threads > limit:
+        raise BoundsError(
+            f"{block.name}.{kernel}: a launch of {launch.threads} threads is more than port '{port}' holds "
+            f"({cap} elements; {limit} threads cover it), and nothing says the kernel stops at the end of its "
+            f"buffers (it has no count parameter tied to them), so it would index past the buffer. Launch at most "
+            f"{limit} threads, give the kernel a count parameter that counts its ports (a sidecar's \"counts\", "
+            f"RX_COUNTS(...)), or grow the buffer first: engine.resize(port, shape)",
+            block=block.name, parameter="threads", port=port, capacity=cap, value=launch.threads)
+
+
+def untied_kernels(block) -> list[str]:
+    """The kernels of ``block`` loaded from a kernel file that take buffers but have no scalar tied to one:
+    their bounds are the user's to keep (the engine says so once, in an "info" diagnostic, when the block is
+    added). Generated kernels (composed, tensor) are left out: rxcuda writes their guards itself."""
+    desc = block.description
+    out = []
+    for st in desc.kernels:
+        if not isinstance(st, KernelSpec) or not os.path.isfile(st.code.origin):
+            continue
+        if not any(p.is_pointer and p.direction != "counter" for p in st.code.signature.params):
+            continue
+        if not any(s.counts and any(p.kernel == st.name for p in s.pins) for s in desc.scalars):
+            out.append(st.name)
+    return out
