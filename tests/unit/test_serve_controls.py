@@ -13,11 +13,12 @@ import pytest
 
 aiohttp = pytest.importorskip("aiohttp")
 
+from test_serve import N, open_page, origin, run  # noqa: E402
+
 import rxcuda  # noqa: E402
 from rxcuda import Block  # noqa: E402
 from rxcuda.cuda import NullDriver  # noqa: E402
 from rxcuda.view import _protocol, _serve  # noqa: E402
-from test_serve import N, open_page, origin, run  # noqa: E402
 
 
 @pytest.fixture
