@@ -81,8 +81,9 @@ class Page:
             self.queue.append(msg)
         self.event.set()
 
-    def error(self, message: str) -> None:
-        self.put({"type": "error", "message": message})
+    def error(self, message: str, id: Any = None) -> None:
+        self.put({"type": "error", "message": message} if id is None else {"type": "error", "message": message,
+                                                                           "id": id})
 
     def take(self) -> list[dict]:
         out = [self.items.pop(k) for k in ("hello", "graph", "params", "status", "frames") if k in self.items]

@@ -232,6 +232,7 @@ class LiveView:
         app.router.add_get("/", self._index)
         app.router.add_get("/ws", self._socket)
         app.router.add_get("/static/{name:.+}", self._static)
+        app.router.add_get("/favicon.ico", self._favicon)  # browsers ask for it whatever the page links
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -298,6 +299,13 @@ class LiveView:
             return web.Response(status=404, text=f"no such file in the live view: {request.match_info['name']}")
         return web.FileResponse(path)
 
+    async def _favicon(self, request):
+        from aiohttp import web
+
+        if not self._host_ok(request):
+            return web.Response(status=403, text="the live view answers only to a local address")
+        return web.FileResponse(STATIC / "favicon.svg", headers={"Content-Type": "image/svg+xml"})
+
     # -- the WebSocket --------------------------------------------------------------------------------------
     async def _socket(self, request):
         from aiohttp import WSMsgType, web
@@ -331,6 +339,7 @@ class LiveView:
     async def _receive(self, page: Page, text: str) -> None:
         if not page.allow():
             return
+        msg: Mapping = {}
         try:
             msg = _protocol.parse(text)
             kind = msg["type"]
@@ -347,8 +356,8 @@ class LiveView:
             elif kind == "unpreview":
                 block, port, _ = _protocol.check_preview(msg, self._blocks())
                 page.drop_preview((block.name, port))
-        except Refused as e:
-            page.error(str(e))
+        except Refused as e:  # the refused message's id comes back with the error: the page knows its control
+            page.error(str(e), msg.get("id"))
 
     async def _hello(self, page: Page, msg: Mapping) -> None:
         if not self._token_ok(msg.get("token")):
