@@ -230,7 +230,7 @@ def test_the_token_travels_in_hello_and_a_wrong_one_is_not_retried(page):
     open_page(page, server, "?token=wrong")
     page.wait_for_function("document.getElementById('conn').textContent.includes('refused')")
     assert server.got[0] == {"type": "hello", "token": "wrong"}
-    page.wait_for_timeout(800)  # a refused page does not knock again
+    page.wait_for_timeout(650)  # a refused page does not knock again (a closed one would after 500 ms)
     assert [m["type"] for m in server.got] == ["hello"]
 
 
