@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
 import secrets
 import socket
 import threading
@@ -181,7 +182,8 @@ class LiveView:
         """Keep serving: block the calling thread for ``seconds`` (None: until the view stops), returning
         early when the view is disposed or the engine closes. Returns whether the view still serves. The
         server runs on its own thread either way; this only keeps a script (or a ``with`` block) alive while
-        someone looks at the page. Ctrl-C ends the wait as usual.
+        someone looks at the page. Ctrl-C ends the wait as usual. The environment variable
+        ``RXCUDA_VIEW_WAIT_MAX`` (seconds) caps every wait: the tests that run the README's examples set it.
 
         >>> with engine.serve() as view:                       # doctest: +SKIP
         ...     print(view.url, "- serving for a minute (Ctrl-C stops)")
@@ -191,6 +193,12 @@ class LiveView:
                                     or not seconds >= 0):
             raise ValueError(f"view.wait(seconds) takes a number of seconds >= 0, or None for as long as the "
                              f"view serves (got {seconds!r})")
+        cap = os.environ.get("RXCUDA_VIEW_WAIT_MAX")
+        if cap:
+            try:
+                seconds = float(cap) if seconds is None else min(seconds, float(cap))
+            except ValueError:
+                raise ValueError(f"RXCUDA_VIEW_WAIT_MAX must be a number of seconds (got {cap!r})") from None
         self._stopped.wait(seconds)
         return not self._closed
 

@@ -190,6 +190,16 @@ def test_wait_keeps_serving_and_returns_when_the_view_stops(engine):
         assert view.wait() is False
 
 
+def test_rxcuda_view_wait_max_caps_every_wait(engine, monkeypatch):
+    monkeypatch.setenv("RXCUDA_VIEW_WAIT_MAX", "0.05")
+    with engine.serve() as view:
+        t0 = time.monotonic()
+        assert view.wait() is True and view.wait(600) is True and time.monotonic() - t0 < 5
+        monkeypatch.setenv("RXCUDA_VIEW_WAIT_MAX", "soon")
+        with pytest.raises(ValueError, match="RXCUDA_VIEW_WAIT_MAX must be a number of seconds"):
+            view.wait(1)
+
+
 @pytest.mark.parametrize("seconds", [-1, "60", True, float("nan")])
 def test_wait_refuses_what_is_not_a_number_of_seconds(engine, seconds):
     with engine.serve() as view, pytest.raises(ValueError, match=r"view.wait\(seconds\) takes a number of seconds"):
