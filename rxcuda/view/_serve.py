@@ -8,15 +8,17 @@ server on a daemon thread with its own asyncio loop. ``GET /`` is the page and `
 What the page sees comes from the engine's streams (:mod:`rxcuda.view._collect`): subscribers on the engine
 thread only store, and the server sends at most ~30 messages of each kind a second to each page, everything
 since the last one batched, latest values winning, so a page never slows the frames. A ``set`` from a page
-does exactly ``block.params[name].value = v``: one change event, the same coalescing, a hot update of the
-next frame; every page (and a change from Python or a bound stream) moves the sliders of every page.
+goes through the public path, ``block.set(name=v)``: every check Python makes refuses it the same way (its
+message worded for a web page), else one change event, the same coalescing, a hot update of the next frame;
+every page (and a change from Python or a bound stream) moves the sliders of every page.
+``engine.serve(params=[...])`` shows only the parameters it names (``"block.param"`` or whole blocks).
 
 Security: the server binds to 127.0.0.1 unless told otherwise, and refuses a WebSocket whose ``Origin`` is
 not its own page (another site must not drive a local engine) and, on a local bind, requests whose ``Host``
 is not local (DNS rebinding). Any other interface needs a token (generated when none is given, logged once
 and kept in ``view.url``), checked on the page and in the WebSocket's hello. Page messages are limited in
-size (4 KiB) and rate (200 a second), checked like any parameter set, and can do nothing but set scalar
-parameters and ask for previews of ports.
+size (4 KiB: an error; beyond the socket's 1 MiB: an error, then the socket closes) and rate (200 a
+second), and can do nothing but set the scalar parameters the page shows and ask for previews of ports.
 
 >>> import rxcuda, urllib.request
 >>> engine = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())
