@@ -424,6 +424,8 @@
     S.selected = name;
     markSelected();
     showSelected();
+    const e = name === null ? null : S.nodes.get(name);  // chosen from a list: bring it into the graph's view
+    if (e && e.scrollIntoView) e.scrollIntoView({block: "nearest", inline: "nearest"});
   }
   function markSelected() {
     for (const [name, e] of S.nodes) e.classList.toggle("selected", name === S.selected);
