@@ -39,7 +39,8 @@ chromium: $(STAMP)
 			|| echo "apt-get install chromium failed (see $(VENV)/chromium.log): tests/browser will skip"; \
 	fi
 
-# the README's picture of the live view, docs/live-view.png, taken by the browser tests
+# the README's picture of the live view, docs/live-view.png (1400x900) and docs/live-view-800.png (800x600),
+# taken by the browser tests
 screenshot: $(STAMP) chromium
 	RXCUDA_SCREENSHOT=docs/live-view.png $(VENV)/bin/python -m pytest -q tests/browser/test_live_view.py -k screenshot
 

@@ -29,27 +29,29 @@ its own picture of the graph it runs (``cuGraphDebugDotPrint``), for debugging t
 
 from __future__ import annotations
 
-import html
-import math
 import os
 import pathlib
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from ..blocks._composite import CompositeInstance
 from ..engine._engine import Engine
-from ..model import _dtypes
 from ..model._describe import BlockEntry, KernelSpec, PipelineDescription, PortRef, PortSpec
 from ..model._errors import RxcudaError
-from ..model._graphplan import (
-    CallNodePlan,
-    CopyNodePlan,
-    GraphPlan,
-    KernelNodePlan,
-    MemsetNodePlan,
-    RegionNodePlan,
-)
+from ..model._graphplan import GraphPlan
 from ..model._regions import RegionSpec
+from ._dottext import (  # noqa: F401 - quote, size_text and type_text: importable from here as before
+    _FONT,
+    _REGION_NAMES,
+    _h,
+    _ident,
+    _lines,
+    _nbytes,
+    _value_text,
+    quote,
+    size_text,
+    type_text,
+)
+from ._plandot import plan_dot
 
 # block state -> (fill, border) colours; None: a description, which has no states
 STATE_COLOURS: Mapping[str | None, tuple[str, str]] = {
@@ -60,8 +62,6 @@ STATE_COLOURS: Mapping[str | None, tuple[str, str]] = {
     None: ("#ffffff", "#5f6368"),
 }
 _WORST_FIRST = ("error", "warning", "not built", "ok")
-_REGION_NAMES = {"if": "If", "ifelse": "IfElse", "while": "While", "for": "For"}
-_FONT = 'fontname="Helvetica"'
 _MESSAGE_CHARS = 80  # a state message longer than this is cut in the label (the tooltip holds all of it)
 FORMATS = ("svg", "png", "pdf", "dot", "gv")
 
@@ -69,60 +69,6 @@ FORMATS = ("svg", "png", "pdf", "dot", "gv")
 class GraphvizNotFoundError(RxcudaError, RuntimeError):
     """Rendering a picture needs Graphviz: the ``graphviz`` Python package and the system ``dot`` program.
     The message says which one is missing and how to install it; ``.dot`` files need neither."""
-
-
-# -- text helpers -------------------------------------------------------------------------------------------
-def quote(text: object) -> str:
-    r"""``text`` as a quoted DOT string: quotes and backslashes escaped, line breaks as ``\n``.
-
-    >>> print(quote('say "hi"'))
-    "say \"hi\""
-    """
-    s = str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\r\n", "\n").replace("\n", "\\n")
-    return f'"{s}"'
-
-
-def _lines(*parts: str) -> str:
-    """Several lines as one quoted DOT label (each part escaped, joined by centred line breaks)."""
-    return quote("\n".join(p for p in parts if p))
-
-
-def _h(text: object) -> str:
-    """``text`` for an HTML-like label (``&``, ``<``, ``>`` and quotes escaped)."""
-    return html.escape(str(text), quote=True)
-
-
-def _ident(text: str) -> str:
-    """A bare DOT identifier made from ``text`` (letters, digits and underscores)."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", text, flags=re.ASCII)
-
-
-size_text = _dtypes.format_bytes  # bytes for a label: "16 KiB", "1.5 MiB", "12 B"
-
-
-def _dtype_text(dtype: str | None) -> str:
-    if dtype is None:
-        return "any"
-    struct = _dtypes.struct_type(dtype)
-    return struct.name if struct is not None else dtype
-
-
-def type_text(dtype: str | None, shape: Iterable[int]) -> str:
-    """A port's type as labels show it: ``f32[4096]``, ``f32[64x64]``, ``float4[1024]``, ``any[1]``."""
-    return f"{_dtype_text(dtype)}[{'x'.join(str(int(d)) for d in shape)}]"
-
-
-def _nbytes(dtype: str | None, shape: Iterable[int]) -> int | None:
-    if dtype is None:
-        return None
-    try:
-        return _dtypes.itemsize(dtype) * math.prod(shape)
-    except (ValueError, TypeError, KeyError):
-        return None
-
-
-def _value_text(v: object) -> str:
-    return repr(v) if isinstance(v, float) else str(v)
 
 
 # -- the pipeline -------------------------------------------------------------------------------------------
@@ -421,106 +367,6 @@ def _engine_parts(engine: Engine) -> dict:
             "title": title, "desc": desc}
 
 
-# -- the graph plan -----------------------------------------------------------------------------------------
-_NODE_STYLE = {
-    KernelNodePlan: 'shape=box, style="rounded,filled", fillcolor="#e8f0fe"',
-    CallNodePlan: 'shape=box3d, style=filled, fillcolor="#e6f4ea"',
-    MemsetNodePlan: 'shape=note, style=filled, fillcolor="#f1f3f4"',
-    CopyNodePlan: 'shape=cds, style=filled, fillcolor="#fef7e0"',
-    RegionNodePlan: 'shape=diamond, style=filled, fillcolor="#f3e8fd"',
-}
-
-
-def _dims(d: tuple[int, ...]) -> str:
-    d = tuple(d)
-    while len(d) > 1 and d[-1] == 1:
-        d = d[:-1]
-    return "x".join(str(v) for v in d)
-
-
-def _plan_dot(gp: GraphPlan) -> str:
-    buffers = {b.id: b for b in gp.buffers}
-    regions = {n.id: n for n in gp.nodes if isinstance(n, RegionNodePlan)}
-    # (region node id, body) -> cluster key; a region's own cluster holds its anchor node
-    body_key: dict[tuple[int, int], str] = {}
-    children: dict[str | None, list[str]] = {None: []}
-    labels: dict[str, str] = {}
-    for r in regions.values():
-        key = f"cluster_node_{r.id}"
-        labels[key] = f"{_REGION_NAMES.get(r.kind, r.kind)} region: {r.label}"
-        parent = gp.parents.get(r.id)
-        children.setdefault(body_key[parent] if parent else None, []).append(key)
-        children.setdefault(key, [])
-        if r.bodies > 1:
-            for k in range(r.bodies):
-                sub = f"{key}_body{k}"
-                labels[sub] = ("then", "else")[k] if r.kind == "ifelse" and k < 2 else f"body {k}"
-                children[key].append(sub)
-                children.setdefault(sub, [])
-                body_key[(r.id, k)] = sub
-        else:
-            body_key[(r.id, 0)] = key
-    members: dict[str | None, list[str]] = {}
-    for n in gp.nodes:
-        where = f"cluster_node_{n.id}" if n.id in regions else (
-            body_key.get(gp.parents[n.id]) if n.id in gp.parents else None)
-        members.setdefault(where, []).append(_plan_node(n, buffers))
-
-    def emit(key: str | None, indent: str) -> list[str]:
-        out: list[str] = []
-        inner = indent
-        if key is not None:
-            out.append(f"{indent}subgraph {key} {{")
-            inner = indent + "  "
-            out.append(f'{inner}label={quote(labels[key])}; style="rounded"; color="#8430ce";')
-        out += [inner + line for line in members.get(key, [])]
-        for child in children.get(key, []):
-            out += emit(child, inner)
-        if key is not None:
-            out.append(f"{indent}}}")
-        return out
-
-    total = sum(b.nbytes for b in gp.buffers)
-    out = ["digraph plan {",
-           f"  graph [rankdir=TB, compound=true, {_FONT}, fontsize=11, labelloc=t, "
-           f"label={quote(f'{len(gp.nodes)} graph nodes, {len(gp.buffers)} buffers ({size_text(total)})')}];",
-           f"  node [{_FONT}, fontsize=10];",
-           f"  edge [{_FONT}, fontsize=8, color=\"#5f6368\"];"]
-    out += emit(None, "  ")
-    for n in gp.nodes:
-        for d in gp.deps[n.id]:
-            u = gp.nodes[d]
-            shared = sorted((u.writes & (n.reads | n.writes)) | (u.reads & n.writes))
-            names = [buffers[b].label for b in shared if b in buffers]
-            if len(names) > 3:
-                names = names[:3] + [f"+{len(names) - 3} more"]
-            attrs = [f"label={quote(', '.join(names))}"] if names else []
-            if d in regions:
-                attrs.append(f"ltail=cluster_node_{d}")
-            out.append(f"  n{d} -> n{n.id}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
-    out.append("}")
-    return "\n".join(out) + "\n"
-
-
-def _plan_node(n, buffers) -> str:
-    if isinstance(n, KernelNodePlan):
-        la = n.launch
-        extra = f", {la.shared_mem} B shared" if la.shared_mem else ""
-        text = _lines(n.label, f"grid {_dims(la.grid)} x block {_dims(la.block)}{extra}")
-    elif isinstance(n, CallNodePlan):
-        text = _lines(n.label, f"library call {n.call}")
-    elif isinstance(n, MemsetNodePlan):
-        buf = buffers.get(n.buffer)
-        text = _lines(n.label, f"memset {buf.label if buf else n.buffer} = {n.value}")
-    elif isinstance(n, CopyNodePlan):
-        text = _lines(n.label, f"copy {size_text(n.nbytes)}")
-    elif isinstance(n, RegionNodePlan):
-        text = _lines(_REGION_NAMES.get(n.kind, n.kind), n.label)
-    else:  # a node kind this picture does not know yet: still drawn, by its type
-        text = _lines(getattr(n, "label", ""), type(n).__name__)
-    return f"n{n.id} [{_NODE_STYLE.get(type(n), 'shape=box')}, label={text}];"
-
-
 # -- the public functions -----------------------------------------------------------------------------------
 def to_dot(x, *, plan: GraphPlan | None = None) -> str:
     """DOT text for an engine, a pipeline description or a graph plan (see the module docstring).
@@ -548,7 +394,7 @@ def to_dot(x, *, plan: GraphPlan | None = None) -> str:
     if isinstance(x, GraphPlan):
         if plan is not None:
             raise TypeError("'plan' goes with a PipelineDescription; a GraphPlan is drawn by itself")
-        return _plan_dot(x)
+        return plan_dot(x)
     raise TypeError(f"to_dot draws an Engine, a PipelineDescription (engine.describe()) or a GraphPlan "
                     f"(engine.plan, rxcuda.plan(desc)); got {type(x).__name__}")
 

@@ -2,8 +2,10 @@
 
 Every message from a page is refused unless it is a JSON object of a known ``type`` with exactly the keys
 that type takes, within :data:`MAX_MESSAGE` bytes. A refusal is a :class:`Refused` whose text is what the
-page shows; nothing changes. ``set`` is checked the way ``block.params[name].value = v`` checks (the
-parameter's own type and range check runs, and refuses before anything is stored).
+page shows; nothing changes. ``set`` is checked here only for what JSON carries (a known block and
+parameter, a number); the server then sets it through the public path, ``block.set(name=value)``, so every
+check Python makes (type, range, counts) refuses it the same way, and :func:`for_page` words that refusal
+for a web page.
 
 >>> parse('{"type":"ping"}')
 {'type': 'ping'}
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -83,8 +86,9 @@ def find_block(blocks: Mapping[str, Any], name: str):
 
 
 def check_set(msg: Mapping[str, Any], blocks: Mapping[str, Any]):
-    """``(parameter, value)`` for a ``set`` message, checked like ``parameter.value = value`` (type, range,
-    known block and parameter) but not stored; :class:`Refused` says what is wrong and what is allowed."""
+    """``(block, parameter name, value)`` for a ``set`` message: a known block and parameter and a JSON number
+    (a whole float such as ``3.0`` becomes ``3`` for an integer parameter: JavaScript has one number type).
+    The value itself is checked where Python's are, by ``block.set``; :class:`Refused` says what is wrong."""
     block = find_block(blocks, msg["block"])
     name = msg["param"]
     prm = block.params.get(name)
@@ -96,12 +100,30 @@ def check_set(msg: Mapping[str, Any], blocks: Mapping[str, Any]):
                       + _range_text(prm))
     if isinstance(value, float) and value.is_integer() and prm.dtype[0] in "iu" and math.isfinite(value):
         value = int(value)  # JavaScript has one number type: 3.0 for an integer box is 3
-    try:
-        return prm, prm._check(value)
-    except TypeError as e:
-        raise Refused(f"{e}{_range_text(prm)}") from None
-    except ValueError as e:  # out of range: the message names the range
-        raise Refused(str(e)) from None
+    return block, name, value
+
+
+# the library's words for Python users -> a web page's (the library's own messages stay as they are)
+_PAGE_WORDS = (
+    (re.compile(r"an integer: a Python or NumPy int\b"), "a whole number"),
+    (re.compile(r"a number: a Python or NumPy int or float\b"), "a number"),
+    (re.compile(r"a Python or NumPy (int|integer)\b"), "a whole number"),
+    (re.compile(r"a Python or NumPy float\b"), "a number"),
+    (re.compile(r"\(got (.*?), an? [A-Za-z_.]+\)"), r"(got \1)"),  # "(got 2.5, a float)": the type is Python's
+)
+
+
+def for_page(message: str) -> str:
+    """A refusal from the library, worded for a web page: no Python type names.
+
+    >>> for_page("loop.n (i32) takes an integer: a Python or NumPy int (got 2.5, a float)")
+    'loop.n (i32) takes a whole number (got 2.5)'
+    >>> for_page("mul.scale (f32) must be within [0.0, 10.0], its declared range (got 11.0)")
+    'mul.scale (f32) must be within [0.0, 10.0], its declared range (got 11.0)'
+    """
+    for pattern, words in _PAGE_WORDS:
+        message = pattern.sub(words, message)
+    return message
 
 
 def check_preview(msg: Mapping[str, Any], blocks: Mapping[str, Any]):
@@ -130,4 +152,4 @@ def _short(v: Any) -> str:
 
 
 __all__ = ["MAX_MESSAGE", "MESSAGES", "PREVIEW_KINDS", "Refused", "check_preview", "check_set", "find_block",
-           "parse"]
+           "for_page", "parse"]

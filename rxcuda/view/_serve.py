@@ -8,15 +8,17 @@ server on a daemon thread with its own asyncio loop. ``GET /`` is the page and `
 What the page sees comes from the engine's streams (:mod:`rxcuda.view._collect`): subscribers on the engine
 thread only store, and the server sends at most ~30 messages of each kind a second to each page, everything
 since the last one batched, latest values winning, so a page never slows the frames. A ``set`` from a page
-does exactly ``block.params[name].value = v``: one change event, the same coalescing, a hot update of the
-next frame; every page (and a change from Python or a bound stream) moves the sliders of every page.
+goes through the public path, ``block.set(name=v)``: every check Python makes refuses it the same way (its
+message worded for a web page), else one change event, the same coalescing, a hot update of the next frame;
+every page (and a change from Python or a bound stream) moves the sliders of every page.
+``engine.serve(params=[...])`` shows only the parameters it names (``"block.param"`` or whole blocks).
 
 Security: the server binds to 127.0.0.1 unless told otherwise, and refuses a WebSocket whose ``Origin`` is
 not its own page (another site must not drive a local engine) and, on a local bind, requests whose ``Host``
 is not local (DNS rebinding). Any other interface needs a token (generated when none is given, logged once
 and kept in ``view.url``), checked on the page and in the WebSocket's hello. Page messages are limited in
-size (4 KiB) and rate (200 a second), checked like any parameter set, and can do nothing but set scalar
-parameters and ask for previews of ports.
+size (4 KiB: an error; beyond the socket's 1 MiB: an error, then the socket closes) and rate (200 a
+second), and can do nothing but set the scalar parameters the page shows and ask for previews of ports.
 
 >>> import rxcuda, urllib.request
 >>> engine = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())
@@ -32,24 +34,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
-import math
+import os
 import secrets
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import numpy as np
-
 from ..engine._engine import Engine
 from ..model._errors import EngineClosedError, RxcudaError
 from . import _protocol
-from ._collect import MAX_DIAGNOSTICS, MAX_FRAMES, Collector, graph_message, status_message
+from ._collect import Collector, graph_message, status_message
+from ._pages import RATE, Page, Preview, dumps, page_socket, sample
 from ._protocol import Refused
 
 log = logging.getLogger("rxcuda.view")
@@ -59,12 +59,8 @@ STATIC = Path(__file__).with_name("static")
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 INTERVAL = 1 / 30  # at most this often a page gets a message of each kind
 STATUS_EVERY = 1.0  # seconds between status messages
-RATE = 200  # page messages a second (a burst of as many is allowed)
-MAX_FRAME_BYTES = 65536  # a WebSocket frame beyond this closes the socket (beyond MAX_MESSAGE: an error)
-PREVIEW_EVERY = 0.25  # seconds between two previews of one port
+MAX_FRAME_BYTES = 1 << 20  # the socket's own limit: a message beyond it gets an error, then the socket closes
 PREVIEW_FRAMES = 4  # engine.observe(every=...) for a preview
-PREVIEW_POINTS = 512
-HIST_BINS = 32
 MAX_PREVIEWS = 8  # per page
 CLOSE_BAD_TOKEN = 4403
 
@@ -86,7 +82,8 @@ class LiveView:
     >>> view.dispose()                                         # doctest: +SKIP
     """
 
-    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None):
+    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                 params: Iterable | None = None):
         if not isinstance(engine, Engine):
             raise TypeError(f"serve() shows an rxcuda.Engine (got {type(engine).__name__}); use engine.serve()")
         if engine.closed:
@@ -98,6 +95,7 @@ class LiveView:
         if token is not None and (not isinstance(token, str) or len(token) < 8 or not token.isprintable()):
             raise ValueError("engine.serve(token=...) takes a string of at least 8 printable characters, or None "
                              "(a non-local bind then gets a generated one)")
+        self._exposed = None if params is None else exposed_names(engine, params)
         try:
             from aiohttp import web  # noqa: F401
         except ImportError as e:
@@ -108,10 +106,11 @@ class LiveView:
         generated = token is None and not self.local
         self.token = secrets.token_urlsafe(24) if generated else token
         self._engine = engine
-        self._pages: set[_Page] = set()
+        self._pages: set[Page] = set()
         self._graph: dict | None = None  # the latest graph message
         self._names: dict[int, str] = {}  # block id -> name, for parameter changes
         self._closed = False
+        self._stopped = threading.Event()  # set when the view stops (wait() returns)
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._wake: asyncio.Event | None = None
@@ -170,6 +169,7 @@ class LiveView:
             if self._closed:
                 return
             self._closed = True
+        self._stopped.set()
         self._collector.dispose()
         self._done.dispose()
         loop = self._loop
@@ -179,6 +179,30 @@ class LiveView:
             self._thread.join(10)
 
     close = dispose
+
+    def wait(self, seconds: float | None = None) -> bool:
+        """Keep serving: block the calling thread for ``seconds`` (None: until the view stops), returning
+        early when the view is disposed or the engine closes. Returns whether the view still serves. The
+        server runs on its own thread either way; this only keeps a script (or a ``with`` block) alive while
+        someone looks at the page. Ctrl-C ends the wait as usual. The environment variable
+        ``RXCUDA_VIEW_WAIT_MAX`` (seconds) caps every wait: the tests that run the README's examples set it.
+
+        >>> with engine.serve() as view:                       # doctest: +SKIP
+        ...     print(view.url, "- serving for a minute (Ctrl-C stops)")
+        ...     view.wait(60)
+        """
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+                                    or not seconds >= 0):
+            raise ValueError(f"view.wait(seconds) takes a number of seconds >= 0, or None for as long as the "
+                             f"view serves (got {seconds!r})")
+        cap = os.environ.get("RXCUDA_VIEW_WAIT_MAX")
+        if cap:
+            try:
+                seconds = float(cap) if seconds is None else min(seconds, float(cap))
+            except ValueError:
+                raise ValueError(f"RXCUDA_VIEW_WAIT_MAX must be a number of seconds (got {cap!r})") from None
+        self._stopped.wait(seconds)
+        return not self._closed
 
     def _engine_closed(self) -> None:
         if threading.current_thread() is self._thread:
@@ -218,6 +242,7 @@ class LiveView:
         app.router.add_get("/", self._index)
         app.router.add_get("/ws", self._socket)
         app.router.add_get("/static/{name:.+}", self._static)
+        app.router.add_get("/favicon.ico", self._favicon)  # browsers ask for it whatever the page links
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -284,6 +309,13 @@ class LiveView:
             return web.Response(status=404, text=f"no such file in the live view: {request.match_info['name']}")
         return web.FileResponse(path)
 
+    async def _favicon(self, request):
+        from aiohttp import web
+
+        if not self._host_ok(request):
+            return web.Response(status=403, text="the live view answers only to a local address")
+        return web.FileResponse(STATIC / "favicon.svg", headers={"Content-Type": "image/svg+xml"})
+
     # -- the WebSocket --------------------------------------------------------------------------------------
     async def _socket(self, request):
         from aiohttp import WSMsgType, web
@@ -293,9 +325,10 @@ class LiveView:
         if not self._host_ok(request) or origin is None or origin.lower() != expected.lower():
             return web.Response(status=403, text=f"WebSocket refused: its Origin ({origin or 'none'}) is not this "
                                                  f"live view's page ({expected})")
-        ws = web.WebSocketResponse(max_msg_size=MAX_FRAME_BYTES, heartbeat=None)
+        ws = page_socket(MAX_FRAME_BYTES, f"message too long: over {MAX_FRAME_BYTES} bytes (a page message is at most "
+                                     f"{_protocol.MAX_MESSAGE}); the live view closes this connection")
         await ws.prepare(request)
-        page = _Page(ws)
+        page = Page(ws)
         self._pages.add(page)
         sender = asyncio.ensure_future(page.send_loop())
         try:
@@ -313,9 +346,10 @@ class LiveView:
             sender.cancel()
         return ws
 
-    async def _receive(self, page: _Page, text: str) -> None:
+    async def _receive(self, page: Page, text: str) -> None:
         if not page.allow():
             return
+        msg: Mapping = {}
         try:
             msg = _protocol.parse(text)
             kind = msg["type"]
@@ -332,10 +366,10 @@ class LiveView:
             elif kind == "unpreview":
                 block, port, _ = _protocol.check_preview(msg, self._blocks())
                 page.drop_preview((block.name, port))
-        except Refused as e:
-            page.error(str(e))
+        except Refused as e:  # the refused message's id comes back with the error: the page knows its control
+            page.error(str(e), msg.get("id"))
 
-    async def _hello(self, page: _Page, msg: Mapping) -> None:
+    async def _hello(self, page: Page, msg: Mapping) -> None:
         if not self._token_ok(msg.get("token")):
             page.error("wrong or missing token: open the address printed when the live view started")
             await page.flush()
@@ -343,30 +377,34 @@ class LiveView:
             return
         engine = self._engine
         if self._graph is None:
-            self._graph = self._build(graph_message)
+            self._graph = self._build(self._graph_message)
         page.ready = True
         page.put({"type": "hello", "version": VERSION,
                   "engine": {"device": getattr(engine.device, "name", "?"), "profile": engine.profile,
                              "frame": engine.frame}})
         if self._graph is not None:
             page.put(self._graph)
-        page.put({"type": "params", "values": {f"{b.name}.{n}": p.value for b in engine.blocks
-                                               for n, p in b.params.items()}})
+        page.put({"type": "params", "values": {key: p.value for b in engine.blocks for n, p in b.params.items()
+                                               if self._shows(key := f"{b.name}.{n}")}})
         status = self._build(status_message)
         if status is not None:
             page.put(status)
 
-    def _set(self, page: _Page, msg: Mapping) -> None:
-        prm, value = _protocol.check_set(msg, self._blocks())
+    def _set(self, page: Page, msg: Mapping) -> None:
+        block, name, value = _protocol.check_set(msg, self._blocks())
+        if not self._shows(f"{block.name}.{name}"):
+            shown = ", ".join(sorted(self._exposed or ())[:20]) or "none"
+            raise Refused(f"{block.name}.{name} is not a control of this page: engine.serve(params=...) shows only "
+                          f"{shown}")
         frame = self._engine.frame
-        try:
-            prm.value = value  # exactly what Python does: one change event, coalesced, a hot update
-        except (TypeError, ValueError) as e:  # a race with a rename or a range change: still nothing stored
-            raise Refused(str(e)) from None
+        try:  # the public path Python takes, with every check it makes: one change event, a hot update
+            block.set(**{name: value})
+        except (TypeError, ValueError, RxcudaError) as e:  # refused before anything was stored
+            raise Refused(_protocol.for_page(str(e))) from None
         if "id" in msg:
             page.put({"type": "ack", "id": msg["id"], "frame": frame})
 
-    async def _preview(self, page: _Page, msg: Mapping) -> None:
+    async def _preview(self, page: Page, msg: Mapping) -> None:
         block, port, kind = _protocol.check_preview(msg, self._blocks())
         key = (block.name, port)
         if key in page.previews:
@@ -380,12 +418,24 @@ class LiveView:
                 None, lambda: engine.observe(block[port], every=PREVIEW_FRAMES))
         except (RxcudaError, TypeError, ValueError, KeyError) as e:
             raise Refused(f"cannot preview {block.name}.{port}: {e}") from None
-        preview = _Preview(block.name, port, kind, engine)
+        preview = Preview(block.name, port, kind, engine)
         preview.subscription = obs.subscribe(preview.on_next)
         page.previews[key] = preview
 
     def _blocks(self) -> dict[str, Any]:
         return {b.name: b for b in self._engine.blocks}
+
+    def _shows(self, key: str) -> bool:
+        """Whether the page shows (and may set) the parameter ``"block.param"``."""
+        return self._exposed is None or key in self._exposed
+
+    def _graph_message(self, engine: Engine) -> dict:
+        """The graph message, with only the parameters this page shows."""
+        graph = graph_message(engine)
+        if self._exposed is not None:
+            graph["blocks"] = [{**b, "params": [p for p in b["params"] if self._shows(f"{b['name']}.{p['name']}")]}
+                               for b in graph["blocks"]]
+        return graph
 
     def _build(self, make):
         try:
@@ -427,7 +477,7 @@ class LiveView:
             return
         msgs: list[dict] = []
         if batch.graph:
-            graph = self._build(graph_message)
+            graph = self._build(self._graph_message)
             if graph is not None:
                 self._graph = graph
                 self._names = {b["id"]: b["name"] for b in graph["blocks"]}
@@ -436,7 +486,8 @@ class LiveView:
             names = self._names
             if any(bid not in names for bid, _ in batch.params):
                 names = self._names = {b.id: b.name for b in self._engine.blocks}
-            values = {f"{names[bid]}.{n}": v for (bid, n), v in batch.params.items() if bid in names}
+            values = {key: v for (bid, n), v in batch.params.items()
+                      if bid in names and self._shows(key := f"{names[bid]}.{n}")}
             if values:
                 msgs.append({"type": "params", "values": values})
         if batch.frames or batch.marks:
@@ -462,173 +513,46 @@ class LiveView:
                     page.put(m)
 
 
-# -- one page ---------------------------------------------------------------------------------------------
-class _Page:
-    """One connected page: its outbox (merged, latest wins), its sender task, rate limit and previews."""
+def exposed_names(engine: Engine, params) -> frozenset[str]:
+    """The ``"block.param"`` names ``engine.serve(params=...)`` shows: each item a name such as
+    ``"damp.scale"``, or a block (or composite instance) of ``engine`` for all of its parameters.
 
-    def __init__(self, ws):
-        self.ws = ws
-        self.ready = False
-        self.closing = False
-        self.event = asyncio.Event()
-        self.items: dict[str, dict] = {}  # graph, params, frames, status, hello: merged by kind
-        self.queue: list[dict] = []  # diagnostics, previews, errors, acks, pongs: in order
-        self.previews: dict[tuple[str, str], _Preview] = {}
-        self.tokens = float(RATE)
-        self.refilled = time.monotonic()
-        self.limited_at = 0.0
-
-    def allow(self) -> bool:
-        """The rate limit (a token bucket of RATE a second); an excess message gets an error at most once a
-        second."""
-        now = time.monotonic()
-        self.tokens = min(float(RATE), self.tokens + (now - self.refilled) * RATE)
-        self.refilled = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return True
-        if now - self.limited_at >= 1.0:
-            self.limited_at = now
-            self.error(f"too many messages: at most {RATE} a second; the excess was ignored")
-        return False
-
-    def put(self, msg: dict) -> None:
-        kind = msg["type"]
-        old = self.items.get(kind)
-        if kind == "frames" and old is not None:
-            old["frames"] = (old["frames"] + msg["frames"])[-MAX_FRAMES:]
-            old["marks"] = (old["marks"] + msg["marks"])[-MAX_FRAMES:]
-            old["fps"] = msg["fps"]
-            old["blocks"] = msg["blocks"] or old["blocks"]
-        elif kind == "params" and old is not None:
-            old["values"] = {**old["values"], **msg["values"]}
-        elif kind in ("frames", "params", "graph", "status", "hello"):
-            self.items[kind] = dict(msg)
-        else:
-            if kind == "diagnostic" and sum(1 for m in self.queue if m["type"] == "diagnostic") >= 4 * MAX_DIAGNOSTICS:
-                return  # a page that stopped reading: keep the newest diagnostics the pump sends later
-            self.queue.append(msg)
-        self.event.set()
-
-    def error(self, message: str) -> None:
-        self.put({"type": "error", "message": message})
-
-    def take(self) -> list[dict]:
-        out = [self.items.pop(k) for k in ("hello", "graph", "params", "status", "frames") if k in self.items]
-        out += self.queue
-        self.queue = []
-        return out
-
-    async def send_loop(self) -> None:
-        while True:
-            await self.event.wait()
-            self.event.clear()
-            await self.flush()
-
-    async def flush(self) -> None:
-        for m in self.take():
-            if self.ws.closed:
-                return
-            try:
-                await self.ws.send_str(dumps(m))
-            except (ConnectionError, RuntimeError):
-                return
-
-    async def close(self, code: int, reason: str) -> None:
-        self.closing = True
-        if not self.ws.closed:
-            await self.ws.close(code=code, message=reason.encode())
-
-    def drop_preview(self, key) -> None:
-        p = self.previews.pop(key, None)
-        if p is not None:  # ending an observe() may wait for the engine thread: not on the server's loop
-            asyncio.get_running_loop().run_in_executor(None, p.dispose)
-
-    def drop_previews(self) -> None:
-        for key in list(self.previews):
-            self.drop_preview(key)
-
-
-class _Preview:
-    """A sampled ``engine.observe()`` of one port for one page: the engine thread stores the latest array
-    (one assignment), the pump samples it at most every PREVIEW_EVERY seconds."""
-
-    def __init__(self, block: str, port: str, kind: str, engine: Engine):
-        self.block, self.port, self.kind = block, port, kind
-        self._engine = engine
-        self.latest: tuple[int, Any] | None = None
-        self.sent = 0.0
-        self.subscription: Any = None
-
-    def on_next(self, array) -> None:
-        self.latest = (self._engine.frame, array)
-
-    def dispose(self) -> None:
-        sub, self.subscription = self.subscription, None
-        if sub is not None:
-            try:
-                sub.dispose()
-            except Exception as e:  # the engine stopped or closed meanwhile: nothing left to end
-                log.debug("live view: ending a preview: %s", e)
-
-    def message(self) -> dict | None:
-        now = time.monotonic()
-        latest = self.latest
-        if latest is None or now - self.sent < PREVIEW_EVERY:
-            return None
-        self.latest, self.sent = None, now
-        frame, array = latest
-        return sample(self.block, self.port, self.kind, frame, array)
-
-
-def sample(block: str, port: str, kind: str, frame: int, array) -> dict:
-    """The ``preview`` message of one port's values: for ``line`` every ``stride``-th value (at most
-    PREVIEW_POINTS: ``data[i]`` is element ``i * stride``), for ``hist`` HIST_BINS bins of the finite values.
-
-    >>> sample("mul", "out", "line", 3, np.arange(2000, dtype=np.float32))["stride"]
-    4
-    >>> sample("mul", "out", "hist", 3, np.ones(10))["data"]["counts"][:2]
-    [0, 0]
+    >>> import rxcuda
+    >>> engine = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())
+    >>> mul = engine.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=16, name="mul"))
+    >>> sorted(exposed_names(engine, ["mul.scale"])), sorted(exposed_names(engine, [mul]))
+    (['mul.scale'], ['mul.n', 'mul.scale'])
+    >>> exposed_names(engine, ["mul.gain"])
+    Traceback (most recent call last):
+    ...
+    ValueError: engine.serve(params=...): mul has no parameter 'gain' (parameters: scale, n)
+    >>> engine.close()
     """
-    a = np.asarray(array)
-    while a.dtype.names:  # structs and vector types (float4): their first field's values
-        a = a[a.dtype.names[0]]
-    try:
-        flat = a.reshape(-1).astype(np.float64)
-    except (TypeError, ValueError):
-        flat = np.zeros(0)
-    n = int(flat.size)
-    msg: dict[str, Any] = {"type": "preview", "block": block, "port": port, "kind": kind, "frame": frame,
-                           "count": n}
-    if kind == "hist":
-        finite = flat[np.isfinite(flat)]
-        counts, edges = np.histogram(finite, bins=HIST_BINS) if finite.size else (np.zeros(HIST_BINS, int),
-                                                                                  np.linspace(0, 1, HIST_BINS + 1))
-        msg["data"] = {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
-        msg["stride"] = 1
-    else:
-        stride = max(1, math.ceil(n / PREVIEW_POINTS))
-        msg["stride"] = stride
-        msg["data"] = [float(v) if math.isfinite(v) else None for v in flat[::stride][:PREVIEW_POINTS].tolist()]
-    return msg
-
-
-def dumps(msg: dict) -> str:
-    """Compact JSON; NaN and infinities (which JSON lacks) become null."""
-    try:
-        return json.dumps(msg, separators=(",", ":"), allow_nan=False)
-    except ValueError:
-        return json.dumps(_scrub(msg), separators=(",", ":"), allow_nan=False)
-
-
-def _scrub(v):
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {k: _scrub(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_scrub(x) for x in v]
-    return v
+    if isinstance(params, str) or not isinstance(params, Iterable):
+        params = [params]
+    blocks = {b.name: b for b in engine.blocks}
+    ids = {id(b) for b in engine.blocks}
+    out: set[str] = set()
+    for item in params:
+        if isinstance(item, str):
+            name, dot, param = item.rpartition(".")
+            block = blocks.get(name) if dot else None
+            if block is None:
+                known = ", ".join(sorted(blocks)[:20]) or "none"
+                raise ValueError(f"engine.serve(params=...): {item!r} names no block's parameter; write "
+                                 f"'block.param' with a block of this engine ({known})")
+            if param not in block.params:
+                raise ValueError(f"engine.serve(params=...): {name} has no parameter '{param}' (parameters: "
+                                 f"{', '.join(block.params) or 'none'})")
+            out.add(item)
+            continue
+        members = list(getattr(item, "blocks", None) or [item])  # a composite instance: its blocks
+        for block in members:
+            if id(block) not in ids:
+                raise ValueError(f"engine.serve(params=...): {getattr(block, 'name', block)!r} is not a block of "
+                                 "this engine; pass its 'block.param' names or a block engine.add returned")
+            out.update(f"{block.name}.{n}" for n in block.params)
+    return frozenset(out)
 
 
 def _middleware():
@@ -646,29 +570,37 @@ def _middleware():
     return headers
 
 
-def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> LiveView:
+def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+          params: Iterable | None = None) -> LiveView:
     """Serve ``engine`` as a live web page (installed as ``Engine.serve``); see :class:`LiveView`.
 
     ``port=0`` picks a free port (``view.url`` says which). A ``host`` other than 127.0.0.1/localhost/::1
-    needs a token: pass one, or one is generated and logged once (``view.url`` carries it).
+    needs a token: pass one, or one is generated and logged once (``view.url`` carries it). ``params``
+    limits the controls: a list of ``"block.param"`` names or blocks (all their parameters); the page shows
+    only those, and a set of any other parameter from a page is refused with an error naming it. None (the
+    default) shows every parameter.
 
-    >>> view = engine.serve()                                 # doctest: +SKIP
+    >>> view = engine.serve(params=["damp.scale", echo])      # doctest: +SKIP
     >>> view.url                                              # doctest: +SKIP
     'http://127.0.0.1:53117/'
     """
-    return LiveView(engine, host, port, token)
+    return LiveView(engine, host, port, token, params)
 
 
-def _engine_serve(self: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> LiveView:
+def _engine_serve(self: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                  params: Iterable | None = None) -> LiveView:
     """Serve this engine as a live web page: the pipeline as a graph with states, frame times, diagnostics,
-    memory, and every scalar parameter as a control that sets it. Returns a :class:`rxcuda.view.LiveView`
-    (``.url``; ``dispose()`` or a ``with`` block stops it; so does ``engine.close()``). Installed by
+    memory, and every scalar parameter (or only those named in ``params``: ``"block.param"`` names or
+    blocks) as a control that sets it. Returns a :class:`rxcuda.view.LiveView` (``.url``; ``wait(seconds)``
+    keeps serving; ``dispose()`` or a ``with`` block stops it; so does ``engine.close()``). Installed by
     ``rxcuda.view``; see :func:`rxcuda.view.serve`.
 
-    >>> with engine.serve() as view:                          # doctest: +SKIP
-    ...     print(view.url); running = engine.run(60); input()
+    >>> running = engine.run(60)                              # doctest: +SKIP
+    >>> with engine.serve(params=["mul.scale"]) as view:      # doctest: +SKIP
+    ...     print(view.url, "- serving for 60 s")
+    ...     view.wait(60)
     """
-    return LiveView(self, host, port, token)
+    return LiveView(self, host, port, token, params)
 
 
 def install() -> None:
@@ -676,4 +608,4 @@ def install() -> None:
     Engine.serve = _engine_serve  # type: ignore[attr-defined]
 
 
-__all__ = ["LiveView", "LiveViewError", "install", "sample", "serve"]
+__all__ = ["RATE", "LiveView", "LiveViewError", "dumps", "exposed_names", "install", "sample", "serve"]

@@ -183,8 +183,17 @@ def test_an_invalid_value_is_refused_on_the_page_and_changes_nothing(page, live)
     box.press("Enter")
     refused = page.locator('[data-refused="damp.scale"]')
     expect(refused).to_contain_text("damp.scale")
-    expect(page.locator("#toasts .toast").first).to_be_visible()
     expect(box).to_have_value(page.evaluate("(v) => String(v)", before))  # back to the engine's value
+    box.fill("1e40")  # refused again: the error is shown once, under its control, and nothing pops up
+    box.press("Enter")
+    expect(refused).to_contain_text("got 1e+40")
+    assert page.locator('[data-refused="damp.scale"]').count() == 1 and page.locator("#toasts .toast").count() == 0
+    box.fill("0.5")  # a valid value clears the old error
+    box.press("Enter")
+    expect(refused).to_have_text("")
+    assert live.damp.params["scale"].value == 0.5
+    live.damp.params["scale"].value = before
+    expect(box).to_have_value(page.evaluate("(v) => String(v)", before))
     # a declared range: the slider spans it, and a value beyond it is refused
     page.locator('#graph [data-block="echo"]').click()
     slider = page.locator('input[data-slider="echo.scale"]')
@@ -195,36 +204,77 @@ def test_an_invalid_value_is_refused_on_the_page_and_changes_nothing(page, live)
     expect(page.locator('input[data-param="echo.scale"]')).to_have_value("0.9")
     select_region(page, "repeat")
     n = page.locator('input[data-param="repeat.n"]')
-    n.fill("2.5")  # the pass count is an integer
+    n.fill("2.5")  # the pass count is an integer: said in a web page's words
     n.press("Enter")
-    expect(page.locator('[data-refused="repeat.n"]')).to_contain_text("repeat.n")
+    expect(page.locator('[data-refused="repeat.n"]')).to_contain_text("takes a whole number (got 2.5)")
+    assert "Python" not in page.text_content('[data-refused="repeat.n"]')
     time.sleep(0.1)
     assert live.damp.params["scale"].value == before and isinstance(live.loop.params["n"].value, int)
     assert live.echo.params["scale"].value == 0.9
 
 
-def test_screenshot(page, live, tmp_path):
-    """The page as the README shows it: a selected block, a diagnostic, the frame-time plot and a preview."""
+def test_serve_params_limits_the_controls_and_the_page_cannot_set_others(page, live):
     from playwright.sync_api import expect
 
-    page.set_viewport_size({"width": 1440, "height": 900})
+    failed = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    with live.engine.serve(params=["damp.scale", live.echo]) as view:
+        page.goto(view.url)
+        page.wait_for_selector('#conn[data-state="open"]')
+        page.check("#all-params")
+        expect(page.locator("#params input[data-param]")).to_have_count(3)  # echo: all of its parameters
+        assert {page.locator("#params input[data-param]").nth(i).get_attribute("data-param") for i in range(3)} \
+            == {"damp.scale", "echo.scale", "echo.n"}
+        # a page that sends a set of another parameter anyway: refused, naming it; nothing changes
+        before = live.loop.params["n"].value
+        said = page.evaluate("""() => new Promise((done) => {
+            const ws = new WebSocket(new URL("ws", location.href).href.replace("http", "ws"));
+            ws.onopen = () => { ws.send(JSON.stringify({type: "hello", token: ""}));
+                ws.send(JSON.stringify({type: "set", block: "repeat", param: "n", value: 1, id: 7})); };
+            ws.onmessage = (ev) => { const m = JSON.parse(ev.data); if (m.type === "error") { ws.close(); done(m); } };
+        })""")
+        assert said["id"] == 7 and said["message"].startswith("repeat.n is not a control of this page")
+        assert live.loop.params["n"].value == before
+        icon = page.request.get(view.url.split("?")[0] + "favicon.ico")
+        assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert failed == []  # the page, its assets and its icon: nothing missing
+
+
+def test_screenshot(page, live, tmp_path):
+    """The page as the README shows it, at 1400 x 900 and at 800 x 600: a selected block with a warning that
+    matches its control, the frame-time plot with update marks, and a histogram preview."""
+    from playwright.sync_api import expect
+
+    page.set_viewport_size({"width": 1400, "height": 900})
     open_view(page, live)
-    live.engine._rt.reporter.warn("damp", "damp.scale is above 1: the feedback grows every frame", live.damp)
     page.locator('#graph [data-block="damp"]').click()
     page.click('[data-preview="damp.out:hist"]')
-    expect(page.locator("#preview-title")).to_have_text("damp.out (hist)")
-    for v in (0.5, 0.8, 0.6):  # parameter updates mark the frame-time plot
+    expect(page.locator("#preview-title")).to_contain_text("damp.out (hist)")
+    for v in (0.5, 0.8, 1.2):  # parameter updates mark the frame-time plot
         live.damp.params["scale"].value = v
-        page.wait_for_timeout(150)
-    first = int(page.text_content("#frame"))  # two seconds of frames on the plot
-    page.wait_for_function(f"Number(document.getElementById('frame').textContent) > {first + 120}")
-    path = tmp_path / "live-view.png"
-    page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 20_000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        page.wait_for_timeout(120)
+    live.engine._rt.reporter.warn("damp", "damp.scale is above 1: the feedback grows every frame", live.damp)
+    expect(page.locator('input[data-param="damp.scale"]')).to_have_value("1.2")
+    expect(page.locator("#block-message")).to_contain_text("above 1")
     target = os.environ.get("RXCUDA_SCREENSHOT")
-    if target:
+    first = int(page.text_content("#frame"))  # for the README a second of frames on the plot, else a few
+    page.wait_for_function(f"Number(document.getElementById('frame').textContent) > {first + (60 if target else 10)}")
+    expect(page.locator("#preview-title")).to_contain_text(f"{N} elements")
+    shots = {}
+    for size, name in (((1400, 900), "live-view.png"), ((800, 600), "live-view-800.png")):
+        page.set_viewport_size({"width": size[0], "height": size[1]})
+        page.wait_for_timeout(100)  # the canvases redraw for the new size
+        if size[0] == 800:  # readable: the graph is not shrunk below 0.75 (its pane scrolls instead)
+            box = page.locator('#graph [data-block="damp"] rect.box').bounding_box()
+            assert box["width"] >= 0.75 * 180 - 1, box
+        path = tmp_path / name
+        page.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 20_000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        shots[name] = path
+    if target:  # `make screenshot`: docs/live-view.png and, beside it, docs/live-view-800.png
         target_path = pathlib.Path(target)
         if not target_path.is_absolute():
             target_path = ROOT / target_path
         target_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target_path)
+        shutil.copyfile(shots["live-view.png"], target_path)
+        shutil.copyfile(shots["live-view-800.png"], target_path.with_name(target_path.stem + "-800.png"))

@@ -47,7 +47,8 @@ def test_the_readme_has_blocks_that_need_a_gpu():
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.name)
 def test_readme_snippet_runs(snippet):
     before = _root_entries()
-    proc = subprocess.run([sys.executable, "-c", snippet.source], cwd=ROOT, env=gpu_subprocess_env(),
+    env = {**gpu_subprocess_env(), "RXCUDA_VIEW_WAIT_MAX": "0.1"}  # the live-view block serves a reader a minute
+    proc = subprocess.run([sys.executable, "-c", snippet.source], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (
         f"README.md block '{snippet.name}' (line {snippet.line}) failed with exit status {proc.returncode}; "

@@ -129,6 +129,7 @@ def test_every_python_block_compiles(snippet):
 @pytest.mark.parametrize("snippet", [s for s in SNIPPETS if s.no_gpu], ids=lambda s: s.name)
 def test_blocks_marked_without_a_gpu_run_here(snippet, monkeypatch):
     monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("RXCUDA_VIEW_WAIT_MAX", "0.1")  # the live-view block serves a reader for a minute
     code = compile(snippet.source, f"README.md snippet {snippet.name}", "exec")
     exec(code, {"__name__": "__readme__"})  # noqa: S102 - running the documentation is the test
 

@@ -308,7 +308,7 @@ BAD = [
     ('{"type": "set", "block": "scalar_mul", "param": "scale", "value": NaN}', "not a number the live view takes"),
     ('{"type": "set", "block": "scalar_mul", "param": "scale", "value": 11}', "must be within [0.0, 10.0]"),
     ('{"type": "set", "block": "scalar_mul", "param": "scale", "value": -1e400}', "takes a finite number"),
-    ('{"type": "set", "block": "scalar_mul", "param": "n", "value": 2.5}', "takes an integer"),
+    ('{"type": "set", "block": "scalar_mul", "param": "n", "value": 2.5}', "takes a whole number (got 2.5)"),
     ('{"type": "set", "block": "scalar_mul", "param": "n", "value": 99999999999}', "must be within"),
     ('{"type": "preview", "block": "scalar_mul", "port": "nope"}', "has no port 'nope'"),
     ('{"type": "preview", "block": "scalar_mul", "port": "out", "kind": "pie"}', "line or hist"),

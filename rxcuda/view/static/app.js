@@ -5,11 +5,12 @@
 (() => {
   const SVG = "http://www.w3.org/2000/svg";
   const FLOATS = new Set(["f16", "bf16", "f32", "f64"]);
-  const BOX_W = 180, BOX_H = 60, PORT_GAP = 15, FRAME_WINDOW = 300, KEEP_DIAGS = 300;
-  const MARK_COLOURS = {parameters: "rgba(120,120,120,0.25)", structure: "#8e44ad", code: "#16a085",
-    recapture: "#c0392b", reload: "#d35400"};
+  const BOX_W = 180, BOX_H = 60, PORT_GAP = 15, PORT_R = 4, FRAME_WINDOW = 300, KEEP_DIAGS = 300;
+  const LABEL_CHAR = 6;      // px a character of a link label takes at most (11 px font)
+  const MIN_SCALE = 0.75;   // the graph is never drawn smaller than this (its pane scrolls instead)
   const TOKEN = new URLSearchParams(location.search).get("token") || "";
   const $ = (id) => document.getElementById(id);
+  const {fmtNum, fmtUs, drawPlot, drawPreview} = window.rxcudaPlots;  // static/plots.js
 
   const S = {
     ws: null, open: false, retry: 500, refused: false,
@@ -22,7 +23,8 @@
     badges: new Map(),    // block -> warnings and errors seen
     lastDiag: new Map(),  // block -> the latest of them
     diags: [],
-    lastSet: null,        // {control, at}: where a refusal belongs
+    setId: 0,             // the id of the latest set sent (each set carries one; ack and error echo it)
+    sets: new Map(),      // id -> the control key it set, until its ack or error comes back
     preview: null, previewData: null,
     plotDirty: false, previewDirty: false,
   };
@@ -42,14 +44,6 @@
   }
   const clear = (e) => { while (e.firstChild) e.removeChild(e.firstChild); };
   const str = (v) => (v === null || v === undefined ? "" : String(v));
-  function fmtNum(v) {
-    if (typeof v !== "number") return str(v);
-    if (Number.isInteger(v)) return String(v);
-    const s = String(v);
-    return s.length > 10 ? String(Number(v.toPrecision(7))) : s;
-  }
-  const fmtUs = (us) => (us === null || us === undefined ? "-" : us >= 1000 ? (us / 1000).toFixed(2) + " ms"
-    : us.toFixed(1) + " us");
   function fmtBytes(n) {
     if (typeof n !== "number") return "-";
     const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -60,12 +54,21 @@
   const fmtShape = (s) => (Array.isArray(s) ? "[" + s.join("\u00d7") + "]" : str(s));
   const clip = (s, n) => (s.length > n ? s.slice(0, n - 1) + "\u2026" : s);
 
+  // one pop-up at a time: a new message replaces the old one, the same one again counts up (no pile)
   function toast(message) {
     const box = $("toasts");
-    const t = el("div", {class: "toast", role: "alert"}, message);
-    box.appendChild(t);
-    while (box.children.length > 4) box.removeChild(box.firstChild);
-    setTimeout(() => t.remove(), 7000);
+    let t = box.querySelector(".toast");
+    if (!t) {
+      t = el("div", {class: "toast", role: "alert"});
+      t.addEventListener("click", () => t.remove());
+      box.appendChild(t);
+    }
+    const again = t.dataset.message === message;
+    t.dataset.message = message;
+    t.dataset.times = again ? String(+t.dataset.times + 1) : "1";
+    t.textContent = message + (again ? ` (\u00d7${t.dataset.times})` : "");
+    clearTimeout(S.toastTimer);
+    S.toastTimer = setTimeout(() => t.remove(), 7000);
   }
 
   // -- the connection -----------------------------------------------------------------------------------
@@ -136,9 +139,13 @@
         if (S.preview && m.block === S.preview.block && m.port === S.preview.port) {
           S.previewData = m;
           S.previewDirty = true;
+          $("preview-title").textContent = `${m.block}.${m.port} (${S.preview.kind})` +
+            (typeof m.count === "number" ? ` \u00b7 ${m.count} elements` : "") +
+            (typeof m.frame === "number" ? ` \u00b7 frame ${m.frame}` : "");
         }
         break;
-      case "error": onError(str(m.message)); break;
+      case "error": onError(str(m.message), m.id); break;
+      case "ack": onAck(m.id); break;
       default: break;  // "pong", and kinds a later server may add
     }
   }
@@ -204,13 +211,22 @@
     const boxes = new Map();
     let spare = 0;
     const maxY = Math.max(0, ...Object.values(layout).map((p) => (Array.isArray(p) ? p[1] : 0)));
+    // the server's columns (layers) keep their order; the gap between them fits the widest link label, so a
+    // label stands between two boxes and not on their ports
+    const links = Array.isArray(g.links) ? g.links : [];
+    const widest = Math.max(0, ...links.map((l) => linkLabel(l, false).length * LABEL_CHAR));
+    const gap = Math.max(60, Math.ceil(widest) + 2 * PORT_R + 10);
+    const columns = [...new Set(Object.values(layout).filter(Array.isArray).map((p) => +p[0] || 0))]
+      .sort((a, b) => a - b);
+    const column = new Map(columns.map((x, i) => [x, (columns[0] || 0) + i * (BOX_W + gap)]));
     for (const b of blocks) {
       if (asGroup(b)) continue;
       const {left, right} = sides(b);
       const h = Math.max(BOX_H, 26 + PORT_GAP * Math.max(left.length, right.length) + (b.message ? 12 : 0));
       let at = layout[b.name];
-      if (!Array.isArray(at)) at = [spare++ * (BOX_W + 40), maxY + BOX_H + 60];  // no position: a row below
-      boxes.set(b.name, {x: +at[0] || 0, y: +at[1] || 0, w: BOX_W, h, left, right});
+      if (!Array.isArray(at)) at = [null, maxY + BOX_H + 60];  // no position: a row below
+      const x = at[0] === null ? spare++ * (BOX_W + gap) : column.get(+at[0] || 0);
+      boxes.set(b.name, {x, y: +at[1] || 0, w: BOX_W, h, left, right});
     }
 
     // groups: regions (around their bodies) and composites (around the blocks of an instance path)
@@ -277,7 +293,7 @@
     let floor = -Infinity;
     for (const r of [...boxes.values(), ...done.map((d) => d.box)]) floor = Math.max(floor, r.y + r.h);
     const lanes = {n: 0};
-    for (const l of Array.isArray(g.links) ? g.links : []) {
+    for (const l of links) {
       const s = portAt(l.src[0], l.src[1], true), t = portAt(l.dst[0], l.dst[1], false);
       if (!s || !t) continue;
       let d, mid;
@@ -296,9 +312,8 @@
       const delayed = (l.delay || 0) > 0;
       const key = `${l.src[0]}.${l.src[1]}->${l.dst[0]}.${l.dst[1]}`;
       const e = sv("g", {class: delayed ? "link delayed" : "link", "data-link": key});
-      const label = `${str(l.dtype)} ${fmtShape(l.shape)}` + (delayed ? ` \u00b7 delay ${l.delay}` : "");
       e.append(sv("path", {d}),
-        sv("text", {x: mid[0], y: mid[1] - 4, "text-anchor": "middle"}, label),
+        sv("text", {x: mid[0], y: mid[1] - 7, "text-anchor": "middle"}, linkLabel(l)),
         sv("title", {}, key + (l.bytes ? ` (${fmtBytes(l.bytes)})` : "")));
       gLinks.appendChild(e);
     }
@@ -309,14 +324,14 @@
       const e = sv("g", {class: "block", "data-block": b.name, "data-state": str(b.state),
         transform: `translate(${box.x},${box.y})`, tabindex: 0});
       e.append(sv("rect", {class: "box", width: box.w, height: box.h}),
-        sv("text", {class: "name", x: 8, y: 16}, clip(b.name, 19)),
+        sv("text", {class: "name", x: 8, y: 16}, clip(b.name, 17)),
         sv("text", {class: "gpu", x: box.w - 8, y: 16, "text-anchor": "end"}, ""));
-      box.left.forEach((p, i) => e.append(sv("circle", {class: "port", cx: 0, cy: 30 + i * PORT_GAP, r: 4}),
+      box.left.forEach((p, i) => e.append(sv("circle", {class: "port", cx: 0, cy: 30 + i * PORT_GAP, r: PORT_R}),
         sv("text", {class: "port-label", x: 7, y: 33 + i * PORT_GAP}, clip(p.name, 12))));
-      box.right.forEach((p, i) => e.append(sv("circle", {class: "port", cx: box.w, cy: 30 + i * PORT_GAP, r: 4}),
+      box.right.forEach((p, i) => e.append(sv("circle", {class: "port", cx: box.w, cy: 30 + i * PORT_GAP, r: PORT_R}),
         sv("text", {class: "port-label", x: box.w - 7, y: 33 + i * PORT_GAP, "text-anchor": "end"},
           clip(p.name, 12))));
-      e.appendChild(sv("text", {class: "msg", x: 8, y: box.h - 6}, clip(str(b.message), 30)));
+      e.appendChild(sv("text", {class: "msg", x: 8, y: box.h - 6}, clip(str(b.message), 27)));
       const badge = sv("g", {class: "badges", transform: `translate(${box.w - 2},0)`, visibility: "hidden"});
       badge.append(sv("circle", {class: "badge", r: 9}),
         sv("text", {class: "badge-text", "text-anchor": "middle", y: 3.5}, ""), sv("title", {}, ""));
@@ -332,9 +347,16 @@
     for (const r of [...boxes.values(), ...done.map((d) => d.box), ...extent]) {
       x0 = Math.min(x0, r.x); y0 = Math.min(y0, r.y); x1 = Math.max(x1, r.x + r.w); y1 = Math.max(y1, r.y + r.h);
     }
-    svg.setAttribute("viewBox", `${x0 - 30} ${y0 - 30} ${Math.max(200, x1 - x0 + 60)} ${Math.max(120, y1 - y0 + 60)}`);
+    const vw = Math.max(200, x1 - x0 + 60), vh = Math.max(120, y1 - y0 + 60);
+    svg.setAttribute("viewBox", `${x0 - 30} ${y0 - 30} ${vw} ${vh}`);
+    // never drawn smaller than MIN_SCALE (text stays readable on a small screen): the pane scrolls instead
+    svg.style.minWidth = `${Math.round(vw * MIN_SCALE)}px`;
     markSelected();
     showBlockTimes();
+  }
+
+  function linkLabel(l, withDelay = true) {  // a delayed link's label mostly runs along its own lane
+    return `${str(l.dtype)} ${fmtShape(l.shape)}` + (withDelay && (l.delay || 0) > 0 ? ` \u00b7 delay ${l.delay}` : "");
   }
 
   function tooltip(b) {
@@ -361,7 +383,7 @@
     if (e) {
       e.setAttribute("data-state", state);
       const msg = e.querySelector("text.msg");
-      if (msg) msg.textContent = clip(str(message), 30);
+      if (msg) msg.textContent = clip(str(message), 27);
       const t = e.querySelector(":scope > title");
       if (t) t.textContent = tooltip(b);
     }
@@ -393,6 +415,8 @@
     S.selected = name;
     markSelected();
     showSelected();
+    const e = name === null ? null : S.nodes.get(name);  // chosen from a list: bring it into the graph's view
+    if (e && e.scrollIntoView) e.scrollIntoView({block: "nearest", inline: "nearest"});
   }
   function markSelected() {
     for (const [name, e] of S.nodes) e.classList.toggle("selected", name === S.selected);
@@ -581,12 +605,15 @@
   }
 
   function sendSet(c, value) {
-    if (!send({type: "set", block: c.block, param: c.param, value})) {
+    const id = ++S.setId;
+    if (!send({type: "set", block: c.block, param: c.param, value, id})) {
       refuse(c, "not connected: the value was not sent");
       c.show(S.values.get(c.key));
       return;
     }
-    S.lastSet = {control: c, at: Date.now()};
+    c.lastId = id;
+    S.sets.set(id, c.key);
+    if (S.sets.size > 500) S.sets.delete(S.sets.keys().next().value);  // answers lost with a closed socket
   }
 
   function refuse(c, message) {
@@ -598,17 +625,28 @@
     c.wrap.classList.remove("refused-now");
   }
 
-  function onError(message) {
-    toast(message);
-    // the refused control: the one the message names (the longest key it contains), else the last one set
+  // a refused set: its error shows once, under its control (found by the set's id, or else by the control
+  // the message names), and the control goes back to the engine's value; any other error is a pop-up
+  function onError(message, id) {
     let c = null;
-    for (const [key, ctl] of S.controls) if (message.includes(key) && (!c || key.length > c.key.length)) c = ctl;
-    if (!c && S.lastSet && Date.now() - S.lastSet.at < 3000) c = S.lastSet.control;
-    if (c && S.controls.get(c.key) === c) {
-      refuse(c, message);
-      c.dirty = false;
-      c.show(S.values.get(c.key));  // nothing changed: back to the engine's value
+    if (S.sets.has(id)) {
+      c = S.controls.get(S.sets.get(id)) || null;
+      S.sets.delete(id);
+      if (c && c.lastId !== id) return;  // a later value of that control is on its way: its answer counts
+    } else {
+      for (const [key, ctl] of S.controls) if (message.includes(key) && (!c || key.length > c.key.length)) c = ctl;
     }
+    if (!c) { toast(message); return; }
+    refuse(c, message);
+    c.dirty = false;
+    c.show(S.values.get(c.key));
+  }
+  // an accepted set: an old refusal under its control goes
+  function onAck(id) {
+    const key = S.sets.get(id);
+    S.sets.delete(id);
+    const c = key === undefined ? null : S.controls.get(key);
+    if (c && c.lastId === id) clearRefusal(c);
   }
 
   // -- frames and the frame-time plot -------------------------------------------------------------------
@@ -625,67 +663,6 @@
       showBlockTimes();
     }
     S.plotDirty = true;
-  }
-
-  function fitCanvas(cv) {
-    const r = window.devicePixelRatio || 1;
-    const w = Math.max(100, Math.round(cv.clientWidth * r)), h = Math.max(60, Math.round(cv.clientHeight * r));
-    if (cv.width !== w || cv.height !== h) { cv.width = w; cv.height = h; }
-    const ctx = cv.getContext("2d");
-    ctx.setTransform(r, 0, 0, r, 0, 0);
-    return [ctx, w / r, h / r];
-  }
-
-  function drawPlot() {
-    const [ctx, W, H] = fitCanvas($("plot"));
-    ctx.clearRect(0, 0, W, H);
-    const F = S.frames;
-    const L = 46, R = 8, T = 10, B = 18;
-    ctx.font = "10px system-ui, sans-serif";
-    ctx.fillStyle = "#777";
-    if (!F.length) { ctx.fillText("waiting for frames", L, H / 2); return; }
-    const i0 = F[0][0], i1 = Math.max(F[F.length - 1][0], i0 + 1);
-    let top = 1;
-    for (const f of F) top = Math.max(top, f[1] || 0, f[2] || 0);
-    top *= 1.15;
-    const X = (i) => L + (W - L - R) * (i - i0) / (i1 - i0), Y = (v) => T + (H - T - B) * (1 - v / top);
-    ctx.strokeStyle = "#eee";
-    ctx.lineWidth = 1;
-    for (let k = 0; k <= 4; k++) {
-      const v = top * k / 4;
-      ctx.beginPath(); ctx.moveTo(L, Y(v)); ctx.lineTo(W - R, Y(v)); ctx.stroke();
-      ctx.fillText(fmtUs(v), 2, Y(v) + 3);
-    }
-    ctx.fillText("frame " + i0, L, H - 4);
-    ctx.textAlign = "right";
-    ctx.fillText(String(i1), W - R, H - 4);
-    ctx.textAlign = "left";
-    let labelled = -Infinity;
-    for (const [i, what] of S.marks) {
-      ctx.strokeStyle = MARK_COLOURS[what] || "#999";
-      ctx.beginPath(); ctx.moveTo(X(i), T); ctx.lineTo(X(i), H - B); ctx.stroke();
-      if (what !== "parameters" && X(i) - labelled > 50) {  // parameter updates are many: lines only
-        ctx.fillStyle = ctx.strokeStyle;
-        ctx.fillText(String(what), X(i) + 2, T + 8);
-        labelled = X(i);
-      }
-    }
-    const line = (col, idx) => {
-      ctx.strokeStyle = col;
-      ctx.lineWidth = 1.5;
-      ctx.beginPath();
-      let pen = false;
-      for (const f of F) {
-        const v = f[idx];
-        if (typeof v !== "number") { pen = false; continue; }
-        if (pen) ctx.lineTo(X(f[0]), Y(v)); else ctx.moveTo(X(f[0]), Y(v));
-        pen = true;
-      }
-      ctx.stroke();
-    };
-    const css = getComputedStyle(document.documentElement);
-    line(css.getPropertyValue("--host").trim() || "#2f6fdb", 1);
-    line(css.getPropertyValue("--gpu").trim() || "#e0742b", 2);
   }
 
   // -- diagnostics --------------------------------------------------------------------------------------
@@ -772,65 +749,9 @@
     $("preview-stop").hidden = true;
   });
 
-  function drawPreview() {
-    const [ctx, W, H] = fitCanvas($("preview"));
-    ctx.clearRect(0, 0, W, H);
-    ctx.font = "10px system-ui, sans-serif";
-    ctx.fillStyle = "#777";
-    const m = S.previewData;
-    if (!S.preview) { ctx.fillText("select a block and an output port's line or hist", 8, H / 2); return; }
-    if (!m) { ctx.fillText("waiting for samples of " + S.preview.block + "." + S.preview.port, 8, H / 2); return; }
-    const L = 46, R = 8, T = 8, B = 16;
-    const d = m.data;
-    if (m.kind === "hist" && d && Array.isArray(d.counts)) {
-      const counts = d.counts, edges = Array.isArray(d.edges) ? d.edges : [];
-      const top = Math.max(1, ...counts);
-      const w = (W - L - R) / Math.max(1, counts.length);
-      ctx.fillStyle = "#5b7fd6";
-      counts.forEach((n, i) => {
-        const h = (H - T - B) * n / top;
-        ctx.fillRect(L + i * w + 0.5, H - B - h, Math.max(1, w - 1), h);
-      });
-      ctx.fillStyle = "#777";
-      ctx.fillText(String(top), 2, T + 8);
-      if (typeof m.count === "number") ctx.fillText(`${m.count} elements`, L + 4, T + 8);
-      if (edges.length) {
-        ctx.fillText(fmtNum(edges[0]), L, H - 3);
-        ctx.textAlign = "right";
-        ctx.fillText(fmtNum(edges[edges.length - 1]), W - R, H - 3);
-        ctx.textAlign = "left";
-      }
-      return;
-    }
-    const v = Array.isArray(d) ? d : [];  // data[i] is element i * stride; null where it is NaN or infinite
-    const finite = v.filter((x) => typeof x === "number");
-    if (!finite.length) { ctx.fillText(v.length ? "no finite samples" : "no samples", 8, H / 2); return; }
-    let lo = Math.min(...finite), hi = Math.max(...finite);
-    if (lo === hi) { lo -= 1; hi += 1; }
-    const X = (i) => L + (W - L - R) * i / Math.max(1, v.length - 1), Y = (x) => T + (H - T - B) * (hi - x) / (hi - lo);
-    ctx.fillText(fmtNum(hi), 2, T + 8);
-    ctx.fillText(fmtNum(lo), 2, H - B);
-    const stride = typeof m.stride === "number" ? m.stride : 1;
-    ctx.fillText(`element 0`, L, H - 3);
-    ctx.textAlign = "right";
-    ctx.fillText(`${(v.length - 1) * stride}` + (typeof m.frame === "number" ? ` \u00b7 frame ${m.frame}` : ""),
-      W - R, H - 3);
-    ctx.textAlign = "left";
-    ctx.strokeStyle = "#5b7fd6";
-    ctx.lineWidth = 1.5;
-    ctx.beginPath();
-    let pen = false;
-    v.forEach((x, i) => {
-      if (typeof x !== "number") { pen = false; return; }
-      if (pen) ctx.lineTo(X(i), Y(x)); else ctx.moveTo(X(i), Y(x));
-      pen = true;
-    });
-    ctx.stroke();
-  }
-
   function paint() {
-    if (S.plotDirty) { S.plotDirty = false; drawPlot(); }
-    if (S.previewDirty) { S.previewDirty = false; drawPreview(); }
+    if (S.plotDirty) { S.plotDirty = false; drawPlot($("plot"), S.frames, S.marks); }
+    if (S.previewDirty) { S.previewDirty = false; drawPreview($("preview"), S.preview, S.previewData); }
     requestAnimationFrame(paint);
   }
   window.addEventListener("resize", () => { S.plotDirty = true; S.previewDirty = true; });
