@@ -68,6 +68,28 @@ def test_a_set_from_the_page_goes_through_block_set(engine, monkeypatch):
     assert mul.params["scale"].value == 2.5 and mul.params["n"].value == N
 
 
+def test_the_page_cannot_set_a_count_past_its_buffers(engine):
+    """The real count check (rxcuda.BoundsError), not a stand-in: n=100000000 and n=-5 on 1024-element buffers
+    are refused with the port and its size, nothing changes, and a value that fits is taken."""
+    mul = engine.blocks[1]
+
+    async def go(view):
+        async with aiohttp.ClientSession() as s:
+            page = await open_page(s, view)
+            for value, says in ((100_000_000, f"is more than port 'x' holds ({N} elements)"), (-5, "negative")):
+                await page.send({"type": "set", "block": "scalar_mul", "param": "n", "value": value})
+                err = await page.next("error")
+                assert "scalar_mul.n" in err["message"] and says in err["message"], err
+                assert "engine.resize" in err["message"] or value < 0
+            await page.send({"type": "set", "block": "scalar_mul", "param": "n", "value": N // 2, "id": 7})
+            await page.next("ack")
+
+    with engine.serve() as view:
+        run(go(view))
+    assert mul.params["n"].value == N // 2
+    assert engine.tick().state == "ok"
+
+
 @pytest.mark.parametrize(("value", "says"), [
     (2.5, "scalar_mul.n (i32) takes a whole number (got 2.5)"),
     (1e10, "scalar_mul.n (i32) must be within [-2147483648, 2147483647] (got 10000000000)"),
