@@ -30,7 +30,7 @@ install: $(STAMP)
 # The documentation site (mkdocs.yml, docs/) into site/, warnings as errors (--strict); needs no internet and
 # no GPU. `$(VENV)/bin/mkdocs serve` serves it while you edit.
 docs: $(STAMP)
-	@$(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 # tests/browser run the live view in headless Chromium: Debian's chromium package, driven by Playwright (from
 # the dev extra) with that executable, so no browser is downloaded. When it is missing and this runs as root
