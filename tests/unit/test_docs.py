@@ -20,7 +20,6 @@ import re
 import pytest
 from _docs import (
     DOCS,
-    README,
     ROOT,
     SHIPPED,
     PasteError,
@@ -39,6 +38,7 @@ SNIPPETS = all_snippets()
 FILES = {rel(p): p.read_text() for p in doc_files()}
 SHIPPED_OK = shipped_kernels_resolve()
 NOT_YET = "rxcuda.kernels.path (the shipped kernels by name) is not in this rxcuda yet"
+LANDING = ("rxcuda.kernels", "rxcuda.examples")  # packages that land with the shipped kernels by name
 
 
 def _needs_shipped(snippet) -> None:
@@ -206,7 +206,7 @@ def test_every_name_used_through_rxcuda_or_an_alias_exists(file):
     for alias in sorted(set(aliases) - set(INSTANCES)):
         for chain in sorted(_dotted_uses(FILES[file], alias)):
             dotted = aliases[alias] + chain
-            if not SHIPPED_OK and dotted.startswith("rxcuda.kernels."):
+            if not SHIPPED_OK and dotted.startswith(LANDING):
                 continue  # lands with the shipped kernels by name (see NOT_YET)
             try:
                 _resolve(dotted)
@@ -266,7 +266,7 @@ def _layout() -> str:
 
 def _layout_folders() -> list[str]:
     """The package folders the layout names: ``  name/`` lines inside ``rxcuda/``."""
-    return re.findall(r"^  (\w+)/", re.split(r"\n(?=\S)", _layout().split("\nrxcuda/", 1)[1], 1)[0], re.M)
+    return re.findall(r"^  (\w+)/", re.split(r"\n(?=\S)", _layout().split("\nrxcuda/", 1)[1], maxsplit=1)[0], re.M)
 
 
 def test_the_layout_names_every_folder_of_the_package():
