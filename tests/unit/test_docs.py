@@ -285,3 +285,36 @@ def test_the_layout_names_only_folders_that_exist_or_are_moving():
     assert ghosts == []
     landed = [f for f in MOVING if (ROOT / "rxcuda" / f / "__init__.py").is_file()]
     assert landed == [], f"rxcuda/{landed[0]}/ has landed: take it out of MOVING in this file"
+
+
+# -- the site --------------------------------------------------------------------------------------------
+def test_the_site_builds_with_warnings_as_errors_and_loads_nothing_from_the_internet(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]') builds the site")
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (site / "index.html").is_file() and (site / "api" / "index.html").is_file()
+    remote = set()
+    for page in site.rglob("*.html"):
+        remote |= set(re.findall(r'<(?:script|link|img)[^>]*(?:src|href)="(https?://[^"]+)"', page.read_text()))
+    assert remote == set(), f"the site loads these from the internet: {sorted(remote)[:5]}"
+    api = (site / "api" / "index.html").read_text()
+    # docstring examples are fenced pycon code (tools/griffe_doctest.py): Pygments marks the prompts
+    assert '<span class="gp">&gt;&gt;&gt; </span>' in api
+
+
+def test_doctest_fences_wrap_examples_and_drop_directives():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_griffe_doctest", ROOT / "tools" / "griffe_doctest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "Intro.\n\n>>> x = [1, 2][:1]   # doctest: +SKIP\n>>> x\n[1]\n\nAfter.\n\n```python\n>>> kept\n```"
+    assert module.fence_doctests(text) == (
+        "Intro.\n\n```pycon\n>>> x = [1, 2][:1]\n>>> x\n[1]\n```\n\nAfter.\n\n```python\n>>> kept\n```")
