@@ -1,4 +1,4 @@
-"""Folders import only downward (DESIGN.md, "Layout"): a folder may use the ones below it, never one above.
+"""Folders import only downward (docs/architecture.md, "Layout"): a folder may use the ones below it, never one above.
 
 Lazy imports inside functions count too: an upward import is an upward import wherever it is written.
 """
