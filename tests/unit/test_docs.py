@@ -83,6 +83,17 @@ def test_every_page_is_in_the_site_navigation():
     assert config["theme"]["font"] is False  # no web fonts: the site needs no internet
 
 
+GLOSSARY = ("Frame", "Tick", "Tier", "Hot update", "Warm update", "Exec-node update", "Recapture", "Structure change",
+            "Null driver", "Block", "Port", "Parameter", "Region", "Delayed connection", "Append output",
+            "Composite", "Fragment", "Engine", "Diagnostic", "Last good graph")
+
+
+def test_the_glossary_defines_the_words_the_pages_use():
+    text = FILES["docs/concepts.md"].split("\n## Glossary\n", 1)[1]
+    defined = set(re.findall(r"^(\S[^\n]*)\n:   ", text, re.M))  # a definition list: term, then ":   ..."
+    assert [term for term in GLOSSARY if term not in defined] == []
+
+
 # -- the blocks ------------------------------------------------------------------------------------------
 def test_every_python_block_is_a_named_snippet_or_a_continuation():
     assert len(SNIPPETS) >= 25
