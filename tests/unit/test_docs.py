@@ -263,6 +263,23 @@ def test_json_blocks_parse(file):
             json.loads(b.text)
 
 
+
+def test_cuda_blocks_compile_with_nvrtc():
+    """The CUDA C++ the pages show compiles (NVRTC needs no GPU), and rxcuda reads its declaration."""
+    import rxcuda
+
+    blocks = [(file, b) for file, text in FILES.items() for b in fenced_blocks(text) if b.lang == "cuda"]
+    assert blocks
+    for file, b in blocks:
+        code = rxcuda.compile_cuda(b.text, arch="sm_90", name=f"{file}:{b.line}")
+        assert code.signature.params, f"{file}:{b.line}"
+    # the annotations table's example reads as the page says: directions, a counter, defaults, block size
+    collect = rxcuda.compile_cuda(next(b.text for _, b in blocks if "collect(" in b.text), arch="sm_90")
+    assert [p.describe() for p in collect.signature.params] == [
+        "f32* values (in)", "f32* kept (out)", "u32* count (counter)", "f32 threshold", "u32 capacity", "i32 n"]
+    assert [p.default for p in collect.signature.params][3:] == [0.5, "size", "size"]
+    assert collect.block_size == 128
+
 # -- the architecture page's layout ----------------------------------------------------------------------
 # Folders the layout names that the code does not have yet: the move to this layout is under way on main.
 # Each maps to where its modules live until then; an entry goes when its folder lands.
