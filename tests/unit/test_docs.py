@@ -280,6 +280,18 @@ def test_cuda_blocks_compile_with_nvrtc():
     assert [p.default for p in collect.signature.params][3:] == [0.5, "size", "size"]
     assert collect.block_size == 128
 
+
+def test_the_make_targets_the_pages_name_exist():
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    named = set()
+    for text in FILES.values():  # `make X` in the prose, and make lines of the shell blocks
+        named |= set(re.findall(r"`make ([a-z][\w-]*)", text))
+        for b in fenced_blocks(text):
+            if b.lang == "sh":
+                named |= set(re.findall(r"^make ([a-z][\w-]*)", b.text, re.M))
+    assert {"demo", "test", "docs"} <= named
+    assert sorted(named - targets) == []
+
 # -- the architecture page's layout ----------------------------------------------------------------------
 # Folders the layout names that the code does not have yet: the move to this layout is under way on main.
 # Each maps to where its modules live until then; an entry goes when its folder lands.
