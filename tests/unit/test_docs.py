@@ -161,7 +161,14 @@ def test_blocks_marked_without_a_gpu_run_pasted_into_an_interpreter(snippet, mon
 
 # -- names -----------------------------------------------------------------------------------------------
 def _resolve(dotted: str):
-    """The object a dotted name such as ``rxcuda.cuda.NullDriver`` or ``rxcuda.Block.from_kernel`` names."""
+    """The object a dotted name such as ``rxcuda.cuda.NullDriver`` or ``rxcuda.Block.from_kernel`` names.
+    An example (``rxcuda.examples.particles``) is found, not imported: importing one runs it."""
+    if dotted.startswith("rxcuda.examples."):
+        import importlib.util
+
+        if importlib.util.find_spec(dotted) is None:
+            raise ImportError(f"no module {dotted}")
+        return dotted
     parts = dotted.split(".")
     obj = importlib.import_module(parts[0])
     for i, part in enumerate(parts[1:], 1):
