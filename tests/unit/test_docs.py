@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 import re
 
@@ -164,8 +165,6 @@ def _resolve(dotted: str):
     """The object a dotted name such as ``rxcuda.cuda.NullDriver`` or ``rxcuda.Block.from_kernel`` names.
     An example (``rxcuda.examples.particles``) is found, not imported: importing one runs it."""
     if dotted.startswith("rxcuda.examples."):
-        import importlib.util
-
         if importlib.util.find_spec(dotted) is None:
             raise ImportError(f"no module {dotted}")
         return dotted
