@@ -9,22 +9,28 @@ STAMP := $(VENV)/.installed
 # Every module's docstring examples run with the tests (examples that need a device are marked
 # `# doctest: +SKIP` where they stand).
 
-.PHONY: demo test install chromium screenshot
+.PHONY: demo test docs install chromium screenshot
 
 demo: $(STAMP)
 	$(VENV)/bin/rxcuda demo
 
-# ruff, mypy (rxcuda/engine, blocks, plan and streams, configured in pyproject.toml), then pytest with the docstring
-# examples. Every step runs even when an earlier one fails, so one run reports everything; pytest's summary
-# line comes last (.ci/run looks for it) and the exit status is non-zero when any step failed.
+# ruff, mypy (rxcuda/engine, blocks, plan and streams, configured in pyproject.toml), the documentation site, then
+# pytest with the docstring examples. Every step runs even when an earlier one fails, so one run reports
+# everything; pytest's summary line comes last (.ci/run looks for it) and the exit status is non-zero when any step failed.
 test: $(STAMP) chromium
 	@status=0; \
 	echo "== ruff"; $(VENV)/bin/ruff check $(wildcard rxcuda tests bench examples) || status=1; \
 	echo "== mypy"; $(VENV)/bin/mypy || status=1; \
+	echo "== docs"; $(MAKE) --no-print-directory docs || status=1; \
 	echo "== pytest"; $(VENV)/bin/python -m pytest -q tests --doctest-modules rxcuda || status=1; \
 	exit $$status
 
 install: $(STAMP)
+
+# The documentation site (mkdocs.yml, docs/) into site/, warnings as errors (--strict); needs no internet and
+# no GPU. `$(VENV)/bin/mkdocs serve` serves it while you edit.
+docs: $(STAMP)
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 # tests/browser run the live view in headless Chromium: Debian's chromium package, driven by Playwright (from
 # the dev extra) with that executable, so no browser is downloaded. When it is missing and this runs as root

@@ -60,7 +60,19 @@ from .view._trace import Trace  # engine.trace(path) makes one
 # a library logs, the application decides where it goes (nothing is printed unless it configures logging)
 _logging.getLogger("rxcuda").addHandler(_logging.NullHandler())
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's), or ``0+unknown`` for a source tree that was
+    never installed (imported straight from a checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rxcuda")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "AppendState",

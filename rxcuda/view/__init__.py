@@ -13,7 +13,7 @@ GPU time per frame, updates with their tiers, reloads, diagnostics, parameter va
 Importing this package (``import rxcuda`` does) installs the conveniences ``engine.to_dot()``,
 ``engine.save_graph(path)``, ``engine.save_driver_graph(path)``, ``engine.trace(path)``, ``engine.serve()`` (the
 live view in a browser, ``_serve``; needs aiohttp) and ``plan.to_dot()``:
-the engine never imports this package (DESIGN.md, "Layout": view sits above engine).
+the engine never imports this package (docs/architecture.md, "Layout": view sits above engine).
 
 >>> import rxcuda
 >>> with rxcuda.Engine(driver=rxcuda.cuda.NullDriver()) as engine:

@@ -520,7 +520,7 @@ def _plan_to_dot(self: GraphPlan) -> str:
 
 def install() -> None:
     """Attach ``to_dot``, ``save_graph`` and ``save_driver_graph`` to ``Engine`` and ``to_dot`` to ``GraphPlan``
-    (DESIGN.md: a convenience that reaches upward lives in the upper package)."""
+    (docs/architecture.md: a convenience that reaches upward lives in the upper package)."""
     Engine.to_dot = _engine_to_dot  # type: ignore[attr-defined]
     Engine.save_graph = _engine_save_graph  # type: ignore[attr-defined]
     Engine.save_driver_graph = _engine_save_driver_graph  # type: ignore[attr-defined]

@@ -604,7 +604,8 @@ def _engine_serve(self: Engine, host: str = "127.0.0.1", port: int = 0, token: s
 
 
 def install() -> None:
-    """Attach ``serve`` to ``Engine`` (DESIGN.md: a convenience that reaches upward lives in the upper package)."""
+    """Attach ``serve`` to ``Engine`` (docs/architecture.md: a convenience that reaches upward lives in the
+    upper package)."""
     Engine.serve = _engine_serve  # type: ignore[attr-defined]
 
 

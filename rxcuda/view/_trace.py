@@ -617,7 +617,8 @@ def _engine_trace(self: Engine, path: str | os.PathLike, frames: int | None = No
 
 
 def install() -> None:
-    """Attach ``trace`` to ``Engine`` (DESIGN.md: a convenience that reaches upward lives in the upper package)."""
+    """Attach ``trace`` to ``Engine`` (docs/architecture.md: a convenience that reaches upward lives in the
+    upper package)."""
     Engine.trace = _engine_trace  # type: ignore[attr-defined]
 
 

@@ -1,0 +1,368 @@
+"""The README and the documentation site say what the code does, checked without a GPU.
+
+Every ```python block of README.md and docs/**/*.md compiles and declares on its first line whether it stands
+alone (``# snippet: NAME``) or continues an earlier block of its file (``# continues: NAME``); every block
+pastes into an interactive interpreter as it stands (compiled statement by statement); the blocks marked
+``-- runs without a GPU`` run here from another directory, as a script and pasted into an interpreter; every
+``rxcuda`` name the pages use exists, and so does every ``engine.X`` / ``block.X`` attribute; the kernels they
+name are the shipped ones; JSON blocks parse; the architecture page's layout names every folder of the
+package; and the README opens with the two commands and stays a landing page. tests/gpu/test_docs.py runs
+every python block on a GPU, with the parser in tests/unit/_docs.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import json
+import re
+
+import pytest
+from _docs import (
+    DOCS,
+    ROOT,
+    SHIPPED,
+    PasteError,
+    SnippetError,
+    all_snippets,
+    doc_files,
+    fenced_blocks,
+    paste,
+    rel,
+    shipped_kernels_resolve,
+    snippets,
+    uses_shipped_kernels,
+)
+
+SNIPPETS = all_snippets()
+FILES = {rel(p): p.read_text() for p in doc_files()}
+SHIPPED_OK = shipped_kernels_resolve()
+NOT_YET = "rxcuda.kernels.path (the shipped kernels by name) is not in this rxcuda yet"
+LANDING = ("rxcuda.kernels", "rxcuda.examples")  # packages that land with the shipped kernels by name
+
+
+def _needs_shipped(snippet) -> None:
+    if not SHIPPED_OK and uses_shipped_kernels(snippet.source):
+        pytest.skip(NOT_YET)
+
+
+# -- the README: a landing page --------------------------------------------------------------------------
+def test_the_readme_opens_with_the_two_commands():
+    lines = FILES["README.md"].split("\n")
+    assert lines[0] == "# rxcuda" and lines[1] == ""
+    assert lines[2] == "```sh" and lines[5] == "```"
+    assert [line.split("#")[0].strip() for line in lines[3:5]] == ["make demo", "make test"]
+
+
+def test_the_readme_is_a_landing_page_that_links_into_the_site():
+    text = FILES["README.md"]
+    assert text.count("\n") <= 260
+    linked = set(re.findall(r"\]\((docs/[\w/-]+\.md)(?:#[\w-]+)?\)", text))
+    assert {"docs/getting-started.md", "docs/concepts.md", "docs/architecture.md", "docs/api.md"} <= linked
+    assert [p for p in linked if not (ROOT / p).is_file()] == []
+    assert "docs/live-view.png" in text and (DOCS / "live-view.png").is_file()
+
+
+def test_every_page_is_in_the_site_navigation():
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    # mkdocs.yml uses !!python/name tags for Material's emoji extension: read them as plain strings
+    _Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: suffix)
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_Loader)
+
+    def pages(nav):
+        for item in nav:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            yield from pages(value) if isinstance(value, list) else [value]
+
+    listed = set(pages(config["nav"]))
+    assert sorted(rel(p)[len("docs/"):] for p in DOCS.rglob("*.md") if rel(p)[len("docs/"):] not in listed) == []
+    assert config["theme"]["font"] is False  # no web fonts: the site needs no internet
+
+
+GLOSSARY = ("Frame", "Tick", "Tier", "Hot update", "Warm update", "Exec-node update", "Recapture", "Structure change",
+            "Null driver", "Block", "Port", "Parameter", "Region", "Delayed connection", "Append output",
+            "Composite", "Fragment", "Engine", "Diagnostic", "Last good graph")
+
+
+def test_the_glossary_defines_the_words_the_pages_use():
+    text = FILES["docs/concepts.md"].split("\n## Glossary\n", 1)[1]
+    defined = set(re.findall(r"^(\S[^\n]*)\n:   ", text, re.M))  # a definition list: term, then ":   ..."
+    assert [term for term in GLOSSARY if term not in defined] == []
+
+
+# -- the blocks ------------------------------------------------------------------------------------------
+def test_every_python_block_is_a_named_snippet_or_a_continuation():
+    assert len(SNIPPETS) >= 25
+    assert any(s.continues for s in SNIPPETS)  # the continuation marker is in use, and resolved
+    assert {s.file for s in SNIPPETS} >= {"docs/getting-started.md", "docs/regions.md", "README.md"}
+
+
+def test_the_parser_refuses_unmarked_blocks_and_unknown_continuations():
+    with pytest.raises(SnippetError, match="starts with"):
+        snippets("```python\nimport rxcuda\n```\n")
+    with pytest.raises(SnippetError, match="no block above it in page.md is named"):
+        snippets("```python\n# continues: later\nx = 1\n```\n```python\n# snippet: later\n```\n", "page.md")
+    with pytest.raises(SnippetError, match="a second snippet"):
+        snippets("```python\n# snippet: a\n```\n```python\n# snippet: a\n```\n")
+    with pytest.raises(SnippetError, match="unknown note"):
+        snippets("```python\n# snippet: a -- runs fast\n```\n")
+    chained = snippets("```python\n# snippet: a\nx = 1\n```\n```python\n# continues: a\ny = x\n```\n"
+                       "```python\n# continues: a\nz = y\n```\n")
+    assert [s.name for s in chained] == ["a", "a+1", "a+2"]
+    assert chained[2].source.split() == ["#", "snippet:", "a", "x", "=", "1", "#", "continues:", "a", "y", "=",
+                                         "x", "#", "continues:", "a", "z", "=", "y"]
+
+
+def test_snippet_names_are_scoped_per_file():
+    assert [s.id for s in snippets("```python\n# snippet: a\n```\n", "one.md")] == ["one.md:a"]
+    names = [s.id for s in SNIPPETS]
+    assert len(names) == len(set(names))
+
+
+def test_paste_refuses_what_an_interactive_interpreter_refuses():
+    with pytest.raises(PasteError, match="syntax error"):  # a statement right after an indented block
+        paste("for i in range(2):\n    x = i\nprint(x)\n", run=False)
+    with pytest.raises(PasteError, match="syntax error"):  # a blank line inside an indented block
+        paste("with open(__file__) as f:\n    a = 1\n\n    b = 2\n", run=False)
+    with pytest.raises(PasteError, match="raised at 'y = 1 / 0'"):
+        paste("x = 1\ny = 1 / 0\n", run=True)
+    paste("for i in range(2):\n    x = i\n\nassert x == 1\n", run=True)
+    paste('s = """a\n\nb"""\nassert s.count("\\n") == 2\n', run=True)  # a blank line inside a string is fine
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.id)
+def test_every_python_block_compiles(snippet):
+    compile(snippet.source, f"{snippet.id}", "exec")
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.id)
+def test_every_python_block_pastes_into_an_interactive_interpreter(snippet):
+    paste(snippet.source, run=False)
+
+
+@pytest.mark.parametrize("snippet", [s for s in SNIPPETS if s.no_gpu], ids=lambda s: s.id)
+def test_blocks_marked_without_a_gpu_run_from_any_directory(snippet, monkeypatch, tmp_path):
+    _needs_shipped(snippet)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RXCUDA_VIEW_WAIT_MAX", "0.1")  # the live-view block serves 60 s for a reader, not a test
+    code = compile(snippet.source, snippet.id, "exec")
+    exec(code, {"__name__": "__docs__"})  # noqa: S102 - running the documentation is the test
+
+
+@pytest.mark.parametrize("snippet", [s for s in SNIPPETS if s.no_gpu], ids=lambda s: s.id)
+def test_blocks_marked_without_a_gpu_run_pasted_into_an_interpreter(snippet, monkeypatch, tmp_path):
+    _needs_shipped(snippet)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RXCUDA_VIEW_WAIT_MAX", "0.1")
+    paste(snippet.source, run=True)
+
+
+# -- names -----------------------------------------------------------------------------------------------
+def _resolve(dotted: str):
+    """The object a dotted name such as ``rxcuda.cuda.NullDriver`` or ``rxcuda.Block.from_kernel`` names.
+    An example (``rxcuda.examples.particles``) is found, not imported: importing one runs it."""
+    if dotted.startswith("rxcuda.examples."):
+        if importlib.util.find_spec(dotted) is None:
+            raise ImportError(f"no module {dotted}")
+        return dotted
+    parts = dotted.split(".")
+    obj = importlib.import_module(parts[0])
+    for i, part in enumerate(parts[1:], 1):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            obj = importlib.import_module(".".join(parts[: i + 1]))  # a submodule not imported yet
+    return obj
+
+
+def _aliases(file: str) -> dict[str, str]:
+    """Names a file's python blocks bind to rxcuda modules and objects (``rx`` -> ``rxcuda.lang``)."""
+    out = {"rxcuda": "rxcuda"}
+    for s in SNIPPETS:
+        if s.file != file:
+            continue
+        for node in ast.walk(ast.parse(s.own)):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("rxcuda"):  # `import rxcuda.tensor as rt`; `import rxcuda.kernels`
+                        out[a.asname] = a.name if a.asname else None
+                out.pop(None, None)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rxcuda"):
+                out.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+    return out
+
+
+def _dotted_uses(text: str, head: str) -> set[str]:
+    """``head.a.b`` chains in the text (prose and code), as ``a.b``."""
+    return set(re.findall(rf"(?<![\w.]){re.escape(head)}((?:\.[A-Za-z_]\w*)+)", text))
+
+
+# checked on instances (an engine on the null driver, a block), where attributes set in __init__ exist
+INSTANCES = ("engine", "block", "Frame", "Diagnostic", "Tier", "Block", "BlockBuilder", "NullDriver")
+
+
+@pytest.mark.parametrize("file", sorted(FILES))
+def test_every_rxcuda_import_in_the_python_blocks_exists(file):
+    missing = []
+    for alias, dotted in _aliases(file).items():
+        try:
+            _resolve(dotted)
+        except (ImportError, AttributeError) as e:
+            missing.append(f"{alias} = {dotted}: {e}")
+    assert not missing
+
+
+@pytest.mark.parametrize("file", sorted(FILES))
+def test_every_name_used_through_rxcuda_or_an_alias_exists(file):
+    """``rxcuda.X.Y`` anywhere on a page, and ``rx.sin`` where a block of it bound ``rx`` to rxcuda.lang."""
+    aliases = _aliases(file)
+    missing = []
+    for alias in sorted(set(aliases) - set(INSTANCES)):
+        for chain in sorted(_dotted_uses(FILES[file], alias)):
+            dotted = aliases[alias] + chain
+            if not SHIPPED_OK and dotted.startswith(LANDING):
+                continue  # lands with the shipped kernels by name (see NOT_YET)
+            try:
+                _resolve(dotted)
+            except (ImportError, AttributeError):
+                missing.append(f"{alias}{chain}")
+    assert not missing, f"{file} uses names that do not exist: {missing}"
+
+
+def test_every_engine_and_block_attribute_the_pages_use_exists():
+    import numpy as np
+
+    import rxcuda
+    from rxcuda.cuda import NullDriver
+
+    api = NullDriver()
+    with rxcuda.Engine(driver=api) as engine:
+        block = engine.add(rxcuda.Block.from_kernel(ROOT / "kernels/vector_add.ptx", size=16))
+        engine.write(block["a"], np.zeros(16, np.float32))
+        engine.write(block["b"], np.zeros(16, np.float32))
+        engine.tick()
+        things = {"engine": engine, "block": block, "Frame": rxcuda.Frame, "Diagnostic": rxcuda.Diagnostic,
+                  "Tier": rxcuda.Tier, "Block": rxcuda.Block, "BlockBuilder": rxcuda.BlockBuilder,
+                  "NullDriver": api}
+        assert set(things) == set(INSTANCES)
+        missing = [f"{file}: {head}{chain}" for file, text in FILES.items() for head, obj in things.items()
+                   for chain in _dotted_uses(text, head) if not hasattr(obj, chain.split(".")[1])]
+    assert not missing, f"the pages use attributes that do not exist: {sorted(missing)}"
+
+
+def test_the_kernels_the_blocks_name_are_shipped_and_no_block_needs_the_checkout():
+    named = set()
+    for s in SNIPPETS:
+        named |= set(re.findall(r"""(?:from_kernel|kernels\.path)\(\s*["'](\w+)(?:\.\w+)?["']""", s.own))
+        assert not re.search(r"""["']kernels/""", s.own), f"{s.id} names a file of the checkout (kernels/...)"
+    assert named and named <= set(SHIPPED), sorted(named - set(SHIPPED))
+    assert [n for n in SHIPPED if not (ROOT / "kernels" / f"{n}.ptx").is_file()] == []
+
+
+@pytest.mark.parametrize("file", sorted(FILES))
+def test_json_blocks_parse(file):
+    for b in fenced_blocks(FILES[file]):
+        if b.lang == "json":
+            json.loads(b.text)
+
+
+
+def test_cuda_blocks_compile_with_nvrtc():
+    """The CUDA C++ the pages show compiles (NVRTC needs no GPU), and rxcuda reads its declaration."""
+    import rxcuda
+
+    blocks = [(file, b) for file, text in FILES.items() for b in fenced_blocks(text) if b.lang == "cuda"]
+    assert blocks
+    for file, b in blocks:
+        code = rxcuda.compile_cuda(b.text, arch="sm_90", name=f"{file}:{b.line}")
+        assert code.signature.params, f"{file}:{b.line}"
+    # the annotations table's example reads as the page says: directions, a counter, defaults, block size
+    collect = rxcuda.compile_cuda(next(b.text for _, b in blocks if "collect(" in b.text), arch="sm_90")
+    assert [p.describe() for p in collect.signature.params] == [
+        "f32* values (in)", "f32* kept (out)", "u32* count (counter)", "f32 threshold", "u32 capacity", "i32 n"]
+    assert [p.default for p in collect.signature.params][3:] == [0.5, "size", "size"]
+    assert collect.block_size == 128
+
+
+def test_the_make_targets_the_pages_name_exist():
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    named = set()
+    for text in FILES.values():  # `make X` in the prose, and make lines of the shell blocks
+        named |= set(re.findall(r"`make ([a-z][\w-]*)", text))
+        for b in fenced_blocks(text):
+            if b.lang == "sh":
+                named |= set(re.findall(r"^make ([a-z][\w-]*)", b.text, re.M))
+    assert {"demo", "test", "docs"} <= named
+    assert sorted(named - targets) == []
+
+# -- the architecture page's layout ----------------------------------------------------------------------
+# Folders the layout names that the code does not have yet (a move under way), each mapped to where its modules
+# live until then; an entry goes when its folder lands.
+MOVING: dict[str, str] = {}
+
+
+def _layout() -> str:
+    text = FILES["docs/architecture.md"]
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    return next(b.text for b in fenced_blocks(section) if b.lang == "text")
+
+
+def _layout_folders() -> list[str]:
+    """The package folders the layout names: ``  name/`` lines inside ``rxcuda/``."""
+    return re.findall(r"^  (\w+)/", re.split(r"\n(?=\S)", _layout().split("\nrxcuda/", 1)[1], maxsplit=1)[0], re.M)
+
+
+def test_the_layout_names_every_folder_of_the_package():
+    folders = {p.parent.relative_to(ROOT / "rxcuda").as_posix() for p in (ROOT / "rxcuda").rglob("__init__.py")
+               if p.parent != ROOT / "rxcuda"}
+    named = set(_layout_folders())
+    moving_to = {old: new for new, old in MOVING.items()}
+    unnamed = sorted(f for f in folders if f not in named and moving_to.get(f) not in named)
+    assert unnamed == []
+
+
+def test_the_layout_names_only_folders_that_exist_or_are_moving():
+    named = _layout_folders()
+    assert len(named) >= 9
+    ghosts = [f for f in named if not (ROOT / "rxcuda" / f).is_dir() and f not in MOVING]
+    assert ghosts == []
+    landed = [f for f in MOVING if (ROOT / "rxcuda" / f / "__init__.py").is_file()]
+    assert landed == [], f"rxcuda/{landed[0]}/ has landed: take it out of MOVING in this file"
+
+
+# -- the site --------------------------------------------------------------------------------------------
+def test_the_site_builds_with_warnings_as_errors_and_loads_nothing_from_the_internet(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]') builds the site")
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (site / "index.html").is_file() and (site / "api" / "index.html").is_file()
+    remote = set()
+    for page in site.rglob("*.html"):
+        remote |= set(re.findall(r'<(?:script|link|img)[^>]*(?:src|href)="(https?://[^"]+)"', page.read_text()))
+    assert remote == set(), f"the site loads these from the internet: {sorted(remote)[:5]}"
+    api = (site / "api" / "index.html").read_text()
+    # docstring examples are fenced pycon code (tools/griffe_doctest.py): Pygments marks the prompts
+    assert '<span class="gp">&gt;&gt;&gt; </span>' in api
+
+
+def test_doctest_fences_wrap_examples_and_drop_directives():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_griffe_doctest", ROOT / "tools" / "griffe_doctest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "Intro.\n\n>>> x = [1, 2][:1]   # doctest: +SKIP\n>>> x\n[1]\n\nAfter.\n\n```python\n>>> kept\n```"
+    assert module.fence_doctests(text) == (
+        "Intro.\n\n```pycon\n>>> x = [1, 2][:1]\n>>> x\n[1]\n```\n\nAfter.\n\n```python\n>>> kept\n```")
