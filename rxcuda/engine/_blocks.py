@@ -287,7 +287,7 @@ class Block:
 
     Create one with :meth:`from_kernel` for a single kernel, or with :class:`BlockBuilder`.
 
-    >>> add = Block.from_kernel("kernels/vector_add.ptx", size=1 << 20)
+    >>> add = Block.from_kernel("vector_add", size=1 << 20)
     >>> add["out"], add.params["n"].value
     (<port vector_add.out>, 1048576)
     """
@@ -315,7 +315,8 @@ class Block:
                     shape=None, ranges: Mapping[str, tuple] | None = None, **defaults) -> Block:
         """A one-kernel block: pointer parameters become ports, scalars become parameters.
 
-        ``source`` is a KernelCode or a kernel file path. ``size`` is the element count of every port and
+        ``source`` is a KernelCode, a kernel file path, or the name of a kernel shipped with rxcuda
+        (``"vector_add"``, see ``rxcuda.kernels``). ``size`` is the element count of every port and
         the default thread count; ``counts`` gives some ports another element count (``counts={"n": 1}`` for
         an input that takes an append port's device count). Scalars whose default is "size" get ``size``;
         keyword arguments set other defaults (``scale=3.0``). A pointer followed by a counter parameter is an
@@ -331,7 +332,7 @@ class Block:
         set outside the range raises ValueError, and the live view's slider spans it. It overrides the
         sidecar's ``min``/``max``/``step``.
 
-        >>> mul = Block.from_kernel("kernels/scalar_mul.ptx", size=16, scale=1.0, ranges={"scale": (0, 10, 0.1)})
+        >>> mul = Block.from_kernel("scalar_mul", size=16, scale=1.0, ranges={"scale": (0, 10, 0.1)})
         >>> mul.params["scale"].max, mul.params["scale"].step
         (10.0, 0.1)
         """
@@ -382,7 +383,8 @@ class Block:
                   name: str | None = None, threads: int | None = None, block_size: int | tuple | None = None,
                   defines=None, options=None, counts: Mapping[str, int] | None = None,
                   ranges: Mapping[str, tuple] | None = None, **defaults) -> Block:
-        """A one-kernel block from CUDA C++: source text or a ``.cu`` path, compiled with NVRTC (cached; see
+        """A one-kernel block from CUDA C++: source text, a ``.cu`` path or the name of a shipped kernel (its
+        ``.cu``, see ``rxcuda.kernels``), compiled with NVRTC (cached; see
         ``rxcuda.compile_cuda`` for ``defines`` and ``options``), then as :meth:`from_kernel`. Pointers to CUDA
         vector types (``float4*``) and to structs the source declares are ports of those element types.
 
@@ -395,7 +397,9 @@ class Block:
         ('float4', (1000,))
         """
         from ..sources._nvrtc import compile_cuda
+        from ..sources._paths import shipped_kernel
 
+        source = shipped_kernel(source, ".cu") or source
         bs = block_size if isinstance(block_size, int) else None
         code = compile_cuda(source, entry, defines=defines, options=options, block_size=bs)
         return cls.from_kernel(code, size=size, shape=shape, name=name, threads=threads, block_size=block_size,
