@@ -4,7 +4,7 @@ Blocks (kernels and library calls) wired into a pipeline; one Engine per GPU com
 graph and launches it every frame; every change is applied with the cheapest legal update.
 
 >>> import rxcuda
->>> add = rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024)
+>>> add = rxcuda.Block.from_kernel("vector_add", size=1024)   # a kernel shipped with rxcuda
 >>> add["out"], add.params["n"].value
 (<port vector_add.out>, 1024)
 >>> engine = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())   # rxcuda.Engine() on a GPU
@@ -19,6 +19,7 @@ cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators
 """
 
 import logging as _logging
+import os as _os
 
 from .cuda._device import device_info
 from .cuda._driver import probe
@@ -56,6 +57,14 @@ from .view._dot import GraphvizNotFoundError, save_graph, to_dot  # importing vi
 from .view._plot import MatplotlibNotFoundError, plot_frames
 from .view._serve import LiveView, LiveViewError  # engine.serve() makes one
 from .view._trace import Trace  # engine.trace(path) makes one
+
+# rxcuda.kernels and rxcuda.examples are the repository's top-level kernels/ and examples/ folders, mapped into
+# the package by pyproject.toml (a wheel carries them as rxcuda/kernels and rxcuda/examples). A checkout used
+# without installing (PYTHONPATH=<checkout>) finds them beside this folder.
+_checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isfile(_os.path.join(_checkout, "pyproject.toml")) and _os.path.isfile(
+        _os.path.join(_checkout, "kernels", "__init__.py")):
+    __path__.append(_checkout)  # noqa: F821 (a package's __path__)
 
 # a library logs, the application decides where it goes (nothing is printed unless it configures logging)
 _logging.getLogger("rxcuda").addHandler(_logging.NullHandler())
