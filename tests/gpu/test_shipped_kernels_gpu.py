@@ -66,5 +66,5 @@ def test_the_other_shipped_kernels_by_name_match_numpy(engine, rng, elsewhere):
     want = np.sort(x["a"][x["a"] > np.float32(0.7)])
     assert 0 < want.size < n and engine.count(above["out"]) == want.size
     np.testing.assert_array_equal(np.sort(engine.read(above["out"])), want)
-    assert set(kernels.names()) == {"vector_add", "scalar_mul", "saxpy", "vector_sub", "vector_add3",
-                                                  "append_above"}  # every shipped kernel is checked in this file
+    # every shipped kernel is checked in this file
+    assert set(kernels.names()) == {"vector_add", "scalar_mul", "saxpy", "vector_sub", "vector_add3", "append_above"}
