@@ -15,9 +15,12 @@ graph and launches it every frame; every change is applied with the cheapest leg
 Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (cuBLAS, cuFFT, cuRAND,
 cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators), ``rxcuda.lowlevel``
 (the pipeline as data: descriptions and the planner), ``rxcuda.view`` (pictures of the graph: ``to_dot``,
-``engine.save_graph``; traces: ``engine.trace``, ``plot_frames``).
+``engine.save_graph``; traces: ``engine.trace``, ``plot_frames``), ``rxcuda.kernels`` (the kernels shipped with
+rxcuda: ``Block.from_kernel("vector_add")`` loads one by name), ``rxcuda.examples`` (runnable pipelines:
+``python -m rxcuda.examples``).
 """
 
+import importlib as _importlib
 import logging as _logging
 import os as _os
 
@@ -65,6 +68,7 @@ _checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_checkout, "pyproject.toml")) and _os.path.isfile(
         _os.path.join(_checkout, "kernels", "__init__.py")):
     __path__.append(_checkout)  # noqa: F821 (a package's __path__)
+kernels = _importlib.import_module(f"{__name__}.kernels")  # rxcuda.kernels.path(name) after a plain import rxcuda
 
 # a library logs, the application decides where it goes (nothing is printed unless it configures logging)
 _logging.getLogger("rxcuda").addHandler(_logging.NullHandler())

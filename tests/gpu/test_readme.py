@@ -1,9 +1,10 @@
-"""Every python block of the README runs as pasted from the repository root, on a GPU.
+"""Every python block of the README runs as pasted, from any directory, on a GPU.
 
-Each block runs in its own Python process started in the repository root, as a user would paste it; a
+Each block runs in its own Python process started in an empty directory, as a user would paste it; a
 block whose first line is ``# continues: NAME`` runs appended to the block(s) it continues. The README is
 parsed by tests/unit/test_readme_static.py, which also checks the markers without a GPU. A block fails the
-test when its process exits non-zero (an exception, a failed assert in the block) or leaves files behind.
+test when its process exits non-zero (an exception, a failed assert in the block) or leaves files behind
+(in its directory or in the repository root).
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ def test_the_readme_has_blocks_that_need_a_gpu():
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.name)
-def test_readme_snippet_runs(snippet):
+def test_readme_snippet_runs(snippet, tmp_path):
     before = _root_entries()
-    proc = subprocess.run([sys.executable, "-c", snippet.source], cwd=ROOT, env=gpu_subprocess_env(),
+    proc = subprocess.run([sys.executable, "-c", snippet.source], cwd=tmp_path, env=gpu_subprocess_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (
         f"README.md block '{snippet.name}' (line {snippet.line}) failed with exit status {proc.returncode}; "
         f"it ran:\n{_numbered(snippet.source)}\n--- stdout ---\n{proc.stdout[-4000:]}\n"
         f"--- stderr ---\n{proc.stderr[-8000:]}")
     assert _root_entries() == before, "a README block left files in the repository root"
+    assert list(tmp_path.iterdir()) == [], "a README block left files in the directory it ran in"
