@@ -28,15 +28,13 @@ install: $(STAMP)
 
 # tests/browser run the live view in headless Chromium: Debian's chromium package, driven by Playwright (from
 # the dev extra) with that executable, so no browser is downloaded. When it is missing and this runs as root
-# with apt-get (CI), it is installed here; elsewhere the browser tests skip and say why.
+# with apt-get (CI), tools/install_chromium.sh installs it: only what chromium depends on, never an upgrade of
+# an installed package, and it prints the packages. RXCUDA_CHROMIUM=skip (or the path of another Chromium)
+# skips this step; elsewhere the browser tests skip and say why.
 chromium: $(STAMP)
 	@if [ -z "$${RXCUDA_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] \
 			&& command -v apt-get > /dev/null; then \
-		echo "installing Debian's chromium for tests/browser (apt-get; log in $(VENV)/chromium.log)"; \
-		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
-			|| { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; } \
-			> $(VENV)/chromium.log 2>&1 \
-			|| echo "apt-get install chromium failed (see $(VENV)/chromium.log): tests/browser will skip"; \
+		sh tools/install_chromium.sh $(VENV)/chromium.log; \
 	fi
 
 # the README's picture of the live view, docs/live-view.png, taken by the browser tests
