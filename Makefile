@@ -14,13 +14,15 @@ STAMP := $(VENV)/.installed
 demo: $(STAMP)
 	$(VENV)/bin/rxcuda demo
 
-# ruff, mypy (rxcuda/engine and rxcuda/streams, configured in pyproject.toml), then pytest with the docstring
+# ruff, mypy (rxcuda/engine and rxcuda/streams, configured in pyproject.toml), the wheel (tools/check_wheel.sh:
+# built, installed into a fresh environment, run from another directory), then pytest with the docstring
 # examples. Every step runs even when an earlier one fails, so one run reports everything; pytest's summary
 # line comes last (.ci/run looks for it) and the exit status is non-zero when any step failed.
 test: $(STAMP) chromium
 	@status=0; \
-	echo "== ruff"; $(VENV)/bin/ruff check $(wildcard rxcuda tests bench examples) || status=1; \
+	echo "== ruff"; $(VENV)/bin/ruff check $(wildcard rxcuda tests bench examples kernels tools) || status=1; \
 	echo "== mypy"; $(VENV)/bin/mypy || status=1; \
+	echo "== wheel"; sh tools/check_wheel.sh $(VENV)/bin/python || status=1; \
 	echo "== pytest"; $(VENV)/bin/python -m pytest -q tests --doctest-modules rxcuda || status=1; \
 	exit $$status
 

@@ -142,3 +142,16 @@ def test_the_wheel_ships_the_live_views_page(wheel):
     with zipfile.ZipFile(wheel) as z:
         for name in files:
             assert z.read(f"rxcuda/view/static/{name}") == (static / name).read_bytes()
+
+
+def test_make_test_checks_the_installed_wheel_from_another_directory():
+    """tools/check_wheel.sh (its own "== wheel" step, before pytest's summary line) builds the wheel, installs it
+    into a fresh environment and runs the demo's plan, the examples' listing and the README's no-GPU blocks."""
+    make = (ROOT / "Makefile").read_text()
+    recipe = make.split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert 'echo "== wheel"; sh tools/check_wheel.sh $(VENV)/bin/python || status=1' in recipe
+    assert recipe.index("== wheel") < recipe.index("== pytest")
+    script = (ROOT / "tools" / "check_wheel.sh").read_text()
+    for step in ("pip wheel --no-deps --no-build-isolation", "-m venv --without-pip", "install --no-deps --no-index",
+                 "rxcuda\" demo --plan", "-m rxcuda.examples", "readme_snippets()", "env -u PYTHONPATH"):
+        assert step in script, step
