@@ -63,7 +63,7 @@ class PortHandle:
         the capacity and guard ``i < *n``); ``engine.observe`` it for the raw count as Python ints, read back
         each frame without a sync; ``engine.read`` it for the count now.
 
-        >>> emit = Block.from_kernel("kernels/append_above.ptx", size=1024)
+        >>> emit = Block.from_kernel("append_above", size=1024)
         >>> emit["out"].count
         <port append_above.out.count>
         """
@@ -205,7 +205,7 @@ class Parameter:
     declared with ``min``/``max`` (``Block.from_kernel(..., ranges=...)``, ``BlockBuilder.scalar``, a sidecar)
     refuses values outside them with ValueError; ``step`` only guides controls.
 
-    >>> block = Block.from_kernel("kernels/scalar_mul.ptx", size=1024)
+    >>> block = Block.from_kernel("scalar_mul", size=1024)
     >>> block.params["scale"].value = 0.5     # or block.set(scale=0.5)
     >>> block.params["scale"].value = "2.5"
     Traceback (most recent call last):
@@ -244,7 +244,7 @@ class Parameter:
 
         >>> from reactivex.subject import Subject
         >>> knob = Subject()
-        >>> block = Block.from_kernel("kernels/scalar_mul.ptx", size=1024)
+        >>> block = Block.from_kernel("scalar_mul", size=1024)
         >>> sub = block.params["scale"].bind(knob)
         >>> knob.on_next(64); block.params["scale"].value
         64.0

@@ -73,8 +73,8 @@ class BlockBuilder:
 
     >>> n = 1 << 16
     >>> b = BlockBuilder("scaled_sum", size=n)
-    >>> add = b.add_kernel("kernels/vector_add.ptx")
-    >>> mul = b.add_kernel("kernels/scalar_mul.ptx")
+    >>> add = b.add_kernel("vector_add")
+    >>> mul = b.add_kernel("scalar_mul")
     >>> b.input("a", add["a"]); b.input("b", add["b"])
     >>> b.connect(add["out"], mul["x"])          # an internal buffer of n elements
     >>> b.output("out", mul["out"])
