@@ -43,6 +43,14 @@ def _load_code(source) -> KernelCode:
     return load_source(source)
 
 
+def _missing_sidecar(code: KernelCode) -> str:
+    """' (...)' when ``code`` is a kernel file whose sidecar, which names its parameters, is missing."""
+    stem, suffix = os.path.splitext(code.origin or "")
+    if suffix not in (".ptx", ".cubin", ".fatbin") or not os.path.isfile(code.origin) or os.path.isfile(stem + ".json"):
+        return ""
+    return f" (parameter names come from a sidecar, and {stem}.json is missing)"
+
+
 @attrs.frozen
 class PortHandle:
     """A port of a block, as used in ``engine.connect`` / ``engine.bind`` / ``engine.read``."""
@@ -371,7 +379,8 @@ class Block:
         if defaults or ranges:
             raise TypeError(f"{b.name}: unknown parameter(s) {', '.join({**defaults, **ranges})}; the kernel's "
                             "scalars are "
-                            f"{', '.join(p.name for p in code.signature.params if not p.is_pointer) or 'none'}")
+                            f"{', '.join(p.name for p in code.signature.params if not p.is_pointer) or 'none'}"
+                            f"{_missing_sidecar(code)}")
         if counts:
             ports = [p.name for p in code.signature.params if p.is_pointer and p.name not in counters]
             raise TypeError(f"{b.name}: 'counts' names {', '.join(counts)}, which are not ports; the kernel's "

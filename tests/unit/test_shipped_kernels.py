@@ -107,3 +107,19 @@ def test_from_cuda_takes_a_shipped_name_as_its_cu_source(elsewhere):
 def test_from_cuda_of_an_unknown_name_says_did_you_mean(elsewhere):
     with pytest.raises(KernelFileError, match=r"no kernel named 'saxp' ships with rxcuda; did you mean saxpy\?"):
         Block.from_cuda("saxp", size=32)
+
+
+def test_a_kernel_file_without_its_sidecar_says_so_when_a_parameter_name_is_unknown(tmp_path):
+    """What `rxcuda demo --kernels DIR` met: without scalar_mul.json the scalars are arg2, arg3."""
+    ptx = tmp_path / "scalar_mul.ptx"
+    ptx.write_bytes(kernels.path("scalar_mul").read_bytes())
+    with pytest.raises(TypeError, match=r"scalar_mul: unknown parameter\(s\) scale; the kernel's scalars are arg2, "
+                                        r"arg3 \(parameter names come from a sidecar, and .*scalar_mul.json is "
+                                        r"missing\)$"):
+        Block.from_kernel(ptx, size=8, scale=2.0)
+
+
+def test_with_its_sidecar_an_unknown_parameter_gets_no_sidecar_hint():
+    with pytest.raises(TypeError) as e:
+        Block.from_kernel("scalar_mul", size=8, scael=2.0)
+    assert str(e.value) == "scalar_mul: unknown parameter(s) scael; the kernel's scalars are scale, n"
