@@ -65,8 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (its sockets need EPIPE; the live view's server too), so the write raised instead of ending the
         # process; stdout now points at /dev/null so that flushing it at exit does not fail again.
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout with no file descriptor has nothing left to flush
+            pass
+        finally:
+            os.close(devnull)
         return EXIT_BROKEN_PIPE
     # Errors raised on purpose, bad values and files, and a lack of memory are the user's to act on:
     # their message is the whole report. Anything else is a bug, and its traceback is what to report.

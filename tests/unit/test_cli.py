@@ -464,3 +464,13 @@ def test_rxcuda_examples_name_runs_it_from_any_directory(tmp_path):
     proc = python_m_rxcuda("examples", "quickstart", cwd=tmp_path)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr == f"rxcuda.examples.quickstart runs on a CUDA device, and this machine has none: {WHY}\n"
+
+
+def test_a_gone_reader_without_a_file_descriptor_ends_quietly_too(monkeypatch, capsys):
+    class Gone(io.StringIO):  # io.StringIO.fileno raises io.UnsupportedOperation
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", Gone())
+    assert _cli.main(["examples"]) == 141
+    assert capsys.readouterr().err == ""
