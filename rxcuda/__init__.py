@@ -21,8 +21,10 @@ rxcuda: ``Block.from_kernel("vector_add")`` loads one by name), ``rxcuda.example
 """
 
 import importlib as _importlib
+import importlib.util as _importlib_util
 import logging as _logging
 import os as _os
+import sys as _sys
 
 from .cuda._device import device_info
 from .cuda._driver import probe
@@ -62,12 +64,25 @@ from .view._serve import LiveView, LiveViewError  # engine.serve() makes one
 from .view._trace import Trace  # engine.trace(path) makes one
 
 # rxcuda.kernels and rxcuda.examples are the repository's top-level kernels/ and examples/ folders, mapped into
-# the package by pyproject.toml (a wheel carries them as rxcuda/kernels and rxcuda/examples). A checkout used
-# without installing (PYTHONPATH=<checkout>) finds them beside this folder.
+# the package by pyproject.toml (a wheel carries them as rxcuda/kernels and rxcuda/examples; an editable install
+# maps them with its own finder). A checkout used without installing (PYTHONPATH=<checkout>, as the GPU batch
+# does) finds exactly these two beside this folder.
 _checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_checkout, "pyproject.toml")) and _os.path.isfile(
         _os.path.join(_checkout, "kernels", "__init__.py")):
-    __path__.append(_checkout)  # noqa: F821 (a package's __path__)
+
+    class _CheckoutPackages:
+        """A meta path finder for rxcuda.kernels and rxcuda.examples in a checkout."""
+
+        @staticmethod
+        def find_spec(fullname, path=None, target=None):
+            if fullname not in (f"{__name__}.kernels", f"{__name__}.examples"):
+                return None
+            folder = _os.path.join(_checkout, fullname.rpartition(".")[2])
+            return _importlib_util.spec_from_file_location(fullname, _os.path.join(folder, "__init__.py"),
+                                                          submodule_search_locations=[folder])
+
+    _sys.meta_path.append(_CheckoutPackages)
 kernels = _importlib.import_module(f"{__name__}.kernels")  # rxcuda.kernels.path(name) after a plain import rxcuda
 
 # a library logs, the application decides where it goes (nothing is printed unless it configures logging)

@@ -81,3 +81,18 @@ def test_run_sets_argv_for_the_example_and_restores_it(monkeypatch):
     assert seen == {"module": "rxcuda.examples.particles", "run_name": "__main__",
                     "argv": ["rxcuda.examples.particles", "200"]}
     assert sys.argv == before
+
+
+def test_a_checkout_on_pythonpath_without_an_install_finds_the_kernels_and_examples(tmp_path):
+    """The GPU batch runs this tree from PYTHONPATH; `python -S` leaves out the editable install's finder (a .pth
+    hook), so only rxcuda/__init__.py's mapping of kernels/ and examples/ can find them."""
+    import sysconfig
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]])}
+    code = ("import sys, rxcuda, rxcuda.examples as e; "
+            "assert not [f for f in sys.meta_path if 'editable' in repr(f).lower()]; "
+            "print(rxcuda.kernels.path('vector_add')); print(e.__file__)")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(ROOT / "kernels" / "vector_add.ptx"), str(ROOT / "examples" / "__init__.py")]
