@@ -14,14 +14,16 @@ STAMP := $(VENV)/.installed
 demo: $(STAMP)
 	$(VENV)/bin/rxcuda demo
 
-# ruff, mypy (rxcuda/engine, blocks, plan and streams, configured in pyproject.toml), the documentation site, then
-# pytest with the docstring examples. Every step runs even when an earlier one fails, so one run reports
-# everything; pytest's summary line comes last (.ci/run looks for it) and the exit status is non-zero when any step failed.
+# ruff, mypy (rxcuda/engine, blocks, plan and streams, configured in pyproject.toml), the documentation site, the
+# wheel (tools/check_wheel.sh: built, installed into a fresh environment, run from another directory), then pytest
+# with the docstring examples. Every step runs even when an earlier one fails, so one run reports everything;
+# pytest's summary line comes last (.ci/run looks for it) and the exit status is non-zero when any step failed.
 test: $(STAMP) chromium
 	@status=0; \
-	echo "== ruff"; $(VENV)/bin/ruff check $(wildcard rxcuda tests bench examples) || status=1; \
+	echo "== ruff"; $(VENV)/bin/ruff check $(wildcard rxcuda tests bench examples kernels tools) || status=1; \
 	echo "== mypy"; $(VENV)/bin/mypy || status=1; \
 	echo "== docs"; $(MAKE) --no-print-directory docs || status=1; \
+	echo "== wheel"; sh tools/check_wheel.sh $(VENV)/bin/python || status=1; \
 	echo "== pytest"; $(VENV)/bin/python -m pytest -q tests --doctest-modules rxcuda || status=1; \
 	exit $$status
 
@@ -34,15 +36,13 @@ docs: $(STAMP)
 
 # tests/browser run the live view in headless Chromium: Debian's chromium package, driven by Playwright (from
 # the dev extra) with that executable, so no browser is downloaded. When it is missing and this runs as root
-# with apt-get (CI), it is installed here; elsewhere the browser tests skip and say why.
+# with apt-get (CI), tools/install_chromium.sh installs it: only what chromium depends on, never an upgrade of
+# an installed package, and it prints the packages. RXCUDA_CHROMIUM=skip (or the path of another Chromium)
+# skips this step; elsewhere the browser tests skip and say why.
 chromium: $(STAMP)
 	@if [ -z "$${RXCUDA_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] \
 			&& command -v apt-get > /dev/null; then \
-		echo "installing Debian's chromium for tests/browser (apt-get; log in $(VENV)/chromium.log)"; \
-		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
-			|| { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; } \
-			> $(VENV)/chromium.log 2>&1 \
-			|| echo "apt-get install chromium failed (see $(VENV)/chromium.log): tests/browser will skip"; \
+		sh tools/install_chromium.sh $(VENV)/chromium.log; \
 	fi
 
 # the README's picture of the live view, docs/live-view.png (1400x900) and docs/live-view-800.png (800x600),

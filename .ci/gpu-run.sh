@@ -15,7 +15,7 @@ if [[ $what == all || $what == demo ]]; then
 fi
 if [[ $what == all || $what == examples ]]; then
   (cd "$(mktemp -d)" && for ex in quickstart "sensor_params 2" "hot_reload 2" particles solver peaks; do
-     echo "== examples/$ex"; timeout 120 python3 "$OLDPWD/examples/${ex%% *}.py" $([[ $ex == *" "* ]] && echo "${ex#* }") 2>&1 | tail -12
+     echo "== rxcuda.examples.$ex"; timeout 120 python3 -m "rxcuda.examples.${ex%% *}" $([[ $ex == *" "* ]] && echo "${ex#* }") 2>&1 | tail -12
    done) | tee "$OUT/examples.log"
 fi
 if [[ $what == all || $what == baseline ]] && [[ -d .old ]]; then

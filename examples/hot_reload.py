@@ -1,6 +1,6 @@
 """Hot reload: edit a kernel while the pipeline runs; the next frames use the new code.
 
-    python examples/hot_reload.py [seconds]
+    python -m rxcuda.examples.hot_reload [seconds]
 
 Writes a small CUDA C++ kernel, forces.cu, into a fresh temporary folder (removed when the example ends),
 runs it at 30 frames per second and prints the output every half second. Open the forces.cu it names in
@@ -22,9 +22,9 @@ import rxcuda
 
 ok, why = rxcuda.probe()
 if not ok:
-    sys.exit(f"examples/hot_reload.py runs on a CUDA device, and this machine has none: {why}")
+    sys.exit(f"rxcuda.examples.hot_reload runs on a CUDA device, and this machine has none: {why}")
 
-SOURCE = '''// forces.cu: edit me while examples/hot_reload.py runs
+SOURCE = '''// forces.cu: edit me while rxcuda.examples.hot_reload runs
 extern "C" __global__ void forces(const float* x, float* out, float k, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

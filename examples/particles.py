@@ -1,6 +1,6 @@
 """A particle system on the GPU: emit (append) -> forces (forces.cu, hot-reloaded) -> integrate, fed back.
 
-    python examples/particles.py [frames]
+    python -m rxcuda.examples.particles [frames]
 
 Every frame an emitter block appends new particles to an append port (its count travels to the next block
 as a device value); a spawn block writes them into free slots of the particle state, which it reads from
@@ -25,7 +25,7 @@ import rxcuda as rx
 
 ok, why = rx.probe()
 if not ok:
-    sys.exit(f"examples/particles.py runs on a CUDA device, and this machine has none: {why}")
+    sys.exit(f"rxcuda.examples.particles runs on a CUDA device, and this machine has none: {why}")
 
 FRAMES = int(sys.argv[1]) if len(sys.argv) > 1 else 600
 CAP = 1 << 14          # particle slots

@@ -1,6 +1,6 @@
 """Peak detection that refines only when there is something to refine: window -> FFT -> magnitude -> If.
 
-    python examples/peaks.py [frames]
+    python -m rxcuda.examples.peaks [frames]
 
 Each frame is 4096 samples of noise, and in some frames a tone. The pipeline windows the frame (Hann),
 takes a real FFT (cuFFT, captured into the graph), computes the magnitude spectrum and its energy, and an
@@ -19,7 +19,7 @@ from rxcuda import libraries as lib
 
 ok, why = rx.probe()
 if not ok:
-    sys.exit(f"examples/peaks.py runs on a CUDA device, and this machine has none: {why}")
+    sys.exit(f"rxcuda.examples.peaks runs on a CUDA device, and this machine has none: {why}")
 
 FRAMES = int(sys.argv[1]) if len(sys.argv) > 1 else 40
 N = 4096

@@ -1,11 +1,10 @@
-"""Quickstart: two kernels from kernels/, connected, launched as one CUDA graph per frame.
+"""Quickstart: two shipped kernels, connected, launched as one CUDA graph per frame.
 
-    python examples/quickstart.py
+    python -m rxcuda.examples.quickstart
 
 (A + B) * scale, with `scale` changed between frames (a hot update: no rebuild), checked against NumPy.
 """
 
-import pathlib
 import sys
 
 import numpy as np
@@ -14,17 +13,16 @@ import rxcuda
 
 ok, why = rxcuda.probe()
 if not ok:
-    sys.exit(f"examples/quickstart.py runs on a CUDA device, and this machine has none: {why}")
+    sys.exit(f"rxcuda.examples.quickstart runs on a CUDA device, and this machine has none: {why}")
 
-KERNELS = pathlib.Path(__file__).resolve().parents[1] / "kernels"
 n = 1 << 20
 rng = np.random.default_rng()
 a = rng.standard_normal(n).astype(np.float32)
 b = rng.standard_normal(n).astype(np.float32)
 
 with rxcuda.Engine() as engine:
-    add = engine.add(rxcuda.Block.from_kernel(KERNELS / "vector_add.ptx", size=n))
-    mul = engine.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=n, scale=3.0))
+    add = engine.add(rxcuda.Block.from_kernel("vector_add", size=n))
+    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=n, scale=3.0))
     engine.connect(add["out"], mul["x"])  # the intermediate buffer is the engine's
     engine.write(add["a"], a)
     engine.write(add["b"], b)

@@ -1,6 +1,6 @@
 """Parameters from an Rx stream: a simulated noisy sensor drives a GPU pipeline at 60 frames per second.
 
-    python examples/sensor_params.py [seconds]
+    python -m rxcuda.examples.sensor_params [seconds]
 
 The sensor emits ~500 noisy readings a second on its own thread. Ordinary RxPY operators smooth it
 (an exponential moving average) and keep only every 5th value; the result is bound to the `scale`
@@ -9,7 +9,6 @@ clock; the output port is an Observable we sample twice a second and print.
 """
 
 import math
-import pathlib
 import sys
 import time
 
@@ -21,9 +20,8 @@ import rxcuda
 
 ok, why = rxcuda.probe()
 if not ok:
-    sys.exit(f"examples/sensor_params.py runs on a CUDA device, and this machine has none: {why}")
+    sys.exit(f"rxcuda.examples.sensor_params runs on a CUDA device, and this machine has none: {why}")
 
-KERNELS = pathlib.Path(__file__).resolve().parents[1] / "kernels"
 seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
 n = 1 << 18
 rng = np.random.default_rng()
@@ -41,7 +39,7 @@ smoothed = sensor.pipe(
 )
 
 with rxcuda.Engine() as engine:
-    blk = engine.add(rxcuda.Block.from_kernel(KERNELS / "saxpy.ptx", size=n, a=0.0))
+    blk = engine.add(rxcuda.Block.from_kernel("saxpy", size=n, a=0.0))
     engine.write(blk["x"], x)
     engine.write(blk["y"], y)
     blk.params["a"].bind(smoothed)

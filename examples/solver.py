@@ -1,6 +1,6 @@
 """A solver that loops on the GPU until it has converged: weighted Jacobi for A x = b inside a While region.
 
-    python examples/solver.py
+    python -m rxcuda.examples.solver
 
 Each frame solves A x = b from x = 0. One pass is a cuBLAS GEMV (y = A x) and two kernels: the update
 (x += omega (b - y) / diag(A), keeping (b - y)^2) and a check (residual = ||b - y||, go = residual > tol). The
@@ -19,7 +19,7 @@ from rxcuda import libraries as lib
 
 ok, why = rx.probe()
 if not ok:
-    sys.exit(f"examples/solver.py runs on a CUDA device, and this machine has none: {why}")
+    sys.exit(f"rxcuda.examples.solver runs on a CUDA device, and this machine has none: {why}")
 
 N = 1024
 TOL = 1e-3

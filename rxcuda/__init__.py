@@ -4,7 +4,7 @@ Blocks (kernels and library calls) wired into a pipeline; one Engine per GPU com
 graph and launches it every frame; every change is applied with the cheapest legal update.
 
 >>> import rxcuda
->>> add = rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024)
+>>> add = rxcuda.Block.from_kernel("vector_add", size=1024)   # a kernel shipped with rxcuda
 >>> add["out"], add.params["n"].value
 (<port vector_add.out>, 1024)
 >>> engine = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())   # rxcuda.Engine() on a GPU
@@ -15,10 +15,16 @@ graph and launches it every frame; every change is applied with the cheapest leg
 Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (cuBLAS, cuFFT, cuRAND,
 cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators), ``rxcuda.lowlevel``
 (the pipeline as data: descriptions and the planner), ``rxcuda.view`` (pictures of the graph: ``to_dot``,
-``engine.save_graph``; traces: ``engine.trace``, ``plot_frames``).
+``engine.save_graph``; traces: ``engine.trace``, ``plot_frames``), ``rxcuda.kernels`` (the kernels shipped with
+rxcuda: ``Block.from_kernel("vector_add")`` loads one by name), ``rxcuda.examples`` (runnable pipelines:
+``python -m rxcuda.examples``).
 """
 
+import importlib as _importlib
+import importlib.util as _importlib_util
 import logging as _logging
+import os as _os
+import sys as _sys
 
 from .blocks._appendstate import AppendState
 from .blocks._blocks import Block, BlockBuilder, Parameter, PortHandle
@@ -56,6 +62,28 @@ from .view._dot import GraphvizNotFoundError, save_graph, to_dot  # importing vi
 from .view._plot import MatplotlibNotFoundError, plot_frames
 from .view._serve import LiveView, LiveViewError  # engine.serve() makes one
 from .view._trace import Trace  # engine.trace(path) makes one
+
+# rxcuda.kernels and rxcuda.examples are the repository's top-level kernels/ and examples/ folders, mapped into
+# the package by pyproject.toml (a wheel carries them as rxcuda/kernels and rxcuda/examples; an editable install
+# maps them with its own finder). A checkout used without installing (PYTHONPATH=<checkout>, as the GPU batch
+# does) finds exactly these two beside this folder.
+_checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isfile(_os.path.join(_checkout, "pyproject.toml")) and _os.path.isfile(
+        _os.path.join(_checkout, "kernels", "__init__.py")):
+
+    class _CheckoutPackages:
+        """A meta path finder for rxcuda.kernels and rxcuda.examples in a checkout."""
+
+        @staticmethod
+        def find_spec(fullname, path=None, target=None):
+            if fullname not in (f"{__name__}.kernels", f"{__name__}.examples"):
+                return None
+            folder = _os.path.join(_checkout, fullname.rpartition(".")[2])
+            return _importlib_util.spec_from_file_location(fullname, _os.path.join(folder, "__init__.py"),
+                                                          submodule_search_locations=[folder])
+
+    _sys.meta_path.append(_CheckoutPackages)
+kernels = _importlib.import_module(f"{__name__}.kernels")  # rxcuda.kernels.path(name) after a plain import rxcuda
 
 # a library logs, the application decides where it goes (nothing is printed unless it configures logging)
 _logging.getLogger("rxcuda").addHandler(_logging.NullHandler())

@@ -1,17 +1,19 @@
-"""The ``rxcuda`` command: ``rxcuda info``, ``rxcuda demo`` and ``rxcuda plot`` (also ``python -m rxcuda``).
+"""The ``rxcuda`` command: ``info``, ``demo``, ``plot``, ``examples``, ``kernels build`` and ``cache`` (also
+``python -m rxcuda``).
 
 ``demo`` runs the quickstart pipeline on the GPU; without one it prints the pipeline the planner would
 build, so what the engine does can be read on any machine. ``demo --serve`` runs it at 60 Hz as a live web
 page (on the null driver with ``--plan`` or without a GPU).
 
 This module is the one place in the package that prints. A mistake in what the user typed, or an error
-rxcuda raises on purpose, ends a command with one line on stderr and exit status 2, never a traceback.
+rxcuda raises on purpose, ends a command with one line on stderr and exit status 2, never a traceback. When
+the reader of its output goes away (``rxcuda demo | head -1``), a command stops quietly with status 141, as
+command-line tools killed by SIGPIPE do.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import os
 import platform
 import statistics
@@ -33,13 +35,15 @@ MAX_REL_ERROR = 1e-6
 
 MAX_SIZE = 2**31 - 1  # the demo's kernels take their element count as an i32
 EXIT_ERROR = 2
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool that SIGPIPE ended
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rxcuda`` console script; returns the exit status.
 
     0: done; 1: the command ran and found a problem (the demo's results disagree with NumPy); 2: a usage
-    error or an error rxcuda raised (one line on stderr); 130: interrupted."""
+    error or an error rxcuda raised (one line on stderr); 130: interrupted; 141: the output's reader went
+    away."""
     from .model._errors import RxcudaError
 
     parser = _parser()
@@ -50,10 +54,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     command = getattr(args, "command", parser.prog)
     try:
-        return int(func(args) or 0)
+        status = int(func(args) or 0)
+        sys.stdout.flush()  # a reader that went away shows here, while BrokenPipeError is still caught
+        return status
     except KeyboardInterrupt:
         print(f"{command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout is gone (rxcuda demo | head -1): stop without a word. Python ignores SIGPIPE
+        # (its sockets need EPIPE; the live view's server too), so the write raised instead of ending the
+        # process; stdout now points at /dev/null so that flushing it at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout with no file descriptor has nothing left to flush
+            pass
+        finally:
+            os.close(devnull)
+        return EXIT_BROKEN_PIPE
     # Errors raised on purpose, bad values and files, and a lack of memory are the user's to act on:
     # their message is the whole report. Anything else is a bug, and its traceback is what to report.
     except (RxcudaError, ValueError, OSError, MemoryError) as e:
@@ -112,12 +130,12 @@ def _parser() -> argparse.ArgumentParser:
     live.add_argument("--serve", action="store_true",
                       help="run the pipeline at 60 Hz and serve it as a live web page (print its address); with "
                       "--plan or without a GPU, the planned pipeline runs on the null driver")
-    live.add_argument("--host", default="127.0.0.1",
+    live.add_argument("--host", default=None,
                       help="interface for --serve (default 127.0.0.1; any other needs the token printed)")
-    live.add_argument("--port", type=_port, default=0, help="port for --serve (default 0: a free one)")
+    live.add_argument("--port", type=_port, default=None, help="port for --serve (default 0: a free one)")
     live.add_argument("--seconds", type=_positive_float, default=None, metavar="N",
                       help="stop serving after N seconds (default: until Ctrl-C)")
-    live.add_argument("--profile", default="per_block", metavar="LEVEL",
+    live.add_argument("--profile", default=None, metavar="LEVEL",
                       help="profiling level while serving (none, summary, per_block, ...; default per_block)")
     demo.set_defaults(func=_cmd_demo, command=demo.prog)
 
@@ -138,24 +156,48 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--title", default=None, help="the picture's title (default: the device)")
     plot.set_defaults(func=_cmd_plot, command=plot.prog)
 
-    _add_optional_commands(sub)
+    examples = sub.add_parser(
+        "examples", help="list the examples shipped with rxcuda, or run one: rxcuda examples NAME [ARGS]",
+        description="The examples shipped with rxcuda (the package rxcuda.examples). Without NAME, list them; "
+        "with NAME, run that one with ARGS, as python -m rxcuda.examples.NAME ARGS does.")
+    examples.add_argument("name", nargs="?", metavar="NAME", help="the example to run")
+    examples.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="its arguments")
+    examples.set_defaults(func=_cmd_examples, command=examples.prog)
+
+    _add_build_commands(sub)
     return parser
 
 
-def _add_optional_commands(subparsers) -> None:
-    """Commands other modules provide (``kernels build``, ``cache clear``), when they are present.
+def _add_build_commands(subparsers) -> None:
+    """``kernels build [DIR]`` and ``cache clear`` / ``cache info`` (rxcuda.sources._build does the work)."""
+    kernels = subparsers.add_parser("kernels", help="build kernel files (.cu -> .ptx + .json sidecar)")
+    ksub = kernels.add_subparsers(title="kernels commands", metavar="COMMAND")
+    build = ksub.add_parser("build", help="compile each .cu in DIR to .ptx (and .cubin) with a .json sidecar")
+    build.add_argument("directory", nargs="?", default="kernels", help="kernels folder (default: ./kernels)")
+    build.add_argument("--cubin", metavar="ARCH", default=None, help="also build cubins, e.g. --cubin sm_90")
+    build.add_argument("--nvrtc", action="store_true", help="compile with NVRTC even where nvcc is present")
+    build.add_argument("--no-triton", action="store_true", help="skip *.triton.py files")
+    build.add_argument("-q", "--quiet", action="store_true", help="print errors only")
+    build.set_defaults(func=_cmd_kernels_build, command=build.prog)
+    kernels.set_defaults(func=_help(kernels), command=kernels.prog)
 
-    ``add_cli(subparsers)`` registers its parsers and gives each ``set_defaults(func=...)``, a function of
-    the parsed arguments returning the exit status.
-    """
-    try:
-        from .sources._build import add_cli
-    except ImportError as e:
-        if getattr(e, "name", None) != f"{__package__}.sources._build":
-            # the module exists but failed to import: say so rather than hide its commands silently
-            print(f"rxcuda: optional commands unavailable ({type(e).__name__}: {e})", file=sys.stderr)
-        return
-    add_cli(subparsers)
+    cache = subparsers.add_parser("cache", help="the compile cache (RXCUDA_CACHE_DIR)")
+    csub = cache.add_subparsers(title="cache commands", metavar="COMMAND")
+    clear = csub.add_parser("clear", help="delete every cached compile")
+    clear.set_defaults(func=_cmd_cache_clear, command=clear.prog)
+    info = csub.add_parser("info", help="where the cache is and how big")
+    info.set_defaults(func=_cmd_cache_info, command=info.prog)
+    cache.set_defaults(func=_help(cache), command=cache.prog)
+
+
+def _help(parser: argparse.ArgumentParser) -> Callable:
+    """A command that prints ``parser``'s help and fails (``rxcuda kernels`` without a subcommand)."""
+
+    def show(_args) -> int:
+        parser.print_help()
+        return EXIT_ERROR
+
+    return show
 
 
 def _positive_int(text: str) -> int:
@@ -230,6 +272,57 @@ def _cmd_plot(args, out: TextIO | None = None) -> int:
     return 0
 
 
+# -- examples -----------------------------------------------------------------------------------------------
+def _cmd_examples(args, out: TextIO | None = None) -> int:
+    from . import examples
+
+    if args.name is None:
+        out = out or sys.stdout
+        width = max(len(n) for n in examples.names())
+        print("the examples shipped with rxcuda (run one: rxcuda examples NAME [ARGS], or python -m "
+              "rxcuda.examples.NAME [ARGS]):", file=out)
+        for name in examples.names():
+            print(f"  {name:<{width}}  {examples.describe(name)}", file=out)
+        return 0
+    examples.run(args.name, args.args)  # an example that cannot run exits with its reason (SystemExit)
+    return 0
+
+
+# -- kernels build, cache ------------------------------------------------------------------------------------
+def _cmd_kernels_build(args, out: TextIO | None = None) -> int:
+    from .sources._build import build_folder
+
+    out = out or sys.stdout
+    result = build_folder(args.directory, args.cubin, use_nvcc=False if args.nvrtc else None,
+                          triton=not args.no_triton, report=None if args.quiet else lambda m: print(m, file=out))
+    for failure in result.failures:
+        print(f"{args.command}: error: {failure.summary()}", file=sys.stderr)
+    if result.failures:
+        print(f"{args.command}: {len(result.failures)} source(s) failed; {len(result.outputs)} file(s) up to "
+              f"date in {args.directory}", file=sys.stderr)
+        return EXIT_ERROR
+    if not args.quiet:
+        print(f"{len(result.outputs)} file(s) up to date in {args.directory}", file=out)
+    return 0
+
+
+def _cmd_cache_clear(args, out: TextIO | None = None) -> int:
+    from .sources._build import clear_cache
+
+    d = clear_cache()
+    print(f"cleared {d}" if d else "the compile cache is disabled", file=out or sys.stdout)
+    return 0
+
+
+def _cmd_cache_info(args, out: TextIO | None = None) -> int:
+    from .sources._nvrtc import cache_info
+
+    info = cache_info()
+    print(f"directory: {info['directory']}\nentries:   {info['entries']}\nsize:      {info['bytes'] / 1024:.1f} "
+          "KiB\noverride with RXCUDA_CACHE_DIR", file=out or sys.stdout)
+    return 0
+
+
 # -- demo ---------------------------------------------------------------------------------------------------
 DEMO_KERNELS = ("vector_add", "scalar_mul", "append_above")
 
@@ -238,27 +331,33 @@ def find_kernels(explicit: Path | None = None) -> Path:
     """The folder holding the demo's kernels: ``explicit`` (``--kernels DIR``), else ``$RXCUDA_KERNELS``,
     else the kernels shipped with rxcuda.
 
-    The kernels live once, in the repository's ``kernels/``; a wheel carries them as the package data
-    ``rxcuda/kernels/``. An editable install or a checkout has no such folder inside the package, and
-    uses the repository's ``kernels/`` beside it."""
+    The shipped kernels are the package ``rxcuda.kernels`` (the repository's ``kernels/``); a folder given
+    needs each kernel's ``.ptx`` and its ``.json`` sidecar."""
     if explicit is not None:
-        candidates = [explicit]
+        candidates: list[Path] = [explicit]
     elif os.environ.get("RXCUDA_KERNELS"):
         candidates = [Path(os.environ["RXCUDA_KERNELS"])]
     else:
-        candidates = [_package_kernels(), Path(__file__).resolve().parents[1] / "kernels"]
+        candidates = [_shipped_kernels()]
     for c in candidates:
         if c is not None and all((c / f"{k}.ptx").is_file() for k in DEMO_KERNELS):
+            # without its sidecar a kernel's parameters are arg0, arg1, ...: the demo could not set 'scale'
+            missing = [k for k in DEMO_KERNELS if not (c / f"{k}.json").is_file()]
+            if missing:
+                raise FileNotFoundError(
+                    f"{c / (missing[0] + '.json')}: no such file; the demo needs the sidecar beside each kernel "
+                    f"(it names the parameters the demo sets); the shipped one is "
+                    f"{_shipped_kernels() / (missing[0] + '.json')}")
             return c
     tried = ", ".join(str(c) for c in candidates if c is not None)
     names = ", ".join(f"{k}.ptx" for k in DEMO_KERNELS)
     raise FileNotFoundError(f"the demo's kernels ({names}) are not in {tried}; pass --kernels DIR")
 
 
-def _package_kernels() -> Path | None:
-    shipped = importlib.resources.files(__package__) / "kernels"
-    # installed wheels are plain folders; a zipped install would need extracting, which rxcuda does not do
-    return shipped if isinstance(shipped, Path) else None
+def _shipped_kernels() -> Path:
+    from . import kernels
+
+    return kernels.path(DEMO_KERNELS[0]).parent
 
 
 def demo_blocks(kernels: Path, size: int):
@@ -337,8 +436,19 @@ _BUFFER_KINDS = {
 }
 
 
+SERVE_DEFAULTS = {"host": "127.0.0.1", "port": 0, "seconds": None, "profile": "per_block"}
+
+
 def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None = None) -> int:
     out = out or sys.stdout
+    if not getattr(args, "serve", False):
+        given = [f"--{k}" for k in SERVE_DEFAULTS if getattr(args, k, None) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} with --serve; add "
+                             f"--serve, or leave {'it' if len(given) == 1 else 'them'} out (see 'rxcuda demo --help')")
+    for k, default in SERVE_DEFAULTS.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, default)
     kernels = find_kernels(args.kernels)
     dot = getattr(args, "dot", None)
     if dot is not None:
@@ -356,7 +466,7 @@ def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None =
             print(format_plan(blocks, gp, desc.fed), file=out)
             if dot is not None:
                 _write_dot(desc, dot, out, gp)
-            if not ok:
+            if not ok and not args.plan:  # it would have run
                 print(f"Running it needs a CUDA device, and this machine has none: {why}", file=out)
             return 0
         from .engine._engine import Engine

@@ -23,6 +23,7 @@ from ..model._describe import (
     BlockDescription,
     CallSpec,
     CountSpec,
+    KernelCode,
     KernelSpec,
     Launch,
     PortRef,
@@ -35,6 +36,14 @@ from ._appendstate import AppendState
 from ._builder import DescriptionBuilder, _as_tuple, _load_code, append_pairs
 
 _ids = itertools.count(1)
+
+
+def _missing_sidecar(code: KernelCode) -> str:
+    """' (...)' when ``code`` is a kernel file whose sidecar, which names its parameters, is missing."""
+    stem, suffix = os.path.splitext(code.origin or "")
+    if suffix not in (".ptx", ".cubin", ".fatbin") or not os.path.isfile(code.origin) or os.path.isfile(stem + ".json"):
+        return ""
+    return f" (parameter names come from a sidecar, and {stem}.json is missing)"
 
 
 @attrs.frozen
@@ -57,7 +66,7 @@ class PortHandle:
         the capacity and guard ``i < *n``); ``engine.observe`` it for the raw count as Python ints, read back
         each frame without a sync; ``engine.read`` it for the count now.
 
-        >>> emit = Block.from_kernel("kernels/append_above.ptx", size=1024)
+        >>> emit = Block.from_kernel("append_above", size=1024)
         >>> emit["out"].count
         <port append_above.out.count>
         """
@@ -235,7 +244,7 @@ engine.resize(scalar_mul['x'], shape)
     declared with ``min``/``max`` (``Block.from_kernel(..., ranges=...)``, ``BlockBuilder.scalar``, a sidecar)
     refuses values outside them with ValueError; ``step`` only guides controls.
 
-    >>> block = Block.from_kernel("kernels/scalar_mul.ptx", size=1024)
+    >>> block = Block.from_kernel("scalar_mul", size=1024)
     >>> block.params["scale"].value = 0.5     # or block.set(scale=0.5)
     >>> block.params["scale"].value = "2.5"
     Traceback (most recent call last):
@@ -315,7 +324,7 @@ engine.resize(scalar_mul['x'], shape)
 
         >>> from reactivex.subject import Subject
         >>> knob = Subject()
-        >>> block = Block.from_kernel("kernels/scalar_mul.ptx", size=1024)
+        >>> block = Block.from_kernel("scalar_mul", size=1024)
         >>> sub = block.params["scale"].bind(knob)
         >>> knob.on_next(64); block.params["scale"].value
         64.0
@@ -358,7 +367,7 @@ class Block:
 
     Create one with :meth:`from_kernel` for a single kernel, or with :class:`BlockBuilder`.
 
-    >>> add = Block.from_kernel("kernels/vector_add.ptx", size=1 << 20)
+    >>> add = Block.from_kernel("vector_add", size=1 << 20)
     >>> add["out"], add.params["n"].value
     (<port vector_add.out>, 1048576)
     """
@@ -387,7 +396,8 @@ class Block:
                     shape=None, ranges: Mapping[str, tuple] | None = None, **defaults) -> Block:
         """A one-kernel block: pointer parameters become ports, scalars become parameters.
 
-        ``source`` is a KernelCode or a kernel file path. ``size`` is the element count of every port and
+        ``source`` is a KernelCode, a kernel file path, or the name of a kernel shipped with rxcuda
+        (``"vector_add"``, see ``rxcuda.kernels``). ``size`` is the element count of every port and
         the default thread count; ``counts`` gives some ports another element count (``counts={"n": 1}`` for
         an input that takes an append port's device count). Scalars whose default is "size" get ``size``;
         keyword arguments set other defaults (``scale=3.0``). A pointer followed by a counter parameter is an
@@ -403,7 +413,7 @@ class Block:
         set outside the range raises ValueError, and the live view's slider spans it. It overrides the
         sidecar's ``min``/``max``/``step``.
 
-        >>> mul = Block.from_kernel("kernels/scalar_mul.ptx", size=16, scale=1.0, ranges={"scale": (0, 10, 0.1)})
+        >>> mul = Block.from_kernel("scalar_mul", size=16, scale=1.0, ranges={"scale": (0, 10, 0.1)})
         >>> mul.params["scale"].max, mul.params["scale"].step
         (10.0, 0.1)
         """
@@ -440,7 +450,8 @@ class Block:
         if defaults or ranges:
             raise TypeError(f"{b.name}: unknown parameter(s) {', '.join({**defaults, **ranges})}; the kernel's "
                             "scalars are "
-                            f"{', '.join(p.name for p in code.signature.params if not p.is_pointer) or 'none'}")
+                            f"{', '.join(p.name for p in code.signature.params if not p.is_pointer) or 'none'}"
+                            f"{_missing_sidecar(code)}")
         if counts:
             ports = [p.name for p in code.signature.params if p.is_pointer and p.name not in counters]
             raise TypeError(f"{b.name}: 'counts' names {', '.join(counts)}, which are not ports; the kernel's "
@@ -452,7 +463,8 @@ class Block:
                   name: str | None = None, threads: int | None = None, block_size: int | tuple | None = None,
                   defines=None, options=None, counts: Mapping[str, int] | None = None,
                   ranges: Mapping[str, tuple] | None = None, **defaults) -> Block:
-        """A one-kernel block from CUDA C++: source text or a ``.cu`` path, compiled with NVRTC (cached; see
+        """A one-kernel block from CUDA C++: source text, a ``.cu`` path or the name of a shipped kernel (its
+        ``.cu``, see ``rxcuda.kernels``), compiled with NVRTC (cached; see
         ``rxcuda.compile_cuda`` for ``defines`` and ``options``), then as :meth:`from_kernel`. Pointers to CUDA
         vector types (``float4*``) and to structs the source declares are ports of those element types.
 
@@ -465,7 +477,9 @@ class Block:
         ('float4', (1000,))
         """
         from ..sources._nvrtc import compile_cuda
+        from ..sources._paths import shipped_kernel
 
+        source = shipped_kernel(source, ".cu") or source
         bs = block_size if isinstance(block_size, int) else None
         code = compile_cuda(source, entry, defines=defines, options=options, block_size=bs)
         return cls.from_kernel(code, size=size, shape=shape, name=name, threads=threads, block_size=block_size,
@@ -692,8 +706,8 @@ class BlockBuilder(DescriptionBuilder):
 
     >>> n = 1 << 16
     >>> b = BlockBuilder("scaled_sum", size=n)
-    >>> add = b.add_kernel("kernels/vector_add.ptx")
-    >>> mul = b.add_kernel("kernels/scalar_mul.ptx")
+    >>> add = b.add_kernel("vector_add")
+    >>> mul = b.add_kernel("scalar_mul")
     >>> b.input("a", add["a"]); b.input("b", add["b"])
     >>> b.connect(add["out"], mul["x"])          # an internal buffer of n elements
     >>> b.output("out", mul["out"])

@@ -86,7 +86,7 @@ class DescriptionBuilder:
     ``build()`` returns the Block.
 
     >>> b = DescriptionBuilder("doubled", size=1024)
-    >>> mul = b.add_kernel("kernels/scalar_mul.ptx")
+    >>> mul = b.add_kernel("scalar_mul")
     >>> b.input("x", mul["x"]); b.output("out", mul["out"])
     >>> b.scalar("scale", mul["scale"], default=2.0); b.scalar("n", mul["n"])
     >>> desc = b.describe()

@@ -126,8 +126,8 @@ class Composite:
 
     >>> import rxcuda
     >>> smooth = rxcuda.Composite("smooth")
-    >>> first = smooth.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=1024, name="first"))
-    >>> second = smooth.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=1024, name="second"))
+    >>> first = smooth.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, name="first"))
+    >>> second = smooth.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, name="second"))
     >>> smooth.connect(first["out"], second["x"])
     >>> smooth.expose("x", first["x"]); smooth.expose("y", second["out"])
     >>> smooth.expose_parameter("gain", first.params["scale"], second.params["scale"], value=0.5)

@@ -6,7 +6,7 @@ kernel shipped with rxcuda (``rxcuda/cuda/_conditions.cu``, linked against the d
 built, so no toolkit is needed) reads the condition on the device and sets the node's handle.
 
 >>> import rxcuda as rx
->>> step = rx.Block.from_kernel("kernels/scalar_mul.ptx", size=1024, name="step")
+>>> step = rx.Block.from_kernel("scalar_mul", size=1024, name="step")
 >>> loop = rx.For(3, [step])
 >>> loop.params["n"].value = 5      # a hot update: the next frame runs the body 5 times
 >>> print(loop)

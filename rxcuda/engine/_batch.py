@@ -70,6 +70,7 @@ class Batches:
     def frames_run(self, k: int) -> int:
         """How many frames the last batch ran (after a wait): k minus what the loop counter has left."""
         rt = self.rt
+        assert self._counter is not None, "frames_run before a batch was prepared"
         check(rt.api.cuMemcpyDtoH(self._host.ctypes.data, self._counter.ptr, 4), "cuMemcpyDtoH (batch counter)")
         return k - int(self._host[0])
 

@@ -68,7 +68,7 @@ class Engine:
 
     >>> import numpy as np, rxcuda
     >>> with rxcuda.Engine() as engine:                                                  # doctest: +SKIP
-    ...     add = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024))
+    ...     add = engine.add(rxcuda.Block.from_kernel("vector_add", size=1024))
     ...     engine.write(add["a"], np.ones(1024, np.float32)); engine.write(add["b"], np.ones(1024, np.float32))
     ...     engine.tick()
     ...     engine.read(add["out"])[:3]
@@ -198,7 +198,7 @@ class Engine:
         is kept: nothing is rebuilt, and values or launches that differ are hot updates. Otherwise the next
         tick rebuilds.
 
-        >>> twin = engine.replace(mul, Block.from_kernel("kernels/scalar_mul.ptx", size=1024))  # doctest: +SKIP
+        >>> twin = engine.replace(mul, Block.from_kernel("scalar_mul", size=1024))  # doctest: +SKIP
         >>> engine.tick().tiers                     # the same description: nothing to do  # doctest: +SKIP
         ()
         """
@@ -239,7 +239,7 @@ class Engine:
         count. Every delayed input fed by one output shares one previous-frame buffer, kept with its contents
         through rebuilds that leave the connection alone (``reset_delays()`` starts it over).
 
-        >>> acc = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=n))     # doctest: +SKIP
+        >>> acc = engine.add(rxcuda.Block.from_kernel("vector_add", size=n))     # doctest: +SKIP
         >>> engine.connect(acc["out"], acc["a"], delay=1)   # out = previous out + b        # doctest: +SKIP
         """
         self._check_open()

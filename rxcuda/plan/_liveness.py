@@ -29,7 +29,7 @@ about a millisecond; on a chain the intermediates take two slots, the minimum.
 
 >>> from rxcuda.lowlevel import BlockEntry, Connection, PipelineDescription, PortRef, plan
 >>> import rxcuda
->>> code = rxcuda.load_kernel_file("kernels/scalar_mul.ptx")
+>>> code = rxcuda.load_kernel_file(rxcuda.kernels.path("scalar_mul"))
 >>> blocks = [rxcuda.Block.from_kernel(code, size=1024, name=f"m{i}") for i in range(6)]
 >>> desc = PipelineDescription(
 ...     blocks=tuple(BlockEntry(b.id, b.description) for b in blocks),

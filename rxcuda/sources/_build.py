@@ -1,4 +1,5 @@
-"""``rxcuda kernels build [DIR]``: rebuild a kernels folder from its sources, with sidecars.
+"""Rebuilding a kernels folder from its sources, with sidecars (``rxcuda kernels build [DIR]`` on the command
+line, which prints what :func:`build_folder` reports and returns).
 
 For each ``*.cu`` in the folder (sorted by name):
 
@@ -26,15 +27,13 @@ and each failure is reported (:class:`BuildReport`).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import logging
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +42,8 @@ import attrs
 from ..model._errors import CompileError, KernelFileError
 from ._cdecl import ANNOTATION_FLAGS, KernelDeclaration, parse_declarations
 from ._diagnostics import compile_error
-from ._nvrtc import cache_info, compile_module
 from ._nvrtc import clear_cache as _clear_nvrtc_cache
+from ._nvrtc import compile_module
 from ._paths import read_text
 
 log = logging.getLogger("rxcuda")
@@ -414,84 +413,3 @@ def clear_cache() -> Path | None:
 
     _clear_code_memo()
     return _clear_nvrtc_cache()
-
-
-# ---------------------------------------------------------------------------------------------------
-# command line
-# ---------------------------------------------------------------------------------------------------
-def _cmd_build(args: argparse.Namespace) -> int:
-    report = None if args.quiet else print
-    try:
-        result = build_folder(args.directory, args.cubin, use_nvcc=False if args.nvrtc else None,
-                              triton=not args.no_triton, report=report)
-    except (CompileError, KernelFileError, FileNotFoundError) as e:
-        print(f"rxcuda kernels build: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
-    for failure in result.failures:
-        print(f"rxcuda kernels build: error: {failure.summary()}", file=sys.stderr)
-    if result.failures:
-        print(f"rxcuda kernels build: {len(result.failures)} source(s) failed; {len(result.outputs)} file(s) "
-              f"up to date in {args.directory}", file=sys.stderr)
-        return 2
-    if not args.quiet:
-        print(f"{len(result.outputs)} file(s) up to date in {args.directory}")
-    return 0
-
-
-def _cmd_cache_clear(args: argparse.Namespace) -> int:
-    d = clear_cache()
-    print(f"cleared {d}" if d else "the compile cache is disabled")
-    return 0
-
-
-def _cmd_cache_info(args: argparse.Namespace) -> int:
-    info = cache_info()
-    print(f"directory: {info['directory']}")
-    print(f"entries:   {info['entries']}")
-    print(f"size:      {info['bytes'] / 1024:.1f} KiB")
-    print("override with RXCUDA_CACHE_DIR")
-    return 0
-
-
-def add_cli(subparsers: Any) -> None:
-    """Register ``kernels build`` and ``cache clear``/``cache info`` on an argparse subparsers object.
-    Each command sets ``func(args) -> int``."""
-    kernels = subparsers.add_parser("kernels", help="build kernel files (.cu -> .ptx + .json sidecar)")
-    ksub = kernels.add_subparsers(title="kernels commands", metavar="COMMAND")
-    build = ksub.add_parser("build", help="compile each .cu in DIR to .ptx (and .cubin) with a .json sidecar")
-    build.add_argument("directory", nargs="?", default="kernels", help="kernels folder (default: ./kernels)")
-    build.add_argument("--cubin", metavar="ARCH", default=None, help="also build cubins, e.g. --cubin sm_90")
-    build.add_argument("--nvrtc", action="store_true", help="compile with NVRTC even where nvcc is present")
-    build.add_argument("--no-triton", action="store_true", help="skip *.triton.py files")
-    build.add_argument("-q", "--quiet", action="store_true", help="print errors only")
-    build.set_defaults(func=_cmd_build)
-    kernels.set_defaults(func=_help(kernels))
-
-    cache = subparsers.add_parser("cache", help="the compile cache (RXCUDA_CACHE_DIR)")
-    csub = cache.add_subparsers(title="cache commands", metavar="COMMAND")
-    csub.add_parser("clear", help="delete every cached compile").set_defaults(func=_cmd_cache_clear)
-    csub.add_parser("info", help="where the cache is and how big").set_defaults(func=_cmd_cache_info)
-    cache.set_defaults(func=_help(cache))
-
-
-def _help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    def show(_args: argparse.Namespace) -> int:
-        parser.print_help()
-        return 2
-
-    return show
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rxcuda.sources._build kernels build ...`` (for use before the CLI is wired)."""
-    parser = argparse.ArgumentParser(prog="rxcuda")
-    add_cli(parser.add_subparsers(metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

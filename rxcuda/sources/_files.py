@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..model._describe import CodeFormat, KernelCode, KernelParam, KernelSignature
 from ..model._errors import KernelFileError
-from ._paths import missing_file_message
+from ._paths import missing_file_message, shipped_hint
 from ._ptx import check_ptx, parse_ptx, signature_from_ptx
 from ._sidecar import Sidecar, merge, read_sidecar
 
@@ -85,6 +85,8 @@ def _missing_message(path: Path) -> str:
     source = path.with_suffix(".cu")
     if path.parent.is_dir() and source.is_file():
         msg += f" ({source.name} is there: build it with nvcc -ptx -arch=compute_75 {source.name})"
+    else:
+        msg += shipped_hint(path)
     return msg
 
 

@@ -7,15 +7,19 @@ import os
 from pathlib import Path
 
 from ..model._describe import KernelCode
+from ._paths import shipped_kernel
 
 
 def load_source(source, entry: str | None = None, *, arch: str | None = None) -> KernelCode:
-    """Load or compile ``source`` into a KernelCode. ``.cu`` files compile with NVRTC (cached)."""
+    """Load or compile ``source`` into a KernelCode. ``.cu`` files compile with NVRTC (cached). A bare name
+    such as ``"vector_add"`` (no folder, no suffix, not a file here) is the kernel of that name shipped with
+    rxcuda (see ``rxcuda.kernels``)."""
     if isinstance(source, KernelCode):
         return source
     if hasattr(source, "kernel_code") and callable(source.kernel_code):
         return source.kernel_code(arch=arch)
     if isinstance(source, str | os.PathLike):
+        source = shipped_kernel(source) or source
         if Path(source).suffix in (".cu", ".cuh"):
             from ._nvrtc import compile_cuda
 
@@ -23,5 +27,5 @@ def load_source(source, entry: str | None = None, *, arch: str | None = None) ->
         from ._files import load_kernel_file
 
         return load_kernel_file(source, entry=entry)
-    raise TypeError(f"a kernel source must be a KernelCode, a composed kernel, or a path to a "
-                    f".ptx/.cubin/.fatbin/.cu file (got {type(source).__name__})")
+    raise TypeError(f"a kernel source must be a KernelCode, a composed kernel, the name of a shipped kernel "
+                    f"('vector_add'), or a path to a .ptx/.cubin/.fatbin/.cu file (got {type(source).__name__})")

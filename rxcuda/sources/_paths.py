@@ -1,9 +1,11 @@
-"""Kernel files on disk: reading source text (a decoding error names the line), and the message for a
-missing file (with *did you mean* among its neighbours of the same kind)."""
+"""Kernel files on disk: reading source text (a decoding error names the line), the message for a missing
+file (with *did you mean* among its neighbours of the same kind), and the names of the kernels shipped in the
+package (``rxcuda.kernels``)."""
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -47,3 +49,35 @@ def read_text(path: Path, suffixes: Iterable[str], what: str, error: Callable[[s
     except OSError as e:
         raise error(f"{path}: cannot read: {e.strerror or e}") from None
     return decode_text(data, str(path), error)
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def shipped_kernel(source: object, suffix: str = ".ptx") -> Path | None:
+    """The shipped kernel file ``source`` names (with ``suffix``), when ``source`` is a bare name: a str with
+    no folder and no suffix that is not an existing file (``"vector_add"``); ``None`` for anything else.
+
+    A bare name that rxcuda does not ship raises KernelFileError with *did you mean* among the shipped names.
+    """
+    if not isinstance(source, str) or not _NAME.fullmatch(source) or Path(source).exists():
+        return None
+    from .. import kernels  # rxcuda.kernels: the repository's kernels/ folder, mapped into the package
+    from ..model._errors import KernelFileError
+
+    try:
+        return kernels.path(source + suffix)
+    except KernelFileError as e:
+        raise KernelFileError(f"{e}; a path to a kernel file works too, e.g. './{source}.ptx'",
+                              path=source) from None
+
+
+def shipped_hint(path: Path) -> str:
+    """For a missing ``kernels/<name>.<ext>`` (a path copied from the repository): how to load the kernel of
+    that name that rxcuda ships instead; '' when there is none."""
+    from .. import kernels
+
+    if path.stem not in kernels.names():
+        return ""
+    return (f" (rxcuda ships a kernel of that name: load it by name, Block.from_kernel({path.stem!r}, ...), "
+            f"or its file, rxcuda.kernels.path({path.name!r}))")

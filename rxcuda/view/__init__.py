@@ -17,7 +17,7 @@ the engine never imports this package (docs/architecture.md, "Layout": view sits
 
 >>> import rxcuda
 >>> with rxcuda.Engine(driver=rxcuda.cuda.NullDriver()) as engine:
-...     _ = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=16))
+...     _ = engine.add(rxcuda.Block.from_kernel("vector_add", size=16))
 ...     engine.to_dot() == rxcuda.view.to_dot(engine)
 True
 """

@@ -12,7 +12,7 @@ thread when the structure changed or about once a second: they read the engine's
 
 >>> import rxcuda
 >>> with rxcuda.Engine(driver=rxcuda.cuda.NullDriver()) as engine:
-...     mul = engine.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=16, scale=2.0))
+...     mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=16, scale=2.0))
 ...     [b["name"] for b in graph_message(engine)["blocks"]], graph_message(engine)["layout"]
 (['scalar_mul'], {'scalar_mul': [20, 20]})
 """

@@ -21,7 +21,7 @@ its own picture of the graph it runs (``cuGraphDebugDotPrint``), for debugging t
 >>> import rxcuda
 >>> from rxcuda.cuda import NullDriver
 >>> with rxcuda.Engine(driver=NullDriver()) as engine:
-...     add = engine.add(rxcuda.Block.from_kernel("kernels/vector_add.ptx", size=1024))
+...     add = engine.add(rxcuda.Block.from_kernel("vector_add", size=1024))
 ...     text = rxcuda.to_dot(engine)
 >>> text.splitlines()[0]
 'digraph pipeline {'
@@ -378,7 +378,7 @@ def to_dot(x, *, plan: GraphPlan | None = None) -> str:
 
     >>> import rxcuda
     >>> with rxcuda.Engine(driver=rxcuda.cuda.NullDriver()) as engine:
-    ...     mul = engine.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=64))
+    ...     mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=64))
     ...     text = engine.to_dot()
     >>> f"b{mul.id} [label=<" in text, "x: f32[64]" in text
     (True, True)

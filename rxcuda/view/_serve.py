@@ -22,7 +22,7 @@ second), and can do nothing but set the scalar parameters the page shows and ask
 
 >>> import rxcuda, urllib.request
 >>> engine = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())
->>> _ = engine.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=16))
+>>> _ = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=16))
 >>> with engine.serve() as view:
 ...     view.url.startswith("http://127.0.0.1:")
 True

@@ -30,7 +30,7 @@ What the file holds (``ts`` and ``dur`` in microseconds from the trace's start; 
 
 >>> import numpy as np, rxcuda, tempfile, os
 >>> engine = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())
->>> mul = engine.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=16))
+>>> mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=16))
 >>> engine.write(mul["x"], np.ones(16, np.float32))
 >>> path = os.path.join(tempfile.mkdtemp(), "trace.json")
 >>> with engine.trace(path) as trace:

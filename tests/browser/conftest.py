@@ -2,7 +2,8 @@
 installs with apt when it runs as root) driven by Playwright with that executable, so Playwright never
 downloads a browser. Without Playwright or Chromium every test here is skipped, with the reason.
 
-``RXCUDA_CHROMIUM`` names another Chromium executable; ``RXCUDA_SCREENSHOT`` names a path the screenshot of the
+``RXCUDA_CHROMIUM`` names another Chromium executable (``skip``: none, and `make test` installs none);
+``RXCUDA_SCREENSHOT`` names a path the screenshot of the
 page is also written to (``make screenshot`` writes docs/live-view.png, the README's picture).
 """
 
@@ -17,6 +18,8 @@ import pytest
 def find_chromium() -> str | None:
     """The Chromium executable: $RXCUDA_CHROMIUM, else Debian's /usr/bin/chromium, else one on PATH."""
     named = os.environ.get("RXCUDA_CHROMIUM")
+    if named == "skip":
+        return None
     if named:
         return named
     for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
@@ -27,11 +30,13 @@ def find_chromium() -> str | None:
 
 def why_no_chromium() -> str:
     """Why `make test` (the Makefile's `chromium` target) did not install Chromium here."""
+    if os.environ.get("RXCUDA_CHROMIUM") == "skip":
+        return "RXCUDA_CHROMIUM=skip"
     if shutil.which("apt-get") is None:
         return "there is no apt-get (not a Debian machine)"
     if os.geteuid() != 0:
         return "apt-get needs root, and the tests do not run as root"
-    return "apt-get install chromium failed (see .venv/chromium.log)"
+    return "apt-get did not install chromium (see .venv/chromium.log)"
 
 
 @pytest.fixture(scope="module")

@@ -29,3 +29,13 @@ def test_demo_single_frame():
     proc = demo("--frames", "1", "--size", "256")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "frames    0-0" in proc.stdout and "median n/a" in proc.stdout
+
+
+def test_demo_into_a_closed_pipe_stops_quietly_on_the_gpu():
+    """`rxcuda demo | head -1` while the engine runs: exit 141 (as SIGPIPE would), no traceback, no 'Broken pipe'."""
+    proc = subprocess.Popen([sys.executable, "-m", "rxcuda", "demo", "--frames", "60", "--size", "4096"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=gpu_subprocess_env())
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=300) == 141 and err == b""

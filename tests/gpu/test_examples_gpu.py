@@ -1,4 +1,5 @@
-"""The examples run on a GPU from any directory and leave nothing behind."""
+"""The examples run on a GPU from any directory, as ``python -m rxcuda.examples.NAME``, and leave nothing
+behind."""
 
 import pathlib
 import re
@@ -7,12 +8,19 @@ import sys
 
 from conftest import gpu_subprocess_env
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
 
 def run_example(name: str, *args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True, text=True,
-                          cwd=cwd, env=gpu_subprocess_env(), timeout=120)
+    module = f"rxcuda.examples.{pathlib.Path(name).stem}"
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=cwd,
+                          env=gpu_subprocess_env(), timeout=120)
+
+
+def test_rxcuda_examples_runs_one_by_name(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "rxcuda", "examples", "quickstart"], capture_output=True,
+                          text=True, cwd=tmp_path, env=gpu_subprocess_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("max error vs NumPy") == 3
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_quickstart_runs(tmp_path):

@@ -11,7 +11,6 @@ blank line before it.
 from __future__ import annotations
 
 import code
-import importlib
 import pathlib
 import re
 from dataclasses import dataclass
@@ -107,18 +106,6 @@ def snippets(text: str, file: str = "README.md") -> list[Snippet]:
 
 def all_snippets() -> list[Snippet]:
     return [s for path in doc_files() for s in snippets(path.read_text(), rel(path))]
-
-
-def shipped_kernels_resolve() -> bool:
-    """Whether this rxcuda resolves the shipped kernels by name (``rxcuda.kernels.path``)."""
-    try:
-        return callable(getattr(importlib.import_module("rxcuda.kernels"), "path", None))
-    except ImportError:
-        return False
-
-
-def uses_shipped_kernels(source: str) -> bool:
-    return "rxcuda.kernels" in source or any(f'"{name}"' in source for name in SHIPPED)
 
 
 # -- pasting into an interactive interpreter --------------------------------------------------------------

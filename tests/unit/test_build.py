@@ -1,12 +1,12 @@
 """`rxcuda kernels build`: .cu -> .ptx (+ .cubin) + .json sidecar, deterministic."""
 
-import argparse
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from rxcuda import _cli
 from rxcuda.model._errors import CompileError
 from rxcuda.sources import _build as build
 from rxcuda.sources import _nvrtc as nv
@@ -190,10 +190,7 @@ def test_format_sidecar_is_canonical_and_valid():
 
 
 def _run_cli(argv):
-    parser = argparse.ArgumentParser(prog="rxcuda")
-    build.add_cli(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return _cli.main(argv)
 
 
 def test_cli_build_and_cache(shipped, capsys):
@@ -208,10 +205,19 @@ def test_cli_build_and_cache(shipped, capsys):
     assert _run_cli(["kernels"]) == 2
 
 
-def test_build_main_help(capsys):
+def test_build_help(capsys):
     with pytest.raises(SystemExit):
-        build.main(["kernels", "build", "--help"])
+        _cli.main(["kernels", "build", "--help"])
     assert "--cubin" in capsys.readouterr().out
+
+
+def test_the_build_reports_through_a_callback_and_its_result_not_print(shipped, capsys):
+    """The library returns what it did and reports progress to a callback; rxcuda._cli prints."""
+    said = []
+    result = build.build_folder(shipped, use_nvcc=False, report=said.append)
+    assert result.ok and set(result.outputs) >= {shipped / "vector_add.ptx", shipped / "vector_add.json"}
+    assert said[0].startswith("compiling with NVRTC") and any("vector_add.json" in m for m in said)
+    assert capsys.readouterr() == ("", "")
 
 
 TRITON_KERNEL = """

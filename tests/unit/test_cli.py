@@ -6,25 +6,24 @@ segments, a failed build); its numbers are checked on the GPU (tests/gpu/test_cl
 
 from __future__ import annotations
 
-import argparse
 import ast
 import io
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
 
 import rxcuda
-from rxcuda import _cli
+from rxcuda import _cli, examples, kernels
 from rxcuda.cuda import NullDriver
 from rxcuda.model._describe import PortRef
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-HAS_GPU, _ = rxcuda.probe()
+HAS_GPU, WHY = rxcuda.probe()
 no_gpu = pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
 
 
@@ -149,7 +148,7 @@ def command_raising(monkeypatch, exc: BaseException):
         p = subparsers.add_parser("boom")
         p.set_defaults(func=lambda args: (_ for _ in ()).throw(exc), command=p.prog)
 
-    monkeypatch.setitem(sys.modules, "rxcuda.sources._build", types.SimpleNamespace(add_cli=add_cli))
+    monkeypatch.setattr(_cli, "_add_build_commands", add_cli)
 
 
 @pytest.mark.parametrize("exc", [
@@ -219,7 +218,8 @@ def test_demo_without_gpu_lists_buffers_and_tiers():
 def test_demo_plan_flag_prints_the_plan_on_any_machine():
     code, text = run("demo", "--plan", "--size", "300")
     assert code == 0 and "graph nodes (4" in text and "1200 bytes" in text
-    assert "Running it needs a CUDA device" in text or HAS_GPU
+    assert "Running it needs a CUDA device" not in text  # --plan asked for the plan only: nothing was missing
+    assert text.splitlines()[-1] == "  append_above.n = 300 (i32): parameters (exec-node update)"
 
 
 @no_gpu
@@ -239,6 +239,7 @@ def test_plan_demo_marks_host_inputs_fed():
 def stand_in_kernels(folder: pathlib.Path) -> pathlib.Path:
     for k in _cli.DEMO_KERNELS:
         (folder / f"{k}.ptx").write_text("// stand-in")
+        (folder / f"{k}.json").write_text("{}")
     return folder
 
 
@@ -246,12 +247,12 @@ def test_find_kernels_prefers_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("RXCUDA_KERNELS", str(stand_in_kernels(tmp_path)))
     assert _cli.find_kernels() == tmp_path
     monkeypatch.delenv("RXCUDA_KERNELS")
-    assert _cli.find_kernels() == ROOT / "kernels"  # a checkout: no kernels inside the package
+    assert _cli.find_kernels() == ROOT / "kernels"  # a checkout: rxcuda.kernels is the repository's kernels/
 
 
 def test_find_kernels_prefers_the_kernels_shipped_in_the_package(tmp_path, monkeypatch):
     monkeypatch.delenv("RXCUDA_KERNELS", raising=False)
-    monkeypatch.setattr(_cli, "_package_kernels", lambda: stand_in_kernels(tmp_path))
+    monkeypatch.setattr(_cli, "_shipped_kernels", lambda: stand_in_kernels(tmp_path))
     assert _cli.find_kernels() == tmp_path
 
 
@@ -282,31 +283,23 @@ def printing_calls(path: pathlib.Path) -> list[tuple[str, int]]:
 
 
 def test_only_the_command_line_prints():
-    """Library code logs through logging.getLogger("rxcuda") (issue 8): print only in _cli.py and in the
-    commands other modules register with it (functions named _cmd_*)."""
+    """Library code logs through logging.getLogger("rxcuda") and returns what it did (issues 8 and 18): only
+    _cli.py prints (the commands `kernels build` and `cache` too)."""
     offenders = [f"{path.relative_to(ROOT)}:{line} (in {func})"
                  for path in sorted((ROOT / "rxcuda").rglob("*.py")) if path.name != "_cli.py"
-                 for func, line in printing_calls(path) if not func.startswith("_cmd_")]
+                 for func, line in printing_calls(path)]
     assert not offenders, "print in library code; log through logging.getLogger('rxcuda'): " + ", ".join(offenders)
 
 
-# -- the optional command hook ----------------------------------------------------------------------------
-def test_optional_commands_register_when_the_module_exists(monkeypatch):
-    calls = []
-
-    def add_cli(subparsers):
-        p = subparsers.add_parser("kernels")
-        p.set_defaults(func=lambda args: calls.append("kernels") or 0)
-
-    monkeypatch.setitem(sys.modules, "rxcuda.sources._build", types.SimpleNamespace(add_cli=add_cli))
-    assert _cli.main(["kernels"]) == 0 and calls == ["kernels"]
+# -- kernels build, cache: wired here, done by rxcuda.sources._build ----------------------------------------
+def test_kernels_without_a_subcommand_prints_its_help_and_exits_2(capsys):
+    assert _cli.main(["kernels"]) == 2 and "build" in capsys.readouterr().out
+    assert _cli.main(["cache"]) == 2 and "clear" in capsys.readouterr().out
 
 
-def test_optional_commands_absent_is_silent(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "rxcuda.sources._build", None)  # import raises ModuleNotFoundError
-    parser = argparse.ArgumentParser()
-    _cli._add_optional_commands(parser.add_subparsers())
-    assert capsys.readouterr().err == ""
+def test_kernels_build_of_a_missing_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    assert _cli.main(["kernels", "build", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err == f"rxcuda kernels build: error: {tmp_path / 'nope'}: no such kernels directory\n"
 
 
 # -- the demo's check against NumPy (a pure function of the arrays read back) -----------------------------
@@ -388,3 +381,96 @@ def test_demo_run_reports_a_failed_build():
     assert text.splitlines()[-1].startswith("the pipeline did not build: rebuild failed, the last good graph keeps "
                                             "running: ")
     assert "CUDA_ERROR_INVALID_PTX" in text
+
+
+# -- a newcomer's command line (issue 19) -------------------------------------------------------------------
+def test_a_kernels_folder_without_a_sidecar_names_it_in_one_line_and_exits_2(tmp_path, capsys):
+    for k in _cli.DEMO_KERNELS:
+        shutil.copy(ROOT / "kernels" / f"{k}.ptx", tmp_path)
+        if k != "scalar_mul":
+            shutil.copy(ROOT / "kernels" / f"{k}.json", tmp_path)
+    assert _cli.main(["demo", "--plan", "--kernels", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"rxcuda demo: error: {tmp_path / 'scalar_mul.json'}: no such file; the demo needs the "
+                            "sidecar beside each kernel (it names the parameters the demo sets); the shipped one is "
+                            f"{kernels.path('scalar_mul.json')}\n")
+
+
+@pytest.mark.parametrize(("argv", "err"), [
+    (["--host", "0.0.0.0"], "--host only applies with --serve; add --serve, or leave it out"),
+    (["--port", "8080"], "--port only applies with --serve; add --serve, or leave it out"),
+    (["--seconds", "3", "--profile", "none"], "--seconds, --profile only apply with --serve; add --serve, or leave "
+                                              "them out"),
+])
+def test_serve_options_without_serve_are_refused(argv, err, capsys):
+    assert _cli.main(["demo", "--plan", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"rxcuda demo: error: {err} (see 'rxcuda demo --help')\n"
+
+
+class _GoneReader(io.StringIO):
+    """A stdout whose reader went away: every write raises BrokenPipeError, as a closed pipe does."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self._fd = fd
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self):
+        return self._fd
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly_with_141(tmp_path, monkeypatch, capsys):
+    with open(tmp_path / "stdout", "w") as f:
+        monkeypatch.setattr(sys, "stdout", _GoneReader(f.fileno()))
+        assert _cli.main(["demo", "--plan"]) == _cli.EXIT_BROKEN_PIPE == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_rxcuda_demo_into_a_closed_pipe_exits_quietly():
+    """`rxcuda demo --plan | head -1`: the reader leaves early; no traceback, no 'Broken pipe'."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "rxcuda", "demo", "--plan"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd="/", env=env)
+    proc.stdout.close()  # gone before the first line: the demo's first write meets a closed pipe
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141 and err == b""
+
+
+def test_examples_lists_each_with_what_it_shows():
+    code, text = run("examples")
+    assert code == 0
+    head, *rows = text.splitlines()
+    assert head.startswith("the examples shipped with rxcuda (run one: rxcuda examples NAME [ARGS]")
+    assert [r.split()[0] for r in rows] == examples.names()
+    assert {"quickstart", "particles", "hot_reload"} <= set(examples.names())
+    quick = next(r for r in rows if r.split()[0] == "quickstart")
+    assert quick.endswith("  Quickstart: two shipped kernels, connected, launched as one CUDA graph per frame.")
+
+
+def test_an_unknown_example_is_one_line_with_did_you_mean(capsys):
+    assert _cli.main(["examples", "particle"]) == 2
+    assert capsys.readouterr().err == ("rxcuda examples: error: no example named 'particle'; did you mean particles? "
+                                       f"the examples are {', '.join(examples.names())}\n")
+
+
+@no_gpu
+def test_rxcuda_examples_name_runs_it_from_any_directory(tmp_path):
+    proc = python_m_rxcuda("examples", "quickstart", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == f"rxcuda.examples.quickstart runs on a CUDA device, and this machine has none: {WHY}\n"
+
+
+def test_a_gone_reader_without_a_file_descriptor_ends_quietly_too(monkeypatch, capsys):
+    class Gone(io.StringIO):  # io.StringIO.fileno raises io.UnsupportedOperation
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", Gone())
+    assert _cli.main(["examples"]) == 141
+    assert capsys.readouterr().err == ""

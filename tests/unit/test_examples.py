@@ -1,5 +1,8 @@
-"""The examples on a machine without a GPU: one line that says what they need, and a non-zero exit."""
+"""The examples ship as the package rxcuda.examples: listed with what each shows, run as
+``python -m rxcuda.examples.NAME`` from any directory, and on a machine without a GPU each says what it needs in
+one line and exits non-zero."""
 
+import doctest
 import os
 import pathlib
 import subprocess
@@ -8,21 +11,88 @@ import sys
 import pytest
 
 import rxcuda
+from rxcuda import examples
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_"))
 HAS_GPU, WHY = rxcuda.probe()
 
 
-def test_there_are_examples():
-    assert {p.name for p in EXAMPLES} >= {"quickstart.py", "sensor_params.py", "hot_reload.py"}
+def python_m(module: str, *args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+
+
+def test_there_are_examples_and_the_package_lists_them_all():
+    assert set(EXAMPLES) >= {"quickstart", "sensor_params", "hot_reload", "particles", "peaks", "solver"}
+    assert examples.names() == EXAMPLES
+    assert pathlib.Path(examples.__file__).parent.resolve() == ROOT / "examples"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_each_example_says_what_it_shows_and_how_to_run_it(name):
+    text = (ROOT / "examples" / f"{name}.py").read_text()
+    assert examples.describe(name).endswith(".") and len(examples.describe(name)) > 20
+    assert f"    python -m rxcuda.examples.{name}" in text  # its usage line
+    # shipped kernels by name, never a path into the repository
+    assert "parents[1]" not in text and '"kernels/' not in text and "examples/" not in text
+
+
+def test_the_package_docstrings_run():
+    from rxcuda import kernels
+
+    for module in (examples, kernels):
+        result = doctest.testmod(module)
+        assert result.attempted >= 2 and result.failed == 0, module.__name__
+
+
+def test_an_unknown_example_says_which_there_are():
+    with pytest.raises(ValueError, match=r"no example named 'quikstart'; did you mean quickstart\? the examples "
+                                         r"are hot_reload, "):
+        examples.describe("quikstart")
+    with pytest.raises(ValueError, match="no example named 'nothing_like_it'; the examples are "):
+        examples.run("nothing_like_it")
+
+
+def test_python_dash_m_rxcuda_examples_lists_them(tmp_path):
+    proc = python_m("rxcuda.examples", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split()[0] for line in proc.stdout.splitlines()[1:]] == EXAMPLES
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
-def test_an_example_without_a_gpu_says_what_it_needs_in_one_line(example, tmp_path):
-    proc = subprocess.run([sys.executable, str(example), "1"], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_an_example_without_a_gpu_says_what_it_needs_in_one_line(name, tmp_path):
+    proc = python_m(f"rxcuda.examples.{name}", "1", cwd=tmp_path)
     assert proc.returncode != 0 and proc.stdout == ""
-    assert proc.stderr == f"examples/{example.name} runs on a CUDA device, and this machine has none: {WHY}\n"
+    assert proc.stderr == f"rxcuda.examples.{name} runs on a CUDA device, and this machine has none: {WHY}\n"
     assert list(tmp_path.iterdir()) == []  # nothing left in the current directory
+
+
+def test_run_sets_argv_for_the_example_and_restores_it(monkeypatch):
+    seen = {}
+
+    def fake_run_module(module, run_name, alter_sys):
+        seen.update(module=module, run_name=run_name, argv=sys.argv[:])
+
+    monkeypatch.setattr(examples.runpy, "run_module", fake_run_module)
+    before = sys.argv[:]
+    examples.run("particles", ["200"])
+    assert seen == {"module": "rxcuda.examples.particles", "run_name": "__main__",
+                    "argv": ["rxcuda.examples.particles", "200"]}
+    assert sys.argv == before
+
+
+def test_a_checkout_on_pythonpath_without_an_install_finds_the_kernels_and_examples(tmp_path):
+    """The GPU batch runs this tree from PYTHONPATH; `python -S` leaves out the editable install's finder (a .pth
+    hook), so only rxcuda/__init__.py's mapping of kernels/ and examples/ can find them."""
+    import sysconfig
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]])}
+    code = ("import sys, rxcuda, rxcuda.examples as e; "
+            "assert not [f for f in sys.meta_path if 'editable' in repr(f).lower()]; "
+            "print(rxcuda.kernels.path('vector_add')); print(e.__file__)")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(ROOT / "kernels" / "vector_add.ptx"), str(ROOT / "examples" / "__init__.py")]

@@ -1,5 +1,6 @@
-"""What `pip install .` delivers: the wheel carries every module and the demo's kernels, and the installed
-package runs `rxcuda demo --plan` from any directory; the dependency pins say what the project needs."""
+"""What `pip install .` delivers: the wheel carries every module, the shipped kernels and the examples, and the
+installed package runs `rxcuda demo --plan`, lists its examples and loads kernels by name from any directory;
+the dependency pins say what the project needs."""
 
 from __future__ import annotations
 
@@ -42,6 +43,19 @@ def test_the_wheel_ships_the_demo_kernels_from_the_repository_kernels_folder(whe
                 assert z.read(f"rxcuda/kernels/{k}{ext}") == (ROOT / "kernels" / f"{k}{ext}").read_bytes()
 
 
+def test_the_wheel_ships_every_kernel_and_example_as_packages(wheel):
+    """kernels/ and examples/ are the packages rxcuda.kernels and rxcuda.examples (pyproject's package-dir)."""
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        for folder, package in (("kernels", "rxcuda/kernels"), ("examples", "rxcuda/examples")):
+            files = sorted(p.name for p in (ROOT / folder).iterdir()
+                           if p.suffix in (".py", ".ptx", ".json", ".cu") and p.is_file())
+            assert "__init__.py" in files
+            for name in files:
+                assert z.read(f"{package}/{name}") == (ROOT / folder / name).read_bytes(), name
+    assert "rxcuda/examples/__main__.py" in names
+
+
 def test_the_wheel_has_every_module(wheel):
     """pyproject.toml lists the packages by hand (to map kernels/ into the package): a new folder under
     rxcuda/ must be added there."""
@@ -76,6 +90,18 @@ def test_the_installed_package_plans_the_demo_from_another_directory(wheel, tmp_
     assert demo.returncode == 0, demo.stderr
     assert "graph nodes (4, in launch order):" in demo.stdout
     assert "scalar_mul.scale = 3.0 (f32)" in demo.stdout
+
+    listing = subprocess.run([sys.executable, "-m", "rxcuda.examples"], capture_output=True, text=True,
+                             cwd=elsewhere, env=env, timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    assert "  particles  " in listing.stdout and "  quickstart  " in listing.stdout
+
+    by_name = subprocess.run(
+        [sys.executable, "-c", "import rxcuda; b = rxcuda.Block.from_kernel('vector_add', size=8); "
+         "print(b.description.kernels[0].code.origin)"], capture_output=True, text=True, cwd=elsewhere, env=env,
+        timeout=120)
+    assert by_name.returncode == 0, by_name.stderr
+    assert by_name.stdout.strip() == str(site / "rxcuda" / "kernels" / "vector_add.ptx")
 
 
 def requirement(name: str, deps: list[str]) -> str:
@@ -116,3 +142,16 @@ def test_the_wheel_ships_the_live_views_page(wheel):
     with zipfile.ZipFile(wheel) as z:
         for name in files:
             assert z.read(f"rxcuda/view/static/{name}") == (static / name).read_bytes()
+
+
+def test_make_test_checks_the_installed_wheel_from_another_directory():
+    """tools/check_wheel.sh (its own "== wheel" step, before pytest's summary line) builds the wheel, installs it
+    into a fresh environment and runs the demo's plan, the examples' listing and the no-GPU blocks of the README and docs/."""
+    make = (ROOT / "Makefile").read_text()
+    recipe = make.split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert 'echo "== wheel"; sh tools/check_wheel.sh $(VENV)/bin/python || status=1' in recipe
+    assert recipe.index("== wheel") < recipe.index("== pytest")
+    script = (ROOT / "tools" / "check_wheel.sh").read_text()
+    for step in ("pip wheel --no-deps --no-build-isolation", "-m venv --without-pip", "install --no-deps --no-index",
+                 "rxcuda\" demo --plan", "-m rxcuda.examples", "all_snippets()", "env -u PYTHONPATH"):
+        assert step in script, step

@@ -1,7 +1,6 @@
 """Kernel sources: the fixes of issue 8 (warm-up race, launch bounds, truncated PTX, `kernels build` going
 past a failure) and messages that name the thing and the fix. No GPU needed."""
 
-import argparse
 import logging
 import subprocess
 import sys
@@ -178,10 +177,9 @@ def test_the_shipped_ptx_files_pass_the_check():
 
 # -- `rxcuda kernels build` -----------------------------------------------------------------------------
 def _cli(argv):
-    parser = argparse.ArgumentParser(prog="rxcuda")
-    build.add_cli(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    return args.func(args)
+    from rxcuda._cli import main
+
+    return main(argv)
 
 
 def test_build_goes_past_broken_sources_and_reports_each_on_one_line(tmp_path, capsys):

@@ -1,0 +1,84 @@
+#!/usr/bin/env sh
+# What a user gets from `pip install .`, checked from outside the checkout (make test's "== wheel" step):
+#  1. build the wheel from a copy of this tree (no network: this environment's setuptools, no build isolation);
+#  2. install it into a fresh virtual environment (no system site-packages, no checkout on its path);
+#  3. from an empty directory elsewhere, with that environment: `rxcuda demo --plan`, `python -m rxcuda.examples`
+#     (the listing), and every block of the README and docs/ marked "runs without a GPU".
+# The fresh environment gets rxcuda from the wheel and nothing else from this checkout. Its dependencies (CuPy,
+# cuda-python, ... several hundred MB) are the ones this project's .venv already holds, linked entry by entry
+# into the new site-packages (all but the editable install of rxcuda): that works offline and takes seconds on
+# a small machine, where installing them again would need the network or a wheel cache, and minutes. Links
+# rather than a .pth line to .venv: cuda-pathfinder looks for NVIDIA's libraries (libnvrtc) only in the
+# environment's own site-packages directories.
+#
+# usage: tools/check_wheel.sh [PYTHON]    (PYTHON: the project's environment, default .venv/bin/python)
+set -eu
+cd "$(dirname "$0")/.."
+root=$(pwd)
+python=${1:-.venv/bin/python}
+case "$python" in /*) ;; *) python="$root/$python" ;; esac
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/rxcuda-wheel.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "check_wheel: $*" >&2; exit 1; }
+
+# 1. the wheel, from a copy (setuptools writes build/ and *.egg-info into the tree it builds)
+"$python" - "$root" "$tmp/src" <<'EOF'
+import shutil, sys
+shutil.copytree(sys.argv[1], sys.argv[2], ignore=shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "site"))
+EOF
+"$python" -m pip wheel --no-deps --no-build-isolation -q -w "$tmp/dist" "$tmp/src" > "$tmp/build.log" 2>&1 \
+    || { cat "$tmp/build.log"; fail "building the wheel failed"; }
+wheel=$(ls "$tmp"/dist/rxcuda-*.whl)
+
+# 2. a fresh environment with the wheel; the dependencies linked in (see above)
+"$python" -m venv --without-pip "$tmp/venv"
+deps=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+site=$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+for entry in "$deps"/* "$deps"/.[!.]*; do
+    case "$(basename "$entry")" in
+        rxcuda*|__editable__*|"*"|".[!.]*") ;;  # the editable install of this checkout (and unmatched globs)
+        *) ln -s "$entry" "$site/" ;;
+    esac
+done
+"$python" -m pip --python "$tmp/venv/bin/python" install --no-deps --no-index -q "$wheel" > "$tmp/install.log" 2>&1 \
+    || { cat "$tmp/install.log"; fail "installing the wheel failed"; }
+
+# 3. from an empty directory, with nothing of the checkout on the path
+mkdir "$tmp/elsewhere"
+cd "$tmp/elsewhere"
+run() { env -u PYTHONPATH -u RXCUDA_KERNELS "$@"; }
+where=$(run "$tmp/venv/bin/python" -c 'import rxcuda; print(rxcuda.__file__)')
+case "$where" in
+    "$site"/rxcuda/__init__.py) ;;
+    *) fail "rxcuda came from $where, not from the wheel in $site" ;;
+esac
+run "$tmp/venv/bin/rxcuda" demo --plan --size 1000 > demo.txt || { cat demo.txt; fail "rxcuda demo --plan failed"; }
+grep -q "graph nodes (4, in launch order):" demo.txt || { cat demo.txt; fail "rxcuda demo --plan printed no plan"; }
+run "$tmp/venv/bin/python" -m rxcuda.examples > examples.txt || { cat examples.txt; fail "python -m rxcuda.examples failed"; }
+grep -q "^  particles " examples.txt || { cat examples.txt; fail "python -m rxcuda.examples lists no particles"; }
+
+# the README's and the site's blocks that need no GPU, cut out with the parser the docs tests use
+"$python" - "$root" "$tmp/snippets" <<'EOF'
+import importlib.util, pathlib, re, sys
+root, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+spec = importlib.util.spec_from_file_location("_docs", root / "tests" / "unit" / "_docs.py")
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module
+spec.loader.exec_module(module)
+out.mkdir()
+for s in module.all_snippets():
+    if s.no_gpu:
+        (out / (re.sub(r"[^\w.+-]", "_", s.id) + ".py")).write_text(s.source)
+EOF
+count=0
+export RXCUDA_VIEW_WAIT_MAX=0.1  # the live-view block serves 60 s for a reader, not for this check
+for snippet in "$tmp"/snippets/*.py; do
+    run "$tmp/venv/bin/python" "$snippet" > snippet.log 2>&1 || { cat snippet.log; fail "docs block $(basename "$snippet" .py) failed"; }
+    count=$((count + 1))
+done
+[ "$count" -gt 0 ] || fail "the docs have no block marked 'runs without a GPU'"
+[ -z "$(ls -A | grep -v -e '^demo.txt$' -e '^examples.txt$' -e '^snippet.log$')" ] \
+    || fail "something was left in the directory the checks ran in: $(ls -A)"
+echo "wheel $(basename "$wheel"): installed into a fresh environment; from another directory rxcuda demo --plan," \
+     "python -m rxcuda.examples and $count docs blocks that need no GPU ran"
