@@ -256,7 +256,7 @@ class _Traced:
 
 
 def _outputs(result) -> dict[str, Node]:
-    from . import Tensor
+    from ._tensor import Tensor
 
     if isinstance(result, Tensor):
         items = {"out": result}
@@ -280,7 +280,7 @@ def _outputs(result) -> dict[str, Node]:
 def _trace(fn: Callable, name: str, args: Mapping[str, Any]) -> _Traced:
     from ..engine._builder import BlockBuilder
     from ..sources._nvrtc import compile_cuda
-    from . import Tensor
+    from ._tensor import Tensor
 
     if not callable(fn):
         raise TypeError(f"rxcuda.tensor.block takes a function (got {type(fn).__name__})")

@@ -1,6 +1,8 @@
 """The CPU backend: NumPy runs a plan, one Python function per group (the CUDA backend, ``_cuda.py``, compiles
 the same groups into one kernel each). The results are NumPy's own, bit for bit: each op is the NumPy function of
-the same name. :func:`evaluate` walks the plan for both backends, giving each group to its device's backend.
+the same name, with NumPy's floating-point warnings off (a program computes the same IEEE values on either backend
+and warns on neither: the warning would come at evaluation, far from the op that was written). :func:`evaluate`
+walks the plan for both backends, giving each group to its device's backend.
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ def compile_group(group: Group, plan: Plan, xp=np) -> Callable[[list], list]:
 
     def run(inputs: list) -> list:
         env = list(inputs)
-        for node, args in steps:
-            env.append(run_op(node, [env[a] for a in args], xp))
+        with np.errstate(all="ignore"):  # IEEE results (log(0) = -inf), no warnings: as the CUDA backend gives
+            for node, args in steps:
+                env.append(run_op(node, [env[a] for a in args], xp))
         return [env[k] for k in outs]
 
     return run

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model._errors import RxcudaError
+from ._cache import STATS
 from ._codegen import group_ir, launch_shape
 from ._factory import KernelFactory
 from ._graph import Node
 
-FACTORY = KernelFactory(upgrade=True)
+FACTORY = KernelFactory(upgrade=True, stats=STATS)
 """The process's kernels: PTX answers a miss, the tuned C++ build replaces it when NVRTC has made it."""
 _BACKEND: list[Backend] = []
 
 
-class CudaUnavailableError(RuntimeError):
-    """A program has nodes on ``cuda`` but this process cannot run them (no CuPy, or no CUDA device)."""
+class CudaUnavailableError(RxcudaError, RuntimeError):
+    """A program has nodes on ``cuda`` but this process cannot run them (no CuPy, or no CUDA device); an
+    :class:`~rxcuda.RxcudaError`, and a RuntimeError."""
 
 
 def backend(node: Node) -> Backend:
