@@ -15,9 +15,9 @@ import attrs
 
 from ._cache import STATS as _STATS
 from ._cache import ResultCache, Stats, keys, touch_outside
-from ._cpu import Program, evaluate, leaf_versions
 from ._graph import Node, topo
 from ._passes import Passes, Plan, plan
+from ._program import Program, evaluate, leaf_versions
 
 _CACHE = ResultCache()
 

@@ -72,3 +72,60 @@ def test_nothing_but_the_facade_sits_at_the_top():
 def test_planner_imports_nothing_from_cuda(module):
     imported = _imports(ROOT / "engine" / module)
     assert [m for m in imported if _folder(m) == "cuda" or m.startswith(("cupy", "cuda"))] == []
+
+
+def _driver_imports(path: pathlib.Path) -> list[str]:
+    """The CUDA Python packages (cuda.bindings, cuda.core) a file imports, lazily or not."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith(("cuda.bindings", "cuda.core"))]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("cuda"):
+            mod = node.module or ""
+            out += [mod] if mod.startswith(("cuda.bindings", "cuda.core")) else \
+                [f"{mod}.{a.name}" for a in node.names if a.name in ("bindings", "core")]
+    return out
+
+
+# every driver call is a verb of rxcuda/cuda/: checked for tensor/ so far (the other folders follow)
+DRIVER_FREE = [p for p in FILES if p.relative_to(ROOT).parts[0] == "tensor"]
+
+
+@pytest.mark.parametrize("path", DRIVER_FREE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_cuda_layer_imports_the_driver(path):
+    assert _driver_imports(path) == [], (f"{path.relative_to(ROOT)} imports {_driver_imports(path)}; call the "
+                                         "driver through a verb of rxcuda/cuda/ (add one there if it is missing)")
+
+
+def test_the_driver_check_sees_both_import_forms(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import cuda.bindings.driver\nfrom cuda import core\nfrom cuda.bindings import nvrtc\nimport numpy\n")
+    assert _driver_imports(f) == ["cuda.bindings.driver", "cuda.core", "cuda.bindings"]
+
+
+def _circles(folder: str) -> list[list[str]]:
+    """Import circles among the modules of ``folder`` (lazy imports count; the package's ``__init__`` is the
+    facade: a module that is imported because it sits in the package is not an edge)."""
+    base = f"rxcuda.{folder}"
+    files = {f"{base}.{p.stem}": p for p in (ROOT / folder).glob("*.py") if p.name != "__init__.py"}
+    edges = {m: {i for i in _imports(p) if i in files and i != m} for m, p in files.items()}
+    circles, done = [], set()
+
+    def walk(m: str, path: list[str]) -> None:
+        if m in path:
+            circles.append(path[path.index(m):] + [m])
+            return
+        if m in done:
+            return
+        for n in sorted(edges[m]):
+            walk(n, path + [m])
+        done.add(m)
+
+    for m in sorted(files):
+        walk(m, [])
+    return circles
+
+
+@pytest.mark.parametrize("folder", ["tensor"])
+def test_no_import_circle_inside_a_folder(folder):
+    assert _circles(folder) == []
