@@ -14,9 +14,10 @@ import numpy as np
 from ..cuda._kernels import KernelLauncher, load_module
 from ..model._errors import RxcudaError
 from ._cache import STATS
-from ._codegen import group_ir, launch_shape
 from ._factory import KernelFactory
 from ._graph import Node
+from ._ir import group_ir
+from ._tuning import launch_shape
 
 FACTORY = KernelFactory(upgrade=True, stats=STATS)
 """The process's kernels: PTX answers a miss, the tuned C++ build replaces it when NVRTC has made it."""

@@ -9,7 +9,8 @@ a later launch (:meth:`GroupKernel.current`). ``fast_math`` kernels are NVRTC's 
 
 from __future__ import annotations
 
-from ._codegen import ENTRY, Unsupported, generate
+from ._codegen import generate
+from ._ir import ENTRY, Unsupported
 
 _COMPILER: list = []  # one background thread for NVRTC (made on first use)
 
