@@ -10,6 +10,8 @@ array([0., 2., 4.])
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from . import _autograd, _ops, _vjp
@@ -67,7 +69,8 @@ class Tensor:
     @property
     def version(self) -> int:
         """The version of the data a tensor made from data holds (bumped on every write); 0 otherwise."""
-        return self.node.attrs[0].version if self.node.op == "const" else 0
+        node = _data(self.node)
+        return node.attrs[0].version if node.op == "const" else 0
 
     def __len__(self) -> int:
         if not self.shape:
@@ -120,17 +123,35 @@ class Tensor:
     # -- writes
     def __setitem__(self, index, value) -> None:
         """Write into the data of a tensor made from data (in place), bumping its version so every result
-        that depends on it is computed again."""
-        if self.node.op != "const":
+        that depends on it is computed again. A tensor that :func:`tensor` made on another device than its data
+        (``tensor(numpy_array, device="cuda")``) writes its data, and the next evaluation moves it again.
+
+        >>> t = tensor([1.0, 2.0, 3.0])
+        >>> t[1:] = 0.5
+        >>> t.numpy(), t.version
+        (array([1. , 0.5, 0.5]), 1)
+        """
+        node = _data(self.node)
+        if node.op != "const":
             raise TypeError(f"only a tensor made from data can be written (this one is a lazy {self.node.op}); "
                             "write into the tensor you made with tensor()/asarray()")
-        buf = self.node.attrs[0]
-        if self.device == "cuda":
+        buf = node.attrs[0]
+        if node.device == "cuda":
             import cupy
 
-            cupy.asarray(buf.array)[index] = value.cupy() if isinstance(value, Tensor) else value
+            if isinstance(value, Tensor):
+                value = value.cupy()
+            elif isinstance(value, np.ndarray):  # CuPy takes device arrays and scalars only
+                value = cupy.asarray(value)
+            cupy.asarray(buf.array)[index] = value
         else:
-            buf.array[index] = value.numpy() if isinstance(value, Tensor) else value
+            if isinstance(value, Tensor):
+                value = value.numpy()
+            elif hasattr(value, "__cuda_array_interface__"):  # a device array written into host data
+                import cupy
+
+                value = cupy.asnumpy(value)
+            buf.array[index] = value
         buf.bump()
 
     def mark_unchanged(self, unchanged: bool = True) -> Tensor:
@@ -296,6 +317,24 @@ def _cuda_node(data, owned: bool) -> Node:
     return _ops.const(data, owned, "cuda", tuple(int(d) for d in face["shape"]), dtype)
 
 
+_MOVED: weakref.WeakSet[Node] = weakref.WeakSet()
+"""The copies :func:`tensor` made to put its own data on the device asked for: writing one writes that data."""
+
+
+def _moved(data: Node, device: str) -> Node:
+    """``data`` (a fresh const of :func:`tensor`) on ``device``: itself, or a copy node that writes reach it
+    through (:func:`_data`)."""
+    node = _ops.copy(data, device)
+    if node is not data:
+        _MOVED.add(node)
+    return node
+
+
+def _data(node: Node) -> Node:
+    """The const node that writes to ``node`` go to: the data of a copy :func:`tensor` made, else ``node``."""
+    return node.inputs[0] if node.op == "copy" and node in _MOVED else node
+
+
 def _shape(shape) -> tuple[int, ...]:
     shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
     if any(not isinstance(d, int | np.integer) or isinstance(d, bool) or d < 0 for d in shape):
@@ -321,14 +360,14 @@ def tensor(data, dtype=None, device: str | None = None, requires_grad: bool = Fa
         import cupy
 
         held = _cuda_node(data, False).attrs[0].array
-        t = Tensor(_ops.copy(_ops.const(cupy.array(held, dtype=dtype, copy=True), True, "cuda"), device))
+        t = Tensor(_moved(_ops.const(cupy.array(held, dtype=dtype, copy=True), True, "cuda"), device))
         if requires_grad:
             t.requires_grad = True
         return t
     if where == "cpu":
         data = np.from_dlpack(data)
     array = np.array(data, dtype=dtype, copy=True)
-    t = Tensor(_ops.copy(_ops.const(array, True, "cpu"), device))
+    t = Tensor(_moved(_ops.const(array, True, "cpu"), device))
     if requires_grad:
         t.requires_grad = True
     return t
