@@ -20,7 +20,6 @@ from rxcuda.tensor import _cuda, _factory, _ir
 from rxcuda.tensor._passes import plan
 from rxcuda.tensor._tuning import launch_shape
 
-
 CODES = {"b1": "B", "f4": "f", "f8": "d", "i4": "i", "i8": "q"}  # a fill's struct code (a bool is one byte)
 
 
