@@ -59,7 +59,7 @@ def _ir(group, plan, values: list) -> tuple:
     if group.kind not in ("elementwise", "reduce"):
         raise Unsupported(group.kind)
     slot = {n: ("i", k) for k, n in enumerate(group.inputs)}
-    inputs = []
+    inputs: list[tuple] = []
     for n, v in zip(group.inputs, values, strict=True):
         ctype(n.dtype)
         if n.op == "full":
@@ -160,7 +160,7 @@ def levels(lay: Layout) -> tuple[list[int], set[int], list[int]]:
     per-element nodes (not reductions) and the per-row nodes; raises Unsupported for a per-row value
     computed from per-element values without a reduction."""
     nodes = lay.nodes
-    level = []
+    level: list[int] = []
     for j, (op, _, _, _, refs) in enumerate(nodes):
         lv = max((level[r] for s, r in refs if s == "n"), default=0)
         if op in REDUCE:
