@@ -165,6 +165,7 @@ class Backend:
         PTX (the first tier of a new kernel, see ``KernelFactory``) is JIT-compiled at optimisation level 0:
         on the H100 host that takes ~10 ms where the default level takes ~15 ms, and a kernel launched twice is
         replaced by its tuned NVRTC build anyway."""
+        self.cp.cuda.runtime.free(0)  # cudaFree(0): CuPy's context is current on this thread, the driver loads there
         ptx = getattr(code, "cached", None) == "ptx"
         origin = ("a generated tensor kernel's PTX (the text is in GroupKernel.source; "
                   "rxcuda.tensor._factory.KernelFactory(ptx=False) builds with NVRTC instead)" if ptx

@@ -44,7 +44,8 @@ class FakeCupy:
     """What the backend's launch path uses of CuPy: a stream and ``empty``."""
 
     def __init__(self):
-        self.cuda = SimpleNamespace(Stream=FakeStream)
+        self.freed: list[int] = []
+        self.cuda = SimpleNamespace(Stream=FakeStream, runtime=SimpleNamespace(free=self.freed.append))
         self._ptrs = itertools.count(0x7F00_0000_0000, 0x10000)
 
     def empty(self, shape, dtype):
@@ -117,6 +118,7 @@ def test_a_launch_hands_the_driver_each_argument_as_the_kernel_takes_it(api, pro
     kernel = _cuda.FACTORY.get(ir)
     assert isinstance(kernel.module, _kernels.KernelModule) and kernel.function.entry == _ir.ENTRY
     assert api.count("cuModuleLoadDataEx") == 1  # PTX, JIT level 0
+    assert be.cp.freed == [0]  # cudaFree(0) first: the load goes into CuPy's context
 
 
 def test_a_ptx_the_driver_refuses_names_the_kernel_source_and_the_fix(api):
