@@ -129,3 +129,13 @@ def _circles(folder: str) -> list[list[str]]:
 @pytest.mark.parametrize("folder", ["tensor"])
 def test_no_import_circle_inside_a_folder(folder):
     assert _circles(folder) == []
+
+
+MAX_LINES = 650  # a module longer than this holds more than one job: split it by job
+
+
+@pytest.mark.parametrize("folder", ["tensor"])
+def test_modules_stay_small(folder):
+    lines = {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / folder).glob("*.py"))}
+    long = {name: n for name, n in lines.items() if n > MAX_LINES}
+    assert long == {}, f"modules of {folder}/ over {MAX_LINES} lines: {long}"
