@@ -166,11 +166,12 @@ class Backend:
         on the H100 host that takes ~10 ms where the default level takes ~15 ms, and a kernel launched twice is
         replaced by its tuned NVRTC build anyway."""
         self.cp.cuda.runtime.free(0)  # cudaFree(0): CuPy's context is current on this thread, the driver loads there
-        ptx = getattr(code, "cached", None) == "ptx"
+        first = getattr(code, "cached", None) == "ptx"  # the PTX tier (an NVRTC build is a KernelCode)
         origin = ("a generated tensor kernel's PTX (the text is in GroupKernel.source; "
-                  "rxcuda.tensor._factory.KernelFactory(ptx=False) builds with NVRTC instead)" if ptx
+                  "rxcuda.tensor._factory.KernelFactory(ptx=False) builds with NVRTC instead)" if first
                   else "a generated tensor kernel's NVRTC build")
-        module = load_module(code.image, ptx=ptx, optimization_level=0 if ptx else None, origin=origin)
+        module = load_module(code.image, ptx=code.format == "ptx", optimization_level=0 if first else None,
+                             origin=origin)
         return module, module.function(code.entry)
 
     def copy(self, node: Node, value):

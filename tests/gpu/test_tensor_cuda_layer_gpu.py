@@ -95,11 +95,11 @@ def test_the_tuned_build_swaps_in_through_a_new_launcher(monkeypatch, launches, 
     run()
     (kernel,) = factory._kernels.values()
     first = kernel.function
-    assert kernel.code.cached == "ptx"
+    assert kernel.code.format == "ptx"  # the first tier
     run()  # the second launch starts the NVRTC build
     assert factory.wait(timeout=300) == 0
     run()  # swapped in at this launch
-    assert factory.upgrades == 1 and kernel.function is not first and kernel.code.cached != "ptx"
+    assert factory.upgrades == 1 and kernel.function is not first and kernel.code.format == "cubin"
     assert isinstance(kernel.module, KernelModule)
     run()
     assert len(launches) == 4
