@@ -243,6 +243,10 @@ class NullDriver:
     def cuModuleLoadData(self, image):
         return self._call("cuModuleLoadData", (len(image),), lambda: (self._new("module", _real.CUmodule),))
 
+    def cuModuleLoadDataEx(self, image, count, options, values):
+        return self._call("cuModuleLoadDataEx", (len(image), tuple(int(o) for o in options), tuple(values)),
+                          lambda: (self._new("module", _real.CUmodule),))
+
     def cuModuleUnload(self, module):
         self._drop("module", module)
         return self._call("cuModuleUnload", (int(module),))

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model._errors import RxcudaError
 from . import _backcache, _ops
 from ._graph import topo
 from ._vjp import _NO_GRAD_OPS, _RULES, _as_tensor, _fit, _tensor_type, unbroadcast
@@ -47,8 +48,9 @@ from ._vjp import _NO_GRAD_OPS, _RULES, _as_tensor, _fit, _tensor_type, unbroadc
 __all__ = ["GradientError", "backward", "detach", "grad", "grad_of", "no_grad", "set_grad", "unbroadcast"]
 
 
-class GradientError(ValueError):
-    """A gradient was asked for in a way that has no answer; the message says how to ask instead."""
+class GradientError(RxcudaError, ValueError):
+    """A gradient was asked for in a way that has no answer; the message says how to ask instead (an
+    :class:`~rxcuda.RxcudaError`, and a ValueError)."""
 
 
 # --- which tensors want gradients -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ program is planned with the usual passes, and the plan becomes a :class:`~rxcuda
   float is f32, a Python int i32, a NumPy scalar keeps its type): it is a kernel argument, so setting
   ``block.params[name].value`` is a hot update (no rebuild). Parameters never merge with equal literals;
 - each fused group of the plan (elementwise, reduce) is **one kernel** (``k0``, ``k1``... in run order),
-  the CUDA C++ of ``_codegen.generate`` compiled through NVRTC, launched with ``_codegen.launch_shape``.
+  the CUDA C++ of ``_codegen.generate`` compiled through NVRTC, launched with ``_tuning.launch_shape``.
   Other scalar fills of the program (literals such as the ``2`` of ``x * 2``) are baked into the source, so
   editing a literal changes only the code;
 - each ``matmul`` is **one cuBLAS GEMM call** (``gemm0``, ``gemm1``... in run order: an
@@ -64,9 +64,11 @@ from ..model import _dtypes
 from ..model._describe import BlockDescription, CallSpec, KernelSpec
 from ..model._events import Tier
 from ..model._shapes import fmt
-from ._codegen import ENTRY, ctype, generate, group_ir, launch_shape
+from ._codegen import generate
 from ._graph import Buffer, Node, topo
+from ._ir import ENTRY, ctype, group_ir
 from ._passes import Passes, plan
+from ._tuning import launch_shape
 
 DEVICE = "cuda"
 __all__ = ["InputSpec", "TensorBlock", "block", "input", "update"]
@@ -256,7 +258,7 @@ class _Traced:
 
 
 def _outputs(result) -> dict[str, Node]:
-    from . import Tensor
+    from ._tensor import Tensor
 
     if isinstance(result, Tensor):
         items = {"out": result}
@@ -280,7 +282,7 @@ def _outputs(result) -> dict[str, Node]:
 def _trace(fn: Callable, name: str, args: Mapping[str, Any]) -> _Traced:
     from ..blocks._blocks import BlockBuilder
     from ..sources._nvrtc import compile_cuda
-    from . import Tensor
+    from ._tensor import Tensor
 
     if not callable(fn):
         raise TypeError(f"rxcuda.tensor.block takes a function (got {type(fn).__name__})")

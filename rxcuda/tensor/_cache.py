@@ -52,7 +52,18 @@ class Stats:
     """What evaluations did since the last reset: ``evaluations`` (realize calls that needed something),
     ``launches`` (groups run, a kernel each on a GPU; views excluded), ``views`` (view groups: no launch),
     ``nodes`` (ops computed), ``hits`` (requested results the cache already had) and ``plans`` (evaluations that
-    ran the passes: a structure not seen before; a repeat over new arrays reuses its runnable program)."""
+    ran the passes: a structure not seen before; a repeat over new arrays reuses its runnable program). On CUDA,
+    ``compiles`` counts the kernels the CUDA backend made for a group structure it had not seen (each PTX written
+    from the IR, or an NVRTC build where PTX does not cover the group; a structure seen before is a lookup), and
+    ``upgrades`` the tuned NVRTC builds that replaced such a first kernel (see ``wait_compiled``).
+
+    >>> import numpy as np, rxcuda.tensor as rt
+    >>> rt.reset_stats()
+    >>> _ = (rt.tensor(np.ones(3)) * 2).numpy()
+    >>> s = rt.stats()
+    >>> (s.evaluations, s.launches, s.compiles)  # on the CPU backend nothing is compiled
+    (1, 1, 0)
+    """
 
     evaluations: int = 0
     launches: int = 0
@@ -60,6 +71,13 @@ class Stats:
     nodes: int = 0
     hits: int = 0
     plans: int = 0
+    compiles: int = 0
+    upgrades: int = 0
+
+
+STATS = Stats()
+"""The process's counters (``rxcuda.tensor.stats()`` reports a copy): evaluations count into them, and so does
+the CUDA backend's kernel factory."""
 
 
 class ResultCache:

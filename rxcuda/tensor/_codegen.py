@@ -1,12 +1,12 @@
 """CUDA C++ for a planned group: one kernel per fused group, generated from the group's ops (no GPU needed).
 
-A group is first described by its structural IR (:func:`group_ir`): its kind, iteration space and reduced
-axes, its inputs (a scalar fill, or an array with its shape, dtype and element strides), its nodes (op,
-attributes, shape, dtype, and where each input comes from) and which nodes it writes. The IR is pure hashable
-data, so the :class:`~._factory.KernelFactory` keys compiled kernels on it: the same structure again is a dict hit.
+A group is first described by its structural IR (``_ir.group_ir``, the IR the PTX emitter walks too): its kind,
+iteration space and reduced axes, its inputs (a scalar fill, or an array with its shape, dtype and element
+strides), its nodes (op, attributes, shape, dtype, and where each input comes from) and which nodes it writes.
+The IR is pure hashable data, so the :class:`~._factory.KernelFactory` keys compiled kernels on it.
 
-Three kernel shapes come out of :func:`generate`; :func:`launch_shape` gives each its grid and block (the
-only launch contract: callers launch exactly that), and both come from one plan per IR (:func:`_planned`):
+Three kernel shapes come out of :func:`generate`; ``_tuning.launch_shape`` gives each its grid and block (the
+only launch contract: callers launch exactly that), and both come from one plan per IR (``_tuning._planned``):
 
 - **elementwise**: blocks of 256 threads, each thread doing 4 units 256 apart (coalesced) per grid-stride
   step, with no bounds checks on whole tiles. A unit is a 16-byte vector (float4, double2...: the operands
@@ -51,112 +51,31 @@ True
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..model._shapes import c_strides
-from ._graph import Node
+from ._ir import ENTRY, REDUCE, Layout, Unsupported, ctype, element_closure, levels
+from ._tuning import (  # noqa: F401 - Tuning, set_tuning, launch_shape, _planned: the generator's knobs, from here
+    _MATH,
+    _VECTOR,
+    BLOCK,
+    TUNING,
+    RowPlan,
+    Tuning,
+    _axis_strides,
+    _ew_vector,
+    _index_type,
+    _planned,
+    _Shape,
+    launch_shape,
+    set_tuning,
+)
 
-BLOCK = 256
-ENTRY = "rx_group"
-_MAX_GRID = 1 << 20
-_INT32 = 2**31 - 1
-_REDUCE = ("sum", "max", "min", "mean")
-#: register-resident rows: at most ``_MAX_THREADS`` threads per row (with ``Tuning.row_elems`` elements a thread,
-#: rows of up to 16384 4-byte / 8192 8-byte elements are read once)
-_MAX_THREADS = 1024
-#: rows of at most this many chunks are handled by 1..32 lanes of a warp (several rows per block)
-_SHORT_ROW = 128
-#: register-resident rows hold at most this many 4-byte elements a thread (half of 8 bytes)
-_ELEMS_PER_THREAD = 16
-#: short rows shrink the block (down to one warp) until the grid has this many blocks (2 per SM of an H100)
-_MIN_BLOCKS = 264
 _HINTS = {"plain": None, "ldg": "__ldg", "ldcs": "__ldcs", "stcs": "__stcs"}
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """The generator's knobs (one process-wide instance, :data:`TUNING`; change it with :func:`set_tuning`).
-
-    - ``ew_threads``, ``ew_unroll``: elementwise threads per block and, per thread and grid-stride step, that many
-      16-byte vectors (vector path) or elements (scalar path), ``ew_threads`` apart (coalesced);
-    - ``ew_vector``: 16-byte loads and stores (float4, double2...) where every array operand the kernel reads at
-      the linear index and every per-element output have one item size of 4 or 8 bytes, behind a run-time check
-      that those pointers are 16-byte aligned (else the scalar path; a scalar tail for sizes not a multiple of
-      the vector);
-    - ``ew_max_blocks``: 0 for one tile per block (up to 2^20 blocks), else at most this many blocks, each
-      looping over tiles;
-    - ``row_elems``: register rows: elements of 4 bytes a thread holds at most (half of 8 bytes), so a row of
-      ``n`` elements gets ``n / row_elems`` threads (a power of two, ``row_min_threads``..1024); rows longer than
-      ``row_elems * 1024`` use strided loops;
-    - ``row_block_threads``: block-wide rows (more than 32 lanes) share a block until it has this many threads
-      (0: a block per row);
-    - ``row_occupancy``: threads per SM that register-row kernels ask ``__launch_bounds__`` to fit (its min
-      blocks = this / threads; 0: none);
-    - ``late_loads``: a row input first needed after a reduction (layernorm's gamma and beta) is loaded there,
-      not held in registers across it;
-    - ``loads``: ``plain``, ``ldg`` (``__ldg``: the read-only path) or ``ldcs`` (``__ldcs``: evict first) for the
-      elementwise and register-row kernels' array loads; ``stores``: ``plain`` or ``stcs`` (``__stcs``).
-
-    The kernel factory keys on the IR only: a tuning holds for kernels made after it is set (the sweep clears the
-    factory); each source names its tuning in a comment, so NVRTC's cache keys on it."""
-
-    ew_threads: int = 256
-    ew_unroll: int = 4
-    ew_vector: bool = True
-    ew_max_blocks: int = 0
-    row_elems: int = 16
-    row_min_threads: int = 64
-    row_block_threads: int = 0
-    row_occupancy: int = 0
-    late_loads: bool = False
-    loads: str = "plain"
-    stores: str = "plain"
-
-    def __post_init__(self):
-        if self.ew_threads not in (32, 64, 128, 256, 512, 1024) or self.ew_unroll < 1:
-            raise ValueError(f"ew_threads must be a power of two in 32..1024 and ew_unroll >= 1: {self}")
-        if self.row_elems not in (1, 2, 4, 8, 16, 32, 64) or self.row_min_threads not in (32, 64, 128, 256, 512,
-                                                                                           1024):
-            raise ValueError(f"row_elems must be a power of two up to 64, row_min_threads 32..1024: {self}")
-        if self.loads not in ("plain", "ldg", "ldcs") or self.stores not in ("plain", "stcs"):
-            raise ValueError(f"loads is plain, ldg or ldcs; stores plain or stcs: {self}")
-
-    def changes(self) -> str:
-        """The fields that differ from the defaults, as ``name=value`` pairs (``default`` where none do)."""
-        base = Tuning()
-        return ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__dataclass_fields__
-                         if getattr(self, f) != getattr(base, f)) or "default"
-
-
-#: the tuning :func:`generate` and :func:`launch_shape` read (the lead sets the default here, in ``Tuning``)
-TUNING = Tuning(loads="ldcs", stores="stcs")  # the best of bench/kernel_sweep.py on an H100 (98 % of a copy)
-
-
-def set_tuning(tuning: Tuning | None = None, **fields) -> Tuning:
-    """Make ``tuning`` (or :data:`TUNING` with ``fields`` replaced) the process's tuning and return the previous
-    one. Kernels already in a factory stay as they were made: clear it (and the programs holding them) first."""
-    global TUNING
-    previous = TUNING
-    TUNING = dataclasses.replace(tuning or TUNING, **fields)
-    _planned.cache_clear()
-    return previous
-
-
-_VECTOR = {"float": "float4", "int": "int4", "unsigned int": "uint4", "double": "double2", "long long": "longlong2",
-           "unsigned long long": "ulonglong2"}
 _FIELDS = "xyzw"
 
-CTYPES = {
-    "b1": "bool", "i1": "signed char", "u1": "unsigned char", "i2": "short", "u2": "unsigned short",
-    "i4": "int", "u4": "unsigned int", "i8": "long long", "u8": "unsigned long long", "f4": "float",
-    "f8": "double",
-}
-_MATH = ("exp", "log", "sqrt", "sin", "cos", "tanh")
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
@@ -170,116 +89,6 @@ template <typename T> __device__ __forceinline__ T rx_ipow(T b, T e)
     return r;
 }
 """
-
-
-class Unsupported(Exception):
-    """The generator cannot express this group (the backend runs it op by op instead)."""
-
-
-def ctype(dtype) -> str:
-    dtype = np.dtype(dtype)
-    key = dtype.str[1:]
-    if key not in CTYPES or dtype.byteorder == ">":
-        raise Unsupported(f"no CUDA C type for {dtype}")
-    return CTYPES[key]
-
-
-# -- the IR -------------------------------------------------------------------------------------------------------
-def group_ir(group, plan, values: list) -> tuple | None:
-    """The structural IR of ``group`` (of ``plan``) whose inputs hold ``values`` (arrays with ``shape``,
-    ``strides`` and ``dtype``, or a fill for a ``full`` input); None where the generator does not apply."""
-    try:
-        return _ir(group, plan, values)
-    except Unsupported:
-        return None
-
-
-def _ir(group, plan, values: list) -> tuple:
-    if group.kind not in ("elementwise", "reduce"):
-        raise Unsupported(group.kind)
-    slot = {n: ("i", k) for k, n in enumerate(group.inputs)}
-    inputs = []
-    for n, v in zip(group.inputs, values, strict=True):
-        ctype(n.dtype)
-        if n.op == "full":
-            inputs.append(("scalar", n.dtype.str))
-        else:
-            item = np.dtype(v.dtype).itemsize
-            if any(s % item for s in v.strides):
-                raise Unsupported("strides that are not whole elements")
-            inputs.append(("array", tuple(n.shape), n.dtype.str, tuple(int(s) // item for s in v.strides)))
-    nodes = []
-    for j, n in enumerate(group.nodes):
-        ctype(n.dtype)
-        nodes.append((n.op, _attrs(n), tuple(n.shape), n.dtype.str, tuple(slot[i] for i in plan.inputs_of(n))))
-        slot[n] = ("n", j)
-    index = {n: j for j, n in enumerate(group.nodes)}
-    kind = "reduce" if group.kind == "reduce" else "elementwise"
-    ir = (kind, tuple(group.space), group.axes, tuple(inputs), tuple(nodes), tuple(index[o] for o in group.outputs))
-    lay = _Layout(ir)  # raises Unsupported where the coordinates do not line up
-    if kind == "reduce":
-        _levels(lay)  # raises Unsupported for a per-row value computed without a reduction
-    return ir
-
-
-def _attrs(n: Node) -> tuple:
-    if n.op == "cast":
-        return (np.dtype(n.attrs[0]).str,)
-    return tuple(n.attrs)
-
-
-class _Layout:
-    """Where each node of an IR lives in the space: its coordinates (a space axis, or None for 0) and the
-    coordinates each operand is read at, checked so that a fused operand is read where it is evaluated."""
-
-    def __init__(self, ir: tuple):
-        self.kind, self.space, axes, self.inputs, self.nodes, self.outputs = ir
-        self.axes = tuple(axes or ())
-        r = len(self.space)
-        self.full = tuple(range(r))
-        self.rowaxes = tuple(a for a in self.full if a not in self.axes)
-        self.coords = [self._classify(shape) for _, _, shape, _, _ in self.nodes]
-        self.reads: list[list[tuple]] = []
-        for j, (op, _, shape, _, refs) in enumerate(self.nodes):
-            reads = []
-            for ref in refs:
-                src_shape = self._shape(ref)
-                if op in ("reshape", "sum", "max", "min", "mean"):
-                    at = self._classify(src_shape)
-                    if op != "reshape" and self._norm(at) != self._norm(self.full):
-                        raise Unsupported("a reduction over a value that is not the whole space")
-                else:
-                    off = len(shape) - len(src_shape)
-                    at = tuple(None if d == 1 else self.coords[j][k + off] for k, d in enumerate(src_shape))
-                if ref[0] == "n" and self._norm(at) != self._norm(self.coords[ref[1]]):
-                    raise Unsupported("a fused operand read at other coordinates than it is computed at")
-                reads.append(at)
-            self.reads.append(reads)
-            if op in ("sum", "max", "min", "mean") and tuple(self.nodes[j][1][0]) != self.axes:
-                raise Unsupported("reductions over different axes")
-
-    def _shape(self, ref) -> tuple:
-        if ref[0] == "i":
-            spec = self.inputs[ref[1]]
-            return () if spec[0] == "scalar" else spec[1]  # a scalar input ("scalar", dtype) has no shape
-        return self.nodes[ref[1]][2]
-
-    def _classify(self, shape: tuple) -> tuple:
-        if shape == self.space:
-            return self.full
-        if self.axes and shape == tuple(1 if a in self.axes else d for a, d in enumerate(self.space)):
-            return tuple(None if a in self.axes else a for a in self.full)
-        if self.axes and shape == tuple(self.space[a] for a in self.rowaxes):
-            return self.rowaxes
-        raise Unsupported(f"shape {shape} is none of the forms of space {self.space} over axes {self.axes}")
-
-    def _norm(self, coords: tuple) -> tuple:
-        return tuple(None if a is None or self.space[a] == 1 else a for a in coords)
-
-    def is_full(self, j: int) -> bool:
-        """Whether node ``j`` varies along a reduced axis (it is computed per element, not per row)."""
-        reduced = {a for a in self.axes if self.space[a] != 1}
-        return any(a in reduced for a in self._norm(self.coords[j])) or not self.axes
 
 
 # -- code ------------------------------------------------------------------------------------------------------
@@ -346,22 +155,6 @@ def _expr(op: str, attrs: tuple, dtype: np.dtype, args: list[str], arg_dtypes: l
     raise Unsupported(f"op {op}")
 
 
-def _pow2ceil(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def _axis_strides(lay: _Layout, k: int, at: tuple) -> dict[int, int]:
-    """The element stride of input ``k`` along each space axis it is read at (at ``at``); axes of length 1
-    and stride 0 (broadcast) are left out, so an axis missing from the map does not move the address."""
-    return {a: s for a, s in zip(at, lay.inputs[k][3], strict=True) if a is not None and lay.space[a] != 1 and s}
-
-
-def _index_type(lay: _Layout, bound: int) -> str:
-    """``int`` where every index the kernel forms (up to ``bound``, and every input offset) fits in 31 bits."""
-    extent = max((sum((d - 1) * abs(s) for d, s in zip(i[1], i[3], strict=True)) for i in lay.inputs
-                  if i[0] == "array"), default=0)
-    return "int" if max(bound, extent) <= _INT32 else "long long"
-
 
 def _coord(a: int, var: str, axes: list[int], strides: dict[int, int], space: tuple) -> str:
     """Coordinate ``a`` of the row-major linear index ``var`` over ``axes`` (compile-time divisors)."""
@@ -369,37 +162,6 @@ def _coord(a: int, var: str, axes: list[int], strides: dict[int, int], space: tu
         return var
     e = var if strides[a] == 1 else f"({var} / {strides[a]})"
     return e if a == axes[0] else f"({e} % {space[a]})"
-
-
-def element_closure(nodes: tuple, full: set[int], targets) -> list[int]:
-    """The per-element nodes (of ``full``) that ``targets`` need, themselves included, in node order: what a
-    loop over the reduced axes must compute to reach them."""
-    need, stack = set(), list(targets)
-    while stack:
-        j = stack.pop()
-        if j in full and j not in need:
-            need.add(j)
-            stack.extend(r for s, r in nodes[j][4] if s == "n")
-    return sorted(need)
-
-
-def _levels(lay: _Layout) -> tuple[list[int], set[int], list[int]]:
-    """For a reduce IR: each node's level (how many reductions it depends on, through each other), the
-    per-element nodes (not reductions) and the per-row nodes; raises Unsupported for a per-row value
-    computed from per-element values without a reduction."""
-    nodes = lay.nodes
-    level = []
-    for j, (op, _, _, _, refs) in enumerate(nodes):
-        lv = max((level[r] for s, r in refs if s == "n"), default=0)
-        if op in _REDUCE:
-            lv += 1
-        elif not lay.is_full(j) and any(s == "n" and lay.is_full(r) and nodes[r][0] not in _REDUCE
-                                        for s, r in refs):
-            raise Unsupported("a per-row value computed from per-element values without a reduction")
-        level.append(lv)
-    full = {j for j in range(len(nodes)) if lay.is_full(j) and nodes[j][0] not in _REDUCE}
-    rows = [j for j in range(len(nodes)) if j not in full and nodes[j][0] not in _REDUCE]
-    return level, full, rows
 
 
 def _decompose(var: str, axes: tuple, space: tuple, indent: str, idx: str = "long long") -> list[str]:
@@ -411,323 +173,182 @@ def _decompose(var: str, axes: tuple, space: tuple, indent: str, idx: str = "lon
     return lines
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """How one kernel maps onto the GPU: its mode (``elementwise``, ``rows``: register-resident rows,
-    ``loop``: strided loops over long rows), ``threads`` per block and ``blocks``; for ``rows`` the lanes
-    per row (``group``), chunks per lane (``per``) and elements per chunk (``vec``; for ``elementwise`` the
-    elements per 16-byte vector of the vector path, 1 for none); the index type; the tuning it was planned with."""
-
-    mode: str
-    threads: int
-    blocks: int
-    group: int = 0
-    per: int = 0
-    vec: int = 1
-    idx: str = "long long"
-    tuning: Tuning = Tuning()
-
-
-@functools.lru_cache(maxsize=4096)
-def _planned(ir: tuple) -> tuple[_Layout, _Shape, _Rows | None]:
-    """The layout, launch shape and (for register-resident rows) row plan of ``ir``: computed once per IR,
-    so :func:`launch_shape` and :func:`generate` agree and a launch does not re-plan."""
-    lay, tuning = _Layout(ir), TUNING
-    size = math.prod(lay.space)
-    if lay.kind != "reduce" and _heavy(lay):
-        # libdevice's sin/cos/pow (and float64 exp/log/tanh) are long: unrolled and vectorized they make NVRTC
-        # take ~0.5 s per kernel, and such a kernel is compute-bound anyway: one element a thread, no vectors
-        tuning = dataclasses.replace(tuning, ew_unroll=1, ew_vector=False)
-    if lay.kind != "reduce":
-        vec = _ew_vector(lay, tuning)[1]
-        threads = tuning.ew_threads
-        per_block = threads * tuning.ew_unroll * vec
-        blocks = min(-(-size // per_block), tuning.ew_max_blocks or _MAX_GRID, _MAX_GRID)
-        idx = _index_type(lay, size + (blocks + 1) * per_block)
-        return lay, _Shape("elementwise", threads, blocks, vec=vec, idx=idx, tuning=tuning), None
-    rows = _Rows(lay, tuning)
-    if rows.shape is not None:
-        return lay, rows.shape, rows
-    nrows = math.prod(lay.space[a] for a in lay.rowaxes)
-    return lay, _Shape("loop", BLOCK, min(nrows, _MAX_GRID), tuning=tuning), None
-
-
-_HEAVY = frozenset({"sin", "cos", "pow"})
-
-
-def _heavy(lay: _Layout) -> bool:
-    """Whether ``lay`` calls a long libdevice function (see :func:`_planned`)."""
-    return any(op in _HEAVY or (op in _MATH and dt[-1] == "8") for op, _, _, dt, _ in lay.nodes)
-
-
-def _ew_vector(lay: _Layout, tuning: Tuning) -> tuple[list[tuple], int]:
-    """The elementwise vector path: the (input, coordinates) reads at the linear index that it loads as 16-byte
-    vectors (with the per-element outputs it stores so), and the elements per vector; ([], 1) where the tuning
-    or the operands' item sizes (one size of 4 or 8 bytes for all of them) rule it out."""
-    dense = {a: s for a, s in enumerate(c_strides(lay.space)) if lay.space[a] != 1}
-    keys = list(dict.fromkeys((r, lay.reads[j][k]) for j, node in enumerate(lay.nodes)
-                              for k, (s, r) in enumerate(node[4]) if s == "i" and lay.inputs[r][0] == "array"))
-    keys = [key for key in keys if _axis_strides(lay, *key) == dense]
-    sizes = {np.dtype(lay.inputs[r][2]).itemsize for r, _ in keys}
-    sizes |= {np.dtype(lay.nodes[j][3]).itemsize for j in lay.outputs if lay.is_full(j)}
-    size = math.prod(lay.space)
-    if not tuning.ew_vector or len(sizes) != 1 or (item := sizes.pop()) not in (4, 8) or size < 32 // item:
-        return [], 1  # no operand to vectorize, mixed or narrow item sizes, or fewer than two vectors
-    types = {ctype(lay.inputs[r][2]) for r, _ in keys} | {ctype(lay.nodes[j][3]) for j in lay.outputs}
-    if not all(t in _VECTOR for t in types):
-        return [], 1
-    return keys, 16 // item
-
 
 def _vector_or_scalar(i1: str, i2: str, vector: list[str], scalar: list[str]) -> list[str]:
     """``vector`` lines where the row is 16-byte aligned (the kernel's run-time ``vec``), else ``scalar``."""
     return [f"{i1}if (vec) {{", *(i2 + x for x in vector), f"{i1}}} else {{", *(i2 + x for x in scalar), f"{i1}}}"]
 
 
-class _Rows:
-    """The register-resident row kernel for a reduce IR (``shape`` None where the row is too long for it).
+def _rows_body(rows: RowPlan) -> list[str]:
+    """The register-resident row kernel's body for ``rows`` (see :class:`~._tuning.RowPlan`)."""
+    lay, sh, tn = rows.lay, rows.shape, rows.tuning
+    nodes, idx = lay.nodes, sh.idx
+    G, V, E = sh.group, sh.vec, sh.per * sh.vec
+    R = sh.threads // G
+    sfx = "LL" if idx == "long long" else ""
+    nred, nrows = rows.nred, rows.nrows
+    exact = sh.per * G * V == nred  # every element slot of every lane is in the row: no masks
+    reds = [j for j in range(len(nodes)) if nodes[j][0] in REDUCE]
+    q_of = rows.keys
+    lines = []
+    if G > 32:  # a slot per warp of the block; a row's slots start at its first warp's
+        for j in reds:
+            lines.append(f"    __shared__ {ctype(nodes[j][3])} sh{j}[{sh.threads // 32}];")
+    ptrs = [f"(unsigned long long)in{k}" for k, _ in rows.vector_keys]
+    ptrs += [f"(unsigned long long)out{o}" for o in dict.fromkeys(o for o, _ in rows.vector_outs)]
+    if V > 1:
+        lines.append(f"    const bool vec = (({' | '.join(ptrs)}) & 15ULL) == 0ULL;  // 16-byte aligned")
+    lane = "0" if G == 1 else "(int)threadIdx.x" if sh.threads == G else f"(int)(threadIdx.x & {G - 1}u)"
+    lines.append(f"    const int lane = {lane};")
+    if G > 32 and R > 1:
+        lines.append(f"    const unsigned int w0 = (threadIdx.x / {G}u) * {G // 32}u;  // the row's first warp")
+    lines.append(f"    for ({idx} base = ({idx})blockIdx.x * {R}; base < {nrows}{sfx}; "
+                 f"base += ({idx})gridDim.x * {R}) {{")
+    i1, i2 = "        ", "            "
+    row = "base" if R == 1 else f"base + ({idx})(threadIdx.x / {G}u)"
+    lines.append(f"{i1}const {idx} row = {row};")
+    guarded = R > 1 and nrows % R != 0
+    if guarded:
+        lines.append(f"{i1}const bool valid = row < {nrows}{sfx};")
 
-    Each row of the non-reduced axes is handled by a group of ``G`` lanes: a whole block (64..1024 threads)
-    for long rows, or 1..32 lanes of a warp for short ones (several rows per block). The row is cut into
-    chunks of ``V`` consecutive elements (``V`` = 16 bytes when the row is contiguous in every operand, read
-    as float4/double2 after a run-time alignment check; else 1); lane ``l`` holds chunks ``k*G + l`` for
-    ``k < PER`` in registers. Every input element is loaded once, every reduction is a per-lane fold then
-    ``__shfl_xor_sync`` across the group (and a shared slot per warp across a block), and every per-element
-    output is stored once."""
+    def when(*conds: str) -> str:
+        return " && ".join(c for c in conds if c) or "true"
 
-    def __init__(self, lay: _Layout, tuning: Tuning):
-        sp = lay.space
-        self.lay, self.tuning = lay, tuning
-        self.red = [a for a in sorted(lay.axes) if sp[a] != 1]
-        self.rowax = [a for a in lay.rowaxes if sp[a] != 1]
-        self.nred = math.prod(sp[a] for a in self.red)
-        self.nrows = math.prod(sp[a] for a in self.rowax)
-        self.level, self.full, self.rows = _levels(lay)
-        self.rs = dict(zip(self.red, c_strides(tuple(sp[a] for a in self.red)), strict=True))
-        self.rrs = dict(zip(self.rowax, c_strides(tuple(sp[a] for a in self.rowax)), strict=True))
-        self.keys: dict[tuple, int] = {}  # (input, coordinates it is read at) -> q: one load per key
-        for j, (_, _, _, _, refs) in enumerate(lay.nodes):
-            for k, (s, r) in enumerate(refs):
-                if s == "i" and lay.inputs[r][0] == "array":
-                    self.keys.setdefault((r, lay.reads[j][k]), len(self.keys))
-        self.st = {key: _axis_strides(lay, *key) for key in self.keys}
-        self.full_read = {key for key in self.keys if any(a in self.st[key] for a in self.red)}
-        space_strides = c_strides(sp)
-        self.ost = {a: space_strides[a] for a in self.red + self.rowax}
-        self.full_out = [(o, j) for o, j in enumerate(lay.outputs) if j in self.full]
-        self.shape = self._plan()
+    def guard_if(*conds: str) -> str:
+        return "" if when(*conds) == "true" else f"if ({when(*conds)}) "
 
-    def contiguous(self, st: dict[int, int]) -> bool:
-        """Whether element ``r`` of a row is at offset ``r`` from the row's start."""
-        return all(st.get(a) == self.rs[a] for a in self.red)
+    def guarded_load(load: str, t: str) -> str:
+        return load if when(live, in_row) == "true" else f"({when(live, in_row)}) ? {load} : ({t})0"
 
-    def _plan(self) -> _Shape | None:
-        lay, nred, nrows, tn = self.lay, self.nred, self.nrows, self.tuning
-        held = [np.dtype(lay.inputs[k][2]).itemsize for k, _ in self.full_read]
-        held += [np.dtype(lay.nodes[j][3]).itemsize for j in self.full]
-        wide = max(held, default=1) > 4
-        most = _ELEMS_PER_THREAD // 2 if wide else _ELEMS_PER_THREAD  # what fits: rows up to most * 1024
-        want = max(1, tn.row_elems // 2 if wide else tn.row_elems)  # what the tuning asks for
-        if nred == 0 or nred > most * _MAX_THREADS:
-            return None
-        sizes = {np.dtype(lay.inputs[k][2]).itemsize for k, _ in self.full_read}
-        sizes |= {np.dtype(lay.nodes[j][3]).itemsize for _, j in self.full_out}
-        self.vector_keys, self.vector_outs, vec = [], [], 1
-        if len(sizes) == 1 and (size := sizes.pop()) in (4, 8) and nred % (16 // size) == 0:
-            v = 16 // size
-            self.vector_keys = [key for key in self.keys if key in self.full_read and self.contiguous(self.st[key])
-                                and all(s % v == 0 for a, s in self.st[key].items() if a in self.rrs)]
-            self.vector_outs = [(o, j) for o, j in self.full_out if self.contiguous(self.ost)]
-            if self.vector_keys or self.vector_outs:
-                vec = v
-        chunks = -(-nred // vec)
-        if chunks <= _SHORT_ROW:  # short rows: 1..32 lanes of a warp per row, several rows per block
-            group = min(32, _pow2ceil(-(-chunks // 4)))
-            threads = 256
-            while threads > 32 and -(-nrows // (threads // group)) < _MIN_BLOCKS:
-                threads //= 2
-        else:  # a block's lanes per row, sized so each thread holds `want` elements (at most `most`)
-            threads = group = min(_MAX_THREADS, max(tn.row_min_threads, _pow2ceil(-(-nred // want))))
-            if tn.row_block_threads > group:  # several rows a block
-                threads = min(_MAX_THREADS, _pow2ceil(tn.row_block_threads))
-            while threads > group and -(-nrows // (threads // group)) < _MIN_BLOCKS:
-                threads //= 2
-        per = -(-chunks // group)
-        rows_per_block = threads // group
-        blocks = min(-(-nrows // rows_per_block), _MAX_GRID)
-        idx = _index_type(lay, max(nrows * nred, nrows + (blocks + 1) * rows_per_block))
-        return _Shape("rows", threads, blocks, group, per, vec, idx, tn)
+    live = "valid" if guarded else ""  # a lane of a row past the end (short rows, last block) does nothing
+    in_row = "" if exact else f"r < {nred}"
+    in_chunks = "" if exact else f"c < {nred // V}"
+    for a in rows.rowax:
+        lines.append(f"{i1}const {idx} c{a} = {_coord(a, 'row', rows.rowax, rows.rrs, lay.space)};")
 
-    # -- code --------------------------------------------------------------------------------------------
-    def body(self) -> list[str]:
-        lay, sh, tn = self.lay, self.shape, self.tuning
-        nodes, idx = lay.nodes, sh.idx
-        G, V, E = sh.group, sh.vec, sh.per * sh.vec
-        R = sh.threads // G
-        sfx = "LL" if idx == "long long" else ""
-        nred, nrows = self.nred, self.nrows
-        exact = sh.per * G * V == nred  # every element slot of every lane is in the row: no masks
-        reds = [j for j in range(len(nodes)) if nodes[j][0] in _REDUCE]
-        q_of = self.keys
-        lines = []
-        if G > 32:  # a slot per warp of the block; a row's slots start at its first warp's
-            for j in reds:
-                lines.append(f"    __shared__ {ctype(nodes[j][3])} sh{j}[{sh.threads // 32}];")
-        ptrs = [f"(unsigned long long)in{k}" for k, _ in self.vector_keys]
-        ptrs += [f"(unsigned long long)out{o}" for o in dict.fromkeys(o for o, _ in self.vector_outs)]
-        if V > 1:
-            lines.append(f"    const bool vec = (({' | '.join(ptrs)}) & 15ULL) == 0ULL;  // 16-byte aligned")
-        lane = "0" if G == 1 else "(int)threadIdx.x" if sh.threads == G else f"(int)(threadIdx.x & {G - 1}u)"
-        lines.append(f"    const int lane = {lane};")
-        if G > 32 and R > 1:
-            lines.append(f"    const unsigned int w0 = (threadIdx.x / {G}u) * {G // 32}u;  // the row's first warp")
-        lines.append(f"    for ({idx} base = ({idx})blockIdx.x * {R}; base < {nrows}{sfx}; "
-                     f"base += ({idx})gridDim.x * {R}) {{")
-        i1, i2 = "        ", "            "
-        row = "base" if R == 1 else f"base + ({idx})(threadIdx.x / {G}u)"
-        lines.append(f"{i1}const {idx} row = {row};")
-        guarded = R > 1 and nrows % R != 0
-        if guarded:
-            lines.append(f"{i1}const bool valid = row < {nrows}{sfx};")
+    def base_of(st: dict[int, int]) -> str:
+        return " + ".join(f"c{a} * {st[a]}" for a in rows.rowax if a in st) or "0"
 
-        def when(*conds: str) -> str:
-            return " && ".join(c for c in conds if c) or "true"
+    def offset(st: dict[int, int]) -> str:
+        if rows.contiguous(st):
+            return "r"
+        return " + ".join(f"{_coord(a, 'r', rows.red, rows.rs, lay.space)} * {st[a]}"
+                          for a in rows.red if a in st) or "0"
 
-        def guard_if(*conds: str) -> str:
-            return "" if when(*conds) == "true" else f"if ({when(*conds)}) "
+    slot = f"((e / {V}) * {G} + lane) * {V} + e % {V}" if V > 1 else f"e * {G} + lane"
+    loads: dict[int, list[str]] = {}  # level -> the loads of the inputs first needed at that level
+    for key, q in q_of.items():
+        k = key[0]
+        t = ctype(lay.inputs[k][2])
+        # the first level reading it (a reduction of level n reads its operand at level n - 1)
+        first = min(rows.level[j] - (node[0] in REDUCE) for j, node in enumerate(nodes)
+                    if any(s == "i" and (r, lay.reads[j][m]) == key for m, (s, r) in enumerate(node[4])))
+        out = loads.setdefault(first if tn.late_loads else 0, [])
+        if key not in rows.full_read:
+            load = _ld(None, t, f"in{k}", base_of(rows.st[key]))
+            out.append(f"{i1}const {t} l{q} = {f'valid ? {load} : ({t})0' if live else load};")
+            continue
+        out.append(f"{i1}const {idx} rb{q} = {base_of(rows.st[key])};")
+        out.append(f"{i1}{t} x{q}[{E}];")
+        hint = tn if any(a in rows.rrs for a in rows.st[key]) else None  # a weight shared by rows: plain
+        scalar = ["#pragma unroll", f"for (int e = 0; e < {E}; ++e) {{",
+                  f"    const int r = {slot};",
+                  f"    x{q}[e] = {guarded_load(_ld(hint, t, f'in{k}', f'rb{q} + {offset(rows.st[key])}'), t)};",
+                  "}"]
+        if key in rows.vector_keys:
+            vt = _VECTOR[t]
+            fill = " ".join(f"x{q}[k * {V} + {f}] = v_.{_FIELDS[f]};" for f in range(V))
+            zero = " ".join(f"x{q}[k * {V} + {f}] = ({t})0;" for f in range(V))
+            vector = ["#pragma unroll", f"for (int k = 0; k < {sh.per}; ++k) {{",
+                      f"    const int c = k * {G} + lane;",
+                      f"    if ({when(live, in_chunks)}) {{ const {vt} v_ = "
+                      f"{_ld(hint, vt, f'reinterpret_cast<const {vt}*>(in{k} + rb{q})', 'c')}; {fill} }}",
+                      f"    else {{ {zero} }}", "}"]
+            out += _vector_or_scalar(i1, i2, vector, scalar)
+        else:
+            out += [i1 + x for x in scalar]
 
-        def guarded_load(load: str, t: str) -> str:
-            return load if when(live, in_row) == "true" else f"({when(live, in_row)}) ? {load} : ({t})0"
+    def operand(j: int, k: int, e: bool) -> str:
+        s, r = nodes[j][4][k]
+        if s == "n":
+            return f"v{r}[e]" if r in rows.full and e else f"v{r}"
+        inp = lay.inputs[r]
+        if inp[0] == "scalar":
+            return f"(bool)s{r}" if inp[1] == "|b1" else f"s{r}"
+        key = (r, lay.reads[j][k])
+        return f"x{q_of[key]}[e]" if key in rows.full_read else f"l{q_of[key]}"
 
-        live = "valid" if guarded else ""  # a lane of a row past the end (short rows, last block) does nothing
-        in_row = "" if exact else f"r < {nred}"
-        in_chunks = "" if exact else f"c < {nred // V}"
-        for a in self.rowax:
-            lines.append(f"{i1}const {idx} c{a} = {_coord(a, 'row', self.rowax, self.rrs, lay.space)};")
+    def compute(j: int) -> list[str]:
+        t = ctype(nodes[j][3])
+        if j not in rows.full:
+            return [f"{i1}const {t} v{j} = ({t})({_node_expr(lay, j, lambda k: operand(j, k, False))});"]
+        expr = _node_expr(lay, j, lambda k: operand(j, k, True))
+        return [f"{i1}{t} v{j}[{E}];", f"{i1}#pragma unroll",
+                f"{i1}for (int e = 0; e < {E}; ++e) v{j}[e] = ({t})({expr});"]
 
-        def base_of(st: dict[int, int]) -> str:
-            return " + ".join(f"c{a} * {st[a]}" for a in self.rowax if a in st) or "0"
+    def stage(lv: int) -> list[str]:
+        out = list(loads.get(lv, []))
+        for j in rows.rows:
+            if rows.level[j] == lv:
+                out += compute(j)
+        for j in sorted(rows.full):
+            if rows.level[j] == lv:
+                out += compute(j)
+        return out
 
-        def offset(st: dict[int, int]) -> str:
-            if self.contiguous(st):
-                return "r"
-            return " + ".join(f"{_coord(a, 'r', self.red, self.rs, lay.space)} * {st[a]}"
-                              for a in self.red if a in st) or "0"
-
-        slot = f"((e / {V}) * {G} + lane) * {V} + e % {V}" if V > 1 else f"e * {G} + lane"
-        loads: dict[int, list[str]] = {}  # level -> the loads of the inputs first needed at that level
-        for key, q in q_of.items():
-            k = key[0]
-            t = ctype(lay.inputs[k][2])
-            # the first level reading it (a reduction of level n reads its operand at level n - 1)
-            first = min(self.level[j] - (node[0] in _REDUCE) for j, node in enumerate(nodes)
-                        if any(s == "i" and (r, lay.reads[j][m]) == key for m, (s, r) in enumerate(node[4])))
-            out = loads.setdefault(first if tn.late_loads else 0, [])
-            if key not in self.full_read:
-                load = _ld(None, t, f"in{k}", base_of(self.st[key]))
-                out.append(f"{i1}const {t} l{q} = {f'valid ? {load} : ({t})0' if live else load};")
-                continue
-            out.append(f"{i1}const {idx} rb{q} = {base_of(self.st[key])};")
-            out.append(f"{i1}{t} x{q}[{E}];")
-            hint = tn if any(a in self.rrs for a in self.st[key]) else None  # a weight shared by rows: plain
-            scalar = ["#pragma unroll", f"for (int e = 0; e < {E}; ++e) {{",
-                      f"    const int r = {slot};",
-                      f"    x{q}[e] = {guarded_load(_ld(hint, t, f'in{k}', f'rb{q} + {offset(self.st[key])}'), t)};",
-                      "}"]
-            if key in self.vector_keys:
-                vt = _VECTOR[t]
-                fill = " ".join(f"x{q}[k * {V} + {f}] = v_.{_FIELDS[f]};" for f in range(V))
-                zero = " ".join(f"x{q}[k * {V} + {f}] = ({t})0;" for f in range(V))
-                vector = ["#pragma unroll", f"for (int k = 0; k < {sh.per}; ++k) {{",
-                          f"    const int c = k * {G} + lane;",
-                          f"    if ({when(live, in_chunks)}) {{ const {vt} v_ = "
-                          f"{_ld(hint, vt, f'reinterpret_cast<const {vt}*>(in{k} + rb{q})', 'c')}; {fill} }}",
-                          f"    else {{ {zero} }}", "}"]
-                out += _vector_or_scalar(i1, i2, vector, scalar)
-            else:
-                out += [i1 + x for x in scalar]
-
-        def operand(j: int, k: int, e: bool) -> str:
-            s, r = nodes[j][4][k]
-            if s == "n":
-                return f"v{r}[e]" if r in self.full and e else f"v{r}"
-            inp = lay.inputs[r]
-            if inp[0] == "scalar":
-                return f"(bool)s{r}" if inp[1] == "|b1" else f"s{r}"
-            key = (r, lay.reads[j][k])
-            return f"x{q_of[key]}[e]" if key in self.full_read else f"l{q_of[key]}"
-
-        def compute(j: int) -> list[str]:
-            t = ctype(nodes[j][3])
-            if j not in self.full:
-                return [f"{i1}const {t} v{j} = ({t})({_node_expr(lay, j, lambda k: operand(j, k, False))});"]
-            expr = _node_expr(lay, j, lambda k: operand(j, k, True))
-            return [f"{i1}{t} v{j}[{E}];", f"{i1}#pragma unroll",
-                    f"{i1}for (int e = 0; e < {E}; ++e) v{j}[e] = ({t})({expr});"]
-
-        def stage(lv: int) -> list[str]:
-            out = list(loads.get(lv, []))
-            for j in self.rows:
-                if self.level[j] == lv:
-                    out += compute(j)
-            for j in sorted(self.full):
-                if self.level[j] == lv:
-                    out += compute(j)
-            return out
-
-        lines += stage(0)
-        for lv in range(1, max(self.level, default=0) + 1):
-            here = [j for j in reds if self.level[j] == lv]
+    lines += stage(0)
+    for lv in range(1, max(rows.level, default=0) + 1):
+        here = [j for j in reds if rows.level[j] == lv]
+        for j in here:
+            t, op = ctype(nodes[j][3]), nodes[j][0]
+            value = f"({t})({operand(j, 0, True)})"
+            lines += [f"{i1}{t} a{j} = {_identity(op, np.dtype(nodes[j][3]))};", f"{i1}#pragma unroll",
+                      f"{i1}for (int e = 0; e < {E}; ++e) {{"]
+            if not exact:
+                lines.append(f"{i2}const int r = {slot};")
+            guard = "" if exact else f"if (r < {nred}) "
+            lines += [f"{i2}{guard}a{j} = {_combine(op, f'a{j}', value)};", f"{i1}}}"]
+        for off in _halves(min(G, 32)):
             for j in here:
                 t, op = ctype(nodes[j][3]), nodes[j][0]
-                value = f"({t})({operand(j, 0, True)})"
-                lines += [f"{i1}{t} a{j} = {_identity(op, np.dtype(nodes[j][3]))};", f"{i1}#pragma unroll",
-                          f"{i1}for (int e = 0; e < {E}; ++e) {{"]
-                if not exact:
-                    lines.append(f"{i2}const int r = {slot};")
-                guard = "" if exact else f"if (r < {nred}) "
-                lines += [f"{i2}{guard}a{j} = {_combine(op, f'a{j}', value)};", f"{i1}}}"]
-            for off in _halves(min(G, 32)):
-                for j in here:
-                    t, op = ctype(nodes[j][3]), nodes[j][0]
-                    lines.append(f"{i1}a{j} = {_combine(op, f'a{j}', _shuffle(f'a{j}', t, off))};")
-            if G > 32 and here:
-                for j in here:
-                    lines.append(f"{i1}if ((threadIdx.x & 31u) == 0u) sh{j}[threadIdx.x >> 5] = a{j};")
+                lines.append(f"{i1}a{j} = {_combine(op, f'a{j}', _shuffle(f'a{j}', t, off))};")
+        if G > 32 and here:
+            for j in here:
+                lines.append(f"{i1}if ((threadIdx.x & 31u) == 0u) sh{j}[threadIdx.x >> 5] = a{j};")
+            lines.append(f"{i1}__syncthreads();")
+            for j in here:
+                op = nodes[j][0]
+                at = "" if R == 1 else "w0 + "
+                fold = _combine(op, f"a{j}", f"sh{j}[{at}w]")
+                lines += [f"{i1}a{j} = sh{j}[{at}0];", f"{i1}#pragma unroll",
+                          f"{i1}for (int w = 1; w < {G // 32}; ++w) a{j} = {fold};"]
+            if nrows > sh.blocks * R:  # a block does another row: its slots are written again
                 lines.append(f"{i1}__syncthreads();")
-                for j in here:
-                    op = nodes[j][0]
-                    at = "" if R == 1 else "w0 + "
-                    fold = _combine(op, f"a{j}", f"sh{j}[{at}w]")
-                    lines += [f"{i1}a{j} = sh{j}[{at}0];", f"{i1}#pragma unroll",
-                              f"{i1}for (int w = 1; w < {G // 32}; ++w) a{j} = {fold};"]
-                if nrows > sh.blocks * R:  # a block does another row: its slots are written again
-                    lines.append(f"{i1}__syncthreads();")
-            for j in here:
-                t, op = ctype(nodes[j][3]), nodes[j][0]
-                lines.append(f"{i1}const {t} v{j} = ({t})({f'a{j} / ({t}){nred}' if op == 'mean' else f'a{j}'});")
-            lines += stage(lv)
-        if self.full_out:
-            lines.append(f"{i1}const {idx} ob = {base_of(self.ost)};")
-        for o, j in self.full_out:
-            t = ctype(nodes[j][3])
-            scalar = ["#pragma unroll", f"for (int e = 0; e < {E}; ++e) {{", f"    const int r = {slot};",
-                      f"    {guard_if(live, in_row)}{_st(tn, t, f'out{o}', f'ob + {offset(self.ost)}', f'v{j}[e]')};",
-                      "}"]
-            if (o, j) in self.vector_outs:
-                vt = _VECTOR[t]
-                fill = " ".join(f"v_.{_FIELDS[f]} = v{j}[k * {V} + {f}];" for f in range(V))
-                vector = ["#pragma unroll", f"for (int k = 0; k < {sh.per}; ++k) {{",
-                          f"    const int c = k * {G} + lane;",
-                          f"    if ({when(live, in_chunks)}) {{ {vt} v_; {fill} "
-                          f"{_st(tn, vt, f'reinterpret_cast<{vt}*>(out{o} + ob)', 'c', 'v_')}; }}", "}"]
-                lines += _vector_or_scalar(i1, i2, vector, scalar)
-            else:
-                lines += [i1 + x for x in scalar]
-        for o, j in enumerate(lay.outputs):
-            if j not in self.full:
-                lines.append(f"{i1}if ({when('lane == 0' if G > 1 else '', live)}) out{o}[row] = v{j};")
-        return lines + ["    }"]
+        for j in here:
+            t, op = ctype(nodes[j][3]), nodes[j][0]
+            lines.append(f"{i1}const {t} v{j} = ({t})({f'a{j} / ({t}){nred}' if op == 'mean' else f'a{j}'});")
+        lines += stage(lv)
+    if rows.full_out:
+        lines.append(f"{i1}const {idx} ob = {base_of(rows.ost)};")
+    for o, j in rows.full_out:
+        t = ctype(nodes[j][3])
+        scalar = ["#pragma unroll", f"for (int e = 0; e < {E}; ++e) {{", f"    const int r = {slot};",
+                  f"    {guard_if(live, in_row)}{_st(tn, t, f'out{o}', f'ob + {offset(rows.ost)}', f'v{j}[e]')};",
+                  "}"]
+        if (o, j) in rows.vector_outs:
+            vt = _VECTOR[t]
+            fill = " ".join(f"v_.{_FIELDS[f]} = v{j}[k * {V} + {f}];" for f in range(V))
+            vector = ["#pragma unroll", f"for (int k = 0; k < {sh.per}; ++k) {{",
+                      f"    const int c = k * {G} + lane;",
+                      f"    if ({when(live, in_chunks)}) {{ {vt} v_; {fill} "
+                      f"{_st(tn, vt, f'reinterpret_cast<{vt}*>(out{o} + ob)', 'c', 'v_')}; }}", "}"]
+            lines += _vector_or_scalar(i1, i2, vector, scalar)
+        else:
+            lines += [i1 + x for x in scalar]
+    for o, j in enumerate(lay.outputs):
+        if j not in rows.full:
+            lines.append(f"{i1}if ({when('lane == 0' if G > 1 else '', live)}) out{o}[row] = v{j};")
+    return lines + ["    }"]
 
 
 def _ld(tuning: Tuning | None, t: str, pointer: str, index: str) -> str:
@@ -772,7 +393,7 @@ def generate(ir: tuple) -> str:
     for k, j in enumerate(outputs):
         params.append(f"{ctype(nodes[j][3])}* __restrict__ out{k}")
     if rows is not None:
-        body = rows.body()
+        body = _rows_body(rows)
     elif kind == "reduce":
         body = _loop_body(lay)
     else:
@@ -785,7 +406,7 @@ def generate(ir: tuple) -> str:
             + ", ".join(params) + ")\n{\n" + "\n".join(body) + "\n}\n")
 
 
-def _operand(lay: _Layout, j: int, k: int) -> str:
+def _operand(lay: Layout, j: int, k: int) -> str:
     kind, ref = lay.nodes[j][4][k]
     if kind == "n":
         return f"v{ref}"
@@ -797,7 +418,7 @@ def _operand(lay: _Layout, j: int, k: int) -> str:
     return f"in{ref}[{' + '.join(f'({x})' for x in terms) or '0'}]"
 
 
-def _node_expr(lay: _Layout, j: int, operand) -> str:
+def _node_expr(lay: Layout, j: int, operand) -> str:
     """The C++ expression of node ``j``; ``operand(k)`` gives the expression of its k-th operand."""
     op, attrs, _, dt, refs = lay.nodes[j]
     args = [operand(k) for k in range(len(refs))]
@@ -806,19 +427,19 @@ def _node_expr(lay: _Layout, j: int, operand) -> str:
     return _expr(op, attrs, np.dtype(dt), args, arg_dtypes)
 
 
-def _node_line(lay: _Layout, j: int, indent: str, operand=None) -> str:
+def _node_line(lay: Layout, j: int, indent: str, operand=None) -> str:
     t = ctype(lay.nodes[j][3])
     expr = _node_expr(lay, j, operand or (lambda k: _operand(lay, j, k)))
     return f"{indent}const {t} v{j} = ({t})({expr});"
 
 
-def _row_index(lay: _Layout, sfx: str = "LL") -> str:
+def _row_index(lay: Layout, sfx: str = "LL") -> str:
     rowspace = tuple(lay.space[a] for a in lay.rowaxes)
     terms = [f"c{a} * {s}{sfx}" for a, s in zip(lay.rowaxes, c_strides(rowspace), strict=True)]
     return " + ".join(terms) or "0"
 
 
-def _elementwise_body(lay: _Layout, shape: _Shape) -> list[str]:
+def _elementwise_body(lay: Layout, shape: _Shape) -> list[str]:
     """Grid-stride tiles of ``threads * ew_unroll`` units per block and step: each thread does ``ew_unroll`` units
     ``threads`` apart (coalesced), without bounds checks on whole tiles. A unit is an element, or (the vector
     path, ``shape.vec`` > 1, taken where a run-time check finds its pointers 16-byte aligned) a 16-byte vector of
@@ -939,13 +560,13 @@ def _elementwise_body(lay: _Layout, shape: _Shape) -> list[str]:
     return lines + ["    }"]
 
 
-def _loop_body(lay: _Layout) -> list[str]:
+def _loop_body(lay: Layout) -> list[str]:
     """Rows too long for registers: each reduction level is a strided loop over the reduced axes (the row is
     read again at each level, and once more to store per-element outputs) and a tree in shared memory."""
     nodes = lay.nodes
     nred = math.prod(lay.space[a] for a in lay.axes)
     nrows = math.prod(lay.space[a] for a in lay.rowaxes)
-    level, full, rows = _levels(lay)
+    level, full, rows = levels(lay)
 
     def closure(targets: list[int]) -> list[int]:
         return element_closure(nodes, full, targets)
@@ -962,7 +583,7 @@ def _loop_body(lay: _Layout) -> list[str]:
     lines += [f"        const long long c{a} = 0;" for a in lay.axes if lay.space[a] == 1]
     lines += [_node_line(lay, j, "        ") for j in rows if level[j] == 0]
     for lv in range(1, max(level, default=0) + 1):
-        reds = [j for j in range(len(nodes)) if nodes[j][0] in _REDUCE and level[j] == lv]
+        reds = [j for j in range(len(nodes)) if nodes[j][0] in REDUCE and level[j] == lv]
         if not reds:
             continue
         for j in reds:
@@ -996,8 +617,3 @@ def _loop_body(lay: _Layout) -> list[str]:
             lines.append(f"        if (threadIdx.x == 0) out{k}[{row_index}] = v{j};")
     return lines + ["    }"]
 
-
-def launch_shape(ir: tuple) -> tuple[int, int]:
-    """(blocks, threads per block) for ``ir``; 0 blocks when there is nothing to do."""
-    shape = _planned(ir)[1]
-    return shape.blocks, shape.threads

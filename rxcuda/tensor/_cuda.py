@@ -1,6 +1,6 @@
 """The CUDA backend: CuPy arrays on one stream, one generated kernel per fused group (``_codegen``).
 
-It runs the same plan as the CPU backend, group by group (``_cpu.evaluate`` walks the plan for both): an
+It runs the same plan as the CPU backend, group by group (``_program.Program`` walks the plan for both): an
 elementwise or reduce group becomes one kernel from the :class:`~._factory.KernelFactory` (PTX written from
 the IR at once, replaced by the tuned C++ build from a background NVRTC compile at a later launch); ``matmul`` is
 ``cupy.matmul`` (cuBLAS); views are CuPy views; ``copy`` moves data between host and device. A group the
@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._codegen import group_ir, launch_shape
+from ..cuda._kernels import KernelLauncher, load_module
+from ..model._errors import RxcudaError
+from ._cache import STATS
 from ._factory import KernelFactory
 from ._graph import Node
+from ._ir import group_ir
+from ._tuning import launch_shape
 
-FACTORY = KernelFactory(upgrade=True)
+FACTORY = KernelFactory(upgrade=True, stats=STATS)
 """The process's kernels: PTX answers a miss, the tuned C++ build replaces it when NVRTC has made it."""
 _BACKEND: list[Backend] = []
 
 
-class CudaUnavailableError(RuntimeError):
-    """A program has nodes on ``cuda`` but this process cannot run them (no CuPy, or no CUDA device)."""
+class CudaUnavailableError(RxcudaError, RuntimeError):
+    """A program has nodes on ``cuda`` but this process cannot run them (no CuPy, or no CUDA device); an
+    :class:`~rxcuda.RxcudaError`, and a RuntimeError."""
 
 
 def backend(node: Node) -> Backend:
@@ -118,50 +123,56 @@ class Backend:
 
     def prepare(self, ir: tuple, group, fast_math: bool = False):
         """A function launching ``ir``'s kernel (compiled and loaded now) for ``group``: its inputs' values in,
-        its outputs' new arrays out. Everything that does not change between launches is decided here."""
+        its outputs' new arrays out. Everything that does not change between launches is decided here: the
+        launch shape, the fills' values, the argument kinds (a launcher packs them, see
+        ``rxcuda.cuda._kernels.KernelLauncher``). The kernel runs on the backend's stream, as the arrays do."""
         cp = self.cp
         kernel = FACTORY.get(ir, fast_math=fast_math)
         if kernel.function is None:
             kernel.module, kernel.function = self.load(kernel.code)
         load, current = self.load, kernel.current
         grid, block = launch_shape(ir)
-        grid, block = (grid,), (block,)
         outs = [(n.shape, n.dtype) for n in group.outputs]
         fills = {k: (np.uint8(bool(n.attrs[0])) if n.dtype == np.bool_ else n.dtype.type(n.attrs[0]))
                  for k, n in enumerate(group.inputs) if n.op == "full"}
+        kinds = [(np.dtype(np.uint8) if n.dtype == np.bool_ else n.dtype) if k in fills else "pointer"
+                 for k, n in enumerate(group.inputs)] + ["pointer"] * len(outs)
+        arrays = [k for k in range(len(group.inputs)) if k not in fills]
+        template = [fills.get(k, 0) for k in range(len(group.inputs))]
         stream, empty = self.stream, cp.empty
+        launched: list = [None, None]  # the function launched last and its launcher (the tuned build swaps in)
 
         def launch(inputs: list) -> list:
             with stream:  # the pool hands out memory ordered on this stream
                 results = [empty(shape, dtype) for shape, dtype in outs]
-            if grid[0] == 0:
+            if grid == 0:
                 return results
-            args = [fills.get(k, v) for k, v in enumerate(inputs)]
-            current(load)(grid, block, (*args, *results), stream=stream)  # the C++ build once it is ready
+            function = current(load)  # the C++ build once it is ready
+            if function is not launched[0]:
+                launched[:] = [function, KernelLauncher(function, kinds)]
+            args = template.copy()
+            for k in arrays:
+                args[k] = inputs[k].data.ptr
+            launched[1](grid, block, (*args, *(r.data.ptr for r in results)), stream.ptr)
             return results
 
         return launch
 
     def load(self, code):
-        """``code`` (a cubin, or PTX the driver JITs) loaded on this device: (module, function).
+        """``code`` (a cubin, or PTX the driver JITs) loaded on this device through rxcuda's CUDA layer:
+        (``KernelModule``, ``KernelFunction``).
 
         PTX (the first tier of a new kernel, see ``KernelFactory``) is JIT-compiled at optimisation level 0:
         on the H100 host that takes ~10 ms where the default level takes ~15 ms, and a kernel launched twice is
         replaced by its tuned NVRTC build anyway."""
-        module = self.cp.cuda.function.Module()
-        if getattr(code, "cached", None) == "ptx":
-            from cuda.bindings import driver
-
-            level = driver.CUjit_option.CU_JIT_OPTIMIZATION_LEVEL
-            err, handle = driver.cuModuleLoadDataEx(code.image, 1, [level], [0])
-            if err != driver.CUresult.CUDA_SUCCESS:
-                raise RuntimeError(f"loading the PTX of a generated tensor kernel failed: {err.name} (the PTX is "
-                                   "in GroupKernel.source; rxcuda.tensor._factory.KernelFactory(ptx=False) uses "
-                                   "NVRTC instead)")
-            module.ptr = int(handle)  # CuPy owns it from here (unloads it with the Module)
-        else:
-            module.load(code.image)
-        return module, module.get_function(code.entry)
+        self.cp.cuda.runtime.free(0)  # cudaFree(0): CuPy's context is current on this thread, the driver loads there
+        first = getattr(code, "cached", None) == "ptx"  # the PTX tier (an NVRTC build is a KernelCode)
+        origin = ("a generated tensor kernel's PTX (the text is in GroupKernel.source; "
+                  "rxcuda.tensor._factory.KernelFactory(ptx=False) builds with NVRTC instead)" if first
+                  else "a generated tensor kernel's NVRTC build")
+        module = load_module(code.image, ptx=code.format == "ptx", optimization_level=0 if first else None,
+                             origin=origin)
+        return module, module.function(code.entry)
 
     def copy(self, node: Node, value):
         """A ``copy`` node: host -> device gives a CuPy array, device -> host a NumPy array."""

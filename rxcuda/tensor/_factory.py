@@ -9,7 +9,8 @@ a later launch (:meth:`GroupKernel.current`). ``fast_math`` kernels are NVRTC's 
 
 from __future__ import annotations
 
-from ._codegen import ENTRY, Unsupported, generate
+from ._codegen import generate
+from ._ir import ENTRY, Unsupported
 
 _COMPILER: list = []  # one background thread for NVRTC (made on first use)
 
@@ -40,7 +41,9 @@ class KernelFactory:
     JITs it when the kernel is loaded); where the PTX emitter does not cover the group (``Unsupported``) the
     C++ of :func:`generate` is compiled through rxcuda's NVRTC path and its cache. ``ptx_misses`` and
     ``nvrtc_misses`` count which way each miss went. ``ptx``: True (PTX where covered), False (always NVRTC,
-    to compare the two), or the kinds (``("elementwise",)``) that may use PTX.
+    to compare the two), or the kinds (``("elementwise",)``) that may use PTX. ``stats``: a
+    :class:`~._cache.Stats` whose ``compiles`` (every miss) and ``upgrades`` it counts too (the process factory
+    counts into ``rxcuda.tensor.stats()``).
 
     **Tiers** (``upgrade=True``, the process factory of the CUDA backend): a PTX kernel answers the miss in
     milliseconds; once it is launched a second time (a kernel that runs once is never rebuilt), NVRTC compiles
@@ -58,8 +61,9 @@ class KernelFactory:
     ('ptx', 1, 0, True)
     """
 
-    def __init__(self, ptx: bool | tuple[str, ...] = True, upgrade: bool = False):
+    def __init__(self, ptx: bool | tuple[str, ...] = True, upgrade: bool = False, stats=None):
         self._kernels: dict[tuple, GroupKernel] = {}
+        self.stats = stats  # a Stats that also counts ``compiles`` and ``upgrades`` (the process's, for the backend)
         self.ptx = ptx
         self.upgrade = upgrade
         self.hits = 0
@@ -81,6 +85,8 @@ class KernelFactory:
             self.hits += 1
             return kernel
         self.misses += 1
+        if self.stats is not None:
+            self.stats.compiles += 1
         if not fast_math and (self.ptx is True or (self.ptx and ir[0] in self.ptx)):
             from ._ptx import _UNROLL, PtxCode, emit
 
@@ -149,4 +155,6 @@ class GroupKernel:
                 self.source, self.code, self.module, self.function = source, code, module, function
                 if self.factory is not None:
                     self.factory.upgrades += 1
+                    if self.factory.stats is not None:
+                        self.factory.stats.upgrades += 1
         return self.function

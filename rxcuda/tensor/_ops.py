@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..model._errors import RxcudaError
 from ..model._shapes import Shape, ShapeError, fmt
 from ._graph import DEVICES, Buffer, Node
 
@@ -32,8 +33,9 @@ UFUNCS = {
 REDUCERS = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
 
 
-class DeviceError(ValueError):
-    """Operands on different devices, or a device name that does not exist."""
+class DeviceError(RxcudaError, ValueError):
+    """Operands on different devices, or a device name that does not exist (an :class:`~rxcuda.RxcudaError`,
+    and a ValueError)."""
 
 
 def check_device(device) -> str:

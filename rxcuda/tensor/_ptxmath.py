@@ -11,10 +11,15 @@ tests run these sequences in a NumPy PTX interpreter: exp and log within 1 ulp, 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # the kernel being written (only its reg() and op() are used)
-    from ._ptx import _Fn
+
+class _Fn(Protocol):
+    """The kernel being written (``_ptxwriter._Fn``): only these two of its methods are used here."""
+
+    def reg(self, cls: str) -> str: ...
+
+    def op(self, text: str) -> None: ...
 
 _EXP_POLY = (0x3AB50836, 0x3C0922EA, 0x3D2AAC9F, 0x3E2AAA41, 0x3EFFFFFE, 0x3F800000)  # (e^r - 1) / r, high first
 _LOG_POLY = (0xBE055027, 0x3E1039F6, 0xBDF8CDCC, 0x3E0F2955, 0xBE2AD8B9, 0x3E4CED0B, 0xBE7FFF22, 0x3EAAAA78,

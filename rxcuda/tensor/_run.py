@@ -11,24 +11,32 @@ from __future__ import annotations
 
 import builtins
 
+import attrs
+
+from ._cache import STATS as _STATS
 from ._cache import ResultCache, Stats, keys, touch_outside
-from ._cpu import Program, evaluate, leaf_versions
 from ._graph import Node, topo
 from ._passes import Passes, Plan, plan
+from ._program import Program, evaluate, leaf_versions
 
-_STATS = Stats()
 _CACHE = ResultCache()
 
 
 def stats() -> Stats:
-    """What evaluations did since :func:`reset_stats` (a copy): launches, nodes computed, cache hits."""
-    return Stats(**{k: getattr(_STATS, k) for k in ("evaluations", "launches", "views", "nodes", "hits", "plans")})
+    """What evaluations did since :func:`reset_stats` (a copy, see :class:`Stats`): launches, nodes computed,
+    cache hits, plans made, and on CUDA the kernels compiled (``compiles``) and upgraded.
+
+    >>> import rxcuda.tensor as rt
+    >>> rt.stats().compiles >= 0
+    True
+    """
+    return attrs.evolve(_STATS)
 
 
 def reset_stats() -> None:
     """Zero the counters :func:`stats` reports."""
-    for k in ("evaluations", "launches", "views", "nodes", "hits", "plans"):
-        setattr(_STATS, k, 0)
+    for f in attrs.fields(Stats):
+        setattr(_STATS, f.name, 0)
 
 
 def cache() -> ResultCache:

@@ -18,12 +18,12 @@ from . import _ops
 
 
 class _Api:
-    """The few tensor constructors the rules need, on top of the ``Tensor`` of ``rxcuda.tensor``."""
+    """The few tensor constructors the rules need, on top of the ``Tensor`` of ``rxcuda.tensor`` (``_tensor``
+    hands them in through :func:`use_tensors` when it is imported: this module is below it, so it does not
+    import it)."""
 
-    def __init__(self) -> None:
-        from . import Tensor, cos, log, sin, where
-
-        self.Tensor, self.wrap, self.log, self.sin, self.cos, self.where = Tensor, Tensor, log, sin, cos, where
+    def __init__(self, tensor: type, cos: Callable, log: Callable, sin: Callable, where: Callable) -> None:
+        self.Tensor, self.wrap, self.log, self.sin, self.cos, self.where = tensor, tensor, log, sin, cos, where
         self._ops = _ops
 
     def full(self, shape: tuple[int, ...], value: float, like: Any) -> Any:
@@ -49,10 +49,15 @@ class _Api:
 _api: _Api | None = None
 
 
-def _tensor_type() -> _Api:
+def use_tensors(tensor: type, *, cos: Callable, log: Callable, sin: Callable, where: Callable) -> None:
+    """The ``Tensor`` class and the functions the rules build gradients with (called once, by ``_tensor``)."""
     global _api
-    if _api is None:
-        _api = _Api()
+    _api = _Api(tensor, cos=cos, log=log, sin=sin, where=where)
+
+
+def _tensor_type() -> _Api:
+    if _api is None:  # pragma: no cover - importing any module of rxcuda.tensor imports _tensor first
+        raise RuntimeError("rxcuda.tensor._tensor has not called use_tensors(): import rxcuda.tensor")
     return _api
 
 

@@ -14,6 +14,7 @@ cp = pytest.importorskip("cupy")
 import rxcuda.tensor as rt  # noqa: E402
 from rxcuda.sources._nvrtc import compile_cuda  # noqa: E402
 from rxcuda.tensor import _codegen as cg  # noqa: E402
+from rxcuda.tensor import _ir  # noqa: E402
 from rxcuda.tensor._passes import plan  # noqa: E402
 
 COLS = [1, 3, 10, 31, 32, 33, 257, 1000, 4096, 5000, 20000]
@@ -66,7 +67,7 @@ def run_generated(program, arrays, views=None):
             assert id(n) in device, f"group input {n.op} is not one of the program's arrays"
             values.append(device[id(n)])
             args.append(device[id(n)])
-    ir = cg.group_ir(g, p, values)
+    ir = _ir.group_ir(g, p, values)
     assert ir is not None
     code = compile_cuda(cg.generate(ir), entry=cg.ENTRY, name="rx_group.cu")
     module = cp.cuda.function.Module()

@@ -11,7 +11,7 @@ cp = pytest.importorskip("cupy")
 
 import rxcuda.tensor as rt  # noqa: E402
 from rxcuda.tensor import _codegen as cg  # noqa: E402
-from rxcuda.tensor import _cuda, _factory  # noqa: E402
+from rxcuda.tensor import _cuda, _factory, _ir  # noqa: E402
 
 F32 = np.float32
 INTS = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
@@ -363,7 +363,7 @@ def _group_of(y):
     (g,) = [g for g in p.groups if g.kind in ("elementwise", "reduce")]
     be = _cuda.backend(y.node)
     values = [be.leaf_value(n) for n in g.inputs]
-    ir = cg.group_ir(g, p, [v if isinstance(v, _cuda._Fill) else be.array(v) for v in values])
+    ir = _ir.group_ir(g, p, [v if isinstance(v, _cuda._Fill) else be.array(v) for v in values])
     args = [(np.uint8(bool(n.attrs[0])) if n.dtype == np.bool_ else n.dtype.type(n.attrs[0]))
             if isinstance(v, _cuda._Fill) else v for n, v in zip(g.inputs, values, strict=True)]
     return g, ir, args

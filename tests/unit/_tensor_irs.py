@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from rxcuda.tensor import _codegen as cg
+from rxcuda.tensor import _ir
 from rxcuda.tensor._cpu import leaf_value
 from rxcuda.tensor._passes import plan
 
@@ -13,5 +13,5 @@ def irs(*tensors):
     out = []
     for g in p.groups:
         values = [leaf_value(i) if i.op in ("const", "full") else np.empty(i.shape, i.dtype) for i in g.inputs]
-        out.append((g.kind, cg.group_ir(g, p, values)))
+        out.append((g.kind, _ir.group_ir(g, p, values)))
     return out

@@ -32,17 +32,7 @@ FACADE = {"__init__.py", "__main__.py", "_cli.py", "lang.py", "lowlevel.py"}
 
 # Import circles known when the folders were split (issue 18), each module with its circle: the test is xfailed
 # for them, not strictly, so it passes once the circle is gone; then remove the entry.
-KNOWN_CIRCLES = {
-    "tensor/_cpu.py": "_cpu <-> _cuda",
-    "tensor/_cuda.py": "_cpu <-> _cuda",
-    "tensor/_ptx.py": "_ptx <-> _ptxmath",
-    "tensor/_ptxmath.py": "_ptx <-> _ptxmath",
-    # lazy `from . import Tensor, ...` inside _block and _vjp reach back into the package that imports them
-    "tensor/__init__.py": "the package <-> _autograd, _block, _vjp",
-    "tensor/_autograd.py": "the package <-> _autograd, _block, _vjp",
-    "tensor/_block.py": "the package <-> _block",
-    "tensor/_vjp.py": "the package <-> _vjp",
-}
+KNOWN_CIRCLES: dict[str, str] = {}  # module -> why it is still on a circle (xfailed, not strict)
 
 
 def _module(path: pathlib.Path) -> str:
@@ -182,3 +172,42 @@ def test_the_circle_finder_finds_circles(tmp_path, monkeypatch):
     monkeypatch.setattr(me, "ROOT", tmp_path / "rxcuda")
     monkeypatch.setattr(me, "MODULES", {_module(p): p for p in (tmp_path / "rxcuda").rglob("*.py")})
     assert _circles() == [["rxcuda.model._a", "rxcuda.model._b"]]
+
+
+def _driver_imports(path: pathlib.Path) -> list[str]:
+    """The CUDA Python packages (cuda.bindings, cuda.core) a file imports, lazily or not."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith(("cuda.bindings", "cuda.core"))]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("cuda"):
+            mod = node.module or ""
+            out += [mod] if mod.startswith(("cuda.bindings", "cuda.core")) else \
+                [f"{mod}.{a.name}" for a in node.names if a.name in ("bindings", "core")]
+    return out
+
+
+# every driver call is a verb of rxcuda/cuda/: checked for tensor/ so far (the other folders follow)
+DRIVER_FREE = [p for p in FILES if p.relative_to(ROOT).parts[0] == "tensor"]
+
+
+@pytest.mark.parametrize("path", DRIVER_FREE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_cuda_layer_imports_the_driver(path):
+    assert _driver_imports(path) == [], (f"{path.relative_to(ROOT)} imports {_driver_imports(path)}; call the "
+                                         "driver through a verb of rxcuda/cuda/ (add one there if it is missing)")
+
+
+def test_the_driver_check_sees_both_import_forms(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import cuda.bindings.driver\nfrom cuda import core\nfrom cuda.bindings import nvrtc\nimport numpy\n")
+    assert _driver_imports(f) == ["cuda.bindings.driver", "cuda.core", "cuda.bindings"]
+
+
+MAX_LINES = 650  # a module longer than this holds more than one job: split it by job
+
+
+@pytest.mark.parametrize("folder", ["tensor"])
+def test_modules_stay_small(folder):
+    lines = {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / folder).glob("*.py"))}
+    long = {name: n for name, n in lines.items() if n > MAX_LINES}
+    assert long == {}, f"modules of {folder}/ over {MAX_LINES} lines: {long}"

@@ -14,7 +14,7 @@ from _tensor_irs import irs
 import rxcuda.tensor as rt
 from rxcuda.sources import _nvrtc as nv
 from rxcuda.tensor import _codegen as cg
-from rxcuda.tensor import _factory
+from rxcuda.tensor import _factory, _ir
 from rxcuda.tensor._cpu import leaf_value
 from rxcuda.tensor._passes import plan
 
@@ -40,9 +40,9 @@ def test_the_default_tuning_adds_cache_hints(plain_tuning):
     x = rt.tensor(np.ones((64, 64), np.float32))
     p = plan([(rt.exp(x) + 1).node])
     (g,) = p.groups
-    src = cg.generate(cg.group_ir(g, p, [leaf_value(i) for i in g.inputs]))
+    src = cg.generate(_ir.group_ir(g, p, [leaf_value(i) for i in g.inputs]))
     assert "__ldcs(" in src and "__stcs(" in src
-    compiled(cg.group_ir(g, p, [leaf_value(i) for i in g.inputs]))
+    compiled(_ir.group_ir(g, p, [leaf_value(i) for i in g.inputs]))
 
 
 def compiled(ir):
@@ -299,7 +299,7 @@ def sweep_module():
 @pytest.fixture
 def tuned():
     """Set a tuning for one test (``tuned(**fields)``); the previous one comes back after it."""
-    previous = cg.TUNING
+    previous = cg.set_tuning()  # the tuning in force (set again as it is)
     yield lambda tuning=None, **fields: cg.set_tuning(tuning, **fields)
     cg.set_tuning(previous)
 
@@ -418,7 +418,7 @@ def test_long_libdevice_functions_get_a_plain_elementwise_kernel():
                      (rt.exp(x.astype(np.float64)), True), (x ** 2.0, True)):
         p = plan([y.node])
         g = [g for g in p.groups if g.kind != "view"][-1]
-        ir = cg.group_ir(g, p, [leaf_value(i) for i in g.inputs])
+        ir = _ir.group_ir(g, p, [leaf_value(i) for i in g.inputs])
         blocks, threads = cg.launch_shape(ir)
         assert (blocks * threads >= 64 * 128) == heavy  # a thread an element, or several a thread
         assert ("float4" in cg.generate(ir)) != heavy

@@ -9,14 +9,14 @@ import pytest
 import rxcuda.tensor as rt
 from rxcuda.sources._nvrtc import compile_cuda
 from rxcuda.tensor import _codegen as cg
-from rxcuda.tensor import _factory
+from rxcuda.tensor import _factory, _ir
 from rxcuda.tensor._passes import plan
 
 
 def ir_of(y):
     p = plan([y.node])
     (g,) = [g for g in p.groups if g.kind != "view"]
-    return cg.group_ir(g, p, [np.empty(i.shape, i.dtype) for i in g.inputs])
+    return _ir.group_ir(g, p, [np.empty(i.shape, i.dtype) for i in g.inputs])
 
 
 @pytest.fixture

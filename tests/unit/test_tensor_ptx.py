@@ -20,7 +20,7 @@ from _tensor_irs import irs
 import rxcuda.tensor as rt
 from rxcuda.sources import _nvrtc as nv
 from rxcuda.tensor import _codegen as cg
-from rxcuda.tensor import _factory, _ptx
+from rxcuda.tensor import _factory, _ir, _ptx, _ptxmath, _ptxwriter
 from rxcuda.tensor._cpu import leaf_value
 from rxcuda.tensor._passes import plan
 
@@ -147,7 +147,7 @@ def test_the_signature_is_the_cpp_one():
     assert {i[1] for i in ir[3] if i[0] == "scalar"} >= {"|b1", "<f4"}
     text = _ptx.emit(ir)
     params = [line.split()[1][1:] for line in text.splitlines() if line.startswith("\t.param")]
-    want = ["u64" if i[0] == "array" else "u8" if i[1] == "|b1" else _ptx._MEM[i[1][1:]] for i in ir[3]]
+    want = ["u64" if i[0] == "array" else "u8" if i[1] == "|b1" else _ptxwriter._MEM[i[1][1:]] for i in ir[3]]
     assert params == [*want, *["u64"] * len(ir[5])]
 
 
@@ -248,7 +248,7 @@ def test_an_operand_laid_out_like_the_space_is_read_at_the_linear_index():
 ])
 def test_what_has_no_ptx_form_is_unsupported(program, why):
     ir = _one(program(data(4, 5)))
-    with pytest.raises(cg.Unsupported, match=why):
+    with pytest.raises(_ir.Unsupported, match=why):
         _ptx.emit(ir)
 
 
@@ -404,12 +404,12 @@ def interpret(lines: list[str], regs: dict, n: int) -> dict:
 
 
 def run_math(name: str, *xs: np.ndarray) -> np.ndarray:
-    """The PTX that ``_ptx.<name>`` emits for float32 registers, run on ``xs``."""
+    """The PTX that ``_ptxmath.<name>`` emits for float32 registers, run on ``xs``."""
     ir = (("elementwise", (1,), None, (("array", (1,), "<f4", (1,)),), (("exp", (), (1,), "<f4", (("i", 0),)),),
            (0,)))
-    fn = _ptx._Fn(ir, cg._Layout(ir))
+    fn = _ptxwriter._Fn(ir, _ir.Layout(ir))
     srcs = [fn.reg("f") for _ in xs]
-    out = getattr(_ptx, name)(fn, *srcs)
+    out = getattr(_ptxmath, name)(fn, *srcs)
     regs = interpret(fn.lines, {r: x.astype(F32) for r, x in zip(srcs, xs, strict=True)}, xs[0].size)
     return regs[out]
 
@@ -511,7 +511,7 @@ def simulated(*tensors, launches=()):
     assert groups
     for g in groups:
         assert all(i.op in ("const", "full") for i in g.inputs)
-        ir = cg.group_ir(g, p, [leaf_value(i) for i in g.inputs])
+        ir = _ir.group_ir(g, p, [leaf_value(i) for i in g.inputs])
         assert ir is not None
         text = _ptx.emit(ir)
         args = [(np.uint8(bool(i.attrs[0])) if i.dtype == np.bool_ else i.dtype.type(i.attrs[0]))
