@@ -8,8 +8,6 @@ parameters, connect, add or remove blocks: that only folds a change into the pen
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import overload
 
@@ -29,12 +27,13 @@ from ..model._errors import CudaError, DeviceLostError, EngineClosedError
 from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import PendingPlan, UpdatePlan
-from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
-from . import _batch, _profile, _shapes_io
+from ..streams._scheduler import FrameLoop
+from . import _profile, _shapes_io
 from ._batch import Batches
 from ._blocks import Block, PortHandle, resolve_port
 from ._build import Builder
 from ._composite import Composite, CompositeInstance, Composites
+from ._frames import FrameRunner, check_frame_count
 from ._io import DataIO
 from ._model import Model
 from ._ports import EngineStream
@@ -47,12 +46,6 @@ from ._tooltips import Link
 from ._update import Updater
 from .plan._liveness import BufferStats, buffer_stats
 from .plan._plan import GraphPlan
-
-_now = time.perf_counter_ns
-_ident = threading.get_ident
-_tuple_new = tuple.__new__
-_UNTIMED = _profile.UNTIMED
-
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
@@ -122,19 +115,14 @@ class Engine:
         self._timings = Broadcast(on_error=self._frame_subscriber_failed)
         self._profiler = _profile.Profiler(rt, rt.fast, self._timings.emit)
         self._file_changes = Broadcast(on_error=self._file_subscriber_failed)
-        self._loop: FrameLoop | None = None
-        self._last_loop: FrameLoop | None = None
+        self._runner = FrameRunner(rt, self._updater.apply_pending, self._io, self._profiler, self._batches,
+                                   self._frames, self._timings, self._lose)
         self._stop_run: Callable[[], None] | None = None  # ends the run() in progress
         self._reload: HotReload | None = None
-        self._ev_start = dev.create_event()
-        self._ev_end = dev.create_event()
-        self._ev_start_h, self._ev_end_h = int(self._ev_start), int(self._ev_end)
-        self._gpu_thread: int | None = threading.get_ident()
         self._closed = False
         self._lost: DeviceLostError | None = None
-        self.last_frame: Frame | None = None
         # under Nsight (NVTX collecting) each frame is an NVTX range; otherwise nothing changes, not even a check
-        _nvtx.instrument(self, _tick="tick", run_batch="run_batch")
+        _nvtx.instrument(self._runner, tick="tick", run_batch="run_batch")
 
     # -- the model: blocks and connections (any thread) --------------------------------------------------
     @overload
@@ -284,49 +272,15 @@ class Engine:
     def tick(self, sync: bool | None = None) -> Frame:
         """Apply pending changes, launch the graph once, and (by default) wait for it."""
         self._check_open()
-        if self._loop is not None and threading.current_thread() is not self._loop.thread:
-            raise RuntimeError("engine.run(...) drives the frames on its own thread; dispose it before calling "
-                               "tick() yourself")
-        return self._tick(self.sync if sync is None else sync)
+        runner = self._runner
+        if runner.loop is not None:
+            runner.check_caller("tick")
+        return runner.tick(self.sync if sync is None else sync)
 
-    def _tick(self, sync: bool) -> Frame:
-        t0 = _now()
-        if _ident() != self._gpu_thread:
-            self.device.make_current()
-            self._gpu_thread = _ident()
-        rt = self._rt
-        try:
-            tiers = self._updater.apply_pending() if rt.pending.count else ()
-            g = rt.graph
-            timed = _UNTIMED
-            if g is not None:
-                io = self._io
-                if io.feeds:
-                    io.stage_feeds(g)
-                stream = rt.stream_h
-                if self._plain:  # no profiling, no debug: the frame is one launch (and a wait)
-                    err = g.launcher(stream)
-                    if err:
-                        rt.fast.raise_for(err, "cuGraphLaunch")
-                    if io.taps:
-                        io.enqueue_taps(g, rt.frame + 1)  # before the sync: a synced frame's outputs come with it
-                    if sync:
-                        rt.fast.wait(stream)
-                else:
-                    timed = _profile.launch_instrumented(self, g, stream, sync, t0)
-        except CudaError as e:
-            if is_sticky(e):
-                raise self._lose(e) from e
-            raise
-        rt.frame += 1
-        if g is not None and self._io.taps:
-            self._io.deliver_taps(sync, self._warn)
-        frame = _tuple_new(Frame, (rt.frame, (_now() - t0) / 1e3, tiers, "idle" if g is None else rt.reporter.state,
-                                   g is not None, *timed))  # Frame(...) without its Python-level __new__
-        self.last_frame = frame
-        if self._frames.observers:
-            self._frames.emit(frame)
-        return frame
+    @property
+    def last_frame(self) -> Frame | None:
+        """The Frame of the last tick or batch (None before the first)."""
+        return self._runner.last
 
     def run_batch(self, k: int, *, until: PortHandle | None = None) -> Frame:
         """Run ``k`` frames with one host launch, the GPU looping over the frame graph itself; returns when the
@@ -343,7 +297,10 @@ class Engine:
         >>> frame.frames                                         # doctest: +SKIP
         37
         """
-        return _batch.run_batch(self, k, until)
+        self._check_open()
+        check_frame_count(k)
+        self._runner.check_caller("run_batch")
+        return self._runner.run_batch(k, self._ref(until) if until is not None else None)
 
     @property
     def timing(self) -> bool:
@@ -376,11 +333,10 @@ class Engine:
         level = _profile.check_level(level)
         before = _profile.stamps_for(self._profile_level)
         self._profile_level = level
-        self._plain = level == "none" and not self._debug
         rt = getattr(self, "_rt", None)
         if rt is None:  # during construction
             return
-        self._profiler.level = level
+        self._runner.configure(level, self._debug)
         rt.stamps = _profile.stamps_for(level)
         if rt.stamps != before and rt.blocks:
             from ..model._events import ProfileChanged
@@ -402,7 +358,8 @@ class Engine:
     @debug.setter
     def debug(self, on: bool) -> None:
         self._debug = bool(on)
-        self._plain = self._profile_level == "none" and not self._debug
+        if hasattr(self, "_runner"):  # (not during construction)
+            self._runner.configure(self._profile_level, self._debug)
 
     def _lose(self, err: CudaError) -> DeviceLostError:
         """The context is gone (sticky error): say so once, clearly, and refuse GPU work from now on."""
@@ -434,38 +391,10 @@ class Engine:
         >>> running.dispose()                                                     # doctest: +SKIP
         """
         self._check_open()
-        if self._loop is not None:
-            raise RuntimeError("the engine is already running; dispose the previous run() first")
-        sync_ = self.sync if sync is None else sync
-
-        def on_error(e: Exception) -> None:
-            self._rt.reporter.error(e, None, "frame", keeps="the frame loop goes on")
-
-        def tick() -> None:
-            self._tick(sync_)
-
-        loop = FrameLoop(tick, self.device.make_current, on_error)
-        self._loop = self._last_loop = loop
-        try:
-            stop = loop.start(clock)  # a bad clock raises before the thread starts
-        except BaseException:
-            self._loop = None
-            raise
-        if switch_interval is not None:
-            SWITCH_INTERVAL.acquire(switch_interval)
-        stopped = False
+        stop = self._runner.run(clock, self.sync if sync is None else sync, switch_interval)
 
         def dispose() -> None:
-            nonlocal stopped
-            if stopped:
-                return
-            stopped = True
-            stop.dispose()
-            if switch_interval is not None:
-                SWITCH_INTERVAL.release()
-            if self._loop is loop:
-                self._loop = None
-            self._gpu_thread = None
+            stop()
             self._stop_run = None
 
         self._stop_run = dispose
@@ -473,30 +402,19 @@ class Engine:
 
     @property
     def running(self) -> bool:
-        return self._loop is not None
+        return self._runner.loop is not None
 
     @property
     def loop(self) -> FrameLoop | None:
         """The frame loop of the current (or last) ``run()``: its ``stats`` count frames, ticks merged into
         later frames, and how late frames started (mostly waiting for the GIL)."""
-        return self._loop or self._last_loop
+        return self._runner.loop or self._runner.last_loop
 
     def _gpu(self, fn, *args):
         """Run ``fn`` where the GPU may be touched: here, or on the engine thread while run() drives frames."""
         if self._lost is not None:
             raise self._lost
-        loop = self._loop
-        if loop is not None and threading.current_thread() is not loop.thread:
-            return loop.call(fn, *args)
-        if threading.get_ident() != self._gpu_thread:
-            self.device.make_current()
-            self._gpu_thread = threading.get_ident()
-        try:
-            return fn(*args)
-        except CudaError as e:
-            if is_sticky(e):
-                raise self._lose(e) from e
-            raise
+        return self._runner.on_gpu(fn, *args)
 
     def rebuild(self) -> None:
         """Apply pending changes now and rebuild the graph, raising instead of reporting: a planning failure
@@ -795,13 +713,10 @@ class Engine:
                 lost = is_sticky(e)
         self._io.close()
         if not lost:  # with the context gone, driver calls only fail: the process exit frees everything
-            quietly(self._batches.release)
-            quietly(self._profiler.close)
+            self._runner.close()
             quietly(self._builder.close)
             quietly(rt.modules.close)
             quietly(rt.pool.close)
-            for ev in (self._ev_start, self._ev_end):
-                quietly(lambda ev=ev: rt.api.cuEventDestroy(ev))
             for s in (rt.stream, rt.capture_stream):
                 quietly(lambda s=s: rt.api.cuStreamDestroy(s))
         for stream in (self._frames, self._timings, self._file_changes):
