@@ -508,16 +508,33 @@ class Block:
         return Tier.CODE if same else Tier.STRUCTURE
 
     def reload(self) -> list[Tier]:
-        """Re-read (or recompile) every file kernel of this block; returns the tiers of those that changed."""
-        from ..sources._load import load_source
-
+        """Re-read (or recompile) every file kernel of this block; returns the tiers of those that changed.
+        The same path as a saved file under ``engine.watch()`` (``reload_kernel``), raising where a watcher
+        reports."""
         changed = []
         for k in self._desc.kernels:
             if isinstance(k, KernelSpec) and os.path.isfile(k.code.origin):
-                code = load_source(k.code.origin, entry=k.code.entry)
-                if code.key != k.code.key:
-                    changed.append(self.set_code(k.name, code))
+                tier = self.reload_kernel(k.name)
+                if tier is not None:
+                    changed.append(tier)
         return changed
+
+    def reload_kernel(self, kernel: str | None = None) -> Tier | None:
+        """Load kernel ``kernel``'s file (and sidecar) again and give it the code (:meth:`set_code`) when it
+        changed; None when it did not. Load and compile errors propagate, and the old code stays.
+
+        >>> Block.from_kernel("kernels/vector_add.ptx", size=8).reload_kernel() is None  # unchanged
+        True
+        """
+        from ..sources._load import load_source
+
+        spec = self._desc.kernel(self._kernel_name(kernel))
+        if not isinstance(spec, KernelSpec):
+            raise TypeError(f"{self.name}.{spec.name} is a library call, not a kernel: it has no file to reload")
+        code = load_source(spec.code.origin, entry=spec.code.entry)
+        if code.key == spec.code.key and code.signature == spec.code.signature:
+            return None
+        return self.set_code(spec.name, code)
 
     def _append_state(self, port: str) -> AppendState:
         state = self._appends.get(port)

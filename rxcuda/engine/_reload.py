@@ -1,8 +1,10 @@
 """Hot reload: a saved kernel file becomes new code for the blocks that use it, off the engine thread.
 
 File events are debounced and deduplicated by content (``watch_files``). For each change the kernel is
-loaded or recompiled on the watcher's thread, then handed to the block (``Block.set_code``), which folds a
-Code-tier change (same parameter layout) or a Structure-tier change into the engine's pending plan. A file
+loaded or recompiled on the watcher's thread by ``Block.reload_kernel`` (the path ``Block.reload`` takes
+too), which hands new code to ``Block.set_code``: a Code-tier change (same parameter layout) or a
+Structure-tier change folded into the engine's pending plan. The Code tier swaps the function in the exec
+node and records the code key in the running plan (``_build.runs_code``), the one place that says what runs. A file
 that fails to load or compile produces one diagnostic with the loader's or compiler's message; the old
 kernel keeps running.
 """
@@ -65,19 +67,17 @@ class HotReload:
             self.reload(block, kernel)
 
     def reload(self, block, kernel: str) -> Tier | None:
-        from ..sources._load import load_source
-
-        spec = block.description.kernel(kernel)
+        """The one reload path (``Block.reload_kernel``, which ``Block.reload`` takes too), reporting a broken
+        save instead of raising; the tier of the change, or None."""
         try:
-            code = load_source(spec.code.origin, entry=spec.code.entry)
+            tier = block.reload_kernel(kernel)
         except Exception as e:  # a broken save: report it, keep the old kernel
             self.failures += 1
             self._report(e, block, "reload")
             return None
-        if code.key == spec.code.key and code.signature == spec.code.signature:
-            return None
-        self.reloads += 1
-        return block.set_code(kernel, code)
+        if tier is not None:
+            self.reloads += 1
+        return tier
 
     def close(self) -> None:
         self._subs.dispose()

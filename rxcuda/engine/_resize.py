@@ -26,7 +26,7 @@ def try_in_place(builder, desc, gp) -> bool:
     g = rt.graph
     if g is None or gp.shapes == g.plan.shapes:
         return False  # nothing was resized: a rebuild
-    delta = _shapes.in_place(g.plan, gp, builder.node_code)
+    delta = _shapes.in_place(g.plan, gp)
     if delta is None:
         return False
     if not _fits(builder, g, gp, delta.buffers):
@@ -41,6 +41,13 @@ def try_in_place(builder, desc, gp) -> bool:
         else:
             g.mark(nid)
         node.plan = gp.nodes[nid]
+    for key in tuple(g.patches):  # values written since the build: the old plan's copy of them is stale
+        for nid, i in gp.slots.get(key, ()):
+            view, idx = g.nodes[nid].slots[i]
+            was = view[idx]
+            view[idx] = gp.nodes[nid].args[i].value
+            if view[idx] != was:
+                g.mark(nid)
     g.flush()
     for nid, nbytes in delta.copies.items():  # a delayed connection's end-of-frame copy of a resized buffer
         node = g.nodes[nid]
