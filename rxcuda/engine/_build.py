@@ -255,7 +255,7 @@ class Builder:
                 teardown(state)
 
     def capture(self, node: CallNodePlan, pointers, last: CaptureArgs | None = None,
-                changed: Mapping[str, object] | None = None) -> tuple[object, CaptureArgs]:
+                changed: Mapping[str, float | int] | None = None) -> tuple[object, CaptureArgs]:
         """Capture one library call node with ``pointers``. Its scalars: in a build, the plan's values (the
         plan was made from the current ones); captured again (``last``: the CaptureArgs it runs with), the
         drained values ``changed`` (parameter name -> value) and, for the others, those of the last capture.
@@ -271,12 +271,13 @@ class Builder:
             self.library_state[skey] = setup(rt.device.ordinal) if setup else None
             if spec.teardown:
                 self.library_teardown[skey] = cast(Callable, spec.teardown)
-        ptrs, values = {}, {}
+        ptrs: dict[str, int] = {}
+        values: dict[str, float | int] = {}
         for prm, arg in zip(spec.params, node.args, strict=True):
             if isinstance(arg, BufferArg):
                 ptrs[prm.name] = pointers[arg.buffer]
             elif isinstance(arg, ScalarArg):
-                if changed and arg.name in changed:
+                if changed and arg.name is not None and arg.name in changed:
                     values[prm.name] = changed[arg.name]
                 else:
                     values[prm.name] = last.values.get(prm.name, arg.value) if last is not None else arg.value
@@ -303,7 +304,9 @@ def codes_in_use(gp: GraphPlan) -> set[str]:
 def runs_code(g: CompiledGraph, nid: int, key: str) -> None:
     """Kernel node ``nid`` of the running graph ``g`` runs the code ``key`` now (a Code-tier swap): its plan
     says so, so the plan stays the one place that tells which code each node runs."""
-    node = g.plan.nodes[nid]._replace(code_key=key)
+    was = g.plan.nodes[nid]
+    assert isinstance(was, KernelNodePlan)
+    node = was._replace(code_key=key)
     g.nodes[nid].plan = node
     g.plan = attrs.evolve(g.plan, nodes=g.plan.nodes[:nid] + (node,) + g.plan.nodes[nid + 1:])
 
