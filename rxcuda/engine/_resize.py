@@ -4,7 +4,9 @@ A resize (``engine.resize``, ``engine.write(..., resize=True)``) is a structure 
 every shape again. When the new plan differs from the running one only in kernel launches, scalar values (the
 "size" scalars that followed), the byte counts of delayed connections' copies and buffer sizes, and every
 buffer whose size changed still fits the memory it has (its pool size class, or its shared allocation), the
-running executable graph takes the new launches and values by exec-node updates
+running executable graph takes the new launches and values by exec-node updates (a value is compared with
+what the graph's argument storage holds, not with the running plan's copy, stale once the Parameters tier
+wrote it)
 (``cuGraphExecKernelNodeSetParams`` once per touched node, ``cuGraphExecMemcpyNodeSetParams`` per copy: the
 Parameters tier), with no new graph, no instantiation and no allocation. Otherwise the Builder rebuilds:
 buffers that no longer fit are reallocated (those that kept their size stay), and the new graph replaces the
@@ -33,20 +35,15 @@ def try_in_place(builder, desc, gp) -> bool:
         return False
     for nid, (launch, values) in delta.nodes.items():
         node = g.nodes[nid]
-        for i, value in values:
-            view, idx = node.slots[i]
-            view[idx] = value
+        written = [_write(g, nid, i, value) for i, value in values]
         if launch is not None:
             g.set_launch(nid, launch)
-        else:
+        elif any(written):  # (a value that differs from the old plan's copy only, the graph holds already)
             g.mark(nid)
         node.plan = gp.nodes[nid]
     for key in tuple(g.patches):  # values written since the build: the old plan's copy of them is stale
         for nid, i in gp.slots.get(key, ()):
-            view, idx = g.nodes[nid].slots[i]
-            was = view[idx]
-            view[idx] = gp.nodes[nid].args[i].value
-            if view[idx] != was:
+            if _write(g, nid, i, gp.nodes[nid].args[i].value):
                 g.mark(nid)
     g.flush()
     for nid, nbytes in delta.copies.items():  # a delayed connection's end-of-frame copy of a resized buffer
@@ -68,6 +65,14 @@ def try_in_place(builder, desc, gp) -> bool:
         rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None)
     builder._on_built()  # host data written for the new shape waits for this
     return True
+
+
+def _write(g, nid: int, i: int, value) -> bool:
+    """Write argument ``i`` of kernel node ``nid`` into the graph's argument storage; whether it changed."""
+    view, idx = g.nodes[nid].slots[i]
+    was = view[idx]
+    view[idx] = value
+    return bool(view[idx] != was)
 
 
 def _fits(builder, g, gp, changed) -> bool:
