@@ -3,7 +3,7 @@
 ``engine.tick()``, the profiled and debug launches, ``engine.run_batch`` and ``engine.run``'s frame loop all
 go through one :class:`FrameRunner`. It is handed what a frame needs -- the runtime it reads the running
 graph from, the stream and fast driver, the pending plan's ``apply``, data in and out, the profiler's
-rings, the batch graph, the frames stream and what to do when the context is lost -- and never the
+rings, the batch graph and the frames streams -- and never the
 Engine, whose verbs only check their arguments and delegate here (see docs/architecture.md).
 
 A frame, in order: apply what is pending (``Updater.apply_pending``), stage fed inputs, launch (one
@@ -19,12 +19,13 @@ from collections.abc import Callable
 
 from ..cuda._driver import is_sticky
 from ..model._errors import CudaError, DeviceLostError
+from ..model._events import ProfileChanged
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
 from ._batch import Batches
 from ._io import DataIO
-from ._profile import Phases, Profiler
-from ._records import Frame
+from ._profile import Phases, Profiler, stamps_for
+from ._records import Diagnostic, Frame
 from ._runtime import Runtime
 
 _now = time.perf_counter_ns
@@ -46,8 +47,7 @@ class FrameRunner:
     """
 
     def __init__(self, rt: Runtime, apply_pending: Callable[[], tuple], io: DataIO, profiler: Profiler,
-                 batches: Batches, frames: Broadcast, timings: Broadcast,
-                 lost: Callable[[CudaError], DeviceLostError]):
+                 batches: Batches, frames: Broadcast, timings: Broadcast):
         self.rt = rt  # the running graph (rt.graph) and the frame count (rt.frame), shared with the builder
         self.apply_pending = apply_pending
         self.pending = rt.pending
@@ -56,11 +56,12 @@ class FrameRunner:
         self.batches = batches
         self.frames = frames
         self.timings = timings
-        self.lost = lost
+        self.lost: DeviceLostError | None = None  # the context is gone: every GPU verb raises this
         self.device = rt.device
         self.fast = rt.fast
         self.stream = rt.stream_h
         self.reporter = rt.reporter
+        self.level = "none"  # the profiling level (rxcuda.engine._profile)
         self.debug = False
         self.plain = True
         self.last: Frame | None = None
@@ -72,10 +73,29 @@ class FrameRunner:
         self._ev_start_h, self._ev_end_h = int(self._ev_start), int(self._ev_end)
 
     def configure(self, level: str, debug: bool) -> None:
-        """The profiling level (rxcuda.engine._profile) and debug mode the next frames run with."""
-        self.profiler.level = level
+        """The profiling level (a checked one of rxcuda.engine._profile.LEVELS) and debug mode the next frames
+        run with. A level that adds or removes stamp nodes asks for a rebuild (a ProfileChanged)."""
+        rt = self.rt
+        before = rt.stamps
+        self.level = self.profiler.level = level
         self.debug = debug
         self.plain = level == "none" and not debug
+        rt.stamps = stamps_for(level)
+        if rt.stamps != before and rt.blocks:
+            rt.pending.add(ProfileChanged(level))
+
+    def lose(self, err: CudaError) -> DeviceLostError:
+        """The context is gone (sticky error): say so once, clearly, and refuse GPU work from now on."""
+        if self.lost is None:
+            g = self.rt.graph
+            if err.node is not None:  # Engine(debug=True) found the node
+                kernels: tuple[str, ...] = (err.node,)
+            else:
+                kernels = tuple(dict.fromkeys(n.label for n in g.plan.nodes)) if g is not None else ()
+            self.lost = DeviceLostError(err.call, err.name, err.explanation, err.code, device=self.device.ordinal,
+                                        kernels=kernels[:8], exact=err.node is not None)
+            self.reporter.publish(Diagnostic("error", "engine", str(self.lost), self.rt.frame))
+        return self.lost
 
     # -- one frame -----------------------------------------------------------------------------------
     def tick(self, sync: bool) -> Frame:
@@ -106,7 +126,7 @@ class FrameRunner:
                     timed = self._instrumented(g, sync, t0)
         except CudaError as e:
             if is_sticky(e):
-                raise self.lost(e) from e
+                raise self.lose(e) from e
             raise
         rt.frame += 1
         if g is not None and self.io.taps:
@@ -201,7 +221,7 @@ class FrameRunner:
                 times = prof.collect(True)
         except CudaError as e:
             if is_sticky(e):
-                raise self.lost(e) from e
+                raise self.lose(e) from e
             raise
         rt.frame += frames
         if io.taps:
@@ -235,7 +255,7 @@ class FrameRunner:
             return fn(*args)
         except CudaError as e:
             if is_sticky(e):
-                raise self.lost(e) from e
+                raise self.lose(e) from e
             raise
 
     def run(self, clock, sync: bool, switch_interval: float | None) -> Callable[[], None]:

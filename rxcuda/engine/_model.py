@@ -21,6 +21,7 @@ from ._blocks import Block, PortHandle, resolve_port
 from ._delaystate import check_shared_initial, initial_connection
 from ._io import DataIO
 from ._runtime import Runtime
+from ._tooltips import Link
 
 
 class Model:
@@ -47,6 +48,14 @@ class Model:
             block._sink = rt.pending
             block.state, block.message = "not built", ""
         rt.pending.add(BlockAdded(block.id, block.name))
+
+    def links(self) -> tuple[Link, ...]:
+        """Every connection as a Link of port handles (``engine.connections``)."""
+        rt = self.rt
+        with rt.lock:
+            return tuple(Link(PortHandle(rt.blocks[c.src.block], c.src.port),
+                              PortHandle(rt.blocks[c.dst.block], c.dst.port), getattr(c, "delay", 0))
+                         for c in rt.connections.values())
 
     def remove(self, block: Block, gpu: Callable) -> None:
         rt, io = self.rt, self.io

@@ -36,6 +36,22 @@ def kernel_files(blocks) -> dict[str, list[tuple[object, str]]]:
     return out
 
 
+def reload_failed(reporter, frame: Callable[[], int]) -> Callable[[Exception, object, str], None]:
+    """What a HotReload reports through: a failed reload (or watch) puts its block in "warning" and publishes
+    one error diagnostic saying the previous kernel keeps running (``frame()``: the frame index)."""
+    from ._records import Diagnostic
+
+    def report(err: Exception, block, what: str) -> None:
+        message = f"{what} failed, the previous kernel keeps running: {err}"
+        if block is not None:
+            block.state, block.message = "warning", message
+        details = tuple(getattr(err, "diagnostics", ()))
+        reporter.publish(Diagnostic("error", block.name if block else "watch", message, frame(),
+                                    block.id if block else None, details))
+
+    return report
+
+
 class HotReload:
     """Watches the kernel files of an engine's blocks; new blocks' directories join as they are added."""
 

@@ -76,6 +76,13 @@ class Runtime:
     def synchronize(self) -> None:
         check(self.api.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
 
+    def release(self) -> None:
+        """Free the module cache, the memory pool and the streams (the GPU is done with them; never raises)."""
+        quietly(self.modules.close)
+        quietly(self.pool.close)
+        for s in (self.stream, self.capture_stream):
+            quietly(lambda s=s: self.api.cuStreamDestroy(s))
+
 
 def quietly(fn) -> None:
     """Run a release step, ignoring its failure: closing releases what it can and never raises over it."""

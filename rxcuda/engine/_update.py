@@ -99,6 +99,26 @@ class Updater:
             self._notify(up.blocks(), out, t0, up.events)
         return out
 
+    def rebuild_now(self) -> None:
+        """``engine.rebuild()``: apply what is pending and rebuild, raising instead of reporting."""
+        up = self.rt.pending.drain()
+        if up is not None:
+            self.apply(up, raise_errors=True)
+        if up is None or not up.structure:
+            self.builder.build(raise_errors=True)
+
+    def ensure_built(self):
+        """The running graph after applying what is pending (a first build when there is none yet); a
+        RuntimeError saying why when there is still none."""
+        rt = self.rt
+        if rt.pending.count or rt.graph is None:
+            self.apply(rt.pending.drain() or UpdatePlan())
+        if rt.graph is None:
+            log = rt.reporter.log
+            why = log[-1].message if log else "nothing was built"
+            raise RuntimeError(f"the pipeline has no working graph yet: {why}")
+        return rt.graph
+
     # -- handlers: each returns the tiers it applied ----------------------------------------------
     def _structure(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
         if not self.builder.build(raise_errors):
