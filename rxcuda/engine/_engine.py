@@ -18,14 +18,11 @@ from reactivex.disposable import Disposable
 from ..cuda import _nvtx
 from ..cuda._device import Device
 from ..cuda._driver import is_sticky
-from ..cuda._fast import FastDriver
-from ..cuda._memory import BufferPool, resolve_device_array
-from ..cuda._modules import ModuleCache
+from ..cuda._memory import resolve_device_array
 from ..model._describe import PipelineDescription, PortRef
 from ..model._errors import CudaError, DeviceLostError, EngineClosedError
 from ..model._events import STRUCTURE_EVENTS, CodeChanged, ParameterChanged, Tier
 from ..streams._broadcast import Broadcast
-from ..streams._coalesce import PendingPlan
 from ..streams._scheduler import FrameLoop
 from . import _profile, _shapes_io
 from ._batch import Batches
@@ -36,7 +33,7 @@ from ._frames import FrameRunner, check_frame_count
 from ._io import DataIO
 from ._model import Model
 from ._ports import EngineStream
-from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
+from ._records import AppliedUpdate, Diagnostic, Frame
 from ._regions import Region, add_region, remove_region_member
 from ._reload import HotReload, reload_failed
 from ._replace import replace_block
@@ -86,20 +83,13 @@ class Engine:
 
     def _open(self, device: int, sync: bool, driver) -> None:
         dev = Device(device, api=driver)
-        api = dev.api
         if driver is None:
             from ..sources import _nvrtc  # imported here, on the caller's thread, before any other thread
 
             _nvrtc.warm_up(dev.arch)  # NVRTC's ~200 ms first call, paid off the frame path (background thread)
         self.device = dev
         self.sync = sync
-        blocks: dict[int, Block] = {}
-        rt = Runtime(
-            device=dev, api=api, fast=FastDriver(api=api), stream=dev.create_stream(),
-            capture_stream=dev.create_stream(), pool=BufferPool(api), modules=ModuleCache(api),
-            pending=PendingPlan(self._subscriber_failed("changes", "the change was applied")),
-            reporter=Reporter(blocks, self._frame_index), blocks=blocks)
-        self._rt: Runtime = rt
+        self._rt = rt = Runtime.open(dev, self._subscriber_failed("changes", "the change was applied"))
         self._io = DataIO(rt, lambda: self._updater.ensure_built(), self)
         self._model = Model(rt, self._io)
         self._composites = Composites(rt, self._model)
@@ -112,7 +102,6 @@ class Engine:
         self._file_changes = Broadcast(on_error=self._subscriber_failed("file_changes", "the reload goes on"))
         self._runner = FrameRunner(rt, self._updater.apply_pending, self._io, self._profiler, self._batches,
                                    self._frames, self._timings)
-        self._stop_run: Callable[[], None] | None = None  # ends the run() in progress
         self._reload: HotReload | None = None
         self._closed = False
         # under Nsight (NVTX collecting) each frame is an NVTX range; otherwise nothing changes, not even a check
@@ -351,14 +340,7 @@ class Engine:
         >>> running.dispose()                                                     # doctest: +SKIP
         """
         self._check_open()
-        stop = self._runner.run(clock, self.sync if sync is None else sync, switch_interval)
-
-        def dispose() -> None:
-            stop()
-            self._stop_run = None
-
-        self._stop_run = dispose
-        return Disposable(dispose)
+        return Disposable(self._runner.run(clock, self.sync if sync is None else sync, switch_interval))
 
     @property
     def running(self) -> bool:
@@ -584,7 +566,7 @@ class Engine:
         """
         self._check_open()
         if self._reload is None:
-            self._reload = HotReload(lambda: self.blocks, reload_failed(self._rt.reporter, self._frame_index),
+            self._reload = HotReload(lambda: self.blocks, reload_failed(self._rt),
                                      self._file_changes.emit,
                                      debounce=debounce, scheduler=scheduler)
         self._reload.refresh()
@@ -602,9 +584,6 @@ class Engine:
 
     def _warn(self, subject: str, message: str, block=None) -> None:
         self._rt.reporter.warn(subject, message, block)
-
-    def _frame_index(self) -> int:
-        return self._rt.frame
 
     def _subscriber_failed(self, stream: str, goes_on: str) -> Callable[[Exception, object], None]:
         """What a Broadcast of ``engine.<stream>`` calls when a subscriber raises: a warning, and on it goes."""
@@ -629,8 +608,7 @@ class Engine:
         if self._closed:
             return
         rt = self._rt
-        if self._stop_run is not None:
-            quietly(self._stop_run)
+        quietly(self._runner.stop)
         quietly(self._stop_watch)
         for b in list(rt.blocks.values()):
             quietly(b.dispose_bindings)
@@ -652,9 +630,7 @@ class Engine:
         self._updater.close()
         rt.reporter.close()
         rt.pending.close()
-        for b in rt.blocks.values():
-            b._sink = None
-            b._engine = None
+        self._model.detach_all()
         quietly(self.device.close)
 
     def __enter__(self) -> Engine:
@@ -669,7 +645,6 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"<Engine {self.device.name} frame={self._rt.frame} blocks={len(self._rt.blocks)}>"
-
 
 
 __all__ = ["AppliedUpdate", "Diagnostic", "Engine", "EngineStream", "Frame", "Tier"]

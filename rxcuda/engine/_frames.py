@@ -68,6 +68,7 @@ class FrameRunner:
         self.gpu_thread: int | None = _ident()
         self.loop: FrameLoop | None = None  # the frame loop of run() while it drives
         self.last_loop: FrameLoop | None = None
+        self._stop: Callable[[], None] | None = None  # ends the run() in progress
         # the summary level's event pair (the common profiled frame: two records, no ring)
         self._ev_start, self._ev_end = rt.device.create_event(), rt.device.create_event()
         self._ev_start_h, self._ev_end_h = int(self._ev_start), int(self._ev_end)
@@ -292,8 +293,16 @@ class FrameRunner:
             if self.loop is loop:
                 self.loop = None
             self.gpu_thread = None
+            if self._stop is dispose:
+                self._stop = None
 
+        self._stop = dispose
         return dispose
+
+    def stop(self) -> None:
+        """End the ``run`` in progress, if any (``engine.close``)."""
+        if self._stop is not None:
+            self._stop()
 
     def close(self) -> None:
         """Free the batch graph, the profiler's rings and the frame events (the caller waited for the GPU)."""

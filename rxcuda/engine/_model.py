@@ -49,6 +49,12 @@ class Model:
             block.state, block.message = "not built", ""
         rt.pending.add(BlockAdded(block.id, block.name))
 
+    def detach_all(self) -> None:
+        """The engine closed: its blocks no longer report to it."""
+        for b in self.rt.blocks.values():
+            b._sink = None
+            b._engine = None
+
     def links(self) -> tuple[Link, ...]:
         """Every connection as a Link of port handles (``engine.connections``)."""
         rt = self.rt

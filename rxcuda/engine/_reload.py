@@ -20,6 +20,7 @@ from reactivex.disposable import CompositeDisposable
 from ..cuda import _nvtx
 from ..model._events import FileChanged, Tier
 from ..streams._files import watch_files
+from ._records import Diagnostic
 
 
 def kernel_files(blocks) -> dict[str, list[tuple[object, str]]]:
@@ -36,17 +37,16 @@ def kernel_files(blocks) -> dict[str, list[tuple[object, str]]]:
     return out
 
 
-def reload_failed(reporter, frame: Callable[[], int]) -> Callable[[Exception, object, str], None]:
-    """What a HotReload reports through: a failed reload (or watch) puts its block in "warning" and publishes
-    one error diagnostic saying the previous kernel keeps running (``frame()``: the frame index)."""
-    from ._records import Diagnostic
+def reload_failed(rt) -> Callable[[Exception, object, str], None]:
+    """What a HotReload of the engine with runtime ``rt`` reports through: a failed reload (or watch) puts its
+    block in "warning" and publishes one error diagnostic saying the previous kernel keeps running."""
 
     def report(err: Exception, block, what: str) -> None:
         message = f"{what} failed, the previous kernel keeps running: {err}"
         if block is not None:
             block.state, block.message = "warning", message
         details = tuple(getattr(err, "diagnostics", ()))
-        reporter.publish(Diagnostic("error", block.name if block else "watch", message, frame(),
+        rt.reporter.publish(Diagnostic("error", block.name if block else "watch", message, rt.frame,
                                     block.id if block else None, details))
 
     return report
