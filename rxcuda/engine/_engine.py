@@ -1,6 +1,6 @@
 """The engine: one per GPU. A small facade over its verbs -- the model (blocks, connections, bindings),
-the Structure tier (``_build``), updates by tier (``_update``), data in and out (``_io``) -- and the frame
-loop that applies what is pending and launches the graph.
+the Structure tier (``_build``), updates by tier (``_update``), data in and out (``_io``) and the frames
+(``_frames.FrameRunner``: tick, profiled and debug launches, run_batch, run's frame loop).
 
 Only the thread that calls ``tick()`` (or ``run()``'s thread) touches the GPU. Other threads may set
 parameters, connect, add or remove blocks: that only folds a change into the pending plan.

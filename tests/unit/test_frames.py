@@ -373,3 +373,24 @@ def test_reload_kernel_refuses_a_library_call():
 def test_an_unchanged_file_reloads_nothing(tmp_path):
     blk, _src = _file_block(tmp_path)
     assert blk.reload_kernel() is None and blk.reload() == []
+
+
+@pytest.mark.parametrize(("kwargs", "level"), [
+    ({}, "none"), ({"profile": "summary"}, "summary"), ({"timing": True}, "summary"),
+    ({"profile": "per_block", "timing": True}, "per_block"), ({"profile": "deep", "debug": True}, "deep"),
+])
+def test_the_profiling_level_given_to_the_engine_is_the_one_it_runs(api, kwargs, level):
+    with rxcuda.Engine(driver=api, **kwargs) as engine:
+        assert engine.profile == level and engine.timing == (level != "none")
+        assert engine.debug == kwargs.get("debug", False) and engine._runner.plain == (engine.profile == "none"
+                                                                                   and not engine.debug)
+        engine.timing = False
+        assert engine.profile == ("none" if level == "summary" else level)
+
+
+def test_a_bad_profiling_level_is_refused_before_the_device_opens(api):
+    with pytest.raises(ValueError, match="the profiling level is one of 'none', 'summary'"):
+        rxcuda.Engine(driver=api, profile="fast")
+    assert api.calls == []
+    with rxcuda.Engine(driver=api) as engine, pytest.raises(ValueError, match="got 'slow'"):
+        engine.profile = "slow"
