@@ -275,7 +275,7 @@ class Engine:
         self._check_open()
         check_frame_count(k)
         self._runner.check_caller("run_batch")
-        return self._runner.run_batch(k, self._ref(until) if until is not None else None)
+        return self._runner.run_batch(k, None if until is None else self._ref(until))
 
     @property
     def timing(self) -> bool:
