@@ -4,9 +4,9 @@ File events are debounced and deduplicated by content (``watch_files``). For eac
 loaded or recompiled on the watcher's thread by ``Block.reload_kernel`` (the path ``Block.reload`` takes
 too), which hands new code to ``Block.set_code``: a Code-tier change (same parameter layout) or a
 Structure-tier change folded into the engine's pending plan. The Code tier swaps the function in the exec
-node and records the code key in the running plan (``_build.runs_code``), the one place that says what runs. A file
-that fails to load or compile produces one diagnostic with the loader's or compiler's message; the old
-kernel keeps running.
+node and records the code key in the running plan (``_build.runs_code``), the one place that says what
+runs. A file that fails to load or compile produces one diagnostic with the loader's or compiler's message;
+the old kernel keeps running.
 """
 
 from __future__ import annotations
