@@ -4,9 +4,9 @@ A resize (``engine.resize``, ``engine.write(..., resize=True)``) is a structure 
 every shape again. When the new plan differs from the running one only in kernel launches, scalar values (the
 "size" scalars that followed), the byte counts of delayed connections' copies and buffer sizes, and every
 buffer whose size changed still fits the memory it has (its pool size class, or its shared allocation), the
-running executable graph takes the new launches and values by exec-node updates (a value is compared with
-what the graph's argument storage holds, not with the running plan's copy, stale once the Parameters tier
-wrote it)
+running executable graph takes the new launches and values by exec-node updates (a value or a launch the
+Parameters tier set since the build is compared with what the graph holds, not with the running plan's copy,
+stale since)
 (``cuGraphExecKernelNodeSetParams`` once per touched node, ``cuGraphExecMemcpyNodeSetParams`` per copy: the
 Parameters tier), with no new graph, no instantiation and no allocation. Otherwise the Builder rebuilds:
 buffers that no longer fit are reallocated (those that kept their size stay), and the new graph replaces the
@@ -17,6 +17,7 @@ instantiating.
 from __future__ import annotations
 
 from ..cuda._driver import check
+from ..model._describe import Launch
 from .plan import _shapes
 
 
@@ -45,6 +46,11 @@ def try_in_place(builder, desc, gp) -> bool:
         for nid, i in gp.slots.get(key, ()):
             if _write(g, nid, i, gp.nodes[nid].args[i].value):
                 g.mark(nid)
+    for entry in desc.blocks:  # launches set since the build (set_launch): the same
+        for kernel in entry.launches:
+            nid = gp.kernel_nodes.get((entry.id, kernel))
+            if nid is not None and _launch_of(g.nodes[nid].params) != gp.nodes[nid].launch:
+                g.set_launch(nid, gp.nodes[nid].launch)
     g.flush()
     for nid, nbytes in delta.copies.items():  # a delayed connection's end-of-frame copy of a resized buffer
         node = g.nodes[nid]
@@ -73,6 +79,12 @@ def _write(g, nid: int, i: int, value) -> bool:
     was = view[idx]
     view[idx] = value
     return bool(view[idx] != was)
+
+
+def _launch_of(p) -> Launch:
+    """The launch geometry a kernel node's params hold now."""
+    return Launch(grid=(p.gridDimX, p.gridDimY, p.gridDimZ), block=(p.blockDimX, p.blockDimY, p.blockDimZ),
+                  shared_mem=p.sharedMemBytes)
 
 
 def _fits(builder, g, gp, changed) -> bool:

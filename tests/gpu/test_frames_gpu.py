@@ -83,6 +83,24 @@ def test_a_value_set_back_in_the_frame_of_a_resize_reaches_the_gpu(engine, rng, 
     np.testing.assert_allclose(engine.read(mul["out"]), (a + b) * np.float32(built_with), rtol=1e-6)
 
 
+def test_a_launch_set_back_in_the_frame_of_a_resize_reaches_the_gpu(engine, rng, kernels):
+    n = 1024
+    add, _mul, _a, _b = _chain(engine, rng, kernels, n)
+    other = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=n, name="other", scale=f32(rng)))
+    engine.write(other["x"], rand(rng, n))
+    engine.tick()
+    built = other.launch()
+    other.set_launch(threads=n // 2)  # half the grid: the second half of `out` keeps what it had
+    engine.tick()
+    other.set_launch(grid=built.grid, block=built.block)  # the whole grid again, in the frame of a resize
+    x = rand(rng, n)
+    engine.write(other["x"], x)
+    engine.write(add["a"], rand(rng, 600), resize=True)
+    engine.write(add["b"], rand(rng, 600), resize=True)
+    assert engine.tick().tiers == ("parameters",) and engine.rebuilds == 1
+    np.testing.assert_allclose(engine.read(other["out"]), x * np.float32(other.params["scale"].value), rtol=1e-6)
+
+
 def test_a_recapture_runs_the_drained_value(engine, rng, kernels):
     n = 4096
     code = rxcuda.load_kernel_file(kernels / "scalar_mul.ptx")

@@ -292,6 +292,23 @@ def test_an_in_place_resize_updates_no_node_it_need_not(engine, api):
     assert stored(engine, other, "scale") == [7.0]
 
 
+def test_an_in_place_resize_leaves_no_stale_launch_behind(engine, api):
+    add, _mul = chain(engine)
+    other = engine.add(Block.from_kernel(KERNELS / "scalar_mul.ptx", size=N, name="other"))
+    engine.write(other["x"], np.ones(N, np.float32))
+    engine.tick()
+    built = other.launch()
+    other.set_launch(threads=N // 2)
+    engine.tick()  # the node runs half the grid; the running plan still says the whole
+    other.set_launch(grid=built.grid, block=built.block)  # back, in the frame of a resize elsewhere
+    engine.write(add["a"], np.ones(600, np.float32), resize=True)
+    engine.write(add["b"], np.ones(600, np.float32), resize=True)
+    assert engine.tick().tiers == ("parameters",) and engine._builder.resized_in_place == 1
+    g = engine._rt.graph
+    p = g.nodes[g.plan.kernel_nodes[(other.id, "scalar_mul")]].params
+    assert (p.gridDimX, p.blockDimX) == (built.grid[0], built.block[0])
+
+
 # -- one way for code ------------------------------------------------------------------------------------------
 def test_the_running_plan_says_which_code_each_node_runs(engine, api):
     add, _mul = chain(engine)
