@@ -3,8 +3,8 @@
 ``engine.tick()``, the profiled and debug launches, ``engine.run_batch`` and ``engine.run``'s frame loop all
 go through one :class:`FrameRunner`. It is handed what a frame needs -- the runtime it reads the running
 graph from, the stream and fast driver, the pending plan's ``apply``, data in and out, the profiler's
-rings, the batch graph and the frames streams -- and never the
-Engine, whose verbs only check their arguments and delegate here (see docs/architecture.md).
+rings, the batch graph and the frames streams -- and never the Engine, whose verbs only check their
+arguments and delegate here (see docs/architecture.md). It is where several devices' graphs will launch.
 
 A frame, in order: apply what is pending (``Updater.apply_pending``), stage fed inputs, launch (one
 ``cuGraphLaunch`` with no profiling; event records, stamp rows or node-by-node eager launches with it),
@@ -35,6 +35,7 @@ UNTIMED = (None, 1, None, None, None)  # a frame's (gpu_us, frames, blocks, kern
 
 
 def check_frame_count(k) -> None:
+    """``engine.run_batch``'s frame count: an int from 1 to 2**32-1 (the device loop counts in 32 bits)."""
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k < 2**32:
         raise ValueError(f"run_batch takes a frame count from 1 to 2**32-1 (got {k!r})")
 
