@@ -9,13 +9,11 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import numpy as np
 
 from ..model import _dtypes
 from ..model._describe import (
@@ -34,6 +32,7 @@ from ..model._errors import ForeignBlockError, NotAPortError, ValidationError
 from ..model._events import Tier
 from ._appendstate import AppendState
 from ._builder import DescriptionBuilder, _as_tuple, _load_code, append_pairs
+from ._params import Parameter, Parameters
 
 _ids = itertools.count(1)
 
@@ -123,80 +122,6 @@ def port_head(port: PortHandle, shape: tuple[int, ...] | None = None) -> str:
 
 
 # Largest finite value of each float type a parameter may hold (bf16 travels as 16-bit words).
-_FLOAT_MAX = {"f16": 65504.0, "f32": float(np.finfo(np.float32).max), "f64": sys.float_info.max,
-              "bf16": 3.3895313892515355e38}
-
-
-def _value_check(param: Parameter, dtype: str):
-    """The function that checks and converts a value for a parameter of ``dtype``, built once per parameter
-    so the setter (the hottest call a user makes) pays one call and, for the usual Python number, two
-    comparisons. The rule, for every type:
-
-    - integer types take Python and NumPy integers within their range (not bool, float or str);
-    - float types take Python and NumPy ints and floats that are finite and within their range
-      (f16 ±65504, f32 ±3.4028235e38, f64 finite; not bool or str).
-
-    Anything else raises TypeError (the wrong kind of value) or ValueError (out of range), naming the
-    parameter, its type and the value.
-    """
-    def where() -> str:  # read when raising: an engine may rename the block after the check was made
-        return f"{param._block.name}.{param.name}"
-
-    kind = "f" if dtype == "bf16" else _dtypes.to_numpy(dtype).kind
-    if kind == "f":
-        hi = _FLOAT_MAX[dtype]
-        lo = -hi
-
-        def check_float(v):
-            if type(v) is float and lo <= v <= hi:  # NaN and inf fail the comparison
-                return v
-            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
-                try:
-                    f = float(v)
-                except OverflowError:  # an int beyond any float
-                    f = math.inf
-                if lo <= f <= hi:
-                    return f
-                raise ValueError(f"{where()} ({dtype}) takes a finite number within [{lo:.8g}, {hi:.8g}] "
-                                 f"(got {v!r})")
-            raise TypeError(f"{where()} ({dtype}) takes a number: a Python or NumPy int or float "
-                            f"(got {v!r}, a {type(v).__name__})")
-
-        return check_float
-    if kind not in "iu":
-        if _dtypes.vector_layout(dtype) or _dtypes.struct_type(dtype):  # a float4 or a struct passed by value
-            raise TypeError(f"{where()}: a {_dtypes.describe(dtype)} passed by value is not a block parameter; pass "
-                            "its components as separate scalar parameters, or the value through a pointer port")
-        raise TypeError(f"{where()}: a parameter of type {dtype} is not supported; use an integer or float type")
-    info = np.iinfo(_dtypes.to_numpy(dtype))
-    ilo, ihi = int(info.min), int(info.max)
-
-    def check_int(v):
-        if type(v) is int and ilo <= v <= ihi:
-            return v
-        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-            i = int(v)
-            if ilo <= i <= ihi:
-                return i
-            raise ValueError(f"{where()} ({dtype}) must be within [{ilo}, {ihi}] (got {i})")
-        raise TypeError(f"{where()} ({dtype}) takes an integer: a Python or NumPy int "
-                        f"(got {v!r}, a {type(v).__name__})")
-
-    return check_int
-
-
-def _in_range(param: Parameter, check, lo, hi):
-    """``check`` followed by the parameter's declared range ``[lo, hi]`` (either may be None)."""
-    def check_range(v):
-        v = check(v)
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise ValueError(f"{param._block.name}.{param.name} ({param.dtype}) must be within [{lo}, {hi}], its "
-                             f"declared range (got {v!r})")
-        return v
-
-    return check_range
-
-
 def _port_hint(thing) -> str:
     """For a block or a composite instance given where a port belongs: the ports it has, by name."""
     ports = getattr(thing, "ports", None)  # Block and CompositeInstance both have ``ports``
@@ -223,143 +148,6 @@ def resolve_port(port, blocks: Mapping[int, Block]) -> PortRef:
         raise ForeignBlockError(f"{block.name} is not in this engine; engine.add(block) first", subject=block.name)
     block.description.port(port.name)  # UnknownPortError naming the ports
     return PortRef(block.id, port.name)
-
-
-class Parameter:
-    """A typed scalar of a block. Setting ``value`` schedules a hot update of the next frame.
-
-    A count parameter (see :attr:`counts`) never exceeds the element count of the buffers it counts:
-
-    >>> mul = Block.from_kernel("kernels/scalar_mul.ptx", size=1024)
-    >>> mul.set(n=50_000_000)
-    Traceback (most recent call last):
-    ...
-    rxcuda.model._errors.BoundsError: scalar_mul.n = 50000000 is more than port 'x' holds (1024 elements): n \
-counts x and out, so the kernel would index past the buffer. Set n <= 1024, or grow the buffer first: \
-engine.resize(scalar_mul['x'], shape)
-
-    Integer types take Python and NumPy integers within their range (not bool, float or str); float types
-    take Python and NumPy ints and floats that are finite and within their range (not bool or str). A value
-    that breaks the rule raises TypeError or ValueError and the parameter keeps its old value. A parameter
-    declared with ``min``/``max`` (``Block.from_kernel(..., ranges=...)``, ``BlockBuilder.scalar``, a sidecar)
-    refuses values outside them with ValueError; ``step`` only guides controls.
-
-    >>> block = Block.from_kernel("scalar_mul", size=1024)
-    >>> block.params["scale"].value = 0.5     # or block.set(scale=0.5)
-    >>> block.params["scale"].value = "2.5"
-    Traceback (most recent call last):
-    ...
-    TypeError: scalar_mul.scale (f32) takes a number: a Python or NumPy int or float (got '2.5', a str)
-    """
-
-    __slots__ = ("name", "dtype", "_value", "_block", "_check", "_min", "_max", "_step")
-
-    def __init__(self, block: Block, name: str, dtype: str, value, min=None, max=None, step=None,
-                 counts: tuple[str, ...] = ()):
-        self.name = name
-        self.dtype = dtype
-        self._block = block
-        self._min, self._max, self._step = min, max, step  # the declared range (None: unbounded) and control step
-        check = _value_check(self, dtype)
-        self._check = check if min is None and max is None else _in_range(self, check, min, max)
-        if counts:  # a count parameter: never past the buffers it counts (see rxcuda.engine._bounds)
-            from ._bounds import bounded
-
-            self._check = bounded(self, self._check, counts)
-        self._value = self._check(value)
-
-    # The range is part of the declaration (it is checked by every setter, shown by the live page's controls and
-    # kept by describe()), so it is read-only here: declare another range to change it.
-    @property
-    def min(self):
-        """The smallest value the parameter takes (None: unbounded). Read-only: declare the range with the
-        block (``Block.from_kernel(..., ranges=...)``, ``BlockBuilder.scalar``, a sidecar)."""
-        return self._min
-
-    @property
-    def max(self):
-        """The largest value the parameter takes (None: unbounded). Read-only, like :attr:`min`."""
-        return self._max
-
-    @property
-    def step(self):
-        """The step a control offers (None: any); it guides controls only. Read-only, like :attr:`min`."""
-        return self._step
-
-    @property
-    def counts(self) -> tuple[str, ...]:
-        """The ports (and internal buffers) this count parameter counts; () for none. A value above the
-        smallest one's element count, or below 0, raises BoundsError (a ValueError) and changes nothing.
-
-        >>> Block.from_kernel("kernels/scalar_mul.ptx", size=1024).params["n"].counts
-        ('x', 'out')
-        """
-        return next((s.counts for s in self._block.description.scalars if s.name == self.name), ())
-
-    @property
-    def limit(self) -> int | None:
-        """The largest value this count parameter takes now: the smallest element count, after any resize, of
-        the buffers it counts (a slider's end); None when it counts nothing."""
-        from ._bounds import capacities
-
-        return min(capacities(self._block, self.counts).values(), default=None) if self.counts else None
-
-    @property
-    def value(self):
-        return self._value
-
-    @value.setter
-    def value(self, v) -> None:
-        v = self._check(v)
-        self._value = v
-        sink = self._block._sink
-        if sink is not None:
-            sink.set_parameter(self._block.id, self.name, v)
-
-    def bind(self, source):
-        """Take values from an Observable, on whatever thread it emits; returns a disposable.
-
-        Values are coalesced: the latest before a frame wins. A bad value is reported as a diagnostic
-        (when the block is in an engine) and the binding stays alive; disposing ends it.
-
-        >>> from reactivex.subject import Subject
-        >>> knob = Subject()
-        >>> block = Block.from_kernel("scalar_mul", size=1024)
-        >>> sub = block.params["scale"].bind(knob)
-        >>> knob.on_next(64); block.params["scale"].value
-        64.0
-        >>> sub.dispose()
-        """
-        from ..streams._bind import bind_parameter
-
-        def setter(v):
-            self.value = v
-
-        d = bind_parameter(source, setter, lambda e: self._block._binding_error(self.name, e))
-        self._block._subscriptions.add(d)
-        return d
-
-    def __repr__(self) -> str:
-        return f"<parameter {self._block.name}.{self.name}: {self.dtype} = {self._value!r}>"
-
-
-class Parameters(Mapping[str, Parameter]):
-    """Read-only mapping name -> Parameter."""
-
-    def __init__(self, params: dict[str, Parameter]):
-        self._p = params
-
-    def __getitem__(self, name: str) -> Parameter:
-        try:
-            return self._p[name]
-        except KeyError:
-            raise KeyError(f"no parameter '{name}' (parameters: {', '.join(self._p) or 'none'})") from None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._p)
-
-    def __len__(self) -> int:
-        return len(self._p)
 
 
 class Block:
@@ -602,16 +390,33 @@ class Block:
         return Tier.CODE if same else Tier.STRUCTURE
 
     def reload(self) -> list[Tier]:
-        """Re-read (or recompile) every file kernel of this block; returns the tiers of those that changed."""
-        from ..sources._load import load_source
-
+        """Re-read (or recompile) every file kernel of this block; returns the tiers of those that changed.
+        The same path as a saved file under ``engine.watch()`` (``reload_kernel``), raising where a watcher
+        reports."""
         changed = []
         for k in self._desc.kernels:
             if isinstance(k, KernelSpec) and os.path.isfile(k.code.origin):
-                code = load_source(k.code.origin, entry=k.code.entry)
-                if code.key != k.code.key:
-                    changed.append(self.set_code(k.name, code))
+                tier = self.reload_kernel(k.name)
+                if tier is not None:
+                    changed.append(tier)
         return changed
+
+    def reload_kernel(self, kernel: str | None = None) -> Tier | None:
+        """Load kernel ``kernel``'s file (and sidecar) again and give it the code (:meth:`set_code`) when it
+        changed; None when it did not. Load and compile errors propagate, and the old code stays.
+
+        >>> Block.from_kernel("kernels/vector_add.ptx", size=8).reload_kernel() is None  # unchanged
+        True
+        """
+        from ..sources._load import load_source
+
+        spec = self._desc.kernel(self._kernel_name(kernel))
+        if not isinstance(spec, KernelSpec):
+            raise TypeError(f"{self.name}.{spec.name} is a library call, not a kernel: it has no file to reload")
+        code = load_source(spec.code.origin, entry=spec.code.entry)
+        if code.key == spec.code.key and code.signature == spec.code.signature:
+            return None
+        return self.set_code(spec.name, code)
 
     def _append_state(self, port: str) -> AppendState:
         state = self._appends.get(port)

@@ -327,29 +327,24 @@ class CompiledGraph:
             self._destroy_graphs()
             raise
 
-        # The patch table, the one place a value goes on its way to the GPU, filled on first use (a build of a
-        # large pipeline should not pay for tables of parameters nobody changes):
-        # (block, parameter) -> ((node id, typed view of the argument storage, index), ...) or None
-        self.scalar_views: _Table = _Table(self._views_of)
-        # the hot case: keys that only kernel nodes use (no device scalar, no recapture) -> ((typed view, index,
-        # bound exec-node update), ...), bound to the executable graph (see _arm)
-        self.hot: _Table = _Table(self._hot_of)
+        # The patch table, the one way a parameter's value reaches the graph, filled on first use (a build of a
+        # large pipeline should not pay for tables of parameters nobody changes): (block, parameter) ->
+        # (((node id, typed view of the argument storage, index, bound exec-node update), ...), plain), where
+        # ``plain`` says that kernel nodes alone read it (no device scalar, no recapture: the hot path's case).
+        # Its updates are bound to the executable graph (see _arm); its keys are the values written since the
+        # build, whose copy in the plan (ScalarArg.value) is then stale.
+        self.patches: _Table = _Table(self._patch_of)
         self._consumers: dict[int, list[int]] | None = None
 
-    def _views_of(self, key: tuple[int, str]) -> tuple | None:
-        slots = self.plan.slots.get(key)
-        return None if slots is None else tuple((nid, *self.nodes[nid].slots[arg]) for nid, arg in slots)
-
-    def _hot_of(self, key: tuple[int, str]) -> tuple | None:
-        plan = self.plan
-        if key in plan.device_scalars or key in plan.recapture:
-            return None
-        targets = self.scalar_views[key]
-        if targets is None:
-            return None
-        fast, exec_h, nodes = self.fast, self._exec_h, self.nodes
-        return tuple((view, idx, fast.node_updater(exec_h, nodes[nid].handle_int, nodes[nid].params_ptr,
-                                                   nodes[nid].params)) for nid, view, idx in targets)
+    def _patch_of(self, key: tuple[int, str]) -> tuple:
+        plan, fast, exec_h, nodes = self.plan, self.fast, self._exec_h, self.nodes
+        targets = []
+        for nid, arg in plan.slots.get(key, ()):
+            node = nodes[nid]
+            view, idx = node.slots[arg]
+            targets.append((nid, view, idx, fast.node_updater(exec_h, node.handle_int, node.params_ptr,
+                                                               node.params)))
+        return tuple(targets), key not in plan.device_scalars and key not in plan.recapture
 
     @property
     def consumers(self) -> dict[int, list[int]]:
@@ -378,9 +373,9 @@ class CompiledGraph:
         self._arm()
 
     def _arm(self) -> None:
-        """Bind the frame's launch and the hot path's exec-node updates to this executable graph."""
+        """Bind the frame's launch and the patch table's exec-node updates to this executable graph."""
         self.launcher = self.fast.launcher(self._exec_h)
-        self.hot = _Table(self._hot_of)
+        self.patches = _Table(self._patch_of)
 
     def adopt_exec(self, old: CompiledGraph) -> bool:
         """Take over ``old``'s executable graph through cuGraphExecUpdate when the topology is the same.

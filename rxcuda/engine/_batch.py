@@ -1,4 +1,5 @@
-"""GPU-driven frames: ``engine.run_batch(k)`` runs k frames with one host launch.
+"""GPU-driven frames: ``engine.run_batch(k)`` runs k frames with one host launch (the frame runner,
+``_frames.FrameRunner.run_batch``, launches it).
 
 The batch graph (rxcuda.cuda._batch) mirrors the running frame graph inside a device loop. It is made on
 first use and kept while the frame graph is: a rebuild or a recapture makes a new one; any other applied
@@ -7,21 +8,14 @@ change (parameters, rebinds, code swaps) is re-applied to it before the next bat
 
 from __future__ import annotations
 
-import threading
-import time
-
 import numpy as np
 
 from ..blocks._regions import condition_kernels
 from ..cuda._batch import BatchGraph
-from ..cuda._driver import check, is_sticky
+from ..cuda._driver import check
 from ..model import _dtypes
-from ..model._errors import CudaError, ValidationError
+from ..model._errors import ValidationError
 from ..model._regions import CONDITION_DTYPES
-from ._records import Frame
-
-_now = time.perf_counter_ns
-_ident = threading.get_ident
 
 
 class Batches:
@@ -85,58 +79,3 @@ class Batches:
         if self._counter is not None:
             self.rt.pool.release(self._counter)
             self._counter = None
-
-
-def run_batch(engine, k: int, until) -> Frame:
-    """``engine.run_batch(k, until=...)`` (see its docstring): apply what is pending, launch the batch graph
-    once, wait, and report one Frame for the batch."""
-    engine._check_open()
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k < 2**32:
-        raise ValueError(f"run_batch takes a frame count from 1 to 2**32-1 (got {k!r})")
-    if engine._loop is not None and threading.current_thread() is not engine._loop.thread:
-        raise RuntimeError("engine.run(...) drives the frames on its own thread; dispose it before calling "
-                           "run_batch() yourself")
-    t0 = _now()
-    if _ident() != engine._gpu_thread:
-        engine.device.make_current()
-        engine._gpu_thread = _ident()
-    rt, io = engine._rt, engine._io
-    stop_ref = engine._ref(until) if until is not None else None
-    try:
-        tiers = engine._updater.apply_pending() if rt.pending.count else ()
-        g = rt.graph
-        if g is None:
-            return engine._tick(True)
-        stop = engine._batches.stop_flag(stop_ref, g) if stop_ref is not None else None
-        batch = engine._batches.prepare(stop)
-        if io.feeds:
-            io.stage_feeds(g)
-        stream = rt.stream_h
-        fast = rt.fast
-        prof = engine._profiler
-        slot = prof.begin(stream) if prof.level != "none" else -1
-        batch.launch(k, stream)
-        if slot >= 0:
-            prof.record_end(stream, slot)
-        if io.taps:
-            io.enqueue_taps(g, rt.frame + k)
-        fast.wait(stream)
-        frames = engine._batches.frames_run(k)
-        times = None
-        if slot >= 0:  # the batch's GPU time; per-block timings are the last frame's
-            prof.finish(slot, rt.frame + frames, g, frames)
-            times = prof.collect(True)
-    except CudaError as e:
-        if is_sticky(e):
-            raise engine._lose(e) from e
-        raise
-    rt.frame += frames
-    if io.taps:
-        io.deliver_taps(True, engine._warn)
-    frame = Frame(rt.frame, (_now() - t0) / 1e3, tiers, rt.reporter.state, True,
-                  times.gpu_us if times else None, frames, times.blocks if times else None,
-                  times.kernels if times else None)
-    engine.last_frame = frame
-    if engine._frames.observers:
-        engine._frames.emit(frame)
-    return frame

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+import attrs
 import numpy as np
 
 from ..blocks._regions import stamp_code
@@ -23,7 +24,7 @@ from ..cuda._profile import StampRing
 from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
-from ..model._graphplan import BufferArg, CallNodePlan, HandleArg, KernelNodePlan, ScalarArg
+from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, HandleArg, KernelNodePlan, ScalarArg
 from ..plan._liveness import holds_own_value
 from ..plan._plan import plan as make_plan
 from ..plan._profile import add_stamps
@@ -44,7 +45,7 @@ class _BlockFailure(Exception):
 
 class Builder:
     """Builds the pipeline into a compiled graph and owns what outlives one graph: port buffers, library
-    state, the code each node runs."""
+    state. The code each node runs is its running plan's ``code_key`` (kept true by code swaps: ``runs_code``)."""
 
     def __init__(self, rt: Runtime, on_built: Callable[[], None]):
         self.rt = rt
@@ -52,7 +53,6 @@ class Builder:
         self.buffers: dict[tuple, DeviceBuffer] = {}
         self.library_state: dict[tuple, object] = {}
         self.library_teardown: dict[tuple, Callable] = {}
-        self.node_code: dict[int, str] = {}  # node id -> code key in use (after code swaps)
         self.rebuilds = 0
         self.last_build_ms: float | None = None  # how long the last successful rebuild took
         self._occupancy_warnings: list = []
@@ -97,7 +97,7 @@ class Builder:
                 gp = add_stamps(gp, desc, rt.stamps)
             if rt.graph is not None and try_in_place(self, desc, gp):  # only shapes changed, and still fit
                 return True
-            functions, node_code = {}, {}
+            functions = {}
             for n in gp.nodes:
                 if isinstance(n, KernelNodePlan):
                     spec = desc.block(n.block).desc.kernel(n.kernel)
@@ -106,7 +106,6 @@ class Builder:
                         functions[n.code_key] = rt.modules.load(spec.code).function
                     except KernelFileError as e:
                         raise _BlockFailure(n.block, e) from e
-                    node_code[n.id] = n.code_key
             pointers, buffers = {}, {}
             storage = gp.storage
             for group in gp.shared:  # memory reuse: one allocation per group, sized for its largest member
@@ -140,9 +139,7 @@ class Builder:
                 host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
                 DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)
             if gp.stamps is not None:
-                stamp = stamp_code()
-                node_code[-1] = stamp.key  # (kept loaded: see the prune below)
-                ring = StampRing(rt.api, rt.modules.load(stamp).function, len(gp.stamps.names))
+                ring = StampRing(rt.api, rt.modules.load(stamp_code()).function, len(gp.stamps.names))
             else:
                 ring = None
             new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
@@ -178,8 +175,7 @@ class Builder:
         self.retire(new, buffers)
         self.delays.built(gp, desc, pointers, new_delays)  # frame-0 values of new or reconnected delays
         self.release_library_state(keep={b.id for b in desc.blocks})
-        self.node_code = node_code
-        rt.modules.prune(set(node_code.values()))
+        rt.modules.prune(codes_in_use(gp))
         self.rebuilds += 1
         built = {b.id for b in desc.blocks}
         was = {}
@@ -248,7 +244,6 @@ class Builder:
                 rt.pool.release(buf)
         self.buffers = buffers
         if new is None:
-            self.node_code = {}
             rt.modules.prune(set())
 
     def release_library_state(self, keep: set[int]) -> None:
@@ -259,8 +254,12 @@ class Builder:
             if teardown is not None:
                 teardown(state)
 
-    def capture(self, node: CallNodePlan, pointers) -> tuple[object, CaptureArgs]:
-        """Capture one library call node with the current pointers and parameter values."""
+    def capture(self, node: CallNodePlan, pointers, last: CaptureArgs | None = None,
+                changed: Mapping[str, float | int] | None = None) -> tuple[object, CaptureArgs]:
+        """Capture one library call node with ``pointers``. Its scalars: in a build, the plan's values (the
+        plan was made from the current ones); captured again (``last``: the CaptureArgs it runs with), the
+        drained values ``changed`` (parameter name -> value) and, for the others, those of the last capture.
+        Never ``block.params``: a value set since the drain is the next frame's."""
         rt = self.rt
         block = rt.blocks[node.block]
         spec = block.description.kernel(node.call)
@@ -272,12 +271,16 @@ class Builder:
             self.library_state[skey] = setup(rt.device.ordinal) if setup else None
             if spec.teardown:
                 self.library_teardown[skey] = cast(Callable, spec.teardown)
-        ptrs, values = {}, {}
+        ptrs: dict[str, int] = {}
+        values: dict[str, float | int] = {}
         for prm, arg in zip(spec.params, node.args, strict=True):
             if isinstance(arg, BufferArg):
                 ptrs[prm.name] = pointers[arg.buffer]
             elif isinstance(arg, ScalarArg):
-                values[prm.name] = block.params[arg.name].value if arg.name else arg.value
+                if changed and arg.name is not None and arg.name in changed:
+                    values[prm.name] = changed[arg.name]
+                else:
+                    values[prm.name] = last.values.get(prm.name, arg.value) if last is not None else arg.value
         args = CaptureArgs(int(rt.capture_stream), ptrs, values, self.library_state[skey])
         prepare = getattr(spec, "prepare", None)
         if prepare is not None:  # outside the capture: e.g. re-seeding a cuRAND generator
@@ -288,6 +291,24 @@ class Builder:
         """Free the graph, the buffers and the library state (the caller waited for the GPU)."""
         self.retire(None, {})
         self.release_library_state(keep=set())
+
+
+def codes_in_use(gp: GraphPlan) -> set[str]:
+    """The code keys a graph of plan ``gp`` runs (what the module cache keeps loaded)."""
+    keys = {n.code_key for n in gp.nodes if isinstance(n, KernelNodePlan)}
+    if gp.stamps is not None:
+        keys.add(stamp_code().key)
+    return keys
+
+
+def runs_code(g: CompiledGraph, nid: int, key: str) -> None:
+    """Kernel node ``nid`` of the running graph ``g`` runs the code ``key`` now (a Code-tier swap): its plan
+    says so, so the plan stays the one place that tells which code each node runs."""
+    was = g.plan.nodes[nid]
+    assert isinstance(was, KernelNodePlan)
+    node = was._replace(code_key=key)
+    g.nodes[nid].plan = node
+    g.plan = attrs.evolve(g.plan, nodes=g.plan.nodes[:nid] + (node,) + g.plan.nodes[nid + 1:])
 
 
 def write_device_scalar(rt: Runtime, buffer_id: int, value) -> None:

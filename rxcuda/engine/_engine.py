@@ -1,6 +1,6 @@
 """The engine: one per GPU. A small facade over its verbs -- the model (blocks, connections, bindings),
-the Structure tier (``_build``), updates by tier (``_update``), data in and out (``_io``) -- and the frame
-loop that applies what is pending and launches the graph.
+the Structure tier (``_build``), updates by tier (``_update``), data in and out (``_io``) and the frames
+(``_frames.FrameRunner``: tick, profiled and debug launches, run_batch, run's frame loop).
 
 Only the thread that calls ``tick()`` (or ``run()``'s thread) touches the GPU. Other threads may set
 parameters, connect, add or remove blocks: that only folds a change into the pending plan.
@@ -9,8 +9,6 @@ parameters, connect, add or remove blocks: that only folds a change into the pen
 from __future__ import annotations
 
 import math
-import threading
-import time
 from collections.abc import Callable
 from typing import overload
 
@@ -24,39 +22,30 @@ from ..blocks._regions import Region
 from ..cuda import _nvtx
 from ..cuda._device import Device
 from ..cuda._driver import is_sticky
-from ..cuda._fast import FastDriver
-from ..cuda._memory import BufferPool, resolve_device_array
-from ..cuda._modules import ModuleCache
-from ..model import _dtypes
+from ..cuda._memory import resolve_device_array
 from ..model._describe import PipelineDescription, PortRef
 from ..model._errors import CudaError, DeviceLostError, EngineClosedError
-from ..model._events import Tier
+from ..model._events import STRUCTURE_EVENTS, CodeChanged, ParameterChanged, Tier
 from ..plan._liveness import BufferStats, buffer_stats
 from ..plan._plan import GraphPlan
 from ..streams._broadcast import Broadcast
-from ..streams._coalesce import PendingPlan, UpdatePlan
-from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
-from . import _batch, _profile, _shapes_io
+from ..streams._scheduler import FrameLoop
+from . import _profile, _shapes_io
 from ._batch import Batches
 from ._bounds import binding_refused
 from ._build import Builder
 from ._composites import Composites
+from ._frames import FrameRunner, check_frame_count
 from ._io import DataIO
 from ._model import Model
 from ._ports import EngineStream
-from ._records import AppliedUpdate, Diagnostic, Frame, Reporter
+from ._records import AppliedUpdate, Diagnostic, Frame
 from ._region_ops import add_region, remove_region_member
-from ._reload import HotReload
+from ._reload import HotReload, reload_failed
 from ._replace import replace_block
 from ._runtime import Runtime, quietly
-from ._tooltips import Link, port_text
+from ._tooltips import Link, engine_text, port_text
 from ._update import Updater
-
-_now = time.perf_counter_ns
-_ident = threading.get_ident
-_tuple_new = tuple.__new__
-_UNTIMED = _profile.UNTIMED
-
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
@@ -86,11 +75,7 @@ class Engine:
 
     def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, debug: bool = False,
                  profile: str = "none", driver=None, reuse_memory: bool = True):
-        self._debug = False
-        self._profile_level = "none"
-        self.debug = debug
-        self.profile = _profile.check_level(profile)
-        self.timing = timing
+        level = _profile.check_level(profile)
         try:
             self._open(device, sync, driver)
         except CudaError as e:
@@ -98,47 +83,33 @@ class Engine:
                 raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
             raise
         self._rt.reuse_memory = bool(reuse_memory)
-        self.profile = self._profile_level  # now that the runtime exists: tell it what to stamp
+        self._runner.configure("summary" if timing and level == "none" else level, bool(debug))
 
     def _open(self, device: int, sync: bool, driver) -> None:
         dev = Device(device, api=driver)
-        api = dev.api
         if driver is None:
             from ..sources import _nvrtc  # imported here, on the caller's thread, before any other thread
 
             _nvrtc.warm_up(dev.arch)  # NVRTC's ~200 ms first call, paid off the frame path (background thread)
         self.device = dev
         self.sync = sync
-        blocks: dict[int, Block] = {}
-        rt = Runtime(
-            device=dev, api=api, fast=FastDriver(api=api), stream=dev.create_stream(),
-            capture_stream=dev.create_stream(), pool=BufferPool(api), modules=ModuleCache(api),
-            pending=PendingPlan(self._change_subscriber_failed), reporter=Reporter(blocks, self._frame_index),
-            blocks=blocks)
-        self._rt: Runtime = rt
-        self._io = DataIO(rt, self._ensure_built, self)
+        self._rt = rt = Runtime.open(dev, self._subscriber_failed("changes", "the change was applied"))
+        self._io = DataIO(rt, lambda: self._updater.ensure_built(), self)
         self._model = Model(rt, self._io)
         self._composites = Composites(rt, self._model)
         self._builder = Builder(rt, self._io.upload_staged)
         self._updater = Updater(rt, self._builder)
         self._batches = Batches(rt, self._updater)  # engine.run_batch's graph, made on first use
-        self._frames = Broadcast(on_error=self._frame_subscriber_failed)
-        self._timings = Broadcast(on_error=self._frame_subscriber_failed)
+        self._frames = Broadcast(on_error=self._subscriber_failed("frames", "the frames go on"))
+        self._timings = Broadcast(on_error=self._subscriber_failed("frames", "the frames go on"))
         self._profiler = _profile.Profiler(rt, rt.fast, self._timings.emit)
-        self._file_changes = Broadcast(on_error=self._file_subscriber_failed)
-        self._loop: FrameLoop | None = None
-        self._last_loop: FrameLoop | None = None
-        self._stop_run: Callable[[], None] | None = None  # ends the run() in progress
+        self._file_changes = Broadcast(on_error=self._subscriber_failed("file_changes", "the reload goes on"))
+        self._runner = FrameRunner(rt, self._updater.apply_pending, self._io, self._profiler, self._batches,
+                                   self._frames, self._timings)
         self._reload: HotReload | None = None
-        self._ev_start = dev.create_event()
-        self._ev_end = dev.create_event()
-        self._ev_start_h, self._ev_end_h = int(self._ev_start), int(self._ev_end)
-        self._gpu_thread: int | None = threading.get_ident()
         self._closed = False
-        self._lost: DeviceLostError | None = None
-        self.last_frame: Frame | None = None
         # under Nsight (NVTX collecting) each frame is an NVTX range; otherwise nothing changes, not even a check
-        _nvtx.instrument(self, _tick="tick", run_batch="run_batch")
+        _nvtx.instrument(self._runner, tick="tick", run_batch="run_batch")
 
     # -- the model: blocks and connections (any thread) --------------------------------------------------
     @overload
@@ -155,17 +126,14 @@ class Engine:
         (``If``, ``While``, ...) comes with the blocks of its bodies that are not in the engine yet, and its
         condition port is connected."""
         self._check_open()
-        if isinstance(block, Composite):
-            inst = self._composites.add(block, self)
-            if self._reload is not None:
-                self._reload.refresh()
-            return inst
         if isinstance(block, Region):
             add_region(self, block)
             return block
-        self._model.add(block, self)
-        if self._reload is not None:
-            self._reload.refresh()
+        if isinstance(block, Composite):
+            block = self._composites.add(block, self)  # the instance
+        else:
+            self._model.add(block, self)
+        self._watch_new()
         return block
 
     def remove(self, block: Block | CompositeInstance) -> None:
@@ -204,8 +172,7 @@ class Engine:
         """
         self._check_open()
         replace_block(self._rt, self._io, self, old, new, self._composites.replaced)
-        if self._reload is not None:
-            self._reload.refresh()
+        self._watch_new()
         return new
 
     @property
@@ -223,11 +190,7 @@ class Engine:
     def connections(self) -> tuple[Link, ...]:
         """Every connection as a :class:`Link` ``(src, dst)`` of port handles (with its ``delay``);
         ``str(link)`` tells what travels on it."""
-        rt = self._rt
-        with rt.lock:
-            return tuple(Link(PortHandle(rt.blocks[c.src.block], c.src.port),
-                              PortHandle(rt.blocks[c.dst.block], c.dst.port), getattr(c, "delay", 0))
-                         for c in rt.connections.values())
+        return self._model.links()
 
     def connect(self, src: PortHandle, dst: PortHandle, *, delay: int = 0, initial=None) -> None:
         """Connect an output port to an input port. Raises ValidationError at once if the ports don't fit
@@ -288,49 +251,15 @@ class Engine:
     def tick(self, sync: bool | None = None) -> Frame:
         """Apply pending changes, launch the graph once, and (by default) wait for it."""
         self._check_open()
-        if self._loop is not None and threading.current_thread() is not self._loop.thread:
-            raise RuntimeError("engine.run(...) drives the frames on its own thread; dispose it before calling "
-                               "tick() yourself")
-        return self._tick(self.sync if sync is None else sync)
+        runner = self._runner
+        if runner.loop is not None:
+            runner.check_caller("tick")
+        return runner.tick(self.sync if sync is None else sync)
 
-    def _tick(self, sync: bool) -> Frame:
-        t0 = _now()
-        if _ident() != self._gpu_thread:
-            self.device.make_current()
-            self._gpu_thread = _ident()
-        rt = self._rt
-        try:
-            tiers = self._updater.apply_pending() if rt.pending.count else ()
-            g = rt.graph
-            timed = _UNTIMED
-            if g is not None:
-                io = self._io
-                if io.feeds:
-                    io.stage_feeds(g)
-                stream = rt.stream_h
-                if self._plain:  # no profiling, no debug: the frame is one launch (and a wait)
-                    err = g.launcher(stream)
-                    if err:
-                        rt.fast.raise_for(err, "cuGraphLaunch")
-                    if io.taps:
-                        io.enqueue_taps(g, rt.frame + 1)  # before the sync: a synced frame's outputs come with it
-                    if sync:
-                        rt.fast.wait(stream)
-                else:
-                    timed = _profile.launch_instrumented(self, g, stream, sync, t0)
-        except CudaError as e:
-            if is_sticky(e):
-                raise self._lose(e) from e
-            raise
-        rt.frame += 1
-        if g is not None and self._io.taps:
-            self._io.deliver_taps(sync, self._warn)
-        frame = _tuple_new(Frame, (rt.frame, (_now() - t0) / 1e3, tiers, "idle" if g is None else rt.reporter.state,
-                                   g is not None, *timed))  # Frame(...) without its Python-level __new__
-        self.last_frame = frame
-        if self._frames.observers:
-            self._frames.emit(frame)
-        return frame
+    @property
+    def last_frame(self) -> Frame | None:
+        """The Frame of the last tick or batch (None before the first)."""
+        return self._runner.last
 
     def run_batch(self, k: int, *, until: PortHandle | None = None) -> Frame:
         """Run ``k`` frames with one host launch, the GPU looping over the frame graph itself; returns when the
@@ -347,19 +276,22 @@ class Engine:
         >>> frame.frames                                         # doctest: +SKIP
         37
         """
-        return _batch.run_batch(self, k, until)
+        self._check_open()
+        check_frame_count(k)
+        self._runner.check_caller("run_batch")
+        return self._runner.run_batch(k, None if until is None else self._ref(until))
 
     @property
     def timing(self) -> bool:
         """Whether frames are timed (any profiling level but ``none``); setting it True selects ``summary``
         (when no level is set) and False selects ``none`` (from ``summary``)."""
-        return self._profile_level != "none"
+        return self._runner.level != "none"
 
     @timing.setter
     def timing(self, on: bool) -> None:
-        if on and self._profile_level == "none":
+        if on and self.profile == "none":
             self.profile = "summary"
-        elif not on and self._profile_level == "summary":
+        elif not on and self.profile == "summary":
             self.profile = "none"
 
     @property
@@ -373,23 +305,11 @@ class Engine:
         >>> engine.tick().blocks["forces"].gpu_us  # doctest: +SKIP
         41.7
         """
-        return self._profile_level
+        return self._runner.level
 
     @profile.setter
     def profile(self, level: str) -> None:
-        level = _profile.check_level(level)
-        before = _profile.stamps_for(self._profile_level)
-        self._profile_level = level
-        self._plain = level == "none" and not self._debug
-        rt = getattr(self, "_rt", None)
-        if rt is None:  # during construction
-            return
-        self._profiler.level = level
-        rt.stamps = _profile.stamps_for(level)
-        if rt.stamps != before and rt.blocks:
-            from ..model._events import ProfileChanged
-
-            rt.pending.add(ProfileChanged(level))
+        self._runner.configure(_profile.check_level(level), self._runner.debug)
 
     @property
     def timings(self) -> Observable:
@@ -401,25 +321,11 @@ class Engine:
     @property
     def debug(self) -> bool:
         """Run each frame's nodes one by one, waiting after each, so a faulting kernel is named (slow)."""
-        return self._debug
+        return self._runner.debug
 
     @debug.setter
     def debug(self, on: bool) -> None:
-        self._debug = bool(on)
-        self._plain = self._profile_level == "none" and not self._debug
-
-    def _lose(self, err: CudaError) -> DeviceLostError:
-        """The context is gone (sticky error): say so once, clearly, and refuse GPU work from now on."""
-        if self._lost is None:
-            g = self._rt.graph
-            if err.node is not None:  # Engine(debug=True) found the node
-                kernels: tuple[str, ...] = (err.node,)
-            else:
-                kernels = tuple(dict.fromkeys(n.label for n in g.plan.nodes)) if g is not None else ()
-            self._lost = DeviceLostError(err.call, err.name, err.explanation, err.code, device=self.device.ordinal,
-                                         kernels=kernels[:8], exact=err.node is not None)
-            self._rt.reporter.publish(Diagnostic("error", "engine", str(self._lost), self._rt.frame))
-        return self._lost
+        self._runner.configure(self._runner.level, bool(on))
 
     def run(self, clock=60.0, *, sync: bool | None = None, switch_interval: float | None = RUN_SWITCH_INTERVAL):
         """Produce frames on the engine's own thread until the returned disposable is disposed.
@@ -438,92 +344,29 @@ class Engine:
         >>> running.dispose()                                                     # doctest: +SKIP
         """
         self._check_open()
-        if self._loop is not None:
-            raise RuntimeError("the engine is already running; dispose the previous run() first")
-        sync_ = self.sync if sync is None else sync
-
-        def on_error(e: Exception) -> None:
-            self._rt.reporter.error(e, None, "frame", keeps="the frame loop goes on")
-
-        def tick() -> None:
-            self._tick(sync_)
-
-        loop = FrameLoop(tick, self.device.make_current, on_error)
-        self._loop = self._last_loop = loop
-        try:
-            stop = loop.start(clock)  # a bad clock raises before the thread starts
-        except BaseException:
-            self._loop = None
-            raise
-        if switch_interval is not None:
-            SWITCH_INTERVAL.acquire(switch_interval)
-        stopped = False
-
-        def dispose() -> None:
-            nonlocal stopped
-            if stopped:
-                return
-            stopped = True
-            stop.dispose()
-            if switch_interval is not None:
-                SWITCH_INTERVAL.release()
-            if self._loop is loop:
-                self._loop = None
-            self._gpu_thread = None
-            self._stop_run = None
-
-        self._stop_run = dispose
-        return Disposable(dispose)
+        return Disposable(self._runner.run(clock, self.sync if sync is None else sync, switch_interval))
 
     @property
     def running(self) -> bool:
-        return self._loop is not None
+        return self._runner.loop is not None
 
     @property
     def loop(self) -> FrameLoop | None:
         """The frame loop of the current (or last) ``run()``: its ``stats`` count frames, ticks merged into
         later frames, and how late frames started (mostly waiting for the GIL)."""
-        return self._loop or self._last_loop
+        return self._runner.loop or self._runner.last_loop
 
     def _gpu(self, fn, *args):
         """Run ``fn`` where the GPU may be touched: here, or on the engine thread while run() drives frames."""
-        if self._lost is not None:
-            raise self._lost
-        loop = self._loop
-        if loop is not None and threading.current_thread() is not loop.thread:
-            return loop.call(fn, *args)
-        if threading.get_ident() != self._gpu_thread:
-            self.device.make_current()
-            self._gpu_thread = threading.get_ident()
-        try:
-            return fn(*args)
-        except CudaError as e:
-            if is_sticky(e):
-                raise self._lose(e) from e
-            raise
+        if self._runner.lost is not None:
+            raise self._runner.lost
+        return self._runner.on_gpu(fn, *args)
 
     def rebuild(self) -> None:
         """Apply pending changes now and rebuild the graph, raising instead of reporting: a planning failure
         is one ValidationError listing every problem found (``err.problems``, warnings included)."""
         self._check_open()
-        self._gpu(self._rebuild_now)
-
-    def _rebuild_now(self) -> None:
-        up = self._rt.pending.drain()
-        if up is not None:
-            self._updater.apply(up, raise_errors=True)
-        if up is None or not up.structure:
-            self._builder.build(raise_errors=True)
-
-    def _ensure_built(self):
-        rt = self._rt
-        if rt.pending.count or rt.graph is None:
-            self._updater.apply(rt.pending.drain() or UpdatePlan())
-        if rt.graph is None:
-            log = rt.reporter.log
-            why = log[-1].message if log else "nothing was built"
-            raise RuntimeError(f"the pipeline has no working graph yet: {why}")
-        return rt.graph
+        self._gpu(self._updater.rebuild_now)
 
     def synchronize(self) -> None:
         """Wait for every frame in flight."""
@@ -703,21 +546,15 @@ class Engine:
 
     @property
     def parameter_changes(self) -> Observable:
-        from ..model._events import ParameterChanged
-
         return self._rt.pending.of_type(ParameterChanged)
 
     @property
     def structure_changes(self) -> Observable:
         """Blocks added, removed or changed, connections made or removed."""
-        from ..model._events import STRUCTURE_EVENTS
-
         return self._rt.pending.of_type(*STRUCTURE_EVENTS)
 
     @property
     def code_changes(self) -> Observable:
-        from ..model._events import CodeChanged
-
         return self._rt.pending.of_type(CodeChanged)
 
     @property
@@ -734,23 +571,21 @@ class Engine:
         """
         self._check_open()
         if self._reload is None:
-            self._reload = HotReload(lambda: self.blocks, self._reload_failed, self._file_changes.emit,
+            self._reload = HotReload(lambda: self.blocks, reload_failed(self._rt),
+                                     self._file_changes.emit,
                                      debounce=debounce, scheduler=scheduler)
         self._reload.refresh()
         return Disposable(self._stop_watch)
+
+    def _watch_new(self) -> None:
+        """Watch the files of blocks just added (while watch() is on)."""
+        if self._reload is not None:
+            self._reload.refresh()
 
     def _stop_watch(self) -> None:
         if self._reload is not None:
             self._reload.close()
             self._reload = None
-
-    def _reload_failed(self, err: Exception, block, what: str) -> None:
-        if block is not None:
-            block.state, block.message = "warning", f"{what} failed, the previous kernel keeps running: {err}"
-        details = tuple(getattr(err, "diagnostics", ()))
-        self._rt.reporter.publish(Diagnostic("error", block.name if block else "watch",
-                                             f"{what} failed, the previous kernel keeps running: {err}",
-                                             self._rt.frame, block.id if block else None, details))
 
     def _warn(self, subject: str, message: str, block=None) -> None:
         self._rt.reporter.warn(subject, message, block)
@@ -768,24 +603,17 @@ class Engine:
     def _port_text(self, port: PortHandle) -> str:  # str(port) of a block in this engine (PortHandle.__str__)
         return port_text(port)
 
-    def _frame_index(self) -> int:
-        return self._rt.frame
-
-    def _change_subscriber_failed(self, err: Exception, event) -> None:
-        self._warn("engine.changes", f"a subscriber raised {type(err).__name__}: {err}; the change was applied")
-
-    def _file_subscriber_failed(self, err: Exception, event) -> None:
-        self._warn("engine.file_changes", f"a subscriber raised {type(err).__name__}: {err}; the reload goes on")
-
-    def _frame_subscriber_failed(self, err: Exception, frame) -> None:
-        self._warn("engine.frames", f"a subscriber raised {type(err).__name__}: {err}; the frames go on")
+    def _subscriber_failed(self, stream: str, goes_on: str) -> Callable[[Exception, object], None]:
+        """What a Broadcast of ``engine.<stream>`` calls when a subscriber raises: a warning, and on it goes."""
+        return lambda err, item: self._warn(f"engine.{stream}", f"a subscriber raised {type(err).__name__}: {err}; "
+                                                                f"{goes_on}")
 
     # -- lifetime ------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise EngineClosedError("the engine is closed; create a new one")
-        if self._lost is not None:
-            raise self._lost
+        if self._runner.lost is not None:
+            raise self._runner.lost
 
     @property
     def closed(self) -> bool:
@@ -798,13 +626,12 @@ class Engine:
         if self._closed:
             return
         rt = self._rt
-        if self._stop_run is not None:
-            quietly(self._stop_run)
+        quietly(self._runner.stop)
         quietly(self._stop_watch)
         for b in list(rt.blocks.values()):
             quietly(b.dispose_bindings)
         self._closed = True
-        lost = self._lost is not None
+        lost = self._runner.lost is not None
         if not lost:
             quietly(self.device.make_current)
             try:
@@ -813,23 +640,15 @@ class Engine:
                 lost = is_sticky(e)
         self._io.close()
         if not lost:  # with the context gone, driver calls only fail: the process exit frees everything
-            quietly(self._batches.release)
-            quietly(self._profiler.close)
+            self._runner.close()
             quietly(self._builder.close)
-            quietly(rt.modules.close)
-            quietly(rt.pool.close)
-            for ev in (self._ev_start, self._ev_end):
-                quietly(lambda ev=ev: rt.api.cuEventDestroy(ev))
-            for s in (rt.stream, rt.capture_stream):
-                quietly(lambda s=s: rt.api.cuStreamDestroy(s))
+            rt.release()
         for stream in (self._frames, self._timings, self._file_changes):
             stream.close()
         self._updater.close()
         rt.reporter.close()
         rt.pending.close()
-        for b in rt.blocks.values():
-            b._sink = None
-            b._engine = None
+        self._model.detach_all()
         quietly(self.device.close)
 
     def __enter__(self) -> Engine:
@@ -839,34 +658,11 @@ class Engine:
         self.close()
 
     def __str__(self) -> str:
-        rt = self._rt
-        g = rt.graph
-        last_ms = self._builder.last_build_ms
-        lines = [f"engine on {self.device.name} ({self.device.arch}): frame {rt.frame}, "
-                 f"{len(rt.blocks)} blocks, {len(rt.connections)} connections, "
-                 f"{len(g.plan.nodes) if g else 0} graph nodes, {self.rebuilds} rebuilds"
-                 + (f" (the last took {last_ms:.1f} ms)" if last_ms is not None else "")
-                 + f", profile {self.profile}"]
-        if self.last_frame:
-            f = self.last_frame
-            gpu = f", {f.gpu_us:.1f} us GPU" if f.gpu_us is not None else ""
-            lines.append(f"  last frame: {f.host_us:.1f} us host{gpu}, tiers {f.tiers or '-'}")
-        s = rt.pool.stats
-        lines.append(f"  memory: {s.in_use} buffers in use, {s.bytes_reserved / 2**20:.1f} MiB reserved")
-        classes = rt.pool.by_class()
-        if classes:
-            size = _dtypes.format_bytes
-            lines.append("    by pool class: " + ", ".join(f"{size(c)} x{u}" + (f" (+{f} free)" if f else "")
-                                                       for c, (u, f) in classes.items()))
-        if g is not None:
-            lines.append(f"    graph buffers: {self.stats}")
-        for b in rt.blocks.values():
-            lines.append(f"  {b.name}: {b.state}" + (f" — {b.message}" if b.message else ""))
-        return "\n".join(lines)
+        """The device, frame, blocks, graph, last frame, memory and each block's state, on a few lines."""
+        return engine_text(self)
 
     def __repr__(self) -> str:
         return f"<Engine {self.device.name} frame={self._rt.frame} blocks={len(self._rt.blocks)}>"
-
 
 
 __all__ = ["AppliedUpdate", "Diagnostic", "Engine", "EngineStream", "Frame", "Tier"]

@@ -21,6 +21,7 @@ from . import _shapes_io
 from ._delaystate import check_shared_initial, initial_connection
 from ._io import DataIO
 from ._runtime import Runtime
+from ._tooltips import Link
 
 
 def _bounds_info(rt: Runtime, block: Block) -> None:
@@ -64,6 +65,20 @@ class Model:
             block.state, block.message = "not built", ""
         rt.pending.add(BlockAdded(block.id, block.name))
         _bounds_info(rt, block)
+
+    def detach_all(self) -> None:
+        """The engine closed: its blocks no longer report to it."""
+        for b in self.rt.blocks.values():
+            b._sink = None
+            b._engine = None
+
+    def links(self) -> tuple[Link, ...]:
+        """Every connection as a Link of port handles (``engine.connections``)."""
+        rt = self.rt
+        with rt.lock:
+            return tuple(Link(PortHandle(rt.blocks[c.src.block], c.src.port),
+                              PortHandle(rt.blocks[c.dst.block], c.dst.port), getattr(c, "delay", 0))
+                         for c in rt.connections.values())
 
     def remove(self, block: Block, gpu: Callable) -> None:
         rt, io = self.rt, self.io

@@ -1,10 +1,12 @@
 """Hot reload: a saved kernel file becomes new code for the blocks that use it, off the engine thread.
 
 File events are debounced and deduplicated by content (``watch_files``). For each change the kernel is
-loaded or recompiled on the watcher's thread, then handed to the block (``Block.set_code``), which folds a
-Code-tier change (same parameter layout) or a Structure-tier change into the engine's pending plan. A file
-that fails to load or compile produces one diagnostic with the loader's or compiler's message; the old
-kernel keeps running.
+loaded or recompiled on the watcher's thread by ``Block.reload_kernel`` (the path ``Block.reload`` takes
+too), which hands new code to ``Block.set_code``: a Code-tier change (same parameter layout) or a
+Structure-tier change folded into the engine's pending plan. The Code tier swaps the function in the exec
+node and records the code key in the running plan (``_build.runs_code``), the one place that says what
+runs. A file that fails to load or compile produces one diagnostic with the loader's or compiler's message;
+the old kernel keeps running.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from reactivex.disposable import CompositeDisposable
 from ..cuda import _nvtx
 from ..model._events import FileChanged, Tier
 from ..streams._files import watch_files
+from ._records import Diagnostic
 
 
 def kernel_files(blocks) -> dict[str, list[tuple[object, str]]]:
@@ -32,6 +35,21 @@ def kernel_files(blocks) -> dict[str, list[tuple[object, str]]]:
                 out.setdefault(origin, []).append((b, k.name))
                 out.setdefault(str(Path(origin).with_suffix(".json")), []).append((b, k.name))
     return out
+
+
+def reload_failed(rt) -> Callable[[Exception, object, str], None]:
+    """What a HotReload of the engine with runtime ``rt`` reports through: a failed reload (or watch) puts its
+    block in "warning" and publishes one error diagnostic saying the previous kernel keeps running."""
+
+    def report(err: Exception, block, what: str) -> None:
+        message = f"{what} failed, the previous kernel keeps running: {err}"
+        if block is not None:
+            block.state, block.message = "warning", message
+        details = tuple(getattr(err, "diagnostics", ()))
+        rt.reporter.publish(Diagnostic("error", block.name if block else "watch", message, rt.frame,
+                                    block.id if block else None, details))
+
+    return report
 
 
 class HotReload:
@@ -65,19 +83,17 @@ class HotReload:
             self.reload(block, kernel)
 
     def reload(self, block, kernel: str) -> Tier | None:
-        from ..sources._load import load_source
-
-        spec = block.description.kernel(kernel)
+        """The one reload path (``Block.reload_kernel``, which ``Block.reload`` takes too), reporting a broken
+        save instead of raising; the tier of the change, or None."""
         try:
-            code = load_source(spec.code.origin, entry=spec.code.entry)
+            tier = block.reload_kernel(kernel)
         except Exception as e:  # a broken save: report it, keep the old kernel
             self.failures += 1
             self._report(e, block, "reload")
             return None
-        if code.key == spec.code.key and code.signature == spec.code.signature:
-            return None
-        self.reloads += 1
-        return block.set_code(kernel, code)
+        if tier is not None:
+            self.reloads += 1
+        return tier
 
     def close(self) -> None:
         self._subs.dispose()

@@ -4,7 +4,9 @@ A resize (``engine.resize``, ``engine.write(..., resize=True)``) is a structure 
 every shape again. When the new plan differs from the running one only in kernel launches, scalar values (the
 "size" scalars that followed), the byte counts of delayed connections' copies and buffer sizes, and every
 buffer whose size changed still fits the memory it has (its pool size class, or its shared allocation), the
-running executable graph takes the new launches and values by exec-node updates
+running executable graph takes the new launches and values by exec-node updates (a value or a launch the
+Parameters tier set since the build is compared with what the graph holds, not with the running plan's copy,
+stale since)
 (``cuGraphExecKernelNodeSetParams`` once per touched node, ``cuGraphExecMemcpyNodeSetParams`` per copy: the
 Parameters tier), with no new graph, no instantiation and no allocation. Otherwise the Builder rebuilds:
 buffers that no longer fit are reallocated (those that kept their size stay), and the new graph replaces the
@@ -15,6 +17,7 @@ instantiating.
 from __future__ import annotations
 
 from ..cuda._driver import check
+from ..model._describe import Launch
 from ..plan import _shapes
 
 
@@ -26,21 +29,28 @@ def try_in_place(builder, desc, gp) -> bool:
     g = rt.graph
     if g is None or gp.shapes == g.plan.shapes:
         return False  # nothing was resized: a rebuild
-    delta = _shapes.in_place(g.plan, gp, builder.node_code)
+    delta = _shapes.in_place(g.plan, gp)
     if delta is None:
         return False
     if not _fits(builder, g, gp, delta.buffers):
         return False
     for nid, (launch, values) in delta.nodes.items():
         node = g.nodes[nid]
-        for i, value in values:
-            view, idx = node.slots[i]
-            view[idx] = value
+        written = [_write(g, nid, i, value) for i, value in values]
         if launch is not None:
             g.set_launch(nid, launch)
-        else:
+        elif any(written):  # (a value that differs from the old plan's copy only, the graph holds already)
             g.mark(nid)
         node.plan = gp.nodes[nid]
+    for key in tuple(g.patches):  # values written since the build: the old plan's copy of them is stale
+        for nid, i in gp.slots.get(key, ()):
+            if _write(g, nid, i, gp.nodes[nid].args[i].value):
+                g.mark(nid)
+    for entry in desc.blocks:  # launches set since the build (set_launch): the same
+        for kernel in entry.launches:
+            nid = gp.kernel_nodes.get((entry.id, kernel))
+            if nid is not None and _launch_of(g.nodes[nid].params) != gp.nodes[nid].launch:
+                g.set_launch(nid, gp.nodes[nid].launch)
     g.flush()
     for nid, nbytes in delta.copies.items():  # a delayed connection's end-of-frame copy of a resized buffer
         node = g.nodes[nid]
@@ -61,6 +71,20 @@ def try_in_place(builder, desc, gp) -> bool:
         rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None)
     builder._on_built()  # host data written for the new shape waits for this
     return True
+
+
+def _write(g, nid: int, i: int, value) -> bool:
+    """Write argument ``i`` of kernel node ``nid`` into the graph's argument storage; whether it changed."""
+    view, idx = g.nodes[nid].slots[i]
+    was = view[idx]
+    view[idx] = value
+    return bool(view[idx] != was)
+
+
+def _launch_of(p) -> Launch:
+    """The launch geometry a kernel node's params hold now."""
+    return Launch(grid=(p.gridDimX, p.gridDimY, p.gridDimZ), block=(p.blockDimX, p.blockDimY, p.blockDimZ),
+                  shared_mem=p.sharedMemBytes)
 
 
 def _fits(builder, g, gp, changed) -> bool:

@@ -54,6 +54,18 @@ class Runtime:
     def __attrs_post_init__(self) -> None:
         self.stream_h = int(self.stream)
 
+    @classmethod
+    def open(cls, device: Device, on_change_error) -> Runtime:
+        """The runtime of a new engine on ``device``: its streams, memory pool, module cache, pending plan
+        (``on_change_error(err, event)``: where a failing subscriber of its changes is reported) and reporter."""
+        api = device.api
+        blocks: dict = {}
+        rt: Runtime
+        rt = cls(device=device, api=api, fast=FastDriver(api=api), stream=device.create_stream(),
+                 capture_stream=device.create_stream(), pool=BufferPool(api), modules=ModuleCache(api),
+                 pending=PendingPlan(on_change_error), reporter=Reporter(blocks, lambda: rt.frame), blocks=blocks)
+        return rt
+
     def snapshot(self) -> PipelineDescription:
         """The pipeline as pure data, as the planner sees it."""
         with self.lock:
@@ -75,6 +87,13 @@ class Runtime:
 
     def synchronize(self) -> None:
         check(self.api.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    def release(self) -> None:
+        """Free the module cache, the memory pool and the streams (the GPU is done with them; never raises)."""
+        quietly(self.modules.close)
+        quietly(self.pool.close)
+        for s in (self.stream, self.capture_stream):
+            quietly(lambda s=s: self.api.cuStreamDestroy(s))
 
 
 def quietly(fn) -> None:

@@ -1,4 +1,5 @@
-"""Tooltips: what a port or a link holds, in one line, read from the plan the engine runs (never the GPU).
+"""Tooltips: what a port or a link holds, in one line, read from the plan the engine runs (never the GPU);
+and ``str(engine)``, the engine on a few lines.
 
 ``str(port)`` and ``str(link)`` give the element type and shape, the bytes, the pool class of its buffer, and
 whose memory it is (engine-owned, shared by memory reuse, bound to a user array, fed from the host, zeros).
@@ -76,3 +77,31 @@ class Link(tuple):
     def __repr__(self) -> str:
         src, dst = self
         return f"<link {src.block.name}.{src.name} -> {dst.block.name}.{dst.name}>"
+
+
+def engine_text(engine) -> str:
+    """``str(engine)``: device, frame, blocks, graph, rebuilds, the last frame, memory and each block's state."""
+    rt = engine._rt
+    g = rt.graph
+    last_ms = engine._builder.last_build_ms
+    lines = [f"engine on {engine.device.name} ({engine.device.arch}): frame {rt.frame}, "
+             f"{len(rt.blocks)} blocks, {len(rt.connections)} connections, "
+             f"{len(g.plan.nodes) if g else 0} graph nodes, {engine.rebuilds} rebuilds"
+             + (f" (the last took {last_ms:.1f} ms)" if last_ms is not None else "")
+             + f", profile {engine.profile}"]
+    f = engine.last_frame
+    if f:
+        gpu = f", {f.gpu_us:.1f} us GPU" if f.gpu_us is not None else ""
+        lines.append(f"  last frame: {f.host_us:.1f} us host{gpu}, tiers {f.tiers or '-'}")
+    s = rt.pool.stats
+    lines.append(f"  memory: {s.in_use} buffers in use, {s.bytes_reserved / 2**20:.1f} MiB reserved")
+    classes = rt.pool.by_class()
+    if classes:
+        size = _dtypes.format_bytes
+        lines.append("    by pool class: " + ", ".join(f"{size(c)} x{u}" + (f" (+{n} free)" if n else "")
+                                                   for c, (u, n) in classes.items()))
+    if g is not None:
+        lines.append(f"    graph buffers: {engine.stats}")
+    for b in rt.blocks.values():
+        lines.append(f"  {b.name}: {b.state}" + (f" — {b.message}" if b.message else ""))
+    return "\n".join(lines)

@@ -4,9 +4,14 @@
   are subsumed. When it fails, the lower tiers still reach the last good graph: nothing is lost.
 - Code: load the new module and swap the function in the exec node, keeping its arguments.
 - Parameters: the one path for values, rebound arrays and launch geometry. A value goes through the
-  compiled graph's patch table into its nodes' argument storage (one exec-node update per node); a
-  library scalar in device memory is one copy; a host scalar of a library call, or an array a library
-  call reads, recaptures that call node alone -- reported as the Recapture tier.
+  compiled graph's patch table (``CompiledGraph.patches``) into its nodes' argument storage (one exec-node
+  update per node); a library scalar in device memory is one copy; a host scalar of a library call, or an
+  array a library call reads, recaptures that call node alone with the drained value -- reported as the
+  Recapture tier.
+
+A parameter's value travels one way: the setter folds it into the pending plan, the drain hands it here, and
+it is written where the running graph reads it (argument storage, device memory, a capture). One
+AppliedUpdate is published per applied plan (``_notify``).
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ from ..model._describe import PortRef
 from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import UpdatePlan
-from ._build import Builder, write_device_scalar
+from ._build import Builder, codes_in_use, runs_code, write_device_scalar
 from ._records import AppliedUpdate
 from ._runtime import Runtime
 
 _PARAMETERS = (Tier.PARAMETERS,)
 _tuple_new = tuple.__new__  # builds a named tuple without its Python-level __new__ (the hot path)
+_now = time.perf_counter_ns
 
 
 class Updater:
@@ -48,8 +54,8 @@ class Updater:
 
     # -- entry points --------------------------------------------------------------------------------
     def apply_pending(self, raise_errors: bool = False) -> tuple[Tier, ...]:
-        """Apply everything pending. Values alone (the common case) skip the plan object, and one value of
-        kernel nodes alone goes straight through the patch table to its nodes' exec updates."""
+        """Apply everything pending. Values alone (the common case) skip the plan object, and one value that
+        kernel nodes alone read goes straight through the patch table to its nodes' exec updates."""
         rt = self.rt
         self.applied += 1  # what a GPU-driven batch compares to know its copy of the graph is stale
         pending = rt.pending
@@ -58,7 +64,7 @@ class Updater:
             up = pending.drain()
             return self.apply(up, raise_errors) if up else ()
         observed = self.updates.observers
-        t0 = time.perf_counter_ns() if observed else 0
+        t0 = _now() if observed else 0
         events = pending.count
         params = pending.take_parameters()
         limits = self._limits if self._limits_plan is g.plan else self._count_limits(g)
@@ -66,10 +72,10 @@ class Updater:
             params = self._within(params, limits)
             if not params:
                 return ()
-        targets = g.hot[next(iter(params))] if len(params) == 1 else None
-        if targets is not None:  # the hot path
+        patch = g.patches[next(iter(params))] if len(params) == 1 else None
+        if patch is not None and patch[1]:  # the hot path
             (value,) = params.values()
-            for view, idx, update in targets:
+            for _nid, view, idx, update in patch[0]:
                 view[idx] = value
                 err = update()
                 if err:
@@ -78,19 +84,12 @@ class Updater:
         else:
             tiers = self.apply_values(params, raise_errors=raise_errors)
         if observed:
-            blocks = rt.blocks
-            if len(params) == 1:
-                (bid, _), = params
-                names = (blocks[bid].name,) if bid in blocks else ()
-            else:
-                names = tuple(sorted({blocks[b].name for b, _ in params if b in blocks}))
-            self.updates.emit(_tuple_new(AppliedUpdate, (rt.frame + 1, tiers, names,
-                                                          (time.perf_counter_ns() - t0) / 1e9, events)))
+            self._notify({bid for bid, _ in params}, tiers, t0, events)
         return tiers
 
     def apply(self, up: UpdatePlan, raise_errors: bool = False) -> tuple[Tier, ...]:
         """Apply a drained plan, highest tier first; returns the tiers that were applied."""
-        t0 = time.perf_counter_ns()
+        t0 = _now()
         done: list[Tier] = []
         tiers = up.tiers
         if self.rt.graph is None and Tier.STRUCTURE not in tiers:
@@ -103,8 +102,29 @@ class Updater:
             if self.rt.graph is None:
                 break  # no graph to apply anything else to
         out = tuple(dict.fromkeys(done))
-        self._notify(up, out, t0)
+        if self.updates.observers:
+            self._notify(up.blocks(), out, t0, up.events)
         return out
+
+    def rebuild_now(self) -> None:
+        """``engine.rebuild()``: apply what is pending and rebuild, raising instead of reporting."""
+        up = self.rt.pending.drain()
+        if up is not None:
+            self.apply(up, raise_errors=True)
+        if up is None or not up.structure:
+            self.builder.build(raise_errors=True)
+
+    def ensure_built(self):
+        """The running graph after applying what is pending (a first build when there is none yet); a
+        RuntimeError saying why when there is still none."""
+        rt = self.rt
+        if rt.pending.count or rt.graph is None:
+            self.apply(rt.pending.drain() or UpdatePlan())
+        if rt.graph is None:
+            log = rt.reporter.log
+            why = log[-1].message if log else "nothing was built"
+            raise RuntimeError(f"the pipeline has no working graph yet: {why}")
+        return rt.graph
 
     # -- handlers: each returns the tiers it applied ----------------------------------------------
     def _structure(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
@@ -135,8 +155,8 @@ class Updater:
                 if raise_errors:
                     raise
                 continue
-            self.builder.node_code[nid] = code.key
-            rt.modules.prune(set(self.builder.node_code.values()))
+            runs_code(g, nid, code.key)
+            rt.modules.prune(codes_in_use(g.plan))
             block.state, block.message = "ok", ""
             rt.reporter.refresh()
             swapped = True
@@ -172,45 +192,54 @@ class Updater:
     # -- the one Parameters path ---------------------------------------------------------------------
     def apply_values(self, params: dict, rebinds: dict | None = None, launches: dict | None = None,
                      raise_errors: bool = False) -> tuple[Tier, ...]:
+        """Write drained values through the patch table (kernel nodes), into device memory (library scalars
+        there) or into the captures of the library calls that read them; rebind arrays; set launches."""
         g = self.rt.running()
         p = g.plan
-        recapture: dict[int, None] = {}
+        patches = g.patches
+        recapture: dict[int, dict] = {}  # call node -> the drained values (parameter -> value) it is captured with
         patched = bool(launches)  # anything written into kernel/memset nodes or device memory
         for key, value in params.items():
-            targets = g.scalar_views[key]
-            if targets is not None:
+            targets, plain = patches[key]
+            if targets:
                 patched = True
-                for nid, view, idx in targets:
+                for nid, view, idx, _update in targets:
                     view[idx] = value
                     g.mark(nid)
+            if plain:
+                continue
             sid = p.device_scalars.get(key)
             if sid is not None:
                 patched = True
                 write_device_scalar(self.rt, sid, value)
             for nid in p.recapture.get(key, ()):
-                recapture[nid] = None
+                recapture.setdefault(nid, {})[key[1]] = value
         for (bid, port), ext in (rebinds or {}).items():
             buf = p.port_buffers.get(PortRef(bid, port))
             if buf is not None and p.buffers[buf].kind == "external":
                 calls = g.set_buffer(buf, ext.ptr)
                 patched = patched or len(calls) < len(g.consumers.get(buf, ()))
-                recapture.update(dict.fromkeys(calls))
+                for nid in calls:
+                    recapture.setdefault(nid, {})
         for (bid, kernel), launch in (launches or {}).items():
             nid = p.kernel_nodes.get((bid, kernel))
             if nid is not None:
                 g.set_launch(nid, launch)
         g.flush()
         done = [Tier.PARAMETERS] if patched or not recapture else []
-        if any([self._recapture(nid, raise_errors) for nid in recapture]):
+        if any([self._recapture(nid, values, raise_errors) for nid, values in recapture.items()]):
             done.insert(0, Tier.RECAPTURE)
         return tuple(done)
 
-    def _recapture(self, nid: int, raise_errors: bool) -> bool:
+    def _recapture(self, nid: int, changed: dict, raise_errors: bool) -> bool:
+        """Capture a call node again with the drained values ``changed`` (parameter name -> value) and, for
+        its other scalars, the values of its last capture."""
         rt = self.rt
         g = rt.running()
         block = rt.blocks.get(getattr(g.plan.nodes[nid], "block", None))
+        last = g.nodes[nid].args  # the CaptureArgs it runs with now
         try:
-            g.recapture(nid, self.builder.capture)
+            g.recapture(nid, lambda node, pointers: self.builder.capture(node, pointers, last, changed))
         except Exception as e:
             rt.reporter.error(e, block, "recapture")
             if raise_errors:
@@ -219,14 +248,11 @@ class Updater:
         self.recaptures += 1
         return True
 
-    # -- reporting -----------------------------------------------------------------------------------
-    def _notify(self, up: UpdatePlan, done: tuple, t0: int) -> None:
-        if not self.updates.observers:
-            return
+    # -- reporting: the one place an AppliedUpdate is made ------------------------------------------
+    def _notify(self, block_ids, tiers: tuple, t0: int, events: int) -> None:
         blocks = self.rt.blocks
-        names = tuple(sorted(blocks[b].name if b in blocks else f"#{b}" for b in up.blocks()))
-        self.updates.emit(AppliedUpdate(self.rt.frame + 1, done, names, (time.perf_counter_ns() - t0) / 1e9,
-                                           up.events))
+        names = tuple(sorted({blocks[b].name if b in blocks else f"#{b}" for b in block_ids}))
+        self.updates.emit(_tuple_new(AppliedUpdate, (self.rt.frame + 1, tiers, names, (_now() - t0) / 1e9, events)))
 
     def _subscriber_failed(self, err: Exception, item) -> None:
         self.rt.reporter.warn("engine.updates", f"a subscriber raised {type(err).__name__}: {err}")

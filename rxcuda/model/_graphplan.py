@@ -44,8 +44,9 @@ class BufferArg(NamedTuple):
 
 
 class ScalarArg(NamedTuple):
-    """A node argument passed by value: ``size`` bytes of ``dtype`` holding ``value``, the current value of
-    the block parameter ``name`` (the Parameters tier rewrites it in place) or a fixed default."""
+    """A node argument passed by value: ``size`` bytes of ``dtype`` holding ``value``, the value the block
+    parameter ``name`` had when the plan was made, or a fixed default. A graph built from the plan starts
+    with it; later values go into the graph's argument storage (the Parameters tier), never back here."""
 
     block: int
     name: str | None  # the block parameter feeding it; None: fixed at its default

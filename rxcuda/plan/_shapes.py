@@ -342,11 +342,11 @@ class InPlace:
 _SAME_FIELDS = ("deps", "port_buffers", "counters", "slots", "device_scalars", "recapture", "kernel_nodes")
 
 
-def in_place(old, new, code_keys: Mapping[int, str] | None = None) -> InPlace | None:
+def in_place(old, new) -> InPlace | None:
     """The difference of ``new`` from ``old`` (two GraphPlans) if it is only launches, scalar values and
-    buffer sizes of the same nodes and buffers, else None. ``code_keys``: node id -> the code it runs now (after
-    code swaps the running plan's keys are stale). Pure; O(nodes + buffers), and O(1) when the node or buffer
-    counts differ."""
+    buffer sizes of the same nodes and buffers, else None. Pure; O(nodes + buffers), and O(1) when the node or
+    buffer counts differ. (A value the Parameters tier wrote since ``old`` was built differs from its copy in
+    ``old``: the caller compares those with what the graph holds.)"""
     if len(old.nodes) != len(new.nodes) or len(old.buffers) != len(new.buffers):
         return None
     for f in attrs.fields(type(new)):
@@ -367,8 +367,7 @@ def in_place(old, new, code_keys: Mapping[int, str] | None = None) -> InPlace | 
         if (o.id, o.block, o.kernel, o.label, o.reads, o.writes) != (n.id, n.block, n.kernel, n.label, n.reads,
                                                                      n.writes):
             return None
-        running = code_keys.get(o.id, o.code_key) if code_keys else o.code_key
-        if running != n.code_key or len(o.args) != len(n.args):
+        if o.code_key != n.code_key or len(o.args) != len(n.args):
             return None
         values = []
         for i, (a, b) in enumerate(zip(o.args, n.args, strict=True)):

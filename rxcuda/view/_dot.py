@@ -481,7 +481,7 @@ def save_driver_graph(engine: Engine, path, *, verbose: bool = False) -> pathlib
     engine._check_open()
 
     def write() -> None:
-        engine._ensure_built().debug_dot(path, verbose=bool(verbose))
+        engine._updater.ensure_built().debug_dot(path, verbose=bool(verbose))
 
     engine._gpu(write)
     return path

@@ -80,7 +80,7 @@ def test_not_collecting_makes_no_nvtx_calls_and_leaves_the_tick_alone(fake):
         engine.tick()
         mul.params["scale"].value = 2.0
         engine.tick()
-        assert "_tick" not in vars(engine) and "apply_pending" not in vars(engine._updater)
+        assert "tick" not in vars(engine._runner) and "apply_pending" not in vars(engine._updater)
         assert "build" not in vars(engine._builder)
     assert fake.calls == []
     assert _nvtx.range("compile x") is _nvtx.range("compile y")  # one shared no-op

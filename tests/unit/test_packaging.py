@@ -146,7 +146,8 @@ def test_the_wheel_ships_the_live_views_page(wheel):
 
 def test_make_test_checks_the_installed_wheel_from_another_directory():
     """tools/check_wheel.sh (its own "== wheel" step, before pytest's summary line) builds the wheel, installs it
-    into a fresh environment and runs the demo's plan, the examples' listing and the no-GPU blocks of the README and docs/."""
+    into a fresh environment and runs the demo's plan, the examples' listing and the no-GPU blocks of the README
+    and docs/."""
     make = (ROOT / "Makefile").read_text()
     recipe = make.split("\ntest: ", 1)[1].split("\n\n", 1)[0]
     assert 'echo "== wheel"; sh tools/check_wheel.sh $(VENV)/bin/python || status=1' in recipe
