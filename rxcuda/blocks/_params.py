@@ -153,6 +153,7 @@ engine.resize(scalar_mul['x'], shape)
         """The ports (and internal buffers) this count parameter counts; () for none. A value above the
         smallest one's element count, or below 0, raises BoundsError (a ValueError) and changes nothing.
 
+        >>> from rxcuda import Block
         >>> Block.from_kernel("kernels/scalar_mul.ptx", size=1024).params["n"].counts
         ('x', 'out')
         """
@@ -184,6 +185,7 @@ engine.resize(scalar_mul['x'], shape)
         Values are coalesced: the latest before a frame wins. A bad value is reported as a diagnostic
         (when the block is in an engine) and the binding stays alive; disposing ends it.
 
+        >>> from rxcuda import Block
         >>> from reactivex.subject import Subject
         >>> knob = Subject()
         >>> block = Block.from_kernel("scalar_mul", size=1024)
