@@ -438,6 +438,13 @@ class CompiledGraph:
                 calls.append(nid)
         return calls
 
+    def set_copy_bytes(self, node_id: int, nbytes: int) -> None:
+        """Make copy node ``node_id`` copy ``nbytes`` from now on (applied to the executable graph at once)."""
+        node = self.nodes[node_id]
+        node.params.WidthInBytes = nbytes
+        check(self.api.cuGraphExecMemcpyNodeSetParams(self.exec, node.handle, node.params, self._ctx),
+              "cuGraphExecMemcpyNodeSetParams")
+
     def set_launch(self, node_id: int, launch: Launch) -> None:
         self.nodes[node_id].set_launch(launch)
         self._dirty.add(node_id)

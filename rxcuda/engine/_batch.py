@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from ..cuda._batch import BatchGraph
-from ..cuda._driver import check, is_sticky
+from ..cuda._driver import is_sticky
+from ..cuda._memory import copy_dtoh
 from ..model import _dtypes
 from ..model._errors import CudaError, ValidationError
 from ..model._regions import CONDITION_DTYPES
@@ -70,7 +71,7 @@ class Batches:
     def frames_run(self, k: int) -> int:
         """How many frames the last batch ran (after a wait): k minus what the loop counter has left."""
         rt = self.rt
-        check(rt.api.cuMemcpyDtoH(self._host.ctypes.data, self._counter.ptr, 4), "cuMemcpyDtoH (batch counter)")
+        copy_dtoh(self._host.ctypes.data, self._counter.ptr, 4, api=rt.api, what="batch counter")
         return k - int(self._host[0])
 
     def close(self) -> None:

@@ -15,9 +15,8 @@ from typing import Any, cast
 import numpy as np
 
 from ..cuda import _nvtx
-from ..cuda._driver import check
 from ..cuda._graph import CompiledGraph, capture_graph
-from ..cuda._memory import DeviceBuffer
+from ..cuda._memory import DeviceBuffer, copy_dtod_async, copy_htod_async
 from ..cuda._profile import StampRing
 from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
@@ -207,8 +206,7 @@ class Builder:
         """Theoretical occupancy of every kernel node (profiling per kernel): kept in ``rt.occupancy``, and a
         warning for each kernel below 25 %, naming the numbers and what raises it."""
         rt = self.rt
-        attr = rt.api.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
-        per_sm = check(rt.api.cuDeviceGetAttribute(attr, rt.device.handle), "cuDeviceGetAttribute")
+        per_sm = rt.device.max_threads_per_sm()
         rt.occupancy = {}
         self._occupancy_warnings = []
         for n in gp.nodes:
@@ -233,8 +231,7 @@ class Builder:
             if (bid is None or old_bid is None or old_bid not in was.storage or bid in gp.storage
                     or gp.buffers[bid].nbytes != was.buffers[old_bid].nbytes or not holds_own_value(was, old_bid)):
                 continue
-            check(rt.api.cuMemcpyDtoDAsync(pointers[bid], old.pointers[old_bid], gp.buffers[bid].nbytes,
-                                           rt.stream), "cuMemcpyDtoDAsync")
+            copy_dtod_async(pointers[bid], old.pointers[old_bid], gp.buffers[bid].nbytes, rt.stream, api=rt.api)
 
     def retire(self, new: CompiledGraph | None, buffers: dict) -> None:
         """Make ``new`` the running graph; free the old one and the buffers it alone used."""
@@ -296,5 +293,4 @@ def write_device_scalar(rt: Runtime, buffer_id: int, value) -> None:
     b = g.plan.buffers[buffer_id]
     host = np.array([value], dtype=_dtypes.to_numpy(b.dtype))
     # pageable HtoD is staged before the call returns, so `host` may go; stream order puts it before the launch
-    check(rt.api.cuMemcpyHtoDAsync(g.pointers[buffer_id], host.ctypes.data, host.nbytes, rt.stream),
-          "cuMemcpyHtoDAsync")
+    copy_htod_async(g.pointers[buffer_id], host.ctypes.data, host.nbytes, rt.stream, api=rt.api)

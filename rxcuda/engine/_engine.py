@@ -23,6 +23,7 @@ from ..cuda._driver import is_sticky
 from ..cuda._fast import FastDriver
 from ..cuda._memory import BufferPool, resolve_device_array
 from ..cuda._modules import ModuleCache
+from ..cuda._stream import destroy_event, destroy_stream
 from ..model import _dtypes
 from ..model._describe import PipelineDescription, PortRef
 from ..model._errors import CudaError, DeviceLostError, EngineClosedError
@@ -801,9 +802,9 @@ class Engine:
             quietly(rt.modules.close)
             quietly(rt.pool.close)
             for ev in (self._ev_start, self._ev_end):
-                quietly(lambda ev=ev: rt.api.cuEventDestroy(ev))
+                quietly(lambda ev=ev: destroy_event(ev, api=rt.api))
             for s in (rt.stream, rt.capture_stream):
-                quietly(lambda s=s: rt.api.cuStreamDestroy(s))
+                quietly(lambda s=s: destroy_stream(s, api=rt.api))
         for stream in (self._frames, self._timings, self._file_changes):
             stream.close()
         self._updater.close()

@@ -11,11 +11,11 @@ from typing import Any
 import attrs
 
 from ..cuda._device import Device
-from ..cuda._driver import check
 from ..cuda._fast import FastDriver
 from ..cuda._graph import CompiledGraph
 from ..cuda._memory import BufferPool, ExternalArray
 from ..cuda._modules import ModuleCache
+from ..cuda._stream import synchronize
 from ..model._describe import BlockEntry, Connection, ExternalBinding, PipelineDescription, PortRef
 from ..streams._coalesce import PendingPlan
 from ._records import Reporter
@@ -74,7 +74,7 @@ class Runtime:
         return ref in self.connections
 
     def synchronize(self) -> None:
-        check(self.api.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+        synchronize(self.stream, api=self.api)
 
 
 def quietly(fn) -> None:
