@@ -152,6 +152,7 @@ class OutputTap:
                     self._counters = [PinnedBuffer(4, self._api)]
                 c = self._counters[0]
                 c.wait()
+                assert counter_ptr is not None  # an append port always has its counter
                 copy_dtoh_async(c.ptr, counter_ptr, 4, stream, api=self._api)
                 c.record(stream)
             return
@@ -167,6 +168,7 @@ class OutputTap:
         self._i = (self._i + 1) % self._depth
         copy_dtoh_async(slot.ptr, ptr, slot.nbytes, stream, api=self._api)
         if cslot is not None:
+            assert counter_ptr is not None  # an append port always has its counter
             copy_dtoh_async(cslot.ptr, counter_ptr, 4, stream, api=self._api)
         slot.record(stream)
         self._pending.append((slot, cslot, frame))
