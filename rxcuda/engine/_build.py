@@ -18,10 +18,11 @@ from ..cuda import _nvtx
 from ..cuda._graph import CompiledGraph, capture_graph
 from ..cuda._memory import DeviceBuffer, copy_dtod_async, copy_htod_async
 from ..cuda._profile import StampRing
+from ..cuda.nodes import kind_of
 from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
-from ..model._graphplan import BufferArg, CallNodePlan, HandleArg, KernelNodePlan, ScalarArg
+from ..model._graphplan import BufferArg, CallNodePlan, HandleArg, ScalarArg
 from ._delaystate import DelayState
 from ._profile import LOW_OCCUPANCY, occupancy
 from ._regions import stamp_code
@@ -97,8 +98,8 @@ class Builder:
             if rt.graph is not None and try_in_place(self, desc, gp):  # only shapes changed, and still fit
                 return True
             functions, node_code = {}, {}
-            for n in gp.nodes:
-                if isinstance(n, KernelNodePlan):
+            for node in gp.nodes:
+                if (n := kind_of(node).kernel_of(node)) is not None:  # the kernels' code, loaded
                     spec = desc.block(n.block).desc.kernel(n.kernel)
                     assert isinstance(spec, KernelSpec)
                     try:
@@ -209,8 +210,9 @@ class Builder:
         per_sm = rt.device.max_threads_per_sm()
         rt.occupancy = {}
         self._occupancy_warnings = []
-        for n in gp.nodes:
-            if not isinstance(n, KernelNodePlan) or any(isinstance(x, HandleArg) for x in n.args):
+        for node in gp.nodes:
+            n = kind_of(node).kernel_of(node)
+            if n is None or any(isinstance(x, HandleArg) for x in n.args):  # (a condition kernel is ours)
                 continue
             threads = n.launch.block[0] * n.launch.block[1] * n.launch.block[2]
             occ = occupancy(rt.api, functions[n.code_key], threads, n.launch.shared_mem, per_sm)

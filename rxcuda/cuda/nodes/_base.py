@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from ...model._graphplan import KernelNodePlan
+
 # what ``rebind`` tells the graph to do after a node took a buffer's new pointer
 STAGED = "staged"  # written into the node's parameters: the graph applies them with the next flush
 APPLY = "apply"  # the graph applies the node's parameters to the executable graph now (``apply``)
@@ -130,6 +132,12 @@ class GraphNode:
 
     def release(self, api) -> None:
         """Free what the node owns beyond its graph (a captured child graph, say)."""
+
+    @classmethod
+    def kernel_of(cls, plan) -> KernelNodePlan | None:
+        """The kernel launch ``plan`` is (its code is loaded before the build), or None for a node of a kind
+        that launches no kernel of a block."""
+        return None
 
     @classmethod
     def describe(cls, plan, buffers: Mapping[int, Any]) -> tuple[str, str]:

@@ -156,6 +156,10 @@ class KernelNode(GraphNode):
               f"cuLaunchKernel ({self.plan.label})")
 
     @classmethod
+    def kernel_of(cls, plan) -> KernelNodePlan | None:
+        return plan
+
+    @classmethod
     def describe(cls, plan, buffers) -> tuple[str, str]:
         la = plan.launch
         extra = f", {la.shared_mem} B shared" if la.shared_mem else ""
