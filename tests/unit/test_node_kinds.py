@@ -53,8 +53,8 @@ def test_a_plan_type_no_kind_builds_is_named_with_the_fix():
 def _plan() -> GraphPlan:
     buffers = (BufferPlan(0, ("b", 0), "x", "f32", 16, "internal"), BufferPlan(1, ("b", 1), "y", "f32", 16, "internal"))
     nodes = (
-        KernelNodePlan(0, 1, "k", "code", Launch(grid=(4,), block=(128,)), (BufferArg(0), ScalarArg(1, "s", "f32", 4, 2.0)),
-                       frozenset(), frozenset({0}), "blk/k"),
+        KernelNodePlan(0, 1, "k", "code", Launch(grid=(4,), block=(128,)),
+                       (BufferArg(0), ScalarArg(1, "s", "f32", 4, 2.0)), frozenset(), frozenset({0}), "blk/k"),
         MemsetNodePlan(1, 1, 0, 16, "zero y"),
         CopyNodePlan(2, 0, 1, 64, "x -> y", frozenset({0}), frozenset({1})),
         CallNodePlan(3, 2, "gemm", (BufferArg(1),), frozenset({1}), frozenset({1}), "lib/gemm"),
