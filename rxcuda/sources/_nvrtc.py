@@ -486,7 +486,7 @@ def warm_up(arch: str | None = None, *, background: bool = True) -> threading.Th
 
     cuda.core is imported here, on the caller's thread, before the thread starts: its first import is not
     thread-safe, and the caller may compile at once."""
-    from cuda.core import Program, ProgramOptions  # noqa: F401  (imported here: see above)
+    from cuda.core import Program, ProgramOptions  # noqa: F401  (both imported on this thread: see above)
 
     arch = arch or default_arch()
 
