@@ -11,18 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model._graphplan import HandleArg
 from ._driver import check, drv
-from ._graph import (
-    CallNode,
-    CompiledGraph,
-    CopyNode,
-    KernelNode,
-    MemsetNode,
-    RegionNode,
-    StampNode,
-    add_conditional,
-)
+from ._graph import CompiledGraph
+from .nodes import KernelNode, RegionNode, add_conditional
 
 
 class _Args:
@@ -47,18 +38,6 @@ def _kernel_params(func, args: _Args) -> object:
     return p
 
 
-class _Region:
-    """What add_conditional needs from a region node: its plan, handle and (filled in) bodies."""
-
-    __slots__ = ("plan", "cond", "handle", "bodies")
-
-    def __init__(self, plan, cond):
-        self.plan = plan
-        self.cond = cond
-        self.handle = None
-        self.bodies: list = []
-
-
 class BatchGraph:
     """The frames of ``frame`` as the body of a device loop: ``launch(k)`` runs up to ``k`` frames.
 
@@ -76,6 +55,10 @@ class BatchGraph:
         self.k = -1
         self.mirror: list = []  # batch node handle per frame node
         self._copies: list = []  # (frame node, own _Args, params, {slot: region node id}) for handle-passing kernels
+        # what the frame nodes' ``mirror`` reads and fills: this graph's conditional handle per region node, and
+        # the region nodes' copies here (whose bodies take the regions' nodes)
+        self.handles: dict[int, object] = {}
+        self.regions: dict[int, RegionNode] = {}
         try:
             self._build(frame, loop_init, loop_step, counter, ctx, stop)
             self.exec = check(api.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate (batch)")
@@ -93,51 +76,26 @@ class BatchGraph:
         self._init_args.words[4] = 4
         self._init_params = _kernel_params(loop_init, self._init_args)
         self._init = check(api.cuGraphAddKernelNode(self.graph, [], 0, self._init_params), "cuGraphAddKernelNode")
-        loop = _Region(_LoopPlan(), handle)
+        loop = RegionNode(_LoopPlan(), handle)  # type: ignore[arg-type]
         add_conditional(api, self.graph, [self._init], ctx, loop)
         body = loop.bodies[0]
-        # inner regions get handles of this graph; kernels that pass one get their own argument copy
-        handles = {n.plan.id: check(api.cuGraphConditionalHandleCreate(self.graph, ctx, 0, 0),
-                                    "cuGraphConditionalHandleCreate")
-                   for n in frame.nodes if isinstance(n, RegionNode)}
-        regions: dict[int, _Region] = {}
+        # inner regions get handles of this graph; kernels that pass one get their own argument copy (own_params)
+        self.handles = {n.plan.id: check(api.cuGraphConditionalHandleCreate(self.graph, ctx, 0, 0),
+                                         "cuGraphConditionalHandleCreate")
+                        for n in frame.nodes if n.conditional}
+        regions = self.regions
         sinks = set()
         # profiling: as in the frame graph, the frame's start stamp first and the frame's roots after it
-        root = next((n for n in frame.nodes if isinstance(n, StampNode) and n.plan.column == 0), None)
-        root_h = (check(api.cuGraphAddKernelNode(body, [], 0, root.params), "cuGraphAddKernelNode (batch)")
-                  if root is not None else None)
+        root = next((n for n in frame.nodes if n.starts_frame(n.plan)), None)
+        root_h = root.mirror(api, body, [], ctx, self) if root is not None else None
         for node in frame.nodes:
             nid = node.plan.id
             parent = plan.parents.get(nid)
             target = body if parent is None else regions[parent[0]].bodies[parent[1]]
             deps = [self.mirror[d] for d in plan.deps[nid]]
-            if root_h is not None and not deps and parent is None and not isinstance(node, StampNode):
+            if root_h is not None and not deps and parent is None and node.after_frame_start:
                 deps = [root_h]
-            if isinstance(node, KernelNode):
-                params = node.params
-                handle_slots = {i: a.region for i, a in enumerate(node.plan.args) if isinstance(a, HandleArg)}
-                if handle_slots:
-                    params = self._copy(node, handle_slots, handles)
-                h = check(api.cuGraphAddKernelNode(target, deps, len(deps), params), "cuGraphAddKernelNode (batch)")
-            elif isinstance(node, StampNode):  # profiling: each frame of the batch stamps its own row
-                if node is root:
-                    h = root_h
-                else:
-                    h = check(api.cuGraphAddKernelNode(target, deps, len(deps), node.params), "cuGraphAddKernelNode")
-            elif isinstance(node, MemsetNode):
-                h = check(api.cuGraphAddMemsetNode(target, deps, len(deps), node.params, ctx),
-                          "cuGraphAddMemsetNode (batch)")
-            elif isinstance(node, CopyNode):
-                h = check(api.cuGraphAddMemcpyNode(target, deps, len(deps), node.params, ctx),
-                          "cuGraphAddMemcpyNode (batch)")
-            elif isinstance(node, RegionNode):
-                r = regions[nid] = _Region(node.plan, handles[nid])
-                add_conditional(api, target, deps, ctx, r)
-                h = r.handle
-            else:
-                assert isinstance(node, CallNode)
-                h = check(api.cuGraphAddChildGraphNode(target, deps, len(deps), node.child),
-                          "cuGraphAddChildGraphNode (batch)")
+            h = root_h if node is root else node.mirror(api, target, deps, ctx, self)
             self.mirror.append(h)
             if parent is None:
                 sinks.add(nid)
@@ -155,9 +113,10 @@ class BatchGraph:
         last = [self.mirror[s] for s in sorted(sinks)] if stop is not None else []
         check(api.cuGraphAddKernelNode(body, last, len(last), self._step_params), "cuGraphAddKernelNode (batch)")
 
-    def _copy(self, node: KernelNode, handle_slots: dict[int, int], handles: dict) -> object:
+    def own_params(self, node: KernelNode) -> object:
         """Params of a kernel that passes conditional handles (a region's condition kernel, whose arguments
         are all 8 bytes or less): its own argument copy, holding this graph's handles."""
+        handle_slots, handles = node.handle_slots, self.handles
         args = _Args(len(node.slots))
         self._refresh(node, args, handle_slots, handles)
         p = drv.CUDA_KERNEL_NODE_PARAMS()
@@ -187,20 +146,14 @@ class BatchGraph:
         api, exec_ = self.api, self.exec
         copies = {id(c[0]): c for c in self._copies}
         for node, h in zip(self.frame.nodes, self.mirror, strict=True):
-            if isinstance(node, KernelNode):
-                c = copies.get(id(node))
-                params = node.params
-                if c is not None:
-                    _, args, params, slots, handles = c
-                    self._refresh(node, args, slots, handles)
-                    params.func = node.params.func
-                check(api.cuGraphExecKernelNodeSetParams(exec_, h, params), "cuGraphExecKernelNodeSetParams (batch)")
-            elif isinstance(node, MemsetNode):
-                check(api.cuGraphExecMemsetNodeSetParams(exec_, h, node.params, self.frame._ctx),
-                      "cuGraphExecMemsetNodeSetParams (batch)")
-            elif isinstance(node, CopyNode):
-                check(api.cuGraphExecMemcpyNodeSetParams(exec_, h, node.params, self.frame._ctx),
-                      "cuGraphExecMemcpyNodeSetParams (batch)")
+            c = copies.get(id(node))
+            if c is None:
+                node.apply(api, exec_, h, self.frame._ctx)
+                continue
+            _, args, params, slots, handles = c  # a condition kernel: its own arguments, this graph's handles
+            self._refresh(node, args, slots, handles)
+            params.func = node.params.func
+            check(api.cuGraphExecKernelNodeSetParams(exec_, h, params), "cuGraphExecKernelNodeSetParams (batch)")
 
     def launch(self, k: int, stream) -> None:
         """Queue up to ``k`` frames (one graph launch)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 
 from ..model._errors import NoDeviceError
+from . import _stream
 from ._driver import check, require_driver
 
 
@@ -45,11 +46,17 @@ class Device:
         check(self._drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
     def create_stream(self):
-        return check(self._drv.cuStreamCreate(self._drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        """A new non-blocking stream on this device (:func:`rxcuda.cuda._stream.create_stream`)."""
+        return _stream.create_stream(api=self._drv)
 
     def create_event(self, timing: bool = True):
-        flags = 0 if timing else self._drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        return check(self._drv.cuEventCreate(flags), "cuEventCreate")
+        """A new event (:func:`rxcuda.cuda._stream.create_event`)."""
+        return _stream.create_event(timing=timing, api=self._drv)
+
+    def max_threads_per_sm(self) -> int:
+        """The most threads one multiprocessor holds at once (asked of the driver on each call)."""
+        attr = self._drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
+        return check(self._drv.cuDeviceGetAttribute(attr, self.handle), "cuDeviceGetAttribute")
 
     def close(self) -> None:
         if not self._closed:

@@ -1,8 +1,9 @@
 """The compiled graph: build a GraphPlan into a CUDA graph, instantiate, launch, update in place.
 
-Every kernel node keeps its arguments in one persistent native buffer with a pointer array into it
-(what the driver reads at add/update time). A hot update writes the new value into that buffer through a
-typed NumPy view made at build time and calls cuGraphExecKernelNodeSetParams once per touched node.
+Each node is built by its kind (``rxcuda.cuda.nodes``: kernel, memset, copy, captured call, region, stamp),
+looked up once per node when the graph is built; updates call the nodes' own methods. Kernel nodes keep their
+arguments in one persistent native buffer (``nodes.ArgStorage``): a hot update writes the new value into it
+through a typed NumPy view made at build time and calls cuGraphExecKernelNodeSetParams once per touched node.
 """
 
 from __future__ import annotations
@@ -11,232 +12,34 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..model import _dtypes
-from ..model._describe import CaptureArgs, Launch
+from ..model._describe import Launch
 from ..model._errors import CudaError
-from ..model._graphplan import (
-    BufferArg,
-    CallNodePlan,
-    CopyNodePlan,
-    GraphPlan,
-    HandleArg,
-    KernelNodePlan,
-    MemsetNodePlan,
-    RegionNodePlan,
-    StampNodePlan,
-)
-from ._driver import check, drv
+from ..model._graphplan import BufferArg, GraphPlan
+from ._driver import check
 from ._driver import drv as _drv
 from ._fast import FastDriver
+from .nodes import (
+    APPLY,
+    RECAPTURE,
+    STAGED,
+    ArgStorage,
+    BuildContext,
+    CallNode,
+    Capture,
+    CopyNode,
+    GraphNode,
+    KernelNode,
+    MemsetNode,
+    RegionNode,
+    StampNode,
+    add_conditional,
+    capture_graph,
+    kind_of,
+)
 
-
-class ArgStorage:
-    """The arguments of every kernel node of one graph in one native buffer of 8-byte slots, and the
-    pointer array the driver reads (``kernelParams`` of each node points into it). Made once per build:
-    a node's slot is then a (typed view of the whole buffer, index) pair, written in place by updates."""
-
-    def __init__(self, plans: list[KernelNodePlan]):
-        starts: dict[int, tuple[int, list[int]]] = {}
-        offsets: list[int] = []
-        words = 0
-        for n in plans:
-            first = len(offsets)
-            for a in n.args:
-                offsets.append(words)
-                words += 1 if isinstance(a, BufferArg) else -(-max(a.size, 1) // 8)
-            starts[n.id] = (first, offsets[first:])
-        self.words = np.zeros(max(words, 1), dtype=np.uint64)
-        base = self.words.ctypes.data
-        self.ptrs = np.asarray(offsets or [0], dtype=np.uint64) * np.uint64(8) + np.uint64(base)
-        self.ptrs_base = self.ptrs.ctypes.data
-        self.starts = starts
-        self._typed: dict[np.dtype, np.ndarray] = {np.dtype(np.uint64): self.words}
-
-    def typed(self, dt: np.dtype) -> np.ndarray:
-        view = self._typed.get(dt)
-        if view is None:
-            view = self._typed[dt] = self.words.view(dt)
-        return view
-
-
-_BY_SIZE = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
-
-
-class KernelNode:
-    """Driver-side state of one kernel node: node handle, params struct, and its argument slots in the
-    graph's ArgStorage (``slots[i]``: the (typed view, index) of argument i)."""
-
-    __slots__ = ("plan", "handle", "params", "slots", "buffer_args", "handle_int", "params_ptr")
-
-    def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int], storage: ArgStorage,
-                 handles: Mapping[int, int] | None = None):
-        self.plan = plan
-        first, offsets = storage.starts[plan.id]
-        u64 = storage.words
-        slots = []
-        self.buffer_args: dict[int, list[int]] = {}
-        for i, (a, w) in enumerate(zip(plan.args, offsets, strict=True)):
-            if isinstance(a, BufferArg):
-                u64[w] = pointers[a.buffer]
-                slots.append((u64, w))
-                self.buffer_args.setdefault(a.buffer, []).append(i)
-            elif isinstance(a, HandleArg):  # a condition kernel's conditional handle
-                u64[w] = handles[a.region] if handles else 0
-                slots.append((u64, w))
-            else:
-                size = max(a.size, 1)
-                dt = _dtypes.to_numpy(a.dtype) if a.dtype else None
-                if dt is None or dt.itemsize != size:
-                    dt = _BY_SIZE.get(size, _BY_SIZE[1])
-                view = storage.typed(dt)
-                idx = w * 8 // dt.itemsize
-                view[idx] = a.value
-                slots.append((view, idx))
-        self.slots = slots
-        p = drv.CUDA_KERNEL_NODE_PARAMS()
-        p.func = function
-        la = plan.launch
-        p.gridDimX, p.gridDimY, p.gridDimZ = la.grid
-        p.blockDimX, p.blockDimY, p.blockDimZ = la.block
-        p.sharedMemBytes = la.shared_mem
-        p.kernelParams = storage.ptrs_base + 8 * first if plan.args else 0
-        self.params = p
-        self.params_ptr = p.getPtr()  # the struct's address, for the GIL-keeping exec-node update
-        self.handle = None
-        self.handle_int = 0
-
-    def set_launch(self, la: Launch) -> None:
-        p = self.params
-        p.gridDimX, p.gridDimY, p.gridDimZ = la.grid
-        p.blockDimX, p.blockDimY, p.blockDimZ = la.block
-        p.sharedMemBytes = la.shared_mem
-
-
-class CallNode:
-    """A captured library call: a child graph node and what is needed to capture it again."""
-
-    __slots__ = ("plan", "handle", "child", "args", "child_exec")
-
-    def __init__(self, plan: CallNodePlan, child, args: CaptureArgs):
-        self.plan = plan
-        self.child = child
-        self.args = args
-        self.handle = None
-        self.child_exec = None  # the child graph instantiated on its own, for run_eagerly
-
-
-class MemsetNode:
-    __slots__ = ("plan", "handle", "params")
-
-    def __init__(self, plan: MemsetNodePlan, ptr: int):
-        self.plan = plan
-        p = drv.CUDA_MEMSET_NODE_PARAMS()
-        p.dst = ptr
-        p.value = plan.value
-        p.elementSize = plan.element
-        p.width = plan.count
-        p.height = 1
-        p.pitch = 0
-        self.params = p
-        self.handle = None
-
-
-class StampNode:
-    """A profiling timestamp: a one-thread kernel node (rxcuda.cuda._profile)."""
-
-    __slots__ = ("plan", "handle", "params")
-
-    def __init__(self, plan: StampNodePlan, params):
-        self.plan = plan
-        self.params = params
-        self.handle = None
-
-
-class RegionNode:
-    """A conditional node: its handle (what the condition kernels set) and its body graphs, which the nodes
-    inside the region are added to."""
-
-    __slots__ = ("plan", "handle", "cond", "bodies")
-
-    def __init__(self, plan: RegionNodePlan, cond: int):
-        self.plan = plan
-        self.cond = cond
-        self.handle = None
-        self.bodies: list = []
-
-
-_COND_TYPE = {"if": "CU_GRAPH_COND_TYPE_IF", "ifelse": "CU_GRAPH_COND_TYPE_IF", "while": "CU_GRAPH_COND_TYPE_WHILE",
-              "for": "CU_GRAPH_COND_TYPE_WHILE"}
-
-
-def add_conditional(api, graph, deps: list, ctx, node: RegionNode) -> None:
-    """Add ``node`` as a conditional node to ``graph`` (IF with one or two bodies, or WHILE); fills
-    ``node.handle`` and ``node.bodies`` (the body graphs the driver made)."""
-    params = drv.CUgraphNodeParams()
-    params.type = drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
-    params.conditional.handle = node.cond
-    params.conditional.type = getattr(drv.CUgraphConditionalNodeType, _COND_TYPE[node.plan.kind])
-    params.conditional.size = node.plan.bodies
-    params.conditional.ctx = ctx
-    node.handle = check(api.cuGraphAddNode(graph, deps, None, len(deps), params),
-                        f"cuGraphAddNode (conditional: {node.plan.label})")
-    bodies = getattr(api, "conditional_bodies", None)  # the null driver hands its body graphs out this way
-    node.bodies = (list(bodies(node.handle)) if bodies is not None
-                   else [params.conditional.phGraph_out[i] for i in range(node.plan.bodies)])
-
-
-class CopyNode:
-    """A device-to-device copy (a delayed connection's end-of-frame copy): a memcpy node of ``nbytes``."""
-
-    __slots__ = ("plan", "handle", "params")
-
-    def __init__(self, plan: CopyNodePlan, src: int, dst: int):
-        self.plan = plan
-        p = drv.CUDA_MEMCPY3D()
-        device = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
-        p.srcMemoryType = p.dstMemoryType = device
-        p.srcDevice, p.dstDevice = src, dst
-        # a 1-D copy as stream capture records cudaMemcpyAsync: one row of one slice, pitches and heights 0
-        # (no pitch limit applies, whatever the size)
-        p.WidthInBytes = plan.nbytes
-        p.Height = p.Depth = 1
-        self.params = p
-        self.handle = None
-
-
-Capture = Callable[[CallNodePlan, Mapping[int, int]], tuple[object, CaptureArgs]]
-
-
-def capture_graph(stream, record: Callable[[CaptureArgs], None], args: CaptureArgs, api=None):
-    """Capture what ``record`` issues on ``stream`` into a new CUDA graph (thread-local capture mode)."""
-    drv_ = api if api is not None else drv
-    mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-    check(drv_.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
-    try:
-        record(args)
-    except BaseException:
-        err, g = drv_.cuStreamEndCapture(stream)
-        if not err and g is not None:
-            drv_.cuGraphDestroy(g)
-        raise
-    graph = check(drv_.cuStreamEndCapture(stream), "cuStreamEndCapture")
-    _refuse_memory_nodes(drv_, graph)
-    return graph
-
-
-def _refuse_memory_nodes(drv, graph) -> None:
-    nodes, count = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
-    if not count:
-        return
-    nodes, _ = check(drv.cuGraphGetNodes(graph, count), "cuGraphGetNodes")
-    t = drv.CUgraphNodeType
-    for n in nodes:
-        kind = check(drv.cuGraphNodeGetType(n), "cuGraphNodeGetType")
-        if kind in (t.CU_GRAPH_NODE_TYPE_MEM_ALLOC, t.CU_GRAPH_NODE_TYPE_MEM_FREE):
-            drv.cuGraphDestroy(graph)
-            raise CudaError("capture", "MEMORY_NODE_IN_CAPTURE",
-                            "the captured library call allocates memory inside the graph, which a child graph "
-                            "node cannot hold; give the library a preallocated workspace before capture")
+# the node kinds, for the modules that name them through the graph
+__all__ = ["ArgStorage", "CallNode", "Capture", "CompiledGraph", "CopyNode", "KernelNode", "MemsetNode",
+           "RegionNode", "StampNode", "add_conditional", "capture_graph"]
 
 
 class _Table(dict):
@@ -267,61 +70,38 @@ class CompiledGraph:
         self._exec_h = 0
         self.pointers = dict(pointers)
         self.nodes: list = []
-        self.args = ArgStorage([n for n in plan.nodes if isinstance(n, KernelNodePlan)])
         self.graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
         self.exec = None
         self._dirty: set[int] = set()
         parents = plan.parents
-        self.regions = bool(parents) or any(isinstance(n, RegionNodePlan) for n in plan.nodes)
+        kinds = [kind_of(n) for n in plan.nodes]  # the one lookup per node: from here on, the nodes' methods
+        self.regions = bool(parents) or any(k.conditional for k in kinds)
+        b = BuildContext(drv, ctx, self.graph, functions, pointers, capture, stamps)
         try:
-            # conditional handles belong to the top-level graph and exist before the kernels that pass them
-            handles = {n.id: check(drv.cuGraphConditionalHandleCreate(self.graph, ctx, 0, 0),
-                                   f"cuGraphConditionalHandleCreate ({n.label})")
-                       for n in plan.nodes if isinstance(n, RegionNodePlan)} if self.regions else {}
-            root_stamp = None
+            by_kind: dict[type[GraphNode], list] = {}
+            for n, k in zip(plan.nodes, kinds, strict=True):
+                by_kind.setdefault(k, []).append(n)
+            for k, plans in by_kind.items():  # argument storage, conditional handles: before any node
+                k.prepare(plans, b)
+            self.args = b.args
+            root = None
             if plan.stamps is not None:  # profiling: the frame's start stamp first; the frame's roots wait for it
                 if stamps is None:
                     raise RuntimeError("this graph has profiling stamps but no stamp ring was given")
-                first = next(n for n in plan.nodes if isinstance(n, StampNodePlan) and n.column == 0)
-                root_stamp = StampNode(first, stamps.params(0))
-                root_stamp.handle = check(drv.cuGraphAddKernelNode(self.graph, [], 0, root_stamp.params),
-                                          f"cuGraphAddKernelNode ({first.label})")
-            for n in plan.nodes:
+                first, kind = next((n, k) for n, k in zip(plan.nodes, kinds, strict=True) if k.starts_frame(n))
+                root = kind.make(first, b)
+                root.add(drv, self.graph, [], ctx)
+            for n, kind in zip(plan.nodes, kinds, strict=True):
+                if root is not None and n is root.plan:
+                    self.nodes.append(root)
+                    continue
                 deps = [self.nodes[d].handle for d in plan.deps[n.id]]
-                if root_stamp is not None and not deps and n.id not in parents and not isinstance(n, StampNodePlan):
-                    deps = [root_stamp.handle]
+                if root is not None and not deps and n.id not in parents and kind.after_frame_start:
+                    deps = [root.handle]
                 parent = parents.get(n.id) if self.regions else None
                 target = self.graph if parent is None else self.nodes[parent[0]].bodies[parent[1]]
-                if isinstance(n, KernelNodePlan):
-                    node = KernelNode(n, functions[n.code_key], pointers, self.args, handles)
-                    node.handle = check(drv.cuGraphAddKernelNode(target, deps, len(deps), node.params),
-                                        f"cuGraphAddKernelNode ({n.label})")
-                    node.handle_int = int(node.handle)
-                elif isinstance(n, MemsetNodePlan):
-                    node = MemsetNode(n, pointers[n.buffer])
-                    node.handle = check(drv.cuGraphAddMemsetNode(target, deps, len(deps), node.params, ctx),
-                                        f"cuGraphAddMemsetNode ({n.label})")
-                elif isinstance(n, CopyNodePlan):
-                    node = CopyNode(n, pointers[n.src], pointers[n.dst])
-                    node.handle = check(drv.cuGraphAddMemcpyNode(target, deps, len(deps), node.params, ctx),
-                                        f"cuGraphAddMemcpyNode ({n.label})")
-                elif isinstance(n, RegionNodePlan):
-                    node = RegionNode(n, handles[n.id])
-                    add_conditional(drv, target, deps, ctx, node)
-                elif isinstance(n, StampNodePlan):
-                    if n.column == 0:  # the frame's start stamp, added first (see below)
-                        node = root_stamp
-                    else:
-                        node = StampNode(n, stamps.params(n.column))
-                        node.handle = check(drv.cuGraphAddKernelNode(target, deps, len(deps), node.params),
-                                            f"cuGraphAddKernelNode ({n.label})")
-                else:
-                    if capture is None:
-                        raise RuntimeError("this graph has library calls but no capture function was given")
-                    child, args = capture(n, pointers)
-                    node = CallNode(n, child, args)
-                    node.handle = check(drv.cuGraphAddChildGraphNode(target, deps, len(deps), child),
-                                        f"cuGraphAddChildGraphNode ({n.label})")
+                node = kind.make(n, b)
+                node.add(drv, target, deps, ctx)
                 self.nodes.append(node)
         except BaseException:
             self._destroy_graphs()
@@ -352,12 +132,7 @@ class CompiledGraph:
         if self._consumers is None:
             consumers: dict[int, list[int]] = {}
             for node in self.nodes:
-                if isinstance(node, RegionNode | StampNode):
-                    continue
-                used = (node.plan.buffer,) if isinstance(node, MemsetNode) else (
-                    (node.plan.src, node.plan.dst) if isinstance(node, CopyNode) else
-                    (a.buffer for a in node.plan.args if isinstance(a, BufferArg)))
-                for b in dict.fromkeys(used):
+                for b in node.buffers():
                     consumers.setdefault(b, []).append(node.plan.id)
             self._consumers = consumers
         return self._consumers
@@ -391,9 +166,7 @@ class CompiledGraph:
         if err:
             return False
         for mine, theirs in zip(self.nodes, old.nodes, strict=True):
-            mine.handle = theirs.handle
-            if isinstance(mine, KernelNode):
-                mine.handle_int = int(theirs.handle)
+            mine.adopt(theirs.handle)
         check(drv.cuGraphDestroy(self.graph), "cuGraphDestroy")
         self.graph, old.graph = old.graph, None
         self.exec, old.exec = old.exec, None
@@ -412,33 +185,27 @@ class CompiledGraph:
         calls = []
         for nid in self.consumers.get(buffer_id, ()):
             node = self.nodes[nid]
-            if isinstance(node, KernelNode):
-                for i in node.buffer_args[buffer_id]:
-                    view, idx = node.slots[i]
-                    view[idx] = ptr
+            how = node.rebind(buffer_id, ptr)
+            if how is STAGED:
                 self._dirty.add(nid)
-            elif isinstance(node, MemsetNode):
-                node.params.dst = ptr
-                check(self.api.cuGraphExecMemsetNodeSetParams(self.exec, node.handle, node.params, self._ctx),
-                      "cuGraphExecMemsetNodeSetParams")
-            elif isinstance(node, CopyNode):
-                p = node.params
-                if node.plan.src == buffer_id:
-                    p.srcDevice = ptr
-                if node.plan.dst == buffer_id:
-                    p.dstDevice = ptr
-                check(self.api.cuGraphExecMemcpyNodeSetParams(self.exec, node.handle, p, self._ctx),
-                      "cuGraphExecMemcpyNodeSetParams")
-            else:
+            elif how is APPLY:
+                node.apply(self.api, self.exec, node.handle, self._ctx)
+            elif how is RECAPTURE:
                 calls.append(nid)
         return calls
+
+    def set_copy_bytes(self, node_id: int, nbytes: int) -> None:
+        """Make copy node ``node_id`` copy ``nbytes`` from now on (applied to the executable graph at once)."""
+        node = self.nodes[node_id]
+        node.set_bytes(nbytes)
+        node.apply(self.api, self.exec, node.handle, self._ctx)
 
     def set_launch(self, node_id: int, launch: Launch) -> None:
         self.nodes[node_id].set_launch(launch)
         self._dirty.add(node_id)
 
     def set_function(self, node_id: int, function) -> None:
-        self.nodes[node_id].params.func = function
+        self.nodes[node_id].set_function(function)
         self._dirty.add(node_id)
 
     def mark(self, node_id: int) -> None:
@@ -460,20 +227,8 @@ class CompiledGraph:
             set_params(self._exec_h, node.handle_int, node.params_ptr, node.params)
 
     def recapture(self, node_id: int, capture: Capture) -> None:
-        node: CallNode = self.nodes[node_id]
-        drv = self.api
-        child, args = capture(node.plan, self.pointers)
-        try:
-            check(drv.cuGraphExecChildGraphNodeSetParams(self.exec, node.handle, child),
-                  f"cuGraphExecChildGraphNodeSetParams ({node.plan.label})")
-        except BaseException:
-            drv.cuGraphDestroy(child)
-            raise
-        if node.child_exec is not None:
-            drv.cuGraphExecDestroy(node.child_exec)
-            node.child_exec = None
-        drv.cuGraphDestroy(node.child)
-        node.child, node.args = child, args
+        """The Recapture tier: capture a library call node again and swap it into the executable graph."""
+        self.nodes[node_id].recapture(self.api, self.exec, capture, self.pointers)
 
     # -- the same work, eagerly --------------------------------------------------------------------------
     def run_eagerly(self, stream, *, check_each: bool = False, around=None) -> None:
@@ -499,29 +254,26 @@ class CompiledGraph:
     def _eager_level(self, levels: dict, level, stream, check_each: bool, around=None) -> None:
         for nid in levels.get(level, ()):
             node = self.nodes[nid]
-            if isinstance(node, KernelNode) and any(isinstance(a, HandleArg) for a in node.plan.args):
+            if node.condition_of() is not None:
                 continue  # a condition kernel: its region decides on the host (_eager_node)
-            if around is not None and isinstance(node, KernelNode | CallNode | RegionNode):
+            if around is not None and node.timed:
                 around(node.plan, lambda nid=nid: self._eager_node(levels, nid, level, stream, check_each))
             else:
                 self._eager_node(levels, nid, level, stream, check_each)
 
     def _eager_node(self, levels: dict, nid: int, level, stream, check_each: bool) -> None:
         node = self.nodes[nid]
-        if not isinstance(node, RegionNode):
+        if not node.conditional:
             self._eager((nid,), stream, check_each)
             return
-        setter = next(n for n in self.nodes if isinstance(n, KernelNode)
-                      and any(isinstance(a, HandleArg) and a.region == nid for a in n.plan.args)
-                      and self.plan.parents.get(n.plan.id) == level)
+        setter = next(n for n in self.nodes if n.condition_of() == nid and self.plan.parents.get(n.plan.id) == level)
         if node.plan.kind in ("if", "ifelse"):
             body = 0 if self._flag(setter, 1, 2, stream) else 1
             if body < node.plan.bodies:
                 self._eager_level(levels, (nid, body), stream, check_each)
             return
         limit = int(setter.slots[2][0][setter.slots[2][1]])
-        step = next(n for n in self.nodes if isinstance(n, KernelNode) and n is not setter
-                    and any(isinstance(a, HandleArg) and a.region == nid for a in n.plan.args))
+        step = next(n for n in self.nodes if n is not setter and n.condition_of() == nid)
         go = limit > 0 and (not isinstance(setter.plan.args[3], BufferArg) or self._flag(setter, 3, 4, stream))
         passes = 0
         while go:
@@ -547,29 +299,10 @@ class CompiledGraph:
         for nid in ids:
             node = self.nodes[nid]
             label = node.plan.label
+            if not node.eager:
+                continue  # a region is decided by the caller; stamps time graph launches only
             try:
-                if isinstance(node, KernelNode):
-                    p = node.params
-                    check(drv.cuLaunchKernel(p.func, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY,
-                                             p.blockDimZ, p.sharedMemBytes, stream,
-                                             p.kernelParams, 0),
-                          f"cuLaunchKernel ({label})")
-                elif isinstance(node, MemsetNode):
-                    p = node.params
-                    if p.elementSize == 1:
-                        check(drv.cuMemsetD8Async(p.dst, p.value, p.width, stream), f"cuMemsetD8Async ({label})")
-                    else:
-                        check(drv.cuMemsetD32Async(p.dst, p.value, p.width, stream), f"cuMemsetD32Async ({label})")
-                elif isinstance(node, CopyNode):
-                    p = node.params
-                    check(drv.cuMemcpyDtoDAsync(p.dstDevice, p.srcDevice, p.WidthInBytes, stream),
-                          f"cuMemcpyDtoDAsync ({label})")
-                elif isinstance(node, RegionNode | StampNode):
-                    continue  # a region is decided by the caller; stamps time graph launches only
-                else:
-                    if node.child_exec is None:
-                        node.child_exec = check(drv.cuGraphInstantiate(node.child, 0), f"cuGraphInstantiate ({label})")
-                    check(drv.cuGraphLaunch(node.child_exec, stream), f"cuGraphLaunch ({label})")
+                node.run(drv, stream)
                 if check_each:
                     check(drv.cuStreamSynchronize(stream), f"cuStreamSynchronize after {label}")
             except CudaError as e:
@@ -591,13 +324,7 @@ class CompiledGraph:
     def _destroy_graphs(self) -> None:
         drv = self.api
         for node in self.nodes:
-            if isinstance(node, CallNode):
-                if node.child_exec is not None:
-                    drv.cuGraphExecDestroy(node.child_exec)
-                    node.child_exec = None
-                if node.child is not None:
-                    drv.cuGraphDestroy(node.child)
-                    node.child = None
+            node.release(drv)
         if self.graph is not None:
             drv.cuGraphDestroy(self.graph)
             self.graph = None

@@ -14,6 +14,7 @@ import numpy as np
 from ..model import _dtypes
 from ..model._describe import KernelParam, Launch
 from ._driver import check, drv
+from ._memory import copy_dtod_async
 
 _BY_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -54,4 +55,4 @@ def launch_kernel(function, launch: Launch, stream: int, params: Sequence[Kernel
 
 def copy_async(dst: int, src: int, nbytes: int, stream: int) -> None:
     """Device-to-device copy of ``nbytes`` on ``stream`` (a memcpy node when the stream captures)."""
-    check(drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
+    copy_dtod_async(dst, src, nbytes, stream)

@@ -20,6 +20,39 @@ def size_class(nbytes: int) -> int:
     return -(-nbytes // step) * step
 
 
+def copy_htod_async(dst: int, src: int, nbytes: int, stream, *, api=None) -> None:
+    """Copy ``nbytes`` from host address ``src`` to device address ``dst``, ordered on ``stream``. From pageable
+    memory the driver stages the bytes before it returns, so the host buffer may go at once."""
+    api = api if api is not None else drv
+    check(api.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync")
+
+
+def copy_dtoh_async(dst: int, src: int, nbytes: int, stream, *, api=None) -> None:
+    """Copy ``nbytes`` from device address ``src`` to host address ``dst`` (pinned, for the copy to be truly
+    asynchronous), ordered on ``stream``; the host bytes are there once the stream gets past the copy."""
+    api = api if api is not None else drv
+    check(api.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync")
+
+
+def copy_dtoh(dst: int, src: int, nbytes: int, *, api=None, what: str = "") -> None:
+    """Copy ``nbytes`` from device address ``src`` to host address ``dst`` now (after all work on the device
+    so far); ``what`` names the value read, for the error message."""
+    api = api if api is not None else drv
+    check(api.cuMemcpyDtoH(dst, src, nbytes), f"cuMemcpyDtoH ({what})" if what else "cuMemcpyDtoH")
+
+
+def copy_dtod_async(dst: int, src: int, nbytes: int, stream, *, api=None) -> None:
+    """Copy ``nbytes`` between device addresses, ordered on ``stream`` (a memcpy node when it captures)."""
+    api = api if api is not None else drv
+    check(api.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
+
+
+def set_bytes_async(ptr: int, value: int, nbytes: int, stream, *, api=None) -> None:
+    """Set ``nbytes`` bytes from device address ``ptr`` to ``value`` (0..255), ordered on ``stream``."""
+    api = api if api is not None else drv
+    check(api.cuMemsetD8Async(ptr, value, nbytes, stream), "cuMemsetD8Async")
+
+
 class DeviceBuffer:
     """Device memory: ``ptr`` (int) and ``nbytes``. Owned by a pool, or borrowed from a user array."""
 
@@ -38,15 +71,13 @@ class DeviceBuffer:
         host = np.ascontiguousarray(host)
         if host.nbytes > self.capacity:
             raise ValueError(f"{host.nbytes} bytes do not fit a {self.capacity}-byte buffer")
-        api = self._api
-        check(api.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, host.nbytes, stream), "cuMemcpyHtoDAsync")
-        check(api.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        copy_htod_async(self.ptr, host.ctypes.data, host.nbytes, stream, api=self._api)
+        check(self._api.cuStreamSynchronize(stream), "cuStreamSynchronize")
 
     def download(self, out: np.ndarray, stream) -> np.ndarray:
         """Copy into ``out``, ordered on ``stream`` after the frames queued there; waits for it."""
-        api = self._api
-        check(api.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
-        check(api.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        copy_dtoh_async(out.ctypes.data, self.ptr, out.nbytes, stream, api=self._api)
+        check(self._api.cuStreamSynchronize(stream), "cuStreamSynchronize")
         return out
 
     def __repr__(self) -> str:
@@ -141,7 +172,7 @@ class BufferPool:
             else:
                 runs.append([b.ptr, b.ptr + b.capacity, home])
         for start, end, _home in runs:
-            check(self._api.cuMemsetD8Async(start, 0, end - start, stream), "cuMemsetD8Async")
+            set_bytes_async(start, 0, end - start, stream, api=self._api)
 
     def release(self, buf: DeviceBuffer) -> None:
         cap = self._live.pop(buf.ptr, None)

@@ -81,6 +81,14 @@ class ModuleCache:
         self.prune(frozenset())
 
 
+def max_active_blocks(function, block_threads: int, shared_mem: int, *, api=None) -> int:
+    """How many blocks of ``block_threads`` threads (and ``shared_mem`` bytes of dynamic shared memory) of a
+    loaded ``function`` one multiprocessor holds at once (cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
+    api = api if api is not None else drv
+    return check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block_threads, shared_mem),
+                 "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+
+
 def _check_params(drv, code: KernelCode, function) -> None:
     """The signature we were told must match the kernel's real parameter layout, one by one."""
     params = code.signature.params

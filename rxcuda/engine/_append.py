@@ -30,8 +30,7 @@ from reactivex import Observable
 from reactivex.disposable import Disposable
 
 from ..blocks._appendstate import EPISODE_END_PERCENT, AppendState
-from ..cuda._driver import check
-from ..cuda._memory import PinnedBuffer
+from ..cuda._memory import PinnedBuffer, copy_dtoh_async
 from ..model._describe import PortRef
 
 
@@ -96,7 +95,7 @@ class CountWatch:
         if slot.busy:  # the ring is full: wait for the oldest copy and deliver it first
             self.poll(block_until=slot)
         self._i = (self._i + 1) % self._depth
-        check(self._api.cuMemcpyDtoHAsync(slot.ptr, ptr, 4, stream), "cuMemcpyDtoHAsync")
+        copy_dtoh_async(slot.ptr, ptr, 4, stream, api=self._api)
         slot.record(stream)
         self._pending.append((frame, slot))
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..blocks._regions import condition_kernels
 from ..cuda._batch import BatchGraph
-from ..cuda._driver import check
+from ..cuda._memory import copy_dtoh
 from ..model import _dtypes
 from ..model._errors import ValidationError
 from ..model._regions import CONDITION_DTYPES
@@ -65,7 +65,7 @@ class Batches:
         """How many frames the last batch ran (after a wait): k minus what the loop counter has left."""
         rt = self.rt
         assert self._counter is not None, "frames_run before a batch was prepared"
-        check(rt.api.cuMemcpyDtoH(self._host.ctypes.data, self._counter.ptr, 4), "cuMemcpyDtoH (batch counter)")
+        copy_dtoh(self._host.ctypes.data, self._counter.ptr, 4, api=rt.api, what="batch counter")
         return k - int(self._host[0])
 
     def close(self) -> None:

@@ -17,10 +17,10 @@ import numpy as np
 
 from ..blocks._regions import stamp_code
 from ..cuda import _nvtx
-from ..cuda._driver import check
 from ..cuda._graph import CompiledGraph, capture_graph
-from ..cuda._memory import DeviceBuffer
+from ..cuda._memory import DeviceBuffer, copy_dtod_async, copy_htod_async
 from ..cuda._profile import StampRing
+from ..cuda.nodes import kind_of
 from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
@@ -98,8 +98,8 @@ class Builder:
             if rt.graph is not None and try_in_place(self, desc, gp):  # only shapes changed, and still fit
                 return True
             functions = {}
-            for n in gp.nodes:
-                if isinstance(n, KernelNodePlan):
+            for node in gp.nodes:
+                if (n := kind_of(node).kernel_of(node)) is not None:  # the kernels' code, loaded
                     spec = desc.block(n.block).desc.kernel(n.kernel)
                     assert isinstance(spec, KernelSpec)
                     try:
@@ -203,12 +203,12 @@ class Builder:
         """Theoretical occupancy of every kernel node (profiling per kernel): kept in ``rt.occupancy``, and a
         warning for each kernel below 25 %, naming the numbers and what raises it."""
         rt = self.rt
-        attr = rt.api.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
-        per_sm = check(rt.api.cuDeviceGetAttribute(attr, rt.device.handle), "cuDeviceGetAttribute")
+        per_sm = rt.device.max_threads_per_sm()
         rt.occupancy = {}
         self._occupancy_warnings = []
-        for n in gp.nodes:
-            if not isinstance(n, KernelNodePlan) or any(isinstance(x, HandleArg) for x in n.args):
+        for node in gp.nodes:
+            n = kind_of(node).kernel_of(node)
+            if n is None or any(isinstance(x, HandleArg) for x in n.args):  # (a condition kernel is ours)
                 continue
             threads = n.launch.block[0] * n.launch.block[1] * n.launch.block[2]
             occ = occupancy(rt.api, functions[n.code_key], threads, n.launch.shared_mem, per_sm)
@@ -229,8 +229,7 @@ class Builder:
             if (bid is None or old_bid is None or old_bid not in was.storage or bid in gp.storage
                     or gp.buffers[bid].nbytes != was.buffers[old_bid].nbytes or not holds_own_value(was, old_bid)):
                 continue
-            check(rt.api.cuMemcpyDtoDAsync(pointers[bid], old.pointers[old_bid], gp.buffers[bid].nbytes,
-                                           rt.stream), "cuMemcpyDtoDAsync")
+            copy_dtod_async(pointers[bid], old.pointers[old_bid], gp.buffers[bid].nbytes, rt.stream, api=rt.api)
 
     def retire(self, new: CompiledGraph | None, buffers: dict) -> None:
         """Make ``new`` the running graph; free the old one and the buffers it alone used."""
@@ -317,5 +316,4 @@ def write_device_scalar(rt: Runtime, buffer_id: int, value) -> None:
     b = g.plan.buffers[buffer_id]
     host = np.array([value], dtype=_dtypes.to_numpy(b.dtype))
     # pageable HtoD is staged before the call returns, so `host` may go; stream order puts it before the launch
-    check(rt.api.cuMemcpyHtoDAsync(g.pointers[buffer_id], host.ctypes.data, host.nbytes, rt.stream),
-          "cuMemcpyHtoDAsync")
+    copy_htod_async(g.pointers[buffer_id], host.ctypes.data, host.nbytes, rt.stream, api=rt.api)

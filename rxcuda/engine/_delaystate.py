@@ -17,8 +17,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from ..cuda._driver import check
-from ..cuda._memory import DeviceBuffer
+from ..cuda._memory import DeviceBuffer, set_bytes_async
 from ..model import _dtypes
 from ..model._describe import Connection, PipelineDescription, PortRef
 from ..model._errors import ValidationError
@@ -106,7 +105,7 @@ class DelayState:
             host = np.ascontiguousarray(initial, dtype=_dtypes.to_numpy(b.dtype) if b.dtype else np.uint8)
             DeviceBuffer(ptr, b.nbytes, api=rt.api).upload(host, rt.stream)  # ordered after the frames in flight
         elif not zeroed:
-            check(rt.api.cuMemsetD8Async(ptr, 0, b.nbytes, rt.stream), "cuMemsetD8Async")
+            set_bytes_async(ptr, 0, b.nbytes, rt.stream, api=rt.api)
 
 
 def _delayed_by_source(connections: Iterable[Connection]) -> dict[PortRef, tuple[Connection, ...]]:

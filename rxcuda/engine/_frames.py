@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from ..cuda._driver import is_sticky
+from ..cuda._stream import destroy_event
 from ..model._errors import CudaError, DeviceLostError
 from ..model._events import ProfileChanged
 from ..streams._broadcast import Broadcast
@@ -313,4 +314,4 @@ class FrameRunner:
         quietly(self.batches.release)
         quietly(self.profiler.close)
         for ev in (self._ev_start, self._ev_end):
-            quietly(lambda ev=ev: api.cuEventDestroy(ev))
+            quietly(lambda ev=ev: destroy_event(ev, api=api))

@@ -17,9 +17,9 @@ import reactivex
 from reactivex import Observable
 from reactivex.disposable import Disposable
 
-from ..cuda._driver import check
 from ..cuda._graph import CompiledGraph
 from ..cuda._memory import DeviceBuffer, as_cupy
+from ..cuda._stream import wait_event, wait_stream
 from ..model._describe import CountSpec, PortRef
 from ..model._errors import ValidationError
 from ..model._events import BlockChanged
@@ -176,17 +176,11 @@ class DataIO:
     def wait(self, obj) -> None:
         """The engine's stream waits for a stream's work so far, or for an event (no host wait)."""
         rt = self.rt
-        api = rt.api
         kind, handle = _stream_or_event(obj)
         if kind == "stream":
-            ev = check(api.cuEventCreate(api.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-            try:
-                check(api.cuEventRecord(ev, handle), "cuEventRecord")
-                check(api.cuStreamWaitEvent(rt.stream, ev, 0), "cuStreamWaitEvent")
-            finally:
-                api.cuEventDestroy(ev)  # destroyed once the wait is done, as CUDA allows
+            wait_stream(rt.stream, handle, api=rt.api)
         else:
-            check(api.cuStreamWaitEvent(rt.stream, handle, 0), "cuStreamWaitEvent")
+            wait_event(rt.stream, handle, api=rt.api)
 
     # -- feeds: an input from an Observable ---------------------------------------------------------
     def feed(self, ref: PortRef, port, source, warn) -> Disposable:

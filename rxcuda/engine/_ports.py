@@ -16,8 +16,7 @@ import threading
 
 import numpy as np
 
-from ..cuda._driver import check, drv
-from ..cuda._memory import PinnedBuffer, resolve_device_array
+from ..cuda._memory import PinnedBuffer, copy_dtod_async, copy_dtoh_async, copy_htod_async, resolve_device_array
 from ..model import _dtypes
 
 
@@ -49,7 +48,7 @@ class InputFeed:
     """Holds the newest array from a source; ``stage`` copies it into the port buffer on the engine thread."""
 
     def __init__(self, label: str, dtype: str | None, count: int, api=None):
-        self._api = api if api is not None else drv
+        self._api = api  # None: cuda.bindings' driver
         self.label = label
         self.dtype = _dtypes.to_numpy(dtype) if dtype else None
         self.count = count
@@ -88,7 +87,7 @@ class InputFeed:
             self._next ^= 1
             slot.wait()  # its previous copy must be done before we overwrite it (rarely waits)
             slot.view(arr.dtype, arr.size)[:] = arr.ravel()
-            check(self._api.cuMemcpyHtoDAsync(ptr, slot.ptr, arr.nbytes, stream), "cuMemcpyHtoDAsync")
+            copy_htod_async(ptr, slot.ptr, arr.nbytes, stream, api=self._api)
             slot.record(stream)
         else:
             # ordered after the array's producer stream (an event wait), as the interchange protocols ask
@@ -96,7 +95,7 @@ class InputFeed:
             nbytes = src.count * np.dtype(arr.dtype).itemsize
             # the source array must stay valid until the copy ran: keep it until the next stage
             self._keep = arr
-            check(self._api.cuMemcpyDtoDAsync(ptr, src.ptr, nbytes, stream), "cuMemcpyDtoDAsync")
+            copy_dtod_async(ptr, src.ptr, nbytes, stream, api=self._api)
         self.staged += 1
 
     def resize(self, count: int) -> None:
@@ -123,7 +122,7 @@ class OutputTap:
 
     def __init__(self, emit, *, dtype: str | None, count: int, every: int, as_numpy: bool, append: bool,
                  depth: int = 3, api=None, on_count=None):
-        self._api = api if api is not None else drv
+        self._api = api  # None: cuda.bindings' driver
         self.on_count = on_count  # append: called (frame, raw count) with each counter read back
         if not isinstance(every, int) or every <= 0:
             raise ValueError(f"'every' must be a positive int (got {every!r})")
@@ -153,7 +152,8 @@ class OutputTap:
                     self._counters = [PinnedBuffer(4, self._api)]
                 c = self._counters[0]
                 c.wait()
-                check(self._api.cuMemcpyDtoHAsync(c.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
+                assert counter_ptr is not None  # an append port always has its counter
+                copy_dtoh_async(c.ptr, counter_ptr, 4, stream, api=self._api)
                 c.record(stream)
             return
         if not self._ring:
@@ -166,9 +166,10 @@ class OutputTap:
         if slot.busy:  # the ring is full: wait for the oldest copy and emit it first
             self.poll(block_until=slot)
         self._i = (self._i + 1) % self._depth
-        check(self._api.cuMemcpyDtoHAsync(slot.ptr, ptr, slot.nbytes, stream), "cuMemcpyDtoHAsync")
+        copy_dtoh_async(slot.ptr, ptr, slot.nbytes, stream, api=self._api)
         if cslot is not None:
-            check(self._api.cuMemcpyDtoHAsync(cslot.ptr, counter_ptr, 4, stream), "cuMemcpyDtoHAsync")
+            assert counter_ptr is not None  # an append port always has its counter
+            copy_dtoh_async(cslot.ptr, counter_ptr, 4, stream, api=self._api)
         slot.record(stream)
         self._pending.append((slot, cslot, frame))
 

@@ -35,7 +35,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..cuda._profile import SLOTS
+from ..cuda._stream import destroy_event
 from ..model._graphplan import StampLayout
+from ._runtime import quietly
 
 LEVELS = ("none", "summary", "per_block", "per_kernel", "deep", "deep_sync")
 _STAMPS = {"per_block": "block", "per_kernel": "kernel", "deep": "kernel"}
@@ -254,8 +256,8 @@ class Profiler:
         try:
             g.run_eagerly(stream, check_each=True, around=timed)
         finally:
-            self.rt.api.cuEventDestroy(a)
-            self.rt.api.cuEventDestroy(b)
+            quietly(lambda: destroy_event(a, api=self.rt.api))
+            quietly(lambda: destroy_event(b, api=self.rt.api))
         kernels = Timings(tuple(names), np.array(start), np.array(end))
         order = list(dict.fromkeys(owners))
         first = {x: min(s for s, y in zip(start, owners, strict=True) if y == x) for x in order}
@@ -270,8 +272,8 @@ class Profiler:
     def close(self) -> None:
         api = self.rt.api
         for a, b, _, _ in self._events:
-            api.cuEventDestroy(a)
-            api.cuEventDestroy(b)
+            quietly(lambda a=a: destroy_event(a, api=api))
+            quietly(lambda b=b: destroy_event(b, api=api))
         self._events = []
         self._pending.clear()
 
@@ -294,8 +296,7 @@ class Phases:
 def occupancy(api, function, block_threads: int, shared_mem: int, max_threads_per_sm: int) -> float:
     """Theoretical occupancy of a kernel launch: resident threads per SM (cuOccupancyMaxActiveBlocksPerMultiprocessor
     times the block size) over the SM's maximum."""
-    from ..cuda._driver import check
+    from ..cuda._modules import max_active_blocks
 
-    blocks = check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block_threads, shared_mem),
-                   "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+    blocks = max_active_blocks(function, block_threads, shared_mem, api=api)
     return min(1.0, blocks * block_threads / max(max_threads_per_sm, 1))

@@ -16,7 +16,6 @@ instantiating.
 
 from __future__ import annotations
 
-from ..cuda._driver import check
 from ..model._describe import Launch
 from ..plan import _shapes
 
@@ -53,11 +52,8 @@ def try_in_place(builder, desc, gp) -> bool:
                 g.set_launch(nid, gp.nodes[nid].launch)
     g.flush()
     for nid, nbytes in delta.copies.items():  # a delayed connection's end-of-frame copy of a resized buffer
-        node = g.nodes[nid]
-        node.params.WidthInBytes = nbytes
-        check(rt.api.cuGraphExecMemcpyNodeSetParams(g.exec, node.handle, node.params, rt.device.context),
-              "cuGraphExecMemcpyNodeSetParams")
-        node.plan = gp.nodes[nid]
+        g.set_copy_bytes(nid, nbytes)
+        g.nodes[nid].plan = gp.nodes[nid]
     _rekey(builder, g, gp, delta.buffers)
     g.plan = gp
     builder.last_in_place = True

@@ -11,11 +11,11 @@ from typing import Any
 import attrs
 
 from ..cuda._device import Device
-from ..cuda._driver import check
 from ..cuda._fast import FastDriver
 from ..cuda._graph import CompiledGraph
 from ..cuda._memory import BufferPool, ExternalArray
 from ..cuda._modules import ModuleCache
+from ..cuda._stream import destroy_stream, synchronize
 from ..model._describe import BlockEntry, Connection, ExternalBinding, PipelineDescription, PortRef
 from ..plan._index import PipelineIndex
 from ..streams._coalesce import PendingPlan
@@ -86,14 +86,14 @@ class Runtime:
         return ref in self.connections
 
     def synchronize(self) -> None:
-        check(self.api.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+        synchronize(self.stream, api=self.api)
 
     def release(self) -> None:
         """Free the module cache, the memory pool and the streams (the GPU is done with them; never raises)."""
         quietly(self.modules.close)
         quietly(self.pool.close)
         for s in (self.stream, self.capture_stream):
-            quietly(lambda s=s: self.api.cuStreamDestroy(s))
+            quietly(lambda s=s: destroy_stream(s, api=self.api))
 
 
 def quietly(fn) -> None:

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import functools
 
-from ..cuda import _launch
+from ..cuda import _launch, _stream
 from ..cuda._context import device_arch
-from ..cuda._driver import check, drv
 from ..model._describe import KernelCode, KernelParam, Launch
 from . import _handles as H
 from ._common import (
@@ -152,7 +151,7 @@ def _curand_position(curand, gen, stream: int, seed: int, offset: int) -> None:
     curand.set_pseudo_random_generator_seed(gen, seed)
     curand.set_generator_offset(gen, offset)
     curand.generate_seeds(gen)
-    check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+    _stream.synchronize(stream)
 
 
 def _curand_setup(fn: str, n: int, itemsize: int, dist: str, seed: int, offset: int, device_ordinal: int):
@@ -165,7 +164,7 @@ def _curand_setup(fn: str, n: int, itemsize: int, dist: str, seed: int, offset: 
         st.cleanups.append(lambda: st.libs.drop_generator(gen))
         # priming and positioning run on a stream of their own, waited for alone: neither the legacy stream
         # nor a device-wide sync, so nobody else's work is ordered with (or stalled by) a block's setup
-        stream = check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        stream = _stream.create_stream()
         tmp = st.alloc(n * itemsize)
         try:
             curand.set_stream(gen, int(stream))
@@ -173,13 +172,13 @@ def _curand_setup(fn: str, n: int, itemsize: int, dist: str, seed: int, offset: 
                 getattr(curand, fn)(gen, tmp.ptr, n)
             else:
                 getattr(curand, fn)(gen, tmp.ptr, n, 0.0, 1.0)
-            check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
+            _stream.synchronize(stream)
             _curand_position(curand, gen, int(stream), seed, offset)
         finally:
             curand.set_stream(gen, 0)  # an association only; prepare() sets the capture's stream
             st.pool.release(tmp)
             st.pool.trim()  # the priming buffer is not needed again
-            check(drv.cuStreamDestroy(stream), "cuStreamDestroy")
+            _stream.destroy_stream(stream)
         st.extra["stream"] = 0
         st.extra["at"] = (seed, offset)
     except BaseException:

@@ -8,7 +8,7 @@ import re
 import threading
 
 from ..cuda._context import device_arch as cuda_device_arch
-from ..model._errors import CompileError
+from ..cuda._nvrtc import supported_archs as nvrtc_supported_archs
 
 _arch_lock = threading.Lock()
 _device_arch: list[str | None] = []
@@ -35,12 +35,7 @@ def default_arch() -> str:
 @functools.cache
 def supported_archs() -> tuple[int, ...]:
     """Compute capabilities NVRTC can compile for, e.g. ``(75, 80, 86, ..., 120)``."""
-    from cuda.bindings import nvrtc
-
-    err, archs = nvrtc.nvrtcGetSupportedArchs()
-    if int(err) != 0:
-        raise CompileError(f"nvrtcGetSupportedArchs failed ({err!r}); is the nvidia-cuda-nvrtc wheel installed?")
-    return tuple(int(a) for a in archs)
+    return nvrtc_supported_archs()
 
 
 _ARCH_RE = re.compile(r"^(sm|compute)_(\d+)([af]?)$")

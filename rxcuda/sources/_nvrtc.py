@@ -24,7 +24,6 @@ import difflib
 import functools
 import hashlib
 import inspect
-import io
 import logging
 import os
 import threading
@@ -35,7 +34,9 @@ from typing import Literal
 
 import attrs
 
+from ..cuda import _nvrtc as _cuda_nvrtc
 from ..cuda import _nvtx
+from ..cuda._nvrtc import NvrtcRejected
 from ..model._describe import KernelCode, KernelSignature
 from ..model._errors import CompileError
 from ._arch import check_arch, default_arch
@@ -62,63 +63,14 @@ DEFAULT_BLOCK_SIZE = 256
 # ---------------------------------------------------------------------------------------------------
 def nvrtc_version() -> tuple[int, int]:
     """(major, minor) of the NVRTC library in use."""
-    from cuda.bindings import nvrtc
-
-    err, major, minor = nvrtc.nvrtcVersion()
-    _check(err, "nvrtcVersion")
-    return int(major), int(minor)
+    return _cuda_nvrtc.version()
 
 
-def _check(err, call: str) -> None:
-    from cuda.bindings import nvrtc
-
-    if int(err) != 0:
-        _e, msg = nvrtc.nvrtcGetErrorString(err)
-        raise CompileError(f"{call} failed: {msg.decode() if isinstance(msg, bytes) else msg}")
-
-
-def _nvrtc_ptx(source: str, name: str, options: Sequence[bytes]) -> tuple[bytes, str]:
-    """NVRTC to PTX through cuda.bindings. (cuda.core's ``Program.compile('ptx')`` asks the driver whether
-    it could load the result, which fails where there is no driver.) Returns (ptx, log)."""
-    from cuda.bindings import nvrtc
-
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
-    _check(err, "nvrtcCreateProgram")
-    try:
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), list(options))
-        _e, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * size
-        nvrtc.nvrtcGetProgramLog(prog, buf)
-        log_text = buf.rstrip(b"\x00").decode(errors="replace")
-        if int(err) != 0:
-            raise _CompileFailed(log_text)
-        _e, size = nvrtc.nvrtcGetPTXSize(prog)
-        ptx = b" " * size
-        (err,) = nvrtc.nvrtcGetPTX(prog, ptx)
-        _check(err, "nvrtcGetPTX")
-        return ptx.rstrip(b"\x00"), log_text
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-
-
-class _CompileFailed(Exception):
-    """NVRTC rejected the source; ``args[0]`` is its log (turned into a CompileError by the caller)."""
+_CompileFailed = NvrtcRejected  # NVRTC rejected the source; ``args[0]`` is its log
 
 
 def _compile(text: str, name: str, opts, target: str) -> tuple[bytes, str]:
-    if target == "ptx":
-        return _nvrtc_ptx(text, name, list(opts.as_bytes("nvrtc", "ptx")))
-    from cuda.core import Program
-
-    logs = io.StringIO()
-    try:
-        obj = Program(text, "c++", options=opts).compile("cubin", logs=logs)
-    except Exception as e:
-        if type(e).__name__ == "NVRTCError" or "NVRTC_ERROR" in str(e):
-            msg = str(e)
-            raise _CompileFailed(msg.split("compilation log:", 1)[1] if "compilation log:" in msg else msg) from None
-        raise
-    return bytes(obj.code), logs.getvalue().replace("\x00", "")
+    return _cuda_nvrtc.compile_source(text, name, opts, target)
 
 
 @functools.cache
@@ -534,7 +486,7 @@ def warm_up(arch: str | None = None, *, background: bool = True) -> threading.Th
 
     cuda.core is imported here, on the caller's thread, before the thread starts: its first import is not
     thread-safe, and the caller may compile at once."""
-    from cuda.core import Program, ProgramOptions
+    from cuda.core import Program, ProgramOptions  # noqa: F401  (both imported on this thread: see above)
 
     arch = arch or default_arch()
 
@@ -542,7 +494,7 @@ def warm_up(arch: str | None = None, *, background: bool = True) -> threading.Th
         t0 = time.perf_counter()
         try:
             src = 'extern "C" __global__ void rx_warm_up(float* x) { x[threadIdx.x] += 1.0f; }'
-            Program(src, "c++", options=ProgramOptions(arch=arch)).compile("cubin")
+            _cuda_nvrtc.compile_cubin(src, ProgramOptions(arch=arch))
         except Exception as e:  # warming is best-effort; the real compile will report the problem
             log.warning("NVRTC warm-up failed: %s", e)
         _warm["seconds"] = time.perf_counter() - t0

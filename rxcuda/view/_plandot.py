@@ -14,6 +14,7 @@ them, region bodies as clusters. Pure Python, deterministic.
 
 from __future__ import annotations
 
+from ..cuda.nodes import KINDS
 from ..model._graphplan import (
     CallNodePlan,
     CopyNodePlan,
@@ -43,7 +44,7 @@ def _dims(d: tuple[int, ...]) -> str:
 
 def plan_dot(gp: GraphPlan) -> str:
     buffers = {b.id: b for b in gp.buffers}
-    regions = {n.id: n for n in gp.nodes if isinstance(n, RegionNodePlan)}
+    regions = {n.id: n for n in gp.nodes if (k := KINDS.get(type(n))) is not None and k.conditional}
     # (region node id, body) -> cluster key; a region's own cluster holds its anchor node
     body_key: dict[tuple[int, int], str] = {}
     children: dict[str | None, list[str]] = {None: []}
@@ -106,21 +107,10 @@ def plan_dot(gp: GraphPlan) -> str:
 
 
 def _plan_node(n, buffers) -> str:
-    if isinstance(n, KernelNodePlan):
-        la = n.launch
-        extra = f", {la.shared_mem} B shared" if la.shared_mem else ""
-        text = _lines(n.label, f"grid {_dims(la.grid)} x block {_dims(la.block)}{extra}")
-    elif isinstance(n, CallNodePlan):
-        text = _lines(n.label, f"library call {n.call}")
-    elif isinstance(n, MemsetNodePlan):
-        buf = buffers.get(n.buffer)
-        text = _lines(n.label, f"memset {buf.label if buf else n.buffer} = {n.value}")
-    elif isinstance(n, CopyNodePlan):
-        text = _lines(n.label, f"copy {size_text(n.nbytes)}")
-    elif isinstance(n, RegionNodePlan):
-        text = _lines(_REGION_NAMES.get(n.kind, n.kind), n.label)
-    else:  # a node kind this picture does not know yet: still drawn, by its type
-        text = _lines(getattr(n, "label", ""), type(n).__name__)
+    kind = KINDS.get(type(n))
+    # a node kind the CUDA layer does not know: still drawn, by its type
+    text = _lines(*kind.describe(n, buffers)) if kind is not None else _lines(getattr(n, "label", ""),
+                                                                               type(n).__name__)
     return f"n{n.id} [{_NODE_STYLE.get(type(n), 'shape=box')}, label={text}];"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
 
 import pytest
@@ -211,3 +212,47 @@ def test_modules_stay_small(folder):
     lines = {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / folder).glob("*.py"))}
     long = {name: n for name, n in lines.items() if n > MAX_LINES}
     assert long == {}, f"modules of {folder}/ over {MAX_LINES} lines: {long}"
+
+
+# -- one CUDA layer: every driver (and NVRTC) call is a named verb under rxcuda/cuda/ -------------------------
+_DRIVER_NAME = re.compile(r"^(cu[A-Z]\w*|CU[A-Za-z_]\w*|nvrtc[A-Z]\w*)$")  # cuGraphLaunch, CUevent_flags, ...
+
+
+def _driver_uses(path: pathlib.Path) -> list[str]:
+    """What in a file reaches the driver directly: an import of cuda.bindings, the layer's raw ``drv`` module,
+    or an attribute that is a driver function, type or enum (``api.cuMemcpyHtoDAsync``, ``drv.CUevent_flags``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name.startswith("cuda.bindings")]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.startswith("cuda.bindings") or (module == "cuda" and any(a.name == "bindings"
+                                                                                for a in node.names)):
+                found.append(f"from {module} import ...")
+            elif module.endswith("_driver") and any(a.name == "drv" for a in node.names):
+                found.append(f"from {module} import drv")
+        elif isinstance(node, ast.Attribute) and _DRIVER_NAME.match(node.attr):
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+OUTSIDE_THE_CUDA_LAYER = sorted(p for p in ROOT.rglob("*.py") if p.relative_to(ROOT).parts[0] != "cuda")
+
+
+@pytest.mark.parametrize("path", OUTSIDE_THE_CUDA_LAYER, ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_cuda_layer_calls_the_driver(path):
+    uses = _driver_uses(path)
+    assert uses == [], (f"{path.relative_to(ROOT)} calls the CUDA driver directly ({'; '.join(uses)}); add a named "
+                        "verb under rxcuda/cuda/ (e.g. _memory.copy_htod_async, _stream.synchronize) and call that")
+
+
+def test_the_driver_check_sees_a_raw_call(tmp_path):
+    raw = tmp_path / "raw.py"
+    raw.write_text("from cuda.bindings import driver\nfrom ..cuda._driver import drv\n"
+                   "def f(api, s):\n    api.cuStreamSynchronize(s)\n    return api.CUevent_flags\n")
+    assert sorted(_driver_uses(raw)) == ["from cuda._driver import drv", "from cuda.bindings import ...",
+                                         "line 4: .cuStreamSynchronize", "line 5: .CUevent_flags"]
+    clean = tmp_path / "clean.py"
+    clean.write_text("from ..cuda import _stream\ndef f(api, s):\n    _stream.synchronize(s, api=api)\n")
+    assert _driver_uses(clean) == []

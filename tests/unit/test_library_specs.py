@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from rxcuda import libraries as lib
-from rxcuda.cuda import _launch
+from rxcuda.cuda import _launch, _stream
 from rxcuda.libraries import _handles, _rand
 from rxcuda.model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from rxcuda.model._errors import ValidationError
@@ -27,7 +27,8 @@ def no_cuda(monkeypatch):
     monkeypatch.setattr(_handles, "Resources", refuse)
     monkeypatch.setattr(_launch, "launch_kernel", refuse)
     monkeypatch.setattr(_launch, "copy_async", refuse)
-    monkeypatch.setattr(_rand, "drv", None)
+    for verb in ("create_stream", "synchronize", "destroy_stream"):  # what the cuRAND backend's setup uses
+        monkeypatch.setattr(_stream, verb, refuse)
 
 
 def ports(spec):
@@ -507,8 +508,7 @@ def test_gemv_record_transposes_the_column_major_view(monkeypatch):
 def test_curand_prepare_positions_the_generator_outside_the_capture(monkeypatch):
     log = []
     monkeypatch.setattr(_handles, "binding", lambda name: FakeBinding(log))
-    monkeypatch.setattr(_rand, "drv", types.SimpleNamespace(cuStreamSynchronize=lambda s: ("sync", s)))
-    monkeypatch.setattr(_rand, "check", lambda result, call: log.append(result))
+    monkeypatch.setattr(_stream, "synchronize", lambda s: log.append(("sync", s)))
     r = lib.random_normal(8, seed=3, offset=4, mean=1.0, stddev=2.0, backend="curand")
     st = types.SimpleNamespace(extra={"generator": 42, "at": (3, 4), "stream": 0})
     values = {"seed": 3, "offset": 4, "mean": 1.0, "stddev": 2.0}
@@ -684,10 +684,9 @@ def test_recapture_after_a_rebind_uses_only_the_new_pointers(make, monkeypatch):
     monkeypatch.setattr(_handles, "Resources", FakeResources)
     monkeypatch.setattr(_launch, "launch_kernel", lambda *a: log.append(("launch", a)))
     monkeypatch.setattr(_launch, "copy_async", lambda *a: log.append(("copy", a)))
-    monkeypatch.setattr(_rand, "drv", types.SimpleNamespace(
-        cuStreamSynchronize=lambda s: (0,), cuStreamCreate=lambda flags: (0, 42), cuStreamDestroy=lambda s: (0,),
-        CUstream_flags=types.SimpleNamespace(CU_STREAM_NON_BLOCKING=1)))
-    monkeypatch.setattr(_rand, "check", lambda result, call: result[1] if len(result) > 1 else None)
+    monkeypatch.setattr(_stream, "create_stream", lambda: 42)
+    monkeypatch.setattr(_stream, "synchronize", lambda s: None)
+    monkeypatch.setattr(_stream, "destroy_stream", lambda s: None)
     monkeypatch.setattr(_rand, "device_arch", lambda ordinal: "sm_90")
     monkeypatch.setattr(_rand, "_philox_code", lambda entry, arch: _scale_code())
     spec = make()

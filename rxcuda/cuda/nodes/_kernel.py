@@ -1,0 +1,173 @@
+"""Kernel nodes: a block's kernel launch (or a region's condition kernel), its arguments in persistent memory.
+
+Every kernel node of a graph keeps its arguments in one native buffer of 8-byte slots with a pointer array
+into it (:class:`ArgStorage`: what the driver reads at add/update time). A hot update writes the new value
+into that buffer through a typed NumPy view made at build time, and the graph applies the node's parameters
+with one cuGraphExecKernelNodeSetParams (``CompiledGraph.flush`` and its ``hot`` table, bound at build time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ...model import _dtypes
+from ...model._describe import Launch
+from ...model._graphplan import BufferArg, HandleArg, KernelNodePlan
+from .._driver import check, drv
+from ._base import STAGED, BuildContext, GraphNode
+
+
+class ArgStorage:
+    """The arguments of every kernel node of one graph in one native buffer of 8-byte slots, and the
+    pointer array the driver reads (``kernelParams`` of each node points into it). Made once per build:
+    a node's slot is then a (typed view of the whole buffer, index) pair, written in place by updates."""
+
+    def __init__(self, plans: list[KernelNodePlan]):
+        starts: dict[int, tuple[int, list[int]]] = {}
+        offsets: list[int] = []
+        words = 0
+        for n in plans:
+            first = len(offsets)
+            for a in n.args:
+                offsets.append(words)
+                words += 1 if isinstance(a, BufferArg) else -(-max(a.size, 1) // 8)
+            starts[n.id] = (first, offsets[first:])
+        self.words = np.zeros(max(words, 1), dtype=np.uint64)
+        base = self.words.ctypes.data
+        self.ptrs = np.asarray(offsets or [0], dtype=np.uint64) * np.uint64(8) + np.uint64(base)
+        self.ptrs_base = self.ptrs.ctypes.data
+        self.starts = starts
+        self._typed: dict[np.dtype, np.ndarray] = {np.dtype(np.uint64): self.words}
+
+    def typed(self, dt: np.dtype) -> np.ndarray:
+        view = self._typed.get(dt)
+        if view is None:
+            view = self._typed[dt] = self.words.view(dt)
+        return view
+
+
+_BY_SIZE = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+
+
+class KernelNode(GraphNode):
+    """Driver-side state of one kernel node: node handle, params struct, and its argument slots in the
+    graph's ArgStorage (``slots[i]``: the (typed view, index) of argument i). ``handle_slots``: argument
+    index -> region node id, for each argument that passes a region's conditional handle."""
+
+    __slots__ = ("params", "slots", "buffer_args", "handle_int", "params_ptr", "handle_slots")
+
+    kind = "kernel"
+    eager = True
+    timed = True
+
+    def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int], storage: ArgStorage,
+                 handles: Mapping[int, object] | None = None):
+        super().__init__(plan)
+        first, offsets = storage.starts[plan.id]
+        u64 = storage.words
+        slots = []
+        self.buffer_args: dict[int, list[int]] = {}
+        self.handle_slots: dict[int, int] = {}
+        for i, (a, w) in enumerate(zip(plan.args, offsets, strict=True)):
+            if isinstance(a, BufferArg):
+                u64[w] = pointers[a.buffer]
+                slots.append((u64, w))
+                self.buffer_args.setdefault(a.buffer, []).append(i)
+            elif isinstance(a, HandleArg):  # a condition kernel's conditional handle
+                u64[w] = handles[a.region] if handles else 0
+                slots.append((u64, w))
+                self.handle_slots[i] = a.region
+            else:
+                size = max(a.size, 1)
+                dt = _dtypes.to_numpy(a.dtype) if a.dtype else None
+                if dt is None or dt.itemsize != size:
+                    dt = _BY_SIZE.get(size, _BY_SIZE[1])
+                view = storage.typed(dt)
+                idx = w * 8 // dt.itemsize
+                view[idx] = a.value
+                slots.append((view, idx))
+        self.slots = slots
+        p = drv.CUDA_KERNEL_NODE_PARAMS()
+        p.func = function
+        la = plan.launch
+        p.gridDimX, p.gridDimY, p.gridDimZ = la.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = la.block
+        p.sharedMemBytes = la.shared_mem
+        p.kernelParams = storage.ptrs_base + 8 * first if plan.args else 0
+        self.params = p
+        self.params_ptr = p.getPtr()  # the struct's address, for the GIL-keeping exec-node update
+        self.handle_int = 0
+
+    @classmethod
+    def prepare(cls, plans: list, b: BuildContext) -> None:
+        b.args = ArgStorage(plans)
+
+    @classmethod
+    def make(cls, plan, b: BuildContext) -> KernelNode:
+        return cls(plan, b.functions[plan.code_key], b.pointers, b.args, b.handles)
+
+    def add(self, api, graph, deps: list, ctx) -> None:
+        super().add(api, graph, deps, ctx)
+        self.handle_int = int(self.handle)  # type: ignore[call-overload]
+
+    def add_copy(self, api, graph, deps: list, ctx, what: str):
+        return check(api.cuGraphAddKernelNode(graph, deps, len(deps), self.params), f"cuGraphAddKernelNode ({what})")
+
+    def mirror(self, api, graph, deps: list, ctx, batch) -> object:
+        # a condition kernel passes its region's handle, which belongs to the graph: the copy gets its own
+        # argument memory holding the other graph's handles
+        params = batch.own_params(self) if self.handle_slots else self.params
+        return check(api.cuGraphAddKernelNode(graph, deps, len(deps), params), "cuGraphAddKernelNode (batch)")
+
+    def adopt(self, handle) -> None:
+        self.handle = handle
+        self.handle_int = int(handle)
+
+    def condition_of(self) -> int | None:
+        return next(iter(self.handle_slots.values()), None)
+
+    def buffers(self) -> tuple[int, ...]:
+        return tuple(self.buffer_args)
+
+    def rebind(self, buffer_id: int, ptr: int) -> str:
+        for i in self.buffer_args[buffer_id]:
+            view, idx = self.slots[i]
+            view[idx] = ptr
+        return STAGED
+
+    def apply(self, api, graph_exec, handle, ctx) -> None:
+        check(api.cuGraphExecKernelNodeSetParams(graph_exec, handle, self.params), "cuGraphExecKernelNodeSetParams")
+
+    def set_function(self, function) -> None:
+        self.params.func = function
+
+    def set_launch(self, launch: Launch) -> None:
+        p = self.params
+        p.gridDimX, p.gridDimY, p.gridDimZ = launch.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = launch.block
+        p.sharedMemBytes = launch.shared_mem
+
+    def run(self, api, stream) -> None:
+        p = self.params
+        check(api.cuLaunchKernel(p.func, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY,
+                                 p.blockDimZ, p.sharedMemBytes, stream, p.kernelParams, 0),
+              f"cuLaunchKernel ({self.plan.label})")
+
+    @classmethod
+    def kernel_of(cls, plan) -> KernelNodePlan | None:
+        return plan
+
+    @classmethod
+    def describe(cls, plan, buffers) -> tuple[str, str]:
+        la = plan.launch
+        extra = f", {la.shared_mem} B shared" if la.shared_mem else ""
+        return plan.label, f"grid {_dims(la.grid)} x block {_dims(la.block)}{extra}"
+
+
+def _dims(d: tuple[int, ...]) -> str:
+    d = tuple(d)
+    while len(d) > 1 and d[-1] == 1:
+        d = d[:-1]
+    return "x".join(str(v) for v in d)
