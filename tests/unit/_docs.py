@@ -2,7 +2,7 @@
 
 Every ```python block declares on its first line whether it stands alone (``# snippet: NAME``) or continues
 an earlier block of the same file (``# continues: NAME``: it runs appended to that block); ``-- runs without
-a GPU`` after the name marks the blocks tests/unit/test_docs.py runs (tests/gpu/test_docs.py runs them all).
+a GPU`` after the name marks the blocks tests/unit/test_docs.py runs (tests/gpu/test_docs_gpu.py runs them all).
 Every block must work both as a script and pasted line by line into an interactive interpreter
 (:func:`paste`), where a blank line ends an indented block and a statement after an indented block needs a
 blank line before it.

@@ -6,7 +6,7 @@ pastes into an interactive interpreter as it stands (compiled statement by state
 ``-- runs without a GPU`` run here from another directory, as a script and pasted into an interpreter; every
 ``rxcuda`` name the pages use exists, and so does every ``engine.X`` / ``block.X`` attribute; the kernels they
 name are the shipped ones; JSON blocks parse; the architecture page's layout names every folder of the
-package; and the README opens with the two commands and stays a landing page. tests/gpu/test_docs.py runs
+package; and the README opens with the two commands and stays a landing page. tests/gpu/test_docs_gpu.py runs
 every python block on a GPU, with the parser in tests/unit/_docs.py.
 """
 
