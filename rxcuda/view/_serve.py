@@ -318,21 +318,29 @@ class LiveView:
 
     # -- the WebSocket --------------------------------------------------------------------------------------
     async def _socket(self, request):
-        from aiohttp import WSMsgType, web
+        from aiohttp import WSCloseCode, WSMsgType, web
 
         origin = request.headers.get("Origin")
         expected = f"http://{request.host}"
         if not self._host_ok(request) or origin is None or origin.lower() != expected.lower():
             return web.Response(status=403, text=f"WebSocket refused: its Origin ({origin or 'none'}) is not this "
                                                  f"live view's page ({expected})")
-        ws = page_socket(MAX_FRAME_BYTES, f"message too long: over {MAX_FRAME_BYTES} bytes (a page message is at most "
-                                     f"{_protocol.MAX_MESSAGE}); the live view closes this connection")
+        # aiohttp refuses a message from its header alone, closing while the sender may still be writing it (the
+        # sender can then see a reset instead of the error): its limit sits above ours, so a message just over
+        # ours is read whole and refused here, error first, then the close (1009)
+        ws = page_socket(4 * MAX_FRAME_BYTES, f"message too long: over {MAX_FRAME_BYTES} bytes (a page message is at "
+                                              f"most {_protocol.MAX_MESSAGE}); the live view closes this connection")
         await ws.prepare(request)
         page = Page(ws)
         self._pages.add(page)
         sender = asyncio.ensure_future(page.send_loop())
         try:
             async for msg in ws:
+                if msg.type == WSMsgType.TEXT and len(msg.data) * 4 > MAX_FRAME_BYTES \
+                        and len(msg.data.encode()) > MAX_FRAME_BYTES:
+                    await page.flush()
+                    await ws.close(code=WSCloseCode.MESSAGE_TOO_BIG)  # sends the error first (page_socket)
+                    break
                 if msg.type == WSMsgType.TEXT:
                     await self._receive(page, msg.data)
                 elif msg.type == WSMsgType.BINARY:
