@@ -29,8 +29,8 @@ N = 64
 @pytest.fixture
 def engine():
     e = rxcuda.Engine(driver=NullDriver())
-    add = e.add(Block.from_kernel("kernels/vector_add.ptx", size=N))
-    mul = e.add(Block.from_kernel("kernels/scalar_mul.ptx", size=N, scale=1.0, ranges={"scale": (0, 10, 0.5)}))
+    add = e.add(Block.from_kernel("vector_add", size=N))
+    mul = e.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, ranges={"scale": (0, 10, 0.5)}))
     e.connect(add["out"], mul["x"])
     e.write(add["a"], np.ones(N, np.float32))
     e.write(add["b"], np.ones(N, np.float32))
@@ -525,7 +525,7 @@ def test_layered_layout_survives_a_cycle():
 
 # -- parameter ranges -------------------------------------------------------------------------------------------
 def test_ranges_from_kernel_are_enforced_on_every_set():
-    mul = Block.from_kernel("kernels/scalar_mul.ptx", size=N, scale=1.0, ranges={"scale": (0, 10)})
+    mul = Block.from_kernel("scalar_mul", size=N, scale=1.0, ranges={"scale": (0, 10)})
     prm = mul.params["scale"]
     assert (prm.min, prm.max, prm.step) == (0.0, 10.0, None)
     with pytest.raises(ValueError, match=r"scalar_mul.scale \(f32\) must be within \[0.0, 10.0\]"):
@@ -547,7 +547,7 @@ def test_ranges_from_kernel_are_enforced_on_every_set():
 ])
 def test_bad_ranges_are_refused(ranges, error, says):
     with pytest.raises(error, match=says):
-        Block.from_kernel("kernels/scalar_mul.ptx", size=N, scale=1.0, ranges=ranges)
+        Block.from_kernel("scalar_mul", size=N, scale=1.0, ranges=ranges)
 
 
 def test_builder_scalar_takes_a_range():

@@ -8,29 +8,15 @@ from __future__ import annotations
 import threading
 import time
 
-import numpy as np
 import pytest
 
 aiohttp = pytest.importorskip("aiohttp")
 
-from test_serve import N, open_page, origin, run  # noqa: E402
+from test_serve import N, engine, open_page, origin, run  # noqa: E402, F401 - engine: the same fixture
 
 import rxcuda  # noqa: E402
 from rxcuda import Block  # noqa: E402
-from rxcuda.cuda import NullDriver  # noqa: E402
 from rxcuda.view import _protocol, _serve  # noqa: E402
-
-
-@pytest.fixture
-def engine():
-    e = rxcuda.Engine(driver=NullDriver())
-    add = e.add(Block.from_kernel("kernels/vector_add.ptx", size=N))
-    mul = e.add(Block.from_kernel("kernels/scalar_mul.ptx", size=N, scale=1.0, ranges={"scale": (0, 10, 0.5)}))
-    e.connect(add["out"], mul["x"])
-    e.write(add["a"], np.ones(N, np.float32))
-    e.write(add["b"], np.ones(N, np.float32))
-    yield e
-    e.close()
 
 
 # -- the public path ----------------------------------------------------------------------------------------
