@@ -26,8 +26,9 @@ from rxcuda.view._collect import layered_layout  # noqa: E402
 N = 64
 
 
-@pytest.fixture
-def engine():
+def served_pipeline():
+    """An engine on the null driver with an adder feeding a scalar_mul, both inputs written: what the live view
+    tests serve (test_serve_controls uses it too)."""
     e = rxcuda.Engine(driver=NullDriver())
     add = e.add(Block.from_kernel("vector_add", size=N))
     mul = e.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, ranges={"scale": (0, 10, 0.5)}))
@@ -36,6 +37,11 @@ def engine():
     e.write(add["b"], np.ones(N, np.float32))
     yield e
     e.close()
+
+
+@pytest.fixture
+def engine():
+    yield from served_pipeline()
 
 
 @pytest.fixture

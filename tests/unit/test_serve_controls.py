@@ -12,11 +12,16 @@ import pytest
 
 aiohttp = pytest.importorskip("aiohttp")
 
-from test_serve import N, engine, open_page, origin, run  # noqa: E402, F401 - engine: the same fixture
+from test_serve import N, open_page, origin, run, served_pipeline  # noqa: E402
 
 import rxcuda  # noqa: E402
 from rxcuda import Block  # noqa: E402
 from rxcuda.view import _protocol, _serve  # noqa: E402
+
+
+@pytest.fixture
+def engine():
+    yield from served_pipeline()
 
 
 # -- the public path ----------------------------------------------------------------------------------------
