@@ -64,7 +64,7 @@ def test_repr_html_of_a_closed_engine():
     assert "closed after 0 frames" in engine._repr_html_()
 
 
-def test_repr_html_marks_a_block_in_error(engine):
+def test_engine_state_says_running_while_run_drives_frames(engine):
     mul, _ = pipeline(engine)
     engine.tick()
     mul.set(scale=2.0)
