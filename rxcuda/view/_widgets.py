@@ -226,6 +226,10 @@ class Widgets:
                 row.children = (row.children[0], widget)
 
     # -- showing, closing --------------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (f"<rxcuda.view.Widgets: {len(self.controls)} controls, {len(self.previews)} previews"
+                f"{', closed' if not self._subs else ''}>")
+
     def _repr_mimebundle_(self, **kwargs):
         return self.box._repr_mimebundle_(**kwargs)
 

@@ -87,7 +87,9 @@ def test_a_control_per_parameter_of_the_right_kind(engine):
     assert isinstance(scale, w.FloatSlider) and (scale.min, scale.max, scale.step, scale.value) == (0, 4, 0.5, 1.5)
     assert isinstance(n, w.IntSlider) and (n.min, n.max, n.value) == (0, N, N)  # a count ends at its limit
     assert "application/vnd.jupyter.widget-view+json" in ui._repr_mimebundle_()
+    assert repr(ui) == "<rxcuda.view.Widgets: 3 controls, 0 previews>"
     ui.close()
+    assert repr(ui).endswith(", closed>")
 
 
 def test_moving_a_slider_sets_the_parameter_through_its_checks(engine):
