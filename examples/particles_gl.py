@@ -21,7 +21,7 @@ import rxcuda as rx
 
 ok, why = rx.probe()
 if not ok:
-    sys.exit(f"rxcuda.examples.particles_gl runs on a CUDA device, and this machine has none: {why}")
+    sys.exit(f"examples/particles_gl.py runs on a CUDA device, and this machine has none: {why}")
 try:
     import moderngl
 except ImportError:

@@ -22,7 +22,7 @@ from rxcuda.streams import media
 
 ok, why = rx.probe()
 if not ok:
-    sys.exit(f"rxcuda.examples.video_filter runs on a CUDA device, and this machine has none: {why}")
+    sys.exit(f"examples/video_filter.py runs on a CUDA device, and this machine has none: {why}")
 try:
     import av
 except ImportError:
