@@ -177,6 +177,12 @@ class Widgets:
         key = f"{block.name}.{event.name}" if block is not None else None
         widget = self.controls.get(key) if key else None
         if widget is not None and widget.value != event.value:
+            # a slider clamps what it is given (and would then set the clamped value): widen it first, as when
+            # a count's limit grew and the next refresh has not moved the slider's end yet
+            if hasattr(widget, "max") and event.value > widget.max:
+                widget.max = event.value
+            if hasattr(widget, "min") and event.value < widget.min:
+                widget.min = event.value
             widget.value = event.value
 
     # -- frames ----------------------------------------------------------------------------------------------

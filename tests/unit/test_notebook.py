@@ -136,6 +136,19 @@ def test_a_change_from_code_moves_the_slider(engine):
     assert ui.controls["mul.scale"].value == 3.0
 
 
+def test_a_count_set_past_the_sliders_old_end_widens_it(engine):
+    solo = engine.add(Block.from_kernel("kernels/scalar_mul.ptx", size=N, name="solo"))
+    engine.write(solo["x"], np.ones(N, np.float32))
+    ui = rxcuda.view.widgets(engine)
+    assert ui.controls["solo.n"].max == N
+    engine.resize(solo["x"], (2 * N,))  # the count's limit grows before the next refresh moves the slider's end
+    engine.tick()
+    solo.set(n=N + 10)
+    assert ui.controls["solo.n"].value == N + 10 and ui.controls["solo.n"].max >= N + 10
+    assert solo.params["n"].value == N + 10  # the slider did not clamp it back
+    ui.close()
+
+
 def test_frame_times_and_previews_are_drawn(engine):
     mul, add = pipeline(engine)
     grid = engine.add(Block.from_kernel("kernels/scalar_mul.ptx", size=N, name="grid"))
