@@ -78,6 +78,8 @@ class _Shared:
 
     # subclasses define before_frame() (before the engine's tick) and after_frame() (after it)
     def __enter__(self):
+        self._check()
+        self.engine.device.make_current()  # the render thread may not have touched the engine's context yet
         self.before_frame()
         return self
 
