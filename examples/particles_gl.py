@@ -101,14 +101,14 @@ def check_pixels(verts: np.ndarray, lit: set) -> int:
     every lit pixel lies under a particle. Returns how many particles were visible."""
     xy = verts.reshape(-1, 2).astype(np.float64)
     w = (xy + 1.0) / 2.0 * SIZE  # window coordinates
-    inside = (w > 0.5).all(axis=1) & (w < SIZE - 0.5).all(axis=1)
+    on = ((w >= 0) & (w <= SIZE)).all(axis=1)  # GL draws a point whose centre is inside the picture
     frac = np.abs(w - np.round(w))
-    clear = inside & (frac > 1e-3).all(axis=1)  # away from a pixel edge, where GL's tie rule decides
+    clear = on & (frac > 1e-3).all(axis=1)  # away from a pixel edge, where GL's tie rule decides
     want = {(int(r), int(c)) for c, r in np.floor(w[clear]).astype(int)}
     assert want <= lit, f"{len(want - lit)} particles drew no pixel"
-    near = {(r + dr, c + dc) for c, r in np.floor(w[inside]).astype(int) for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
+    near = {(r + dr, c + dc) for c, r in np.floor(w[on]).astype(int) for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
     assert lit <= near, f"{len(lit - near)} lit pixels lie under no particle"
-    return int(inside.sum())
+    return int(on.sum())
 
 
 try:
