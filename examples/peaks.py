@@ -1,6 +1,6 @@
 """Peak detection that refines only when there is something to refine: window -> FFT -> magnitude -> If.
 
-    python -m rxcuda.examples.peaks [frames]
+    python -m rxcuda.examples.peaks [frames] [--wav [FILE]]
 
 Each frame is 4096 samples of noise, and in some frames a tone. The pipeline windows the frame (Hann),
 takes a real FFT (cuFFT, captured into the graph), computes the magnitude spectrum and its energy, and an
@@ -8,9 +8,16 @@ takes a real FFT (cuFFT, captured into the graph), computes the magnitude spectr
 passes a threshold. The GPU decides; the host launches one graph per frame. Peaks arrive as an Observable
 (zeros in frames without a tone: the region zeroes its outputs when its body does not run), and each is
 checked against the same steps in NumPy.
+
+With `--wav FILE` the frames are a sound file's blocks instead, played at the file's own rate
+(`rxcuda.streams.media.audio_file`, an Rx Observable; each block carries its time in the file); with `--wav`
+alone the example first writes a test WAV (noise, a tone in every third block) and plays that.
 """
 
+import pathlib
+import queue
 import sys
+import tempfile
 
 import numpy as np
 
@@ -21,7 +28,13 @@ ok, why = rx.probe()
 if not ok:
     sys.exit(f"rxcuda.examples.peaks runs on a CUDA device, and this machine has none: {why}")
 
-FRAMES = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+ARGS = sys.argv[1:]
+WAV = None
+if "--wav" in ARGS:  # --wav [FILE]
+    at = ARGS.index("--wav")
+    WAV = ARGS[at + 1] if at + 1 < len(ARGS) and not ARGS[at + 1].isdigit() else ""
+    del ARGS[at:at + 1 + (WAV != "")]
+FRAMES = int(ARGS[0]) if ARGS else 40
 N = 4096
 BINS = N // 2 + 1
 RATE = 48_000.0
@@ -113,6 +126,56 @@ def numpy_peak(x: np.ndarray):
 
 
 rng = np.random.default_rng()
+
+
+def synthetic():
+    """FRAMES blocks of noise, a tone in every third: (samples, tone frequency or None, time)."""
+    t = np.arange(N) / RATE
+    for f in range(FRAMES):
+        x = rng.normal(0.0, 0.1, N)
+        freq = rng.uniform(200.0, 20_000.0) if f % 3 == 0 else None
+        if freq is not None:
+            x = x + rng.uniform(0.5, 1.0) * np.sin(2 * np.pi * freq * t + rng.uniform(0, 2 * np.pi))
+        yield x.astype(np.float32), freq, f * N / RATE
+
+
+def from_wav(path):
+    """The file's blocks as they play (an Observable of MediaFrame; read here one by one, in order)."""
+    from rxcuda.streams import media
+
+    items = queue.Queue()
+    sub = media.audio_file(path, N, mono=True, when_behind="block").subscribe(
+        items.put, lambda e: items.put(e), lambda: items.put(None))
+    try:
+        for _ in range(FRAMES):
+            item = items.get(timeout=30)
+            if item is None:
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item.data, TONES.get(item.index), item.t
+    finally:
+        sub.dispose()
+
+
+def write_test_wav(path) -> dict:
+    """Noise with a tone in every third block, at RATE: what synthetic() plays, as a WAV file."""
+    import soundfile
+
+    blocks = list(synthetic())
+    soundfile.write(path, np.concatenate([x for x, _, _ in blocks]), int(RATE), subtype="FLOAT")
+    return {i: freq for i, (_, freq, _) in enumerate(blocks) if freq is not None}
+
+
+TONES: dict = {}  # block -> tone frequency, where the example made the sound
+KNOWN = WAV is None or WAV == ""  # which blocks hold a tone is known: the synthetic frames or the test WAV
+folder = tempfile.TemporaryDirectory(prefix="rxcuda-peaks-")
+if WAV == "":
+    WAV = str(pathlib.Path(folder.name) / "tones.wav")
+    TONES = write_test_wav(WAV)
+    print(f"wrote {WAV}: {FRAMES} blocks of {N} samples at {RATE:.0f} Hz, a tone in every third")
+source = from_wav(WAV) if WAV is not None else synthetic()
+
 peaks = []
 with rx.Engine() as engine:
     for blk in (window, fft, magnitude, gate):
@@ -123,14 +186,10 @@ with rx.Engine() as engine:
     engine.connect(magnitude["mag"], gate["mag"])
     engine.connect(magnitude["mag"], refine["mag"])
     sub = engine.observe(refine["peak"]).subscribe(lambda p: peaks.append(p.copy()))
-    t = np.arange(N) / RATE
-    tones = detected = 0
-    for f in range(FRAMES):
-        x = rng.normal(0.0, 0.1, N)
-        tone = f % 3 == 0
-        if tone:
-            freq = rng.uniform(200.0, 20_000.0)
-            x = x + rng.uniform(0.5, 1.0) * np.sin(2 * np.pi * freq * t + rng.uniform(0, 2 * np.pi))
+    tones = detected = frames = 0
+    for f, (x, freq, t_source) in enumerate(source):
+        frames += 1
+        tone = freq is not None
         x = x.astype(np.float32)
         engine.write(window["x"], x)
         engine.tick()
@@ -145,11 +204,14 @@ with rx.Engine() as engine:
         if tone:
             assert abs(got[0] - freq) < RATE / N, f"frame {f}: found {got[0]:.1f} Hz, the tone was {freq:.1f} Hz"
         if f < 12:
-            print(f"frame {f:3d}: peak at {got[0]:9.2f} Hz (NumPy {want[0]:9.2f}), magnitude {got[1]:8.2f}")
+            print(f"frame {f:3d} (t={t_source:6.3f} s): peak at {got[0]:9.2f} Hz (NumPy {want[0]:9.2f}), "
+                  f"magnitude {got[1]:8.2f}")
     sub.dispose()
-    assert len(peaks) >= FRAMES - 1, f"observe delivered {len(peaks)} of {FRAMES} frames"
-    assert detected == tones == len(range(0, FRAMES, 3)), "every tone, and only the tones, passed the gate"
+    assert len(peaks) >= frames - 1, f"observe delivered {len(peaks)} of {frames} frames"
+    if KNOWN:
+        assert detected == tones == len(range(0, frames, 3)), "every tone, and only the tones, passed the gate"
     s = engine.stats  # memory reuse: intermediates whose lifetimes do not overlap share an allocation
     print(f"memory: buffers={s.buffers} allocations={s.allocations} allocated={s.bytes_allocated} "
           f"without_reuse={s.bytes_unshared} saved={s.bytes_saved}")
-    print(f"OK: {FRAMES} frames, {detected} refined on the GPU's decision, each matching NumPy")
+    print(f"OK: {frames} frames, {detected} refined on the GPU's decision, each matching NumPy"
+          + (f" (from {WAV}, played at its own rate)" if WAV else ""))

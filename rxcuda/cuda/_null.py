@@ -52,6 +52,9 @@ class NullDriver:
         self._next_ptr = 0x7F00_0000_0000  # the device address space the null driver hands out
         self._bodies: dict[int, list] = {}  # conditional node -> its body graphs
         self.live: dict[str, set[int]] = {}  # handle kind -> live handles (what a test can check for leaks)
+        # OpenGL objects a test pretends exist: name -> bytes (a buffer) or (height, width, bytes per texel)
+        self.gl_objects: dict[int, int | tuple[int, int, int]] = {}
+        self._gl: dict[int, tuple[int, bool]] = {}  # graphics resource -> (GL name, mapped)
 
     # -- recording, failures ---------------------------------------------------------------------------
     def fail(self, name: str, error="CUDA_ERROR_UNKNOWN", times: int = 1) -> None:
@@ -362,6 +365,72 @@ class NullDriver:
 
     def cuStreamEndCapture(self, stream):
         return self._call("cuStreamEndCapture", (int(stream),), lambda: (self._new("graph", _real.CUgraph),))
+
+    # -- OpenGL interop (the GL objects are what a test put in gl_objects) --------------------------------
+    def _gl_register(self, name: str, glo: int, kind: type, args: tuple):
+        if not isinstance(self.gl_objects.get(glo), kind):  # no such GL object (of that kind): as a driver says
+            self.fail(name, "CUDA_ERROR_INVALID_VALUE")
+
+        def register():
+            res = self._new("graphics", _real.CUgraphicsResource)
+            self._gl[int(res)] = (glo, False)
+            return (res,)
+
+        return self._call(name, args, register)
+
+    def cuGraphicsGLRegisterBuffer(self, glo, flags):
+        return self._gl_register("cuGraphicsGLRegisterBuffer", int(glo), int, (int(glo), int(flags)))
+
+    def cuGraphicsGLRegisterImage(self, glo, target, flags):
+        return self._gl_register("cuGraphicsGLRegisterImage", int(glo), tuple, (int(glo), int(target), int(flags)))
+
+    def _gl_map(self, name: str, resource, stream, mapped: bool):
+        h = int(resource)
+        glo, was = self._gl.get(h, (None, None))
+        result = self._call(name, (h, int(stream)))
+        if result[0] == _OK and (glo is None or was == mapped):
+            return (_real.CUresult.CUDA_ERROR_NOT_MAPPED if not mapped else _real.CUresult.CUDA_ERROR_ALREADY_MAPPED,)
+        if result[0] == _OK:
+            self._gl[h] = (glo, mapped)
+        return result
+
+    def cuGraphicsMapResources(self, count, resource, stream):
+        return self._gl_map("cuGraphicsMapResources", resource, stream, True)
+
+    def cuGraphicsUnmapResources(self, count, resource, stream):
+        return self._gl_map("cuGraphicsUnmapResources", resource, stream, False)
+
+    def cuGraphicsResourceGetMappedPointer(self, resource):
+        glo, mapped = self._gl.get(int(resource), (None, False))
+        if not mapped:
+            return (_real.CUresult.CUDA_ERROR_NOT_MAPPED, None, None)
+        # a GL buffer's device address: stable while the buffer lives, as on a real driver
+        return self._call("cuGraphicsResourceGetMappedPointer", (int(resource),),
+                          (_real.CUdeviceptr(0x7E00_0000_0000 + glo * 0x100_0000), self.gl_objects[glo]))
+
+    def cuGraphicsSubResourceGetMappedArray(self, resource, index, level):
+        glo, mapped = self._gl.get(int(resource), (None, False))
+        if not mapped:
+            return (_real.CUresult.CUDA_ERROR_NOT_MAPPED, None)
+        return self._call("cuGraphicsSubResourceGetMappedArray", (int(resource), index, level),
+                          (_real.CUarray(0x7D00_0000 + glo),))
+
+    def cuArrayGetDescriptor(self, array):
+        h, w, texel = self.gl_objects[int(array) - 0x7D00_0000]
+        desc = _real.CUDA_ARRAY_DESCRIPTOR()
+        desc.Height, desc.Width, desc.NumChannels = h, w, texel // 4 if texel % 4 == 0 else texel
+        desc.Format = _real.CUarray_format.CU_AD_FORMAT_FLOAT if texel % 4 == 0 else \
+            _real.CUarray_format.CU_AD_FORMAT_UNSIGNED_INT8
+        return self._call("cuArrayGetDescriptor", (int(array),), (desc,))
+
+    def cuMemcpy2DAsync(self, params, stream):
+        return self._call("cuMemcpy2DAsync", (int(params.srcDevice), int(params.dstArray), int(params.WidthInBytes),
+                                              int(params.Height), int(stream)))
+
+    def cuGraphicsUnregisterResource(self, resource):
+        self._drop("graphics", resource)
+        self._gl.pop(int(resource), None)
+        return self._call("cuGraphicsUnregisterResource", (int(resource),))
 
     def __repr__(self) -> str:
         return f"<NullDriver {len(self.calls)} calls>"

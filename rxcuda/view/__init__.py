@@ -5,6 +5,12 @@ Graphviz); ``save_graph(x, "pipeline.svg")`` renders it through Graphviz (option
 and the system ``dot``), or writes the text for ``.dot``; ``save_driver_graph(engine, path)`` writes the CUDA
 driver's own picture of the running graph (cuGraphDebugDotPrint).
 
+Notebooks (``_widgets``): ``widgets(engine, params=None, previews=())`` gives ipywidgets controls bound both
+ways to the parameters, a live frame-time plot and previews of outputs (the ``notebook`` extra).
+
+OpenGL (``_gl``): ``engine.gl_buffer(port, glo)`` makes a port's memory a GL buffer (zero-copy),
+``engine.gl_texture(port, glo)`` copies a 2-D port into a GL texture on the GPU after every frame.
+
 Traces (``_trace``): ``engine.trace(path, frames=n)`` records a Chrome/Perfetto trace-event JSON (host and
 GPU time per frame, updates with their tiers, reloads, diagnostics, parameter values as counters);
 ``read_trace`` / ``summarize`` read one back; ``plot_frames(trace, "frames.png")`` draws its frame times
@@ -12,7 +18,8 @@ GPU time per frame, updates with their tiers, reloads, diagnostics, parameter va
 
 Importing this package (``import rxcuda`` does) installs the conveniences ``engine.to_dot()``,
 ``engine.save_graph(path)``, ``engine.save_driver_graph(path)``, ``engine.trace(path)``, ``engine.serve()`` (the
-live view in a browser, ``_serve``; needs aiohttp) and ``plan.to_dot()``:
+live view in a browser, ``_serve``; needs aiohttp), ``engine._repr_html_()`` (how Jupyter shows an engine,
+``_notebook``), ``engine.gl_buffer(port, glo)``, ``engine.gl_texture(port, glo)`` and ``plan.to_dot()``:
 the engine never imports this package (docs/architecture.md, "Layout": view sits above engine).
 
 >>> import rxcuda
@@ -24,17 +31,25 @@ True
 
 from ._dot import GraphvizNotFoundError, save_driver_graph, save_graph, to_dot
 from ._dot import install as _install_dot
+from ._gl import GLBuffer, GLTexture, gl_frame
+from ._gl import install as _install_gl
+from ._notebook import install as _install_notebook
 from ._plot import MatplotlibNotFoundError, plot_frames
 from ._serve import LiveView, LiveViewError, serve
 from ._serve import install as _install_serve
 from ._trace import Trace, TraceData, TraceSummary, read_trace, summarize, trace
 from ._trace import install as _install_trace
+from ._widgets import Widgets, WidgetsNotFoundError, widgets
 
 _install_dot()
 _install_trace()
 _install_serve()
+_install_notebook()
+_install_gl()
 
 __all__ = ["GraphvizNotFoundError", "save_driver_graph", "save_graph", "to_dot"]
 __all__ += ["MatplotlibNotFoundError", "Trace", "TraceData", "TraceSummary", "plot_frames", "read_trace", "summarize",
             "trace"]
 __all__ += ["LiveView", "LiveViewError", "serve"]
+__all__ += ["Widgets", "WidgetsNotFoundError", "widgets"]
+__all__ += ["GLBuffer", "GLTexture", "gl_frame"]
