@@ -96,14 +96,16 @@ def lit_pixels(fbo) -> set:
     return set(zip(*np.nonzero(img), strict=True))
 
 
-def check_pixels(verts: np.ndarray, lit: set) -> int:
+def check_pixels(verts: np.ndarray, lit: set, snap: float = 1 / 16) -> int:
     """Each particle inside the picture lights the pixel under it (GL's origin is bottom-left: row = y), and
-    every lit pixel lies under a particle. Returns how many particles were visible."""
+    every lit pixel lies under a particle. Returns how many particles were visible. ``snap``: the sub-pixel grid
+    GL rounds a vertex to (2**-GL_SUBPIXEL_BITS; at least 4 bits by the spec): a particle closer than that to a
+    pixel edge may land on either side of it, so only those farther away are checked."""
     xy = verts.reshape(-1, 2).astype(np.float64)
     w = (xy + 1.0) / 2.0 * SIZE  # window coordinates
     on = ((w >= 0) & (w <= SIZE)).all(axis=1)  # GL draws a point whose centre is inside the picture
     frac = np.abs(w - np.round(w))
-    clear = on & (frac > 1e-3).all(axis=1)  # away from a pixel edge, where GL's tie rule decides
+    clear = on & (frac > snap).all(axis=1)  # away from a pixel edge, where snapping and GL's tie rule decide
     want = {(int(r), int(c)) for c, r in np.floor(w[clear]).astype(int)}
     assert want <= lit, f"{len(want - lit)} particles drew no pixel"
     near = {(r + dr, c + dc) for c, r in np.floor(w[on]).astype(int) for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
@@ -113,6 +115,7 @@ def check_pixels(verts: np.ndarray, lit: set) -> int:
 
 try:
     ctx = moderngl.create_context(standalone=True, backend="egl")  # headless; a window's context works the same
+    snap = 2.0 ** -int(ctx.info.get("GL_SUBPIXEL_BITS", 4))  # the grid GL rounds vertex positions to
 except Exception as e:
     sys.exit(f"rxcuda.examples.particles_gl: no OpenGL context through EGL ({e}); see docs/opengl.md")
 program = ctx.program(
@@ -134,7 +137,7 @@ with rx.Engine() as engine:
         vao.render(moderngl.POINTS)           # draws what the frame just wrote; GL waits for it on the GPU
         if f % 60 == 59 or f == FRAMES - 1:
             verts = np.frombuffer(vbo.read(), np.float32)   # what GL drew from (read back only to check it)
-            visible = check_pixels(verts, lit_pixels(fbo))
+            visible = check_pixels(verts, lit_pixels(fbo), snap)
             checked += 1
             print(f"frame {f + 1:4d}: {visible:5d} particles drawn, each on its pixel; "
                   f"{frame.host_us:6.1f} us host, tiers {frame.tiers or '-'}")
