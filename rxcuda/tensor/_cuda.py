@@ -67,6 +67,16 @@ class Backend:
     def __init__(self, cupy):
         self.cp = cupy
         self.stream = cupy.cuda.Stream()
+        self.capturing = False  # rxcuda.tensor.function captures a run into a CUDA graph (_replay.py)
+        self._gemm = None
+
+    def gemm(self, a, b, node: Node):
+        """``a @ b`` through rxcuda's own cuBLAS call (``_replay.Gemm``), which a stream capture records."""
+        if self._gemm is None:
+            from ._replay import Gemm
+
+            self._gemm = Gemm(self.cp, self.stream)
+        return self._gemm(a, b, node)
 
     def leaf_value(self, node: Node):
         if node.op == "const":
@@ -86,7 +96,7 @@ class Backend:
         if group.kind == "copy":
             return lambda inputs: [self.copy(group.nodes[0], inputs[0])]
         array, stream = self.array, self.stream
-        if group.kind in ("view", "matmul"):  # CuPy's own views and cupy.matmul (cuBLAS), as on the CPU backend
+        if group.kind in ("view", "matmul", "op"):  # CuPy's views, cupy.matmul (cuBLAS) and the ops of _numpy
             from ._cpu import compile_group
 
             ops = compile_group(group, plan, xp=self.cp)
@@ -95,6 +105,8 @@ class Backend:
 
             def run_matmul(inputs: list) -> list:
                 with stream:
+                    if self.capturing and group.kind == "matmul":  # CuPy refuses cuBLAS under capture
+                        return [self.gemm(array(inputs[0]), array(inputs[1]), group.nodes[0])]
                     return ops([array(v) for v in inputs])
 
             return run_matmul

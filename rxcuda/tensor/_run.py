@@ -20,6 +20,8 @@ from ._passes import Passes, Plan, plan
 from ._program import Program, evaluate, leaf_versions
 
 _CACHE = ResultCache()
+TRACING: list = []
+"""The traces of ``rxcuda.tensor.function`` under way (``_function``): evaluating a tensor inside one is refused."""
 
 
 def stats() -> Stats:
@@ -92,6 +94,8 @@ def _signature(nodes: list[Node], leaves: tuple[Node, ...], maps: tuple, passes:
 
 
 def _values(nodes: list[Node], passes: Passes | None = None, use_cache: bool = True) -> list:
+    if TRACING:
+        raise TRACING[-1].refusal("reading a tensor's value (.numpy(), float(), .item(), print)")
     passes = passes or _DEFAULT_PASSES
     leaves, maps = _leaves(nodes)
     touch_outside(leaves)
