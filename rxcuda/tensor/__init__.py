@@ -81,6 +81,7 @@ __all__ = [
     "sin", "softmax", "sqrt", "stats", "sum", "tanh", "tensor", "wait_compiled", "where", "zeros",
 ]
 __all__ += ["InputSpec", "TensorBlock", "block", "input", "update"]  # rxcuda/tensor/_block.py
+from ._function import CaptureError, Function, FunctionStats, TraceError, function, jit  # noqa: E402 - traced, replayed
 from ._numpy import (  # noqa: E402 - attaches // % & | ~, float(), item(), str(), NumPy's functions to Tensor
     argmax,
     argmin,
@@ -95,9 +96,8 @@ from ._numpy import (  # noqa: E402 - attaches // % & | ~, float(), item(), str(
     take,
     var,
 )
-from ._function import Function, FunctionStats, TraceError, function, jit  # noqa: E402 - traced, replayed
 from ._optim import SGD, Adam  # noqa: E402 - in-place updates a traced training step replays
 
 __all__ += ["argmax", "argmin", "clip", "concatenate", "cumsum", "expand_dims", "prod", "squeeze", "stack", "std",
             "take", "var"]
-__all__ += ["Adam", "Function", "FunctionStats", "SGD", "TraceError", "function", "jit"]
+__all__ += ["Adam", "CaptureError", "Function", "FunctionStats", "SGD", "TraceError", "function", "jit"]

@@ -15,7 +15,6 @@ from ._graph import Node
 from ._ops import REDUCERS, UFUNCS, index_of
 from ._passes import Group, Plan
 
-
 EXTRA: dict[str, Callable] = {}
 """Ops defined outside the core table (``_numpy``: argmax, cumsum, concatenate...): ``f(node, args, xp)``."""
 

@@ -73,7 +73,7 @@ class Backend:
     def gemm(self, a, b, node: Node):
         """``a @ b`` through rxcuda's own cuBLAS call (``_replay.Gemm``), which a stream capture records."""
         if self._gemm is None:
-            from ._replay import Gemm
+            from ._gemm import Gemm
 
             self._gemm = Gemm(self.cp, self.stream)
         return self._gemm(a, b, node)

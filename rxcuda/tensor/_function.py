@@ -49,21 +49,16 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..model._errors import RxcudaError
 from . import _ops, _run
 from ._cache import STATS
+from ._errors import CaptureError, TraceError
 from ._graph import Node
 from ._passes import Passes
 from ._program import Program
 from ._run import _leaves, _program, _values
-from ._tensor import Tensor, _data, _MOVED
+from ._tensor import _MOVED, Tensor, _data
 
-__all__ = ["Function", "FunctionStats", "TraceError", "function", "jit"]
-
-
-class TraceError(RxcudaError, TypeError):
-    """Something inside a traced function needs a tensor's value on the host, or cannot be replayed; the
-    message names the function and what to write instead (an :class:`~rxcuda.RxcudaError`, and a TypeError)."""
+__all__ = ["CaptureError", "Function", "FunctionStats", "TraceError", "function", "jit"]
 
 
 @attrs.define
@@ -313,6 +308,7 @@ class _Trace:
         else:
             self.program = None
         self.device = next((n.device for n in nodes if n.device == "cuda"), "cpu")
+        self.on_cuda = [leaf.device == "cuda" for leaf in self.leaves]
         self.replay = None
         if self.device == "cuda" and owner.graphs and self.program is not None:
             from ._replay import Replays
@@ -328,6 +324,9 @@ class _Trace:
                 out.append(node.attrs[0].array if node.op == "const" else _values([node])[0])
             else:
                 out.append(src.attrs[0].array)
+        if self.device == "cuda":  # PyTorch and other CUDA arrays as CuPy views (no copy): kernels read .data.ptr
+            cp = self.program.cuda.cp
+            out = [a if type(a) is cp.ndarray or not self.on_cuda[k] else cp.asarray(a) for k, a in enumerate(out)]
         return out
 
     def target_buffers(self, tensors: list[Tensor]) -> list:
@@ -351,6 +350,8 @@ class _Trace:
             for buf, v in zip(self.target_buffers(tensors), values[self.nouts:], strict=True):
                 write_into(buf, v)
         outs = [_wrap(v, n) for v, n in zip(values[:self.nouts], self.out_nodes, strict=True)]
+        if self.replay is not None:
+            self.replay.hold(outs)
         return _rebuild(self.out_tree, outs)
 
     def close(self) -> None:
@@ -398,8 +399,8 @@ def function(fn: Callable | None = None, *, passes: Passes | None = None, max_tr
     ...     return x + 1
     >>> add_one(rt.tensor([1.0, 2.0])).numpy()
     array([2., 3.])
-    >>> add_one.signatures
-    [((2,), dtype('float64'), 'cpu')]
+    >>> add_one.signatures  # one entry per trace: (shape, dtype, device) of each tensor argument
+    [(((2,), dtype('float64'), 'cpu'),)]
     """
     if fn is None:
         return lambda f: Function(f, passes=passes, max_traces=max_traces, graphs=graphs)

@@ -28,7 +28,7 @@ from ..model._shapes import ShapeError, fmt
 from . import _autograd, _ops, _run, _vjp
 from ._cpu import EXTRA
 from ._graph import Node
-from ._tensor import Tensor, _as_tensor, _elementwise, _nodes, matmul, maximum, minimum, sqrt, tensor, where
+from ._tensor import Tensor, _as_tensor, _elementwise, _nodes, matmul, maximum, minimum, sqrt, tensor, where  # noqa: F401 - tensor: the doctests
 
 __all__ = ["argmax", "argmin", "clip", "concatenate", "cumsum", "expand_dims", "prod", "squeeze", "stack", "std",
            "take", "var"]
