@@ -69,6 +69,7 @@ class Backend:
         self.stream = cupy.cuda.Stream()
         self.capturing = False  # rxcuda.tensor.function captures a run into a CUDA graph (_replay.py)
         self._gemm = None
+        self._fills: dict[int, tuple] = {}  # the device value of each fill a captured program reads whole
 
     def gemm(self, a, b, node: Node):
         """``a @ b`` through rxcuda's own cuBLAS call (``_replay.Gemm``), which a stream capture records."""
@@ -87,6 +88,12 @@ class Backend:
         """``value`` as a CuPy array (a fill becomes a broadcast 0-d array)."""
         if isinstance(value, _Fill):
             n = value.node
+            if self.capturing:  # made before the capture (a host-to-device copy cannot be captured), then reused
+                kept = self._fills.get(id(value))
+                if kept is None:
+                    with self.stream:
+                        kept = self._fills[id(value)] = (value, self.cp.asarray(n.attrs[0], dtype=n.dtype))
+                return self.cp.broadcast_to(kept[1], n.shape)
             with self.stream:
                 return self.cp.broadcast_to(self.cp.asarray(n.attrs[0], dtype=n.dtype), n.shape)
         return value

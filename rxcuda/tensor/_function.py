@@ -302,12 +302,14 @@ class _Trace:
             k = at.get(id(data))
             targets.append(k if k is not None else data)
         self.targets = targets
+        self.device = next((n.device for n in nodes if n.device == "cuda"), "cpu")
         if nodes:
             plan, _ = _program(nodes, owner.passes, False)
+            if self.device == "cuda" and owner.graphs:
+                _refuse_copies(plan, owner.name)
             self.program: Program | None = Program(plan, self.leaves)
         else:
             self.program = None
-        self.device = next((n.device for n in nodes if n.device == "cuda"), "cpu")
         self.on_cuda = [leaf.device == "cuda" for leaf in self.leaves]
         self.replay = None
         if self.device == "cuda" and owner.graphs and self.program is not None:
@@ -359,6 +361,20 @@ class _Trace:
             self.replay.close()
 
 
+def _refuse_copies(plan, name: str) -> None:
+    """CaptureError for a program that moves data between host and device: a CUDA graph cannot hold the copy of
+    host memory that Python owns (nor wait for the host)."""
+    for g in plan.groups:
+        if g.kind == "copy":
+            n = g.nodes[0]
+            src = n.inputs[0]
+            raise CaptureError(
+                f"rxcuda.tensor.function '{name}' copies a {src.op} {src.shape} from {src.device} to {n.device}, "
+                "which a CUDA graph cannot replay: make that data a CUDA tensor outside the function (rt.tensor("
+                "cupy_array), or rt.tensor(a, device='cuda') passed in as an argument), read results after the call, "
+                "or use rt.function(f, graphs=False)")
+
+
 def write_into(buf, value) -> None:
     """Write ``value`` (a whole new value of the buffer's shape) into the array of ``buf`` and bump its version."""
     array = buf.array
@@ -370,13 +386,14 @@ def write_into(buf, value) -> None:
 
 
 def _wrap(value, node: Node) -> Tensor:
-    """A call's output as a tensor holding ``value`` (no copy)."""
+    """A call's output as a tensor holding ``value`` (no copy). Held as an outside array (never cached as
+    unchanged): an output may be a view of an argument's data, which writes to the argument change."""
     if isinstance(value, np.ndarray) and not value.flags.writeable:
         try:
             value.flags.writeable = True  # a fresh result of this call: the caller may write it
         except ValueError:
             value = value.copy()
-    return Tensor(_ops.const(value, True, node.device, node.shape, node.dtype))
+    return Tensor(_ops.const(value, False, node.device, node.shape, node.dtype))
 
 
 def function(fn: Callable | None = None, *, passes: Passes | None = None, max_traces: int | None = None,

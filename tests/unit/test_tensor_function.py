@@ -279,3 +279,17 @@ def test_capture_verbs_on_the_null_driver():
     with pytest.raises(ValueError, match="boom"):
         capture(5, fail, api=api)
     assert api.names()[-1] == "cuGraphDestroy" and api.leaks() == {}
+
+
+def test_a_cuda_program_that_copies_host_data_is_refused_before_capture():
+    from rxcuda.tensor import _ops
+
+    # data said to be on cuda (a host array stands in: tracing and planning read no values; the check is first)
+    x = rt.Tensor(_ops.const(np.zeros(3, np.float32), True, "cuda"))
+    f = rt.function(lambda t: t + rt.tensor(np.ones(3, np.float32), device="cuda"))
+    with pytest.raises(rt.CaptureError, match=r"copies a const \(3,\) from cpu to cuda, which a CUDA graph cannot "
+                                              r"replay: make that data a CUDA tensor"):
+        f._trace(("T", 0), [x])
+    g = rt.function(lambda t: t.to("cpu") * 2)
+    with pytest.raises(rt.CaptureError, match="from cuda to cpu"):
+        g._trace(("T", 0), [x])
