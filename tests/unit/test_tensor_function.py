@@ -289,7 +289,7 @@ def test_a_cuda_program_that_copies_host_data_is_refused_before_capture():
     f = rt.function(lambda t: t + rt.tensor(np.ones(3, np.float32), device="cuda"))
     with pytest.raises(rt.CaptureError, match=r"copies a const \(3,\) from cpu to cuda, which a CUDA graph cannot "
                                               r"replay: make that data a CUDA tensor"):
-        f._trace(("T", 0), [x])
+        f(x)
     g = rt.function(lambda t: t.to("cpu") * 2)
     with pytest.raises(rt.CaptureError, match="from cuda to cpu"):
-        g._trace(("T", 0), [x])
+        g(x)
