@@ -302,9 +302,10 @@ class _Trace:
             k = at.get(id(data))
             targets.append(k if k is not None else data)
         self.targets = targets
-        self.device = next((n.device for n in nodes if n.device == "cuda"), "cpu")
+        self.device = "cpu"
         if nodes:
             plan, _ = _program(nodes, owner.passes, False)
+            self.device = "cuda" if any(n.device == "cuda" for n in plan.nodes) else "cpu"
             if self.device == "cuda" and owner.graphs:
                 _refuse_copies(plan, owner.name)
             self.program: Program | None = Program(plan, self.leaves)
