@@ -95,7 +95,7 @@ _LOCK = threading.RLock()
 
 def tracing() -> _Tracing | None:
     """The trace under way in this process, or None."""
-    return _run.TRACING[-1] if _run.TRACING else None
+    return _run.TRACING.stack[-1] if _run.TRACING.stack else None
 
 
 def write(t: Tensor, index, value) -> bool:
@@ -146,12 +146,12 @@ def settle(t: Tensor) -> bool:
 
 
 def _run_outside(node: Node):
-    saved = list(_run.TRACING)
-    _run.TRACING.clear()
+    saved = list(_run.TRACING.stack)
+    _run.TRACING.stack.clear()
     try:
         return _values([node])[0]
     finally:
-        _run.TRACING[:] = saved
+        _run.TRACING.stack[:] = saved
 
 
 # -- arguments: tensors and the rest ---------------------------------------------------------------------
@@ -224,7 +224,7 @@ class Function:
         self._traces.clear()
 
     def __call__(self, *args, **kwargs):
-        if _run.TRACING:  # called inside another traced function: its operations join that trace
+        if _run.TRACING.stack:  # called inside another traced function: its operations join that trace
             return self.fn(*args, **kwargs)
         tensors: list[Tensor] = []
         tree = _flatten((args, kwargs), tensors)
@@ -255,11 +255,11 @@ class Function:
             args, kwargs = _rebuild(tree, stand_ins)
             tr = _Tracing(self.name)
             with _LOCK:
-                _run.TRACING.append(tr)
+                _run.TRACING.stack.append(tr)
                 try:
                     result = self.fn(*args, **kwargs)
                 finally:
-                    _run.TRACING.pop()
+                    _run.TRACING.stack.pop()
                     writes = [(t, data, t.node) for t, data in tr.writes.values()]
                     for t, data, _ in writes:
                         t.node = data  # the tensor holds its data again (now on cuda if settle moved it)
@@ -274,8 +274,11 @@ class Function:
                                  "to be written in place")
         outs: list[Tensor] = []
         out_tree = _flatten(result, outs)
-        return _Trace(self, [s.node for s in stand_ins], out_tree, [o.node for o in outs],
-                      [(data, new) for _, data, new in writes])
+        trace = _Trace(self, [s.node for s in stand_ins], out_tree, [o.node for o in outs],
+                       [(data, new) for _, data, new in writes])
+        for s in stand_ins:  # a replay binds each call's arrays: the first call's are not kept alive by the trace
+            s.node.attrs[0].array = None
+        return trace
 
     def __repr__(self) -> str:
         return f"<rxcuda.tensor.function {self.name}: {self.stats.traces} traces, {self.stats.calls} calls>"

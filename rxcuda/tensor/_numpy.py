@@ -76,7 +76,7 @@ def _int(self) -> int:
 
 
 def _bool(self):
-    tr = _run.TRACING[-1] if _run.TRACING else None
+    tr = _run.TRACING.stack[-1] if _run.TRACING.stack else None
     if tr is not None:
         raise tr.refusal("a Python branch on a tensor (if t:, while t:, and/or, bool(t))")
     raise TypeError("the truth value of a lazy tensor is not known until it runs: use bool(t.numpy()), or "
@@ -84,7 +84,7 @@ def _bool(self):
 
 
 def _str(self) -> str:
-    if _run.TRACING:
+    if _run.TRACING.stack:
         return f"Tensor(traced {self.node.op}, shape={self.shape}, dtype={self.dtype}, device={self.device!r})"
     body = np.array2string(self.numpy(), separator=", ", prefix="Tensor(")
     return f"Tensor({body}, dtype={self.dtype}, device={self.device!r})"
@@ -105,7 +105,7 @@ _setitem.__doc__ = _SETITEM.__doc__
 
 
 def _backward(self, gradient=None) -> None:
-    tr = _run.TRACING[-1] if _run.TRACING else None
+    tr = _run.TRACING.stack[-1] if _run.TRACING.stack else None
     if tr is not None:
         raise TypeError(f"loss.backward() inside rxcuda.tensor.function '{tr.name}' would accumulate into .grad "
                         "across calls; use grads = rt.grad(loss, [w, b]) and pass them on (opt.step(grads))")

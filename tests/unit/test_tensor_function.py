@@ -293,3 +293,32 @@ def test_a_cuda_program_that_copies_host_data_is_refused_before_capture():
     g = rt.function(lambda t: t.to("cpu") * 2)
     with pytest.raises(rt.CaptureError, match="from cuda to cpu"):
         g(x)
+
+
+def test_a_trace_on_one_thread_does_not_stop_evaluations_on_another():
+    import threading
+
+    seen = []
+
+    def body(t):
+        other = threading.Thread(target=lambda: seen.append(rt.tensor([1.0, 2.0]).sum().item()))
+        other.start()
+        other.join()
+        return t + 1
+
+    np.testing.assert_array_equal(rt.function(body)(rt.tensor(np.ones(2))).numpy(), [2, 2])
+    assert seen == [3.0]
+
+
+def test_the_trace_keeps_no_argument_data_alive():
+    import gc
+    import weakref
+
+    a = np.ones(1000)
+    ref = weakref.ref(a)
+    f = rt.function(lambda x: x * 2)
+    f(rt.asarray(a))
+    del a
+    gc.collect()
+    assert ref() is None
+    np.testing.assert_array_equal(f(rt.tensor(np.full(1000, 3.0))).numpy(), np.full(1000, 6.0))
