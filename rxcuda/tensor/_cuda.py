@@ -72,7 +72,7 @@ class Backend:
         self._fills: dict[int, tuple] = {}  # the device value of each fill a captured program reads whole
 
     def gemm(self, a, b, node: Node):
-        """``a @ b`` through rxcuda's own cuBLAS call (``_replay.Gemm``), which a stream capture records."""
+        """``a @ b`` through rxcuda's own cuBLAS call (``_gemm.Gemm``), which a stream capture records."""
         if self._gemm is None:
             from ._gemm import Gemm
 

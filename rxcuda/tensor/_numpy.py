@@ -454,4 +454,7 @@ _METHODS = {
     "flatten": lambda self: self.reshape(-1),
 }
 for _name, _method in _METHODS.items():  # attached here so _tensor.py keeps the core (see the module docstring)
+    if _name in __all__:
+        _method.__name__ = _method.__qualname__ = _name
+        _method.__doc__ = f"``rt.{_name}(t, ...)`` as a method. " + (globals()[_name].__doc__ or "")
     setattr(Tensor, _name, _method)
