@@ -189,6 +189,9 @@ def _rebuild(tree, tensors: list):
     return tree[2]
 
 
+_POSITIONAL: dict[int, tuple] = {}  # the argument structure of a call with n tensors by position
+
+
 def _guard(t: Tensor) -> tuple:
     return (t.shape, t.dtype, t.device, t.requires_grad)
 
@@ -226,8 +229,14 @@ class Function:
     def __call__(self, *args, **kwargs):
         if _run.TRACING.stack:  # called inside another traced function: its operations join that trace
             return self.fn(*args, **kwargs)
-        tensors: list[Tensor] = []
-        tree = _flatten((args, kwargs), tensors)
+        if not kwargs and all(type(a) is Tensor for a in args):  # the common call: tensors only, by position
+            tensors = list(args)
+            tree = _POSITIONAL.get(len(args))
+            if tree is None:
+                tree = _POSITIONAL[len(args)] = _flatten((args, {}), [])
+        else:
+            tensors = []
+            tree = _flatten((args, kwargs), tensors)
         key = (tree, tuple(_guard(t) for t in tensors))
         self.stats.calls += 1
         trace = self._traces.get(key)
