@@ -322,3 +322,153 @@ def test_the_trace_keeps_no_argument_data_alive():
     gc.collect()
     assert ref() is None
     np.testing.assert_array_equal(f(rt.tensor(np.full(1000, 3.0))).numpy(), np.full(1000, 6.0))
+
+
+class _FakeArray:
+    """Stands for a CuPy array: an address and a value."""
+
+    _next = [0x1000]
+
+    def __init__(self, value, ptr=None):
+        if ptr is None:
+            ptr = self._next[0] = self._next[0] + 0x100
+        self.data = type("Memory", (), {"ptr": ptr})()
+        self.value = value
+
+    def copy(self):
+        return _FakeArray(self.value)
+
+    def __setitem__(self, index, v):
+        self.value = v.value
+
+
+class _FakeBackend:
+    """The parts of the CUDA backend that rxcuda/tensor/_replay.py uses, without a device."""
+
+    def __init__(self):
+        self.capturing = False
+        self.allocator = "pool"
+        self.cp = self
+        self.cuda = self
+        self.stream = self
+        self.ptr = 77
+
+    def asarray(self, a):
+        return a
+
+    def get_allocator(self):
+        return self.allocator
+
+    def set_allocator(self, allocator):
+        self.allocator = allocator
+
+    def synchronize(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _FakeProgram:
+    """One output (2 * x) and one write (x + target) per run, recording how each run was made."""
+
+    def __init__(self, backend, fail=False, writes=1):
+        self.cuda = backend
+        self.runs = []
+        self.fail = fail
+        self.writes = writes
+
+    def run_arrays(self, arrays, stats, keep=None):
+        self.runs.append((self.cuda.capturing, keep is not None, self.cuda.allocator != "pool"))
+        if self.fail and keep is not None:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        x, target = arrays
+        values = [_FakeArray(2 * x.value), _FakeArray(x.value + target.value)][:1 + self.writes]
+        if keep is not None:
+            keep.extend(values)
+        return values
+
+
+def _replays(monkeypatch, fail=False, writes=1):
+    from types import SimpleNamespace
+
+    from rxcuda.tensor import _replay
+
+    api = NullDriver()
+
+    def fake_capture(stream, record):
+        assert stream == 77
+        return capture(stream, record, api=api)
+
+    monkeypatch.setattr(_replay, "capture", fake_capture)
+    be = _FakeBackend()
+    program = _FakeProgram(be, fail, writes)
+    trace = SimpleNamespace(program=program, nouts=1, owner=SimpleNamespace(name="step"))
+    return _replay.Replays(trace), program, api
+
+
+def test_replays_capture_once_per_buffer_set_and_launch_once_a_call(monkeypatch):
+    from rxcuda.tensor import _ops
+    from rxcuda.tensor._function import FunctionStats
+
+    r, program, api = _replays(monkeypatch)
+    x, acc = _FakeArray(3.0), _FakeArray(10.0)
+    buf = _ops.const(acc, True, "cuda", (1,), np.float64).attrs[0]
+    stats = FunctionStats()
+    (out,) = r.run([x, acc], [buf], stats)
+    # three warm runs as the capture will run (matmuls through Gemm), then one recorded with a kept allocator
+    assert program.runs == [(True, False, False)] * 3 + [(True, True, True)]
+    assert r.backend.capturing is False and r.backend.allocator == "pool"
+    assert (stats.captures, stats.graph_launches) == (1, 1) and buf.version == 1
+    assert out.value == 6.0 and acc.value == 13.0  # the write target got its value during the recorded run
+    assert api.names().count("cuGraphLaunch") == 1
+    r.run([x, acc], [buf], stats)
+    assert len(program.runs) == 4 and (stats.captures, stats.graph_launches) == (1, 2) and buf.version == 2
+    assert api.names().count("cuGraphLaunch") == 2
+    r.run([_FakeArray(1.0), acc], [buf], stats)  # another input buffer: a graph of its own
+    assert (stats.captures, stats.graph_launches, len(r.graphs)) == (2, 3, 2)
+
+
+def test_replays_copy_a_held_output_before_overwriting_it(monkeypatch):
+    from rxcuda.tensor import _ops
+    from rxcuda.tensor._function import FunctionStats
+
+    r, _, _ = _replays(monkeypatch, writes=0)
+    x, acc = _FakeArray(1.0), _FakeArray(0.0)
+    stats = FunctionStats()
+    (value,) = r.run([x, acc], [], stats)
+    held = rt.Tensor(_ops.const(value, False, "cuda", (1,), np.float64))
+    dropped = rt.Tensor(_ops.const(_FakeArray(0.0, value.data.ptr), False, "cuda", (1,), np.float64))
+    r.hold([held, dropped])
+    del dropped
+    r.run([x, acc], [], stats)
+    assert held.node.attrs[0].array is not value and held.node.attrs[0].array.value == value.value
+    r.hold([])
+
+
+def test_replays_keep_at_most_a_few_graphs_and_close_them(monkeypatch):
+    from rxcuda.tensor import _replay
+    from rxcuda.tensor._function import FunctionStats
+
+    r, _, api = _replays(monkeypatch, writes=0)
+    stats = FunctionStats()
+    for _ in range(_replay.LIMIT + 2):
+        r.run([_FakeArray(1.0), _FakeArray(0.0)], [], stats)
+    assert len(r.graphs) == _replay.LIMIT and stats.captures == _replay.LIMIT + 2
+    assert api.leaks().get("exec", 0) == _replay.LIMIT
+    r.close()
+    assert api.leaks() == {} and r.graphs == {}
+
+
+def test_a_failed_capture_says_why_and_restores_the_backend(monkeypatch):
+    from rxcuda.tensor._function import FunctionStats
+
+    r, _, api = _replays(monkeypatch, fail=True, writes=0)
+    with pytest.raises(rt.CaptureError, match=r"'step' could not be captured into a CUDA graph: RuntimeError: "
+                                              r"operation not permitted .* graphs=False"):
+        r.run([_FakeArray(1.0), _FakeArray(0.0)], [], FunctionStats())
+    assert r.backend.capturing is False and r.backend.allocator == "pool"
+    assert r.graphs == {} and api.leaks() == {}
