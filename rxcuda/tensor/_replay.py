@@ -63,8 +63,10 @@ class Replays:
 
     def run(self, arrays: list, buffers: list, stats) -> list:
         be = self.backend
-        targets = [be.cp.asarray(b.array) for b in buffers]
-        key = tuple(_address(a) for a in arrays) + tuple(_address(t) for t in targets)
+        kind = be.cp.ndarray
+        targets = [b.array if type(b.array) is kind else be.cp.asarray(b.array) for b in buffers]
+        key = tuple(a.data.ptr if type(a) is kind else _address(a) for a in arrays) + \
+            tuple(t.data.ptr if type(t) is kind else _address(t) for t in targets)
         g = self.graphs.get(key)
         self._protect()
         if g is None:

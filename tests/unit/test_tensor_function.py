@@ -350,6 +350,7 @@ class _FakeBackend:
         self.allocator = "pool"
         self.cp = self
         self.cuda = self
+        self.ndarray = _FakeArray
         self.stream = self
         self.ptr = 77
 
