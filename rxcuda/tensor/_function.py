@@ -104,8 +104,8 @@ def write(t: Tensor, index, value) -> bool:
     tr = tracing()
     if tr is None:
         return False
-    if not (index is Ellipsis or index == slice(None) or (isinstance(index, tuple) and index in ((Ellipsis,),
-                                                                                             (slice(None),)))):
+    parts = index if isinstance(index, tuple) else (index,)
+    if not (len(parts) == 1 and (parts[0] is Ellipsis or (type(parts[0]) is slice and parts[0] == slice(None)))):
         raise TraceError(f"t[{index!r}] = ... inside rxcuda.tensor.function '{tr.name}': only whole writes "
                          "(t[...] = value) are replayed; compute the whole new value, e.g. with rt.where(mask, new, t)")
     kept = tr.writes.get(id(t))

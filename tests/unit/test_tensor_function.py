@@ -100,6 +100,14 @@ def test_write_errors():
         partial(rt.tensor(np.zeros(3)))
 
     @rt.function
+    def by_mask(t):
+        t[t > 0] = 1.0
+        return t
+
+    with pytest.raises(rt.TraceError, match=r"t\[Tensor\(gt, .*\)\] = ... inside .* only whole writes"):
+        by_mask(rt.tensor(np.zeros(3)))
+
+    @rt.function
     def into_lazy(t):
         t[...] = 1.0
         return t
