@@ -56,7 +56,7 @@ from ._graph import Node
 from ._passes import Passes
 from ._program import Program
 from ._run import _leaves, _program, _values
-from ._tensor import _MOVED, Tensor, _data
+from ._tensor import _MOVED, Tensor, _as_tensor, _data
 
 __all__ = ["CaptureError", "Function", "FunctionStats", "TraceError", "function", "jit"]
 
@@ -110,7 +110,12 @@ def write(t: Tensor, index, value) -> bool:
                          "(t[...] = value) are replayed; compute the whole new value, e.g. with rt.where(mask, new, t)")
     kept = tr.writes.get(id(t))
     data = kept[1] if kept is not None else _adopt(t, tr)
-    v = value if isinstance(value, Tensor) else Tensor(_ops.full((), value, t.dtype, t.device))
+    if isinstance(value, Tensor):
+        v = value
+    elif isinstance(value, bool | int | float | np.generic):
+        v = Tensor(_ops.full((), value, t.dtype, t.device))
+    else:
+        v = _as_tensor(value)  # an array: data of the program (on the host: a copy to the device if t is there)
     node = _ops.broadcast_to(_ops.cast(v.node, data.dtype), data.shape)
     if node.device != data.device:
         node = _ops.copy(node, data.device)
@@ -402,10 +407,7 @@ def _wrap(value, node: Node) -> Tensor:
     """A call's output as a tensor holding ``value`` (no copy). Held as an outside array (never cached as
     unchanged): an output may be a view of an argument's data, which writes to the argument change."""
     if isinstance(value, np.ndarray) and not value.flags.writeable:
-        try:
-            value.flags.writeable = True  # a fresh result of this call: the caller may write it
-        except ValueError:
-            value = value.copy()
+        value = value.copy()  # a cached or broadcast value: the caller may write its result
     return Tensor(_ops.const(value, False, node.device, node.shape, node.dtype))
 
 

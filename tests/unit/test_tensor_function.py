@@ -90,6 +90,34 @@ def test_in_place_writes_replay_and_later_reads_see_them():
     np.testing.assert_array_equal(acc.numpy(), [3, 3, 3])
 
 
+def test_writes_of_arrays_and_numbers():
+    @rt.function
+    def reset(t, k):
+        t[...] = k
+        return t + 0
+
+    a = rt.tensor(np.zeros(3))
+    np.testing.assert_array_equal(reset(a, 2).numpy(), [2, 2, 2])
+    np.testing.assert_array_equal(a.numpy(), [2, 2, 2])
+
+    @rt.function
+    def fill(t):
+        t[...] = np.array([1.0, 2.0, 3.0])
+        return t
+
+    fill(a)
+    np.testing.assert_array_equal(a.numpy(), [1, 2, 3])
+
+
+def test_an_output_that_is_a_cached_value_is_its_own_copy():
+    x = rt.tensor(np.ones(3))
+    lazy = x * 2
+    lazy.numpy()  # cached
+    out = rt.function(lambda t: t)(lazy)
+    out[0] = 9.0
+    np.testing.assert_array_equal(lazy.numpy(), [2, 2, 2])
+
+
 def test_write_errors():
     @rt.function
     def partial(t):
