@@ -294,6 +294,11 @@ class Function:
             s.node.attrs[0].array = None
         return trace
 
+    def __get__(self, obj, objtype=None):
+        """A function in a class body is a method: the instance is its first argument (a static one, by
+        identity, so each instance gets its own traces)."""
+        return self if obj is None else functools.partial(self, obj)
+
     def __repr__(self) -> str:
         return f"<rxcuda.tensor.function {self.name}: {self.stats.traces} traces, {self.stats.calls} calls>"
 

@@ -196,6 +196,22 @@ def test_max_traces_and_argument_errors():
         rt.function(lambda x: x, max_traces=0)
 
 
+def test_methods_trace_per_instance():
+    class Layer:
+        def __init__(self, scale):
+            self.w = rt.tensor(np.full(2, scale))
+
+        @rt.function
+        def __call__(self, x):
+            return x * self.w
+
+    a, b = Layer(2.0), Layer(3.0)
+    np.testing.assert_array_equal(a(rt.tensor(np.ones(2))).numpy(), [2, 2])
+    np.testing.assert_array_equal(b(rt.tensor(np.ones(2))).numpy(), [3, 3])
+    np.testing.assert_array_equal(a(rt.tensor(np.ones(2))).numpy(), [2, 2])
+    assert Layer.__call__.stats.traces == 2 and Layer.__call__.stats.replays == 1
+
+
 def test_nested_functions_inline():
     inner = rt.function(lambda x: x * 3)
     outer = rt.function(lambda x: inner(x) + 1)
