@@ -182,3 +182,20 @@ def test_training_step_matches_torch(rng, kind):
         losses.append(float(loss))
     assert losses[-1] < losses[0]
     assert step.stats.traces == 1 and step.stats.captures == 1 and step.stats.graph_launches == 4
+
+
+def test_graphs_off_replays_kernel_by_kernel(rng):
+    a = rng.standard_normal((30, 20))
+    f = rt.function(lambda x: rt.softmax(x @ x.T, axis=-1), graphs=False)
+    for _ in range(2):
+        np.testing.assert_allclose(f(_dev(a)).numpy(), _softmax(a @ a.T), rtol=1e-10, atol=1e-12)
+    assert (f.stats.traces, f.stats.replays, f.stats.captures, f.stats.graph_launches) == (1, 1, 0, 0)
+
+
+def test_a_host_copy_inside_is_refused_before_capture(rng):
+    x = _dev(rng.standard_normal(3))
+    f = rt.function(lambda t: t + rt.tensor(np.ones(3), device="cuda"))
+    with pytest.raises(rt.CaptureError, match=r"copies a const \(3,\) from cpu to cuda"):
+        f(x)
+    g = rt.function(lambda t: t + rt.tensor(np.ones(3), device="cuda"), graphs=False)
+    np.testing.assert_allclose(g(x).numpy(), x.numpy() + 1)
