@@ -199,3 +199,26 @@ def test_a_host_copy_inside_is_refused_before_capture(rng):
         f(x)
     g = rt.function(lambda t: t + rt.tensor(np.ones(3), device="cuda"), graphs=False)
     np.testing.assert_allclose(g(x).numpy(), x.numpy() + 1)
+
+
+def test_host_data_moved_to_cuda_settles_on_the_device_for_the_optimizer(rng):
+    w0 = rng.standard_normal((5, 1))
+    xs, ys = rng.standard_normal((16, 5)), rng.standard_normal((16, 1))
+    w = rt.tensor(w0, device="cuda", requires_grad=True)  # host data moved at each evaluation ...
+    opt = rt.SGD([w], lr=0.1)  # ... until the optimizer puts it on the device for good
+    assert w.node.op == "const" and w.device == "cuda" and w.requires_grad
+
+    @rt.function
+    def step(x, y):
+        loss = ((x @ w - y) ** 2).mean()
+        opt.step(rt.grad(loss, [w]))
+        return loss
+
+    ref = w0.copy()
+    x, y = _dev(xs), _dev(ys)
+    for _ in range(3):
+        loss = step(x, y)
+        np.testing.assert_allclose(float(loss), ((xs @ ref - ys) ** 2).mean(), rtol=1e-10)
+        ref = ref - 0.1 * (2 * xs.T @ (xs @ ref - ys) / ys.size)
+        np.testing.assert_allclose(w.numpy(), ref, rtol=1e-10, atol=1e-12)
+    assert step.stats.captures == 1
