@@ -16,8 +16,15 @@ device synchronize before the clock stops. rxcuda rows include building the lazy
    launch), for a program whose kernel is emitted as PTX and for one that needs NVRTC (sin), and a hit (from a
    program traced again over a new array to its runnable program with loaded kernels: signature + lookup).
 
+5. The same workloads through ``rt.function`` (issue 24: traced once, replayed as one CUDA graph; new data is
+   written into the bound input tensors outside the clock): the chain, softmax and layernorm end to end, an MLP
+   training step (forward + backward + SGD with momentum) against PyTorch eager and torch.compile doing the same
+   step, and the host cost of a repeat call (no sync).
+
 Targets (issue 13): chain >= 20x faster than its 100 unfused nodes; softmax and layernorm >= 80 % of the copy
-bandwidth; MLP step <= 1.5x PyTorch eager; factory miss <= 10 ms, hit <= 20 us.
+bandwidth; MLP step <= 1.5x PyTorch eager; factory miss <= 10 ms, hit <= 20 us. Issue 24 (rt.function):
+softmax and layernorm end to end >= 70 % of the copy; MLP training step <= 0.7x PyTorch eager and below
+torch.compile; chain at or below torch.compile; a repeat call's host cost <= 20 us.
 """
 
 from __future__ import annotations
@@ -433,6 +440,8 @@ extern "C" __global__ void rx_spin(unsigned long long ns)
         targets.append((f"factory miss <= 10 ms ({what})", f"{t_miss / 1e3:.2f} ms", t_miss <= 10_000))
         targets.append((f"factory hit <= 20 us ({what})", f"{t_hit:.1f} us", t_hit <= 20))
 
+    function_rows(rt, cp, torch, rng, reps, sync, rows, targets, why, args.no_compile)
+
     # -- the table --------------------------------------------------------------------------------------------------
     print(f"# bench/tensor.py on {card} (median of {reps} runs, fresh inputs each run, device sync)\n")
     print("| workload | library | us | vs rxcuda.tensor | notes |")
@@ -453,6 +462,124 @@ extern "C" __global__ void rx_spin(unsigned long long ns)
     for name, value, ok in targets:
         print(f"| {name} | {value} | {'met' if ok else 'NOT met'} |")
     return 0
+
+
+def function_rows(rt, cp, torch, rng, reps, sync, rows, targets, why, no_compile: bool) -> None:
+    """Section 5: the workloads through ``rt.function`` (one CUDA graph a call) beside PyTorch."""
+    label = "rxcuda.function"
+
+    def timed(fn, setup, n=reps):
+        return _median_us(fn, n, sync, setup)
+
+    # the 100-op chain: new data written into the bound input outside the clock
+    ops = _chain_ops()
+    pool = [cp.asarray(rng.uniform(1.0, 2.0, CHAIN_N).astype(np.float32)) for _ in range(3)]
+    x = rt.tensor(pool[0])
+    chain = rt.function(lambda x: _chain(x, ops, rt.exp, rt.log, rt.sqrt))
+
+    def refill(t, arrays):
+        def setup(i):
+            t[...] = arrays[i % len(arrays)]
+            return t
+        return setup
+
+    w = f"chain {CHAIN_OPS} ops, 2^24 f32"
+    t_chain = timed(chain, refill(x, pool))
+    rows.append((w, label, t_chain, f"graphs={chain.stats.captures}, launches={chain.stats.graph_launches}"))
+    t_chain_compiled = None
+    if torch is not None and not no_compile:
+        tchain = _try_compile(torch, lambda v: _chain(v, ops, torch.exp, torch.log, torch.sqrt), why, "compile 5")
+        t_chain_compiled = _run_compiled(tchain, reps, sync, lambda i: torch.as_tensor(pool[i % 3], device="cuda"),
+                                         why, "compile 5")
+    targets.append(("function: chain at or below torch.compile", "no torch.compile" if t_chain_compiled is None
+                    else f"{t_chain / t_chain_compiled:.2f}x", t_chain_compiled is not None and
+                    t_chain <= t_chain_compiled))
+    pool.clear()
+
+    # softmax and layernorm 4096x4096 end to end, against a copy of the same bytes
+    xs = [cp.asarray(rng.standard_normal((ROWS, COLS)).astype(np.float32)) for _ in range(3)]
+    g, b = rt.tensor(cp.asarray(rng.standard_normal(COLS).astype(np.float32))), rt.tensor(
+        cp.asarray(rng.standard_normal(COLS).astype(np.float32)))
+    t_copy = timed(lambda a: a.copy(), lambda i: xs[i % 3])
+    x = rt.tensor(xs[0])
+
+    def layernorm(v):
+        d = v - v.mean(-1, keepdims=True)
+        return d / rt.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * g + b
+
+    for name, f in (("softmax", lambda v: rt.softmax(v, axis=-1)), ("layernorm", layernorm)):
+        fn = rt.function(f)
+        t = timed(fn, refill(x, xs))
+        rows.append((f"{name} 4096x4096 f32", label, t, f"end to end {t_copy / t:.0%} of copy ({t_copy:.0f} us)"))
+        targets.append((f"function: {name} end to end >= 70 % of copy", f"{t_copy / t:.0%}", t_copy / t >= 0.7))
+    xs.clear()
+
+    # an MLP training step: forward, backward, SGD with momentum
+    init = [(rng.standard_normal((D_IN, D_HID)) / np.sqrt(D_IN)).astype(np.float32), np.zeros(D_HID, np.float32),
+            (rng.standard_normal((D_HID, D_OUT)) / np.sqrt(D_HID)).astype(np.float32), np.zeros(D_OUT, np.float32)]
+    data = [(cp.asarray(rng.standard_normal((BATCH, D_IN)).astype(np.float32)),
+             cp.asarray(np.eye(D_OUT, dtype=np.float32)[rng.integers(0, D_OUT, BATCH)])) for _ in range(3)]
+    params = [rt.tensor(cp.asarray(p), requires_grad=True) for p in init]
+    opt = rt.SGD(params, lr=0.01, momentum=0.9)
+    xb, yb = rt.tensor(data[0][0]), rt.tensor(data[0][1])
+
+    @rt.function
+    def train(x, y):
+        w1, b1, w2, b2 = params
+        z = rt.maximum(x @ w1 + b1, 0.0) @ w2 + b2
+        loss = (rt.logsumexp(z, axis=1) - (z * y).sum(axis=1)).mean()
+        opt.step(rt.grad(loss, params))
+        return loss
+
+    def batch(i):
+        xb[...], yb[...] = data[i % 3]
+        return xb, yb
+
+    w = f"MLP {D_IN}-{D_HID}-{D_OUT} train step (fwd+bwd+SGD momentum), batch {BATCH} f32"
+    t_train = timed(lambda a: train(*a), batch, 3 * reps)
+    rows.append((w, label, t_train, f"graphs={train.stats.captures}"))
+    if torch is not None:
+        tp = [torch.as_tensor(p, device="cuda").clone().requires_grad_() for p in init]
+        topt = torch.optim.SGD(tp, lr=0.01, momentum=0.9)
+
+        def t_train(a):
+            topt.zero_grad()
+            xt, yt = torch.as_tensor(a[0], device="cuda"), torch.as_tensor(a[1], device="cuda")
+            z = torch.relu(xt @ tp[0] + tp[1]) @ tp[2] + tp[3]
+            loss = -(torch.log_softmax(z, dim=1) * yt).sum(dim=1).mean()
+            loss.backward()
+            topt.step()
+            return loss
+
+        def t_batch(i):
+            return data[i % 3]
+
+        te = timed(t_train, t_batch, 3 * reps)
+        rows.append((w, "PyTorch eager", te, ""))
+        targets.append(("function: MLP train step <= 0.7x PyTorch eager", f"{t_train / te:.2f}x", t_train / te <= 0.7))
+        tc = None
+        if not no_compile:
+            key = "torch.compile (MLP train step)"
+            tc = _run_compiled(_try_compile(torch, t_train, why, key), reps, sync, t_batch, why, key)
+            rows.append((w, "torch.compile", tc, ""))
+        targets.append(("function: MLP train step below torch.compile", "no torch.compile" if tc is None else
+                        f"{t_train / tc:.2f}x", tc is not None and t_train < tc))
+    data.clear()
+
+    # the host cost of a repeat call: launch and binding, no sync
+    small = rt.tensor(cp.ones(256, cp.float32))
+    tiny = rt.function(lambda v: v * 2.0 + 1.0)
+    tiny(small)
+    sync()
+    host = []
+    for _ in range(2000):
+        t0 = time.perf_counter()
+        tiny(small)
+        host.append(time.perf_counter() - t0)
+    sync()
+    h = statistics.median(host) * 1e6
+    rows.append(("repeat call, host cost (no sync)", label, h, "signature + lookup + binding + cuGraphLaunch"))
+    targets.append(("function: repeat call host cost <= 20 us", f"{h:.1f} us", h <= 20))
 
 
 if __name__ == "__main__":

@@ -81,3 +81,23 @@ __all__ = [
     "sin", "softmax", "sqrt", "stats", "sum", "tanh", "tensor", "wait_compiled", "where", "zeros",
 ]
 __all__ += ["InputSpec", "TensorBlock", "block", "input", "update"]  # rxcuda/tensor/_block.py
+from ._function import CaptureError, Function, FunctionStats, TraceError, function, jit  # noqa: E402 - traced, replayed
+from ._numpy import (  # noqa: E402 - attaches // % & | ~, float(), item(), str(), NumPy's functions to Tensor
+    argmax,
+    argmin,
+    clip,
+    concatenate,
+    cumsum,
+    expand_dims,
+    prod,
+    squeeze,
+    stack,
+    std,
+    take,
+    var,
+)
+from ._optim import SGD, Adam  # noqa: E402 - in-place updates a traced training step replays
+
+__all__ += ["argmax", "argmin", "clip", "concatenate", "cumsum", "expand_dims", "prod", "squeeze", "stack", "std",
+            "take", "var"]
+__all__ += ["Adam", "CaptureError", "Function", "FunctionStats", "SGD", "TraceError", "function", "jit"]

@@ -15,6 +15,9 @@ from ._graph import Node
 from ._ops import REDUCERS, UFUNCS, index_of
 from ._passes import Group, Plan
 
+EXTRA: dict[str, Callable] = {}
+"""Ops defined outside the core table (``_numpy``: argmax, cumsum, concatenate...): ``f(node, args, xp)``."""
+
 
 def leaf_value(node: Node):
     if node.op == "const":
@@ -44,6 +47,8 @@ def run_op(node: Node, args: list, xp=np):
         out = args[0][index_of(node.attrs[0])]
     elif op == "matmul":
         out = xp.matmul(*args)
+    elif op in EXTRA:
+        out = EXTRA[op](node, args, xp)
     else:  # a copy group runs on the CUDA backend (``Backend.copy``: one side of it is on cuda)
         raise NotImplementedError(f"the CPU backend has no op {op!r}")
     out = xp.asarray(out)

@@ -67,6 +67,17 @@ class Backend:
     def __init__(self, cupy):
         self.cp = cupy
         self.stream = cupy.cuda.Stream()
+        self.capturing = False  # rxcuda.tensor.function captures a run into a CUDA graph (_replay.py)
+        self._gemm = None
+        self._fills: dict[int, tuple] = {}  # the device value of each fill a captured program reads whole
+
+    def gemm(self, a, b, node: Node):
+        """``a @ b`` through rxcuda's own cuBLAS call (``_gemm.Gemm``), which a stream capture records."""
+        if self._gemm is None:
+            from ._gemm import Gemm
+
+            self._gemm = Gemm(self.cp, self.stream)
+        return self._gemm(a, b, node)
 
     def leaf_value(self, node: Node):
         if node.op == "const":
@@ -77,6 +88,12 @@ class Backend:
         """``value`` as a CuPy array (a fill becomes a broadcast 0-d array)."""
         if isinstance(value, _Fill):
             n = value.node
+            if self.capturing:  # made before the capture (a host-to-device copy cannot be captured), then reused
+                kept = self._fills.get(id(value))
+                if kept is None:
+                    with self.stream:
+                        kept = self._fills[id(value)] = (value, self.cp.asarray(n.attrs[0], dtype=n.dtype))
+                return self.cp.broadcast_to(kept[1], n.shape)
             with self.stream:
                 return self.cp.broadcast_to(self.cp.asarray(n.attrs[0], dtype=n.dtype), n.shape)
         return value
@@ -86,7 +103,7 @@ class Backend:
         if group.kind == "copy":
             return lambda inputs: [self.copy(group.nodes[0], inputs[0])]
         array, stream = self.array, self.stream
-        if group.kind in ("view", "matmul"):  # CuPy's own views and cupy.matmul (cuBLAS), as on the CPU backend
+        if group.kind in ("view", "matmul", "op"):  # CuPy's views, cupy.matmul (cuBLAS) and the ops of _numpy
             from ._cpu import compile_group
 
             ops = compile_group(group, plan, xp=self.cp)
@@ -95,6 +112,8 @@ class Backend:
 
             def run_matmul(inputs: list) -> list:
                 with stream:
+                    if self.capturing and group.kind == "matmul":  # CuPy refuses cuBLAS under capture
+                        return [self.gemm(array(inputs[0]), array(inputs[1]), group.nodes[0])]
                     return ops([array(v) for v in inputs])
 
             return run_matmul

@@ -38,7 +38,10 @@ ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "pow", "exp", "log",
 REDUCTIONS = frozenset({"sum", "max", "min", "mean"})
 VIEWS = frozenset({"reshape", "transpose", "broadcast_to", "getitem"})
 LEAVES = frozenset({"const", "full"})
-OPS = ELEMENTWISE | REDUCTIONS | VIEWS | LEAVES | {"matmul", "copy"}
+OPAQUE = frozenset({"floordiv", "mod", "bitand", "bitor", "bitxor", "invert", "argmax", "argmin", "prod", "cumsum",
+                    "concat", "take"})
+"""Ops no kernel generator fuses (``_numpy.py``): each is a group of its own, run by the array library."""
+OPS = ELEMENTWISE | REDUCTIONS | VIEWS | LEAVES | OPAQUE | {"matmul", "copy"}
 
 _serials = itertools.count()
 

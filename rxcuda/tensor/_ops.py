@@ -86,13 +86,33 @@ def result_dtype(op: str, dtypes: tuple[np.dtype, ...]) -> np.dtype:
         raise TypeError(f"{op} is not defined for {names} (NumPy refuses it too: {e})") from None
 
 
+def as_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy dtype; a string is read as ``rt.input`` reads it first (``"f32"``, ``"i64"``,
+    ``"float32"``), then as NumPy's (``"<f4"``, ``"bool"``)."""
+    if isinstance(dtype, str):
+        from ..model import _dtypes
+
+        try:
+            return _dtypes.to_numpy(dtype)
+        except (ValueError, KeyError):
+            pass
+    return np.dtype(dtype)
+
+
+def refuse_kind(dtype: np.dtype, what: str) -> None:
+    """TypeError for the dtypes a tensor cannot hold: strings, bytes, objects, structs, datetimes."""
+    if dtype.kind in "OUSVMm":
+        raise TypeError(f"{what}: a tensor holds numbers and bools, not {dtype} data (strings, objects, records and "
+                        "dates have no kernels); convert first, e.g. np.asarray(data, dtype=np.float32)")
+
+
 def scalar_dtype(value, others: tuple[np.dtype, ...]) -> np.dtype:
     """The dtype a Python scalar takes next to tensors of ``others`` (NumPy 2's weak scalars)."""
     return np.result_type(*others, value) if others else np.result_type(value)
 
 
 def full(shape: Shape, value, dtype, device: str) -> Node:
-    dtype = np.dtype(dtype)
+    dtype = as_dtype(dtype)
     with np.errstate(all="ignore"):
         scalar = dtype.type(value)  # OverflowError for an int that does not fit, as in NumPy
     return _node("full", (), (scalar,), tuple(shape), dtype, device)
@@ -236,7 +256,7 @@ def elementwise(op: str, *inputs: Node) -> Node:
 
 
 def cast(x: Node, dtype) -> Node:
-    dtype = np.dtype(dtype)
+    dtype = as_dtype(dtype)
     if dtype == x.dtype:
         return x
     x = _one("cast", x)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 import attrs
 
 from ..model._shapes import Shape
-from ._graph import ELEMENTWISE, LEAVES, REDUCTIONS, Node, topo
+from ._graph import ELEMENTWISE, LEAVES, OPAQUE, REDUCTIONS, Node, topo
 
 
 @attrs.frozen(cache_hash=True)
@@ -176,7 +176,7 @@ def _new_group(index: int, n: Node, inputs: tuple[Node, ...]) -> Group:
         return Group(index, "reduce", [], inputs[0].shape, n.attrs[0])
     if n.op in FUSIBLE:
         return Group(index, "elementwise", [], n.shape)
-    kind = {"matmul": "matmul", "copy": "copy"}.get(n.op, "view")
+    kind = {"matmul": "matmul", "copy": "copy"}.get(n.op, "op" if n.op in OPAQUE else "view")
     return Group(index, kind, [], n.shape)
 
 

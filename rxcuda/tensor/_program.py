@@ -108,6 +108,27 @@ class Program:
             return [env[s] for s in self.out_slots]
         return [self.cuda.array(env[s]) for s in self.out_slots]
 
+    def run_arrays(self, arrays: list, stats: Stats, keep: list | None = None) -> list:
+        """The outputs for the leaf ``arrays`` (one per leaf, in this program's leaf order), outside the result
+        cache: how ``rxcuda.tensor.function`` replays a trace. ``keep`` (a list) receives every value made, so a
+        CUDA graph captured from this run keeps its buffers alive."""
+        env: list = [None] * self.nslots
+        for k, value in self.fixed:
+            env[k] = value
+        for k, s in self.leaf_slots:
+            env[s] = arrays[k]
+        for run, ins, outs in self.steps:
+            for s, v in zip(outs, run([env[i] for i in ins]), strict=True):
+                env[s] = v
+        stats.launches += self.launches
+        stats.views += self.views
+        stats.nodes += self.nodes
+        if keep is not None:
+            keep.extend(env)
+        if self.cuda is None:
+            return [env[s] for s in self.out_slots]
+        return [self.cuda.array(env[s]) for s in self.out_slots]
+
     def cached_any(self, versions: list, cache: ResultCache) -> bool:
         """Whether ``cache`` holds any value this program computes from these leaves (a plan that skips it
         would do less). Values that read no leaf (constants, such as a gradient's seed) do not count: they are

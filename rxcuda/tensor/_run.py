@@ -10,6 +10,7 @@ and the runnable program is kept.
 from __future__ import annotations
 
 import builtins
+import threading
 
 import attrs
 
@@ -20,6 +21,17 @@ from ._passes import Passes, Plan, plan
 from ._program import Program, evaluate, leaf_versions
 
 _CACHE = ResultCache()
+
+
+class _Traces(threading.local):
+    """The traces of ``rxcuda.tensor.function`` under way on this thread (``_function``): evaluating a tensor
+    inside one is refused. Per thread: a trace on one thread does not stop evaluations on another."""
+
+    def __init__(self):
+        self.stack: list = []
+
+
+TRACING = _Traces()
 
 
 def stats() -> Stats:
@@ -92,6 +104,8 @@ def _signature(nodes: list[Node], leaves: tuple[Node, ...], maps: tuple, passes:
 
 
 def _values(nodes: list[Node], passes: Passes | None = None, use_cache: bool = True) -> list:
+    if TRACING.stack:
+        raise TRACING.stack[-1].refusal("reading a tensor's value (.numpy(), float(), .item(), print)")
     passes = passes or _DEFAULT_PASSES
     leaves, maps = _leaves(nodes)
     touch_outside(leaves)

@@ -360,13 +360,15 @@ def tensor(data, dtype=None, device: str | None = None, requires_grad: bool = Fa
         import cupy
 
         held = _cuda_node(data, False).attrs[0].array
+        dtype = None if dtype is None else _ops.as_dtype(dtype)
         t = Tensor(_moved(_ops.const(cupy.array(held, dtype=dtype, copy=True), True, "cuda"), device))
         if requires_grad:
             t.requires_grad = True
         return t
     if where == "cpu":
         data = np.from_dlpack(data)
-    array = np.array(data, dtype=dtype, copy=True)
+    array = np.array(data, dtype=None if dtype is None else _ops.as_dtype(dtype), copy=True)
+    _ops.refuse_kind(array.dtype, "rxcuda.tensor.tensor")
     t = Tensor(_moved(_ops.const(array, True, "cpu"), device))
     if requires_grad:
         t.requires_grad = True
@@ -391,7 +393,9 @@ def asarray(data, device: str | None = None) -> Tensor:
     else:
         if where == "cpu":
             data = np.from_dlpack(data)
-        node = _ops.const(np.asarray(data), False, "cpu")
+        data = np.asarray(data)
+        _ops.refuse_kind(data.dtype, "rxcuda.tensor.asarray")
+        node = _ops.const(data, False, "cpu")
     t = Tensor(node)
     return t if device is None else t.to(device)
 
@@ -403,7 +407,7 @@ def full(shape, fill_value, dtype=None, device: str = "cpu") -> Tensor:
     array([[7, 7],
            [7, 7]])
     """
-    dtype = np.result_type(fill_value) if dtype is None else dtype
+    dtype = np.result_type(fill_value) if dtype is None else _ops.as_dtype(dtype)
     return Tensor(_ops.full(_shape(shape), fill_value, dtype, _ops.check_device(device)))
 
 

@@ -60,3 +60,13 @@ def test_particles_match_numpy_and_a_batch_matches_ticks(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK: 200 frames match NumPy" in proc.stdout and "run_batch(120) equals 120 ticks" in proc.stdout
     assert list(tmp_path.iterdir()) == []  # forces.cu lived in a temporary folder
+
+
+def test_train_mlp_learns_with_one_graph_a_step(tmp_path):
+    proc = run_example("train_mlp.py", "200", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK: the loss went down" in proc.stdout
+    assert "traced 1x, 1 CUDA graph, 200 graph launches" in proc.stdout
+    accuracy = float(re.search(r"accuracy on 4096 fresh points ([\d.]+)%", proc.stdout).group(1))
+    assert accuracy > 60
+    assert list(tmp_path.iterdir()) == []
