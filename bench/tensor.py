@@ -542,7 +542,7 @@ def function_rows(rt, cp, torch, rng, reps, sync, rows, targets, why, no_compile
         tp = [torch.as_tensor(p, device="cuda").clone().requires_grad_() for p in init]
         topt = torch.optim.SGD(tp, lr=0.01, momentum=0.9)
 
-        def t_train(a):
+        def torch_train(a):
             topt.zero_grad()
             xt, yt = torch.as_tensor(a[0], device="cuda"), torch.as_tensor(a[1], device="cuda")
             z = torch.relu(xt @ tp[0] + tp[1]) @ tp[2] + tp[3]
@@ -554,13 +554,13 @@ def function_rows(rt, cp, torch, rng, reps, sync, rows, targets, why, no_compile
         def t_batch(i):
             return data[i % 3]
 
-        te = timed(t_train, t_batch, 3 * reps)
+        te = timed(torch_train, t_batch, 3 * reps)
         rows.append((w, "PyTorch eager", te, ""))
         targets.append(("function: MLP train step <= 0.7x PyTorch eager", f"{t_train / te:.2f}x", t_train / te <= 0.7))
         tc = None
         if not no_compile:
             key = "torch.compile (MLP train step)"
-            tc = _run_compiled(_try_compile(torch, t_train, why, key), reps, sync, t_batch, why, key)
+            tc = _run_compiled(_try_compile(torch, torch_train, why, key), reps, sync, t_batch, why, key)
             rows.append((w, "torch.compile", tc, ""))
         targets.append(("function: MLP train step below torch.compile", "no torch.compile" if tc is None else
                         f"{t_train / tc:.2f}x", tc is not None and t_train < tc))

@@ -36,9 +36,9 @@ def batch(n: int):
     return x, np.eye(K, dtype=np.float32)[labels], labels
 
 
-params = [rt.tensor(cp.asarray(p), requires_grad=True) for p in (
-    rng.standard_normal((D, H)).astype(np.float32) / np.sqrt(D), np.zeros(H, np.float32),
-    rng.standard_normal((H, K)).astype(np.float32) / np.sqrt(H), np.zeros(K, np.float32))]
+params = [rt.tensor(cp.asarray(p, dtype=np.float32), requires_grad=True) for p in (  # float32 throughout: a graph's
+    rng.standard_normal((D, H)) / np.sqrt(D), np.zeros(H),                             # matmul takes one type
+    rng.standard_normal((H, K)) / np.sqrt(H), np.zeros(K))]
 opt = rt.Adam(params, lr=0.01)
 
 
