@@ -638,6 +638,7 @@ class Engine:
                 rt.synchronize()
             except CudaError as e:
                 lost = is_sticky(e)
+        quietly(self._builder.prep.close)  # a structural change being prepared is thrown away
         self._io.close()
         if not lost:  # with the context gone, driver calls only fail: the process exit frees everything
             self._runner.close()

@@ -109,7 +109,8 @@ class FrameRunner:
             self.gpu_thread = _ident()
         rt = self.rt
         try:
-            tiers = self.apply_pending() if self.pending.count else ()
+            # under run() a structural change is prepared off this thread and swapped in once ready
+            tiers = self.apply_pending(False, self.loop is not None) if self.pending.count or rt.preparing else ()
             g = rt.graph
             timed = UNTIMED
             if g is not None:
@@ -202,7 +203,7 @@ class FrameRunner:
             self.gpu_thread = _ident()
         rt, io, batches, prof, stream = self.rt, self.io, self.batches, self.profiler, self.stream
         try:
-            tiers = self.apply_pending() if self.pending.count else ()
+            tiers = self.apply_pending() if self.pending.count or rt.preparing else ()
             g = rt.graph
             if g is None:
                 return self.tick(True)

@@ -91,6 +91,10 @@ class DataIO:
             # no buffer yet (or one about to change): upload right after the next successful build
             self.staged[ref] = arr.copy()
             return
+        if rt.preparing:  # the graph being prepared gets it too, when it is swapped in
+            self.staged[ref] = arr.copy()
+        elif self.staged:
+            self.staged.pop(ref, None)  # older data must not land over this after a later build
         bid = g.plan.port_buffers[ref]
         DeviceBuffer(g.pointers[bid], g.plan.buffers[bid].nbytes, api=rt.api).upload(arr, rt.stream)
 
