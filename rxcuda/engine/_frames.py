@@ -48,7 +48,7 @@ class FrameRunner:
     ``gpu_thread``: the thread that made the device current last (the frame thread while ``run`` drives).
     """
 
-    def __init__(self, rt: Runtime, apply_pending: Callable[[], tuple], io: DataIO, profiler: Profiler,
+    def __init__(self, rt: Runtime, apply_pending: Callable[..., tuple], io: DataIO, profiler: Profiler,
                  batches: Batches, frames: Broadcast, timings: Broadcast):
         self.rt = rt  # the running graph (rt.graph) and the frame count (rt.frame), shared with the builder
         self.apply_pending = apply_pending

@@ -22,6 +22,7 @@ preparation in flight and applies what is pending in that same tick: see docs/ar
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import queue
 import threading
@@ -204,10 +205,8 @@ class Preparer:
             except BaseException:
                 prepared = None
             if prepared is not None:
-                try:
+                with contextlib.suppress(Exception):  # closing frees what it can
                     self.builder.discard(prepared)
-                except Exception:  # closing frees what it can
-                    pass
         self.worker.close()
         self.rt.preparing = False
 
@@ -231,8 +230,12 @@ class Preparer:
 
     def _later(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the worker (the old graph's release); its error is reported at the next swap."""
-        fut = self.worker.submit(fn)
-        fut.add_done_callback(lambda f: self._retire_errors.append(f.exception()) if f.exception() else None)
+        def done(f: Future) -> None:
+            e = f.exception()
+            if e is not None:
+                self._retire_errors.append(e)
+
+        self.worker.submit(fn).add_done_callback(done)
 
     def _report_retire_errors(self) -> None:
         errors, self._retire_errors = self._retire_errors, []
