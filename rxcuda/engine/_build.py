@@ -60,6 +60,12 @@ class Prepared:
     new_delays: tuple  # keys of previous-frame buffers made for it
     acquired: tuple = ()  # buffers taken from the pool for it
     in_place: bool = False
+    # worked out on the worker, so that the swap does not walk the pipeline: the blocks built, the code keys
+    # the graph runs, and the keys of the running graph's buffers that it no longer uses
+    ids: frozenset = frozenset()
+    codes: frozenset = frozenset()
+    unused: tuple = ()
+    flagged: tuple | None = None  # the blocks with a state to clear (None: look at every block at the swap)
 
 
 class Builder:
@@ -80,6 +86,7 @@ class Builder:
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
         self._capturing = threading.Lock()  # the capture stream and library handles: one capture at a time
         self.prep = Preparer(rt, self)  # structural changes prepared off the frame thread (engine.run)
+        self.codes: set[str] = set()  # the code keys the running graph runs (or ran: see Updater._code)
         _nvtx.instrument(self, build="rebuild", capture="capture")  # NVTX ranges, only under Nsight
 
     def build(self, raise_errors: bool = False) -> bool:
@@ -200,7 +207,11 @@ class Builder:
             raise
         new_delays = tuple(k[0] for k in buffers if k[0][0] == "delay" and k not in self.buffers) if gp.delays \
             else ()
-        return Prepared(desc, gp, new, buffers, pointers, new_delays, acquired=tuple(acquired))
+        return Prepared(desc, gp, new, buffers, pointers, new_delays, acquired=tuple(acquired),
+                        ids=frozenset(b.id for b in desc.blocks), codes=frozenset(codes_in_use(gp)),
+                        unused=tuple(k for k in self.buffers if k not in buffers),
+                        flagged=tuple(b for b in list(rt.blocks.values()) if b.state != "ok" or b.message
+                                      or b._warnings) if background else None)
 
     def discard(self, job: Prepared) -> None:
         """Free what a preparation made that will never run (the engine closed meanwhile)."""
@@ -244,36 +255,34 @@ class Builder:
         for (bid, name), sid in gp.device_scalars.items():
             host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
             DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)
-        keep = {b.id for b in desc.blocks}
+        keep = job.ids
         if later is None:
             self.retire(job.new, job.buffers)
             self.delays.built(gp, desc, pointers, job.new_delays)  # frame-0 values of new or reconnected delays
-            self.release_library_state(keep=keep)
-            rt.modules.prune(codes_in_use(gp))
+            self.release_library_state(keep=set(keep))
+            rt.modules.prune(job.codes)
         else:  # the old graph's frames may still run: it, and what only it used, go once they are done
-            codes = codes_in_use(gp)
-            if old is not None:
-                codes |= codes_in_use(old.plan)  # unloaded at the next swap, when it is gone
             rt.graph = job.new
-            for key, buf in self.buffers.items():
-                if key not in job.buffers:  # memory reused only by work queued after this on the engine's stream
-                    rt.pool.release(buf)
+            for key in job.unused:  # memory reused only by work queued after this on the engine's stream
+                rt.pool.release(self.buffers[key])
             self.buffers = job.buffers
             self.delays.built(gp, desc, pointers, job.new_delays)
             gone = [(self.library_state.pop(k), self.library_teardown.pop(k, None))
                     for k in [k for k in self.library_state if k[0] not in keep]]
-            rt.modules.prune(codes)
+            rt.modules.prune(job.codes | self.codes)  # the old graph's: unloaded at the next swap, once it is gone
             if old is not None or gone:
                 later(lambda: self._retire_later(old, gone))
+        self.codes = set(job.codes)
         self.rebuilds += 1
         was = {}
-        for b in rt.blocks.values():
-            if b.id in keep and (b.state != "ok" or b.message or b._warnings):
+        for b in rt.blocks.values() if job.flagged is None else job.flagged:
+            if (b.state != "ok" or b.message or b._warnings) and b.id in keep and b.id in rt.blocks:
                 was[b.id] = b.state
                 b._warnings.pop("plan", None)
                 b._warnings.pop("occupancy", None)
                 b.state, b.message = ("warning", next(iter(b._warnings.values()))) if b._warnings else ("ok", "")
-        rt.reporter.refresh()
+        if was or rt.reporter.state != "ok":
+            rt.reporter.refresh()
         for w in gp.warnings:  # it planned, but probably not as meant: say so once per rebuild
             rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None,
                              source="plan")

@@ -201,6 +201,7 @@ class Updater:
                     raise
                 continue
             runs_code(g, nid, code.key)
+            self.builder.codes.add(code.key)  # kept loaded by a swap while the old graph may still run
             if not rt.preparing:  # (the worker may have loaded modules the running graph does not use yet)
                 rt.modules.prune(codes_in_use(g.plan))
             block.state, block.message = "ok", ""
