@@ -227,6 +227,9 @@ class Preparer:
         finally:
             if paused:
                 gc.enable()
+                # the young objects the preparation left would be collected by the next allocation, on
+                # whichever thread makes it (the frame thread, during the swap): collect them here instead
+                gc.collect(1)
 
     def _later(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the worker (the old graph's release); its error is reported at the next swap."""
