@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 
+from ..cuda import _nvtx
 from ..model._events import Tier
 from ..streams._coalesce import UpdatePlan
 
@@ -163,7 +164,10 @@ class Preparer:
             except Exception as e:
                 builder.report_failure(e, raise_errors)  # the log already reached the running graph
             else:
-                if prepared is not None and builder.install(prepared, later=self._later):
+                with _nvtx.range("swap"):
+                    installed = prepared is not None and builder.install(prepared, later=self._later)
+                if installed:
+                    assert prepared is not None
                     tiers = (Tier.PARAMETERS,) if prepared.in_place else (Tier.STRUCTURE,)
                     self.swaps += 1
                     updater.replay(log.plan())
@@ -221,7 +225,8 @@ class Preparer:
             desc = self.rt.snapshot()
             if not desc.blocks:
                 return None
-            job = self.builder.prepare(desc, background=True)
+            with _nvtx.range("prepare structure"):  # (a range under Nsight; nothing otherwise)
+                job = self.builder.prepare(desc, background=True)
             self.last_prepare_ms = self.builder.last_build_ms = (time.perf_counter() - t0) * 1e3
             return job
         finally:
