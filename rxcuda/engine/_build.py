@@ -196,6 +196,8 @@ class Builder:
                 self._occupancy(gp, functions)
             if background or running is None or not new.adopt_exec(running):
                 new.instantiate()
+                if background:  # its first launch, on the frame thread, then finds it on the device
+                    new.upload(rt.stream)
         except BaseException:
             self._occupancy_warnings = warnings_before
             if new is not None:

@@ -135,6 +135,8 @@ def test_a_structural_change_under_run_is_built_on_the_worker_while_the_old_grap
     assert new is not old and (extra.id, "extra") not in old.plan.kernel_nodes
     assert any(n.block == extra.id for n in new.plan.nodes)
     assert not engine._rt.preparing and engine._builder.prep.swaps == 1
+    uploads = [a for n, a in api.calls if n == "cuGraphUpload"]  # uploaded by the worker, before its first launch
+    assert uploads == [(int(new.exec), engine._rt.stream_h)]
     assert engine._builder.prep.last_swap_us is not None and engine.rebuilds == 2
     deadline = time.monotonic() + TIMEOUT  # the old graph is freed on the worker once the GPU is done with it
     while old.exec is not None:
