@@ -94,7 +94,7 @@ class Engine:
         self.device = dev
         self.sync = sync
         self._rt = rt = Runtime.open(dev, self._subscriber_failed("changes", "the change was applied"))
-        self._io = DataIO(rt, lambda: self._updater.ensure_built(), self)
+        self._io = DataIO(rt, lambda ref=None: self._updater.ensure_built(ref), self)
         self._model = Model(rt, self._io)
         self._composites = Composites(rt, self._model)
         self._builder = Builder(rt, self._io.upload_staged)

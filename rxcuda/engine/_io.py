@@ -31,7 +31,7 @@ from ._runtime import Runtime, quietly
 
 
 class DataIO:
-    def __init__(self, rt: Runtime, ensure_built: Callable[[], CompiledGraph], owner):
+    def __init__(self, rt: Runtime, ensure_built: Callable[..., CompiledGraph], owner):
         self.rt = rt
         self._ensure_built = ensure_built
         self._owner = owner  # kept alive by CuPy views of port buffers
@@ -118,7 +118,7 @@ class DataIO:
         self.staged.pop(ref, None)
 
     def port_buffer(self, ref: PortRef, port) -> tuple[int, int]:
-        g = self._ensure_built()
+        g = self._ensure_built(ref)
         bid = g.plan.port_buffers.get(ref)
         if bid is None:
             raise RuntimeError(f"{port.block.name}.{port.name} is not in the running graph (its block failed to "
@@ -148,7 +148,7 @@ class DataIO:
         return _shapes_io.gathered(out, raw, spec)
 
     def _counter(self, ref: PortRef, port) -> tuple[CompiledGraph, int]:
-        g = self._ensure_built()
+        g = self._ensure_built(ref)
         cid = g.plan.counters.get(ref)
         if cid is None and isinstance(port.spec, CountSpec):  # port.count: the counter itself
             cid = g.plan.port_buffers.get(ref)

@@ -144,10 +144,15 @@ class Updater:
         if up is None or not up.structure:
             self.builder.build(raise_errors=True)
 
-    def ensure_built(self):
+    def ensure_built(self, ref=None):
         """The running graph after applying what is pending (a first build when there is none yet); a
-        RuntimeError saying why when there is still none."""
+        RuntimeError saying why when there is still none. While a new graph is prepared and nothing else is
+        pending, a port of the running graph (``ref``) is read there (its last frame) without waiting."""
         rt = self.rt
+        g = rt.graph
+        if (rt.preparing and ref is not None and g is not None and not rt.pending.count
+                and (ref in g.plan.port_buffers or ref in g.plan.counters)):
+            return g
         if rt.pending.count or rt.graph is None or rt.preparing:
             self.apply(rt.pending.drain() or UpdatePlan())
         if rt.graph is None:

@@ -315,3 +315,14 @@ def test_reads_wait_for_a_preparation_and_see_the_new_graph(engine, chain, frame
     out = engine.read(a["out"])  # a port only the graph being prepared has: the read waits for it
     assert out.shape == (N,) and not engine._rt.preparing
     assert a.id in {n.block for n in engine._rt.graph.plan.nodes}
+
+
+def test_a_port_of_the_running_graph_is_read_there_without_waiting(engine, chain, frames, monkeypatch):
+    gate = Gate(engine, monkeypatch)
+    engine.connect(chain[-1]["out"], engine.add(mul("a"))["x"])
+    frames.next()
+    assert gate.entered.wait(TIMEOUT)
+    old = engine._rt.graph
+    out = engine.read(chain[-1]["out"])  # the gate is closed: this returns with the last frame's value
+    assert out.shape == (N,) and engine._rt.preparing and engine._rt.graph is old
+    gate.open()
