@@ -277,7 +277,7 @@ class Builder:
         self.codes = set(job.codes)
         self.rebuilds += 1
         was = {}
-        for b in rt.blocks.values() if job.flagged is None else job.flagged:
+        for b in list(rt.blocks.values()) if job.flagged is None else job.flagged:
             if (b.state != "ok" or b.message or b._warnings) and b.id in keep and b.id in rt.blocks:
                 was[b.id] = b.state
                 b._warnings.pop("plan", None)
