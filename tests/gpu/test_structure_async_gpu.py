@@ -69,6 +69,7 @@ def test_replacing_a_block_while_running_gives_the_old_or_the_new_result_in_ever
     for s, t in zip(side, side[1:], strict=False):
         engine.connect(s["out"], t["x"])
     expected = {"add": (a + b) * np.float32(scale), "sub": (a - b) * np.float32(scale)}
+    engine.keep(tail["out"])  # memory of its own from the first build: observed in every frame
     engine.tick()
     record = Record(engine, tail["out"])
     running = engine.run(RATE)
@@ -113,6 +114,7 @@ def test_a_delayed_connections_state_goes_on_exactly_through_every_swap(engine, 
     step = rng.integers(1, 5, n).astype(np.float32)  # whole numbers: every sum is exact in float32
     engine.connect(acc["out"], acc["a"], delay=1, initial=initial)
     engine.write(acc["b"], step)
+    engine.keep(acc["out"])
     engine.tick()
     record = Record(engine, acc["out"])
     running = engine.run(RATE)
