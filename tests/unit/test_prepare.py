@@ -326,3 +326,16 @@ def test_a_port_of_the_running_graph_is_read_there_without_waiting(engine, chain
     out = engine.read(chain[-1]["out"])  # the gate is closed: this returns with the last frame's value
     assert out.shape == (N,) and engine._rt.preparing and engine._rt.graph is old
     gate.open()
+
+
+def test_a_resize_that_fits_is_recognized_on_the_worker_and_taken_in_place_at_the_swap(engine, api, chain, frames):
+    old = engine._rt.graph
+    instantiated = api.count("cuGraphInstantiate")
+    engine.resize(chain[0]["x"], (N // 2,))
+    deadline = time.monotonic() + TIMEOUT
+    tiers: tuple = ()
+    while "parameters" not in tiers:  # the worker only plans it; the swap updates the running graph's nodes
+        assert time.monotonic() < deadline, "the resize never reached the graph"
+        tiers = frames.next().tiers
+    assert engine._rt.graph is old and api.count("cuGraphInstantiate") == instantiated
+    assert engine.shape(chain[-1]["out"]) == (N // 2,) and engine._builder.resized_in_place == 1
