@@ -249,9 +249,7 @@ class Engine:
 
     # -- frames (the GPU thread) ---------------------------------------------------------------------------
     def tick(self, sync: bool | None = None) -> Frame:
-        """Apply pending changes, launch the graph once, and (by default) wait for it. A structural change
-        (a block added or removed, a connection) is applied in this tick: the tick builds the new graph, or
-        waits for the one ``run`` was preparing off the frame thread, and launches it."""
+        """Apply pending changes (a structural one too, in this tick), launch the graph once, and wait for it."""
         self._check_open()
         runner = self._runner
         if runner.loop is not None:
@@ -340,12 +338,8 @@ class Engine:
         ``None`` leaves it alone). Python threads producing values flat out hold the GIL up to this long
         each time the engine thread needs it; CPython's default of 5 ms would stall 60 Hz frames.
 
-        Reads, writes and rebuilds asked for from other threads run on the engine thread between frames.
-
-        A structural change made meanwhile (from any thread) is prepared off the frame thread: a worker plans,
-        loads, allocates, builds and instantiates the new graph while the frames go on with the last good
-        one, and the first frame after it is done swaps it in (``Frame.tiers`` says ``structure``). Values
-        set meanwhile reach both graphs; a failure keeps the last good graph and is a diagnostic.
+        Reads, writes and rebuilds asked for from other threads run on the engine thread between frames;
+        a structural change is built off the frame thread meanwhile and swapped in at a frame boundary.
 
         >>> running = engine.run(60)                                              # doctest: +SKIP
         >>> running.dispose()                                                     # doctest: +SKIP
