@@ -112,6 +112,7 @@ class Updater:
         t0 = _now()
         rt = self.rt
         done: list[Tier] = []
+        handed = False  # the structural change went to the preparation worker: its swap is reported then
         if rt.preparing and not background:
             done.extend(self.builder.prep.settle(self, raise_errors))
         tiers = up.tiers
@@ -120,6 +121,7 @@ class Updater:
         for tier in tiers:
             if tier is Tier.STRUCTURE and background and rt.graph is not None:
                 self.builder.prep.request(up)  # built off this thread; the lower tiers reach the running graph
+                handed = True
                 continue
             result = self._handlers[tier](up, raise_errors)
             done.extend(result)
@@ -130,7 +132,7 @@ class Updater:
         if rt.preparing:  # the graph being prepared gets what the running one got, before its first launch
             self.builder.prep.log(up)
         out = tuple(dict.fromkeys(done))
-        if self.updates.observers:
+        if self.updates.observers and (out or not handed):
             self._notify(up.blocks(), out, t0, up.events)
         return out
 

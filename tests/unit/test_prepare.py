@@ -339,3 +339,20 @@ def test_a_resize_that_fits_is_recognized_on_the_worker_and_taken_in_place_at_th
         tiers = frames.next().tiers
     assert engine._rt.graph is old and api.count("cuGraphInstantiate") == instantiated
     assert engine.shape(chain[-1]["out"]) == (N // 2,) and engine._builder.resized_in_place == 1
+
+
+def test_updates_report_the_swap_once_with_the_blocks_it_was_asked_for(engine, chain, frames, monkeypatch):
+    gate = Gate(engine, monkeypatch)
+    seen: list = []
+    sub = engine.updates.subscribe(seen.append)
+    a = engine.add(mul("a"))
+    engine.connect(chain[-1]["out"], a["x"])
+    frames.next()
+    assert seen == []  # handed to the worker: nothing applied yet
+    chain[0].set(scale=5.0)
+    frames.next()
+    assert [u.tiers for u in seen] == [("parameters",)]  # the running graph got the value
+    gate.wait_done()
+    frames.next()
+    sub.dispose()
+    assert seen[-1].tiers == ("structure",) and "a" in seen[-1].blocks and seen[-1].seconds > 0
