@@ -147,6 +147,11 @@ class CompiledGraph:
         self._exec_h = int(self.exec)
         self._arm()
 
+    def upload(self, stream) -> None:
+        """Upload the executable graph to the device in ``stream`` without running it (``cuGraphUpload``):
+        what its first launch would do, paid here (off the frame thread, by a graph prepared there)."""
+        check(self.api.cuGraphUpload(self.exec, stream), "cuGraphUpload")
+
     def _arm(self) -> None:
         """Bind the frame's launch and the patch table's exec-node updates to this executable graph."""
         self.launcher = self.fast.launcher(self._exec_h)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import attrs
 
 from ..model._describe import KernelCode
@@ -28,6 +30,8 @@ class ModuleCache:
         self._loaded: dict[str, LoadedKernel] = {}
         self.loads = 0
         self.hits = 0
+        # a structural change is prepared on a worker thread while the frame thread may swap code in
+        self._lock = threading.RLock()
 
     def __contains__(self, key: str) -> bool:
         return key in self._loaded
@@ -36,9 +40,17 @@ class ModuleCache:
         return frozenset(self._loaded)
 
     def load(self, code: KernelCode) -> LoadedKernel:
-        drv = self._api
         hit = self._loaded.get(code.key)
         if hit is not None:
+            self.hits += 1
+            return hit
+        with self._lock:
+            return self._load(code)
+
+    def _load(self, code: KernelCode) -> LoadedKernel:
+        drv = self._api
+        hit = self._loaded.get(code.key)
+        if hit is not None:  # loaded by another thread meanwhile
             self.hits += 1
             return hit
         image = code.image
@@ -72,9 +84,10 @@ class ModuleCache:
 
     def prune(self, keep: frozenset[str] | set[str]) -> int:
         """Unload every module whose key is not in ``keep``; returns how many were unloaded."""
-        gone = [k for k in self._loaded if k not in keep]
-        for k in gone:
-            check(self._api.cuModuleUnload(self._loaded.pop(k).module), "cuModuleUnload")
+        with self._lock:
+            gone = [k for k in self._loaded if k not in keep]
+            for k in gone:
+                check(self._api.cuModuleUnload(self._loaded.pop(k).module), "cuModuleUnload")
         return len(gone)
 
     def close(self) -> None:

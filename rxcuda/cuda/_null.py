@@ -341,6 +341,9 @@ class NullDriver:
     def cuGraphExecUpdate(self, graph_exec, graph):
         return self._call("cuGraphExecUpdate", (int(graph_exec), int(graph)), (None,))
 
+    def cuGraphUpload(self, graph_exec, stream):
+        return self._call("cuGraphUpload", (int(graph_exec), int(stream)))
+
     def cuGraphLaunch(self, graph_exec, stream):
         return self._call("cuGraphLaunch", (int(graph_exec), int(stream)))
 

@@ -8,6 +8,7 @@ size), and library state (handles, plans, workspaces) lives per block and call u
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -28,8 +29,11 @@ from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, HandleArg, Ke
 from ..plan._liveness import holds_own_value
 from ..plan._plan import plan as make_plan
 from ..plan._profile import add_stamps
+from ..plan._shapes import in_place as in_place_delta
 from ._delaystate import DelayState
+from ._prepare import Preparer
 from ._profile import LOW_OCCUPANCY, occupancy
+from ._resize import _fits as fits
 from ._resize import try_in_place
 from ._runtime import Runtime
 
@@ -41,6 +45,27 @@ class _BlockFailure(Exception):
         super().__init__(str(error))
         self.block = block
         self.error = error
+
+
+@attrs.define(eq=False)
+class Prepared:
+    """A graph built and instantiated, not running yet (``Builder.prepare``): what ``Builder.install`` swaps in.
+    ``in_place``: the change is a resize the running graph takes by exec-node updates (nothing was built)."""
+
+    desc: Any  # the PipelineDescription it was planned from
+    gp: GraphPlan
+    new: CompiledGraph | None
+    buffers: dict  # (buffer key, bytes) -> DeviceBuffer: what the new graph uses
+    pointers: dict  # buffer id -> device pointer
+    new_delays: tuple  # keys of previous-frame buffers made for it
+    acquired: tuple = ()  # buffers taken from the pool for it
+    in_place: bool = False
+    # worked out on the worker, so that the swap does not walk the pipeline: the blocks built, the code keys
+    # the graph runs, and the keys of the running graph's buffers that it no longer uses
+    ids: frozenset = frozenset()
+    codes: frozenset = frozenset()
+    unused: tuple = ()
+    flagged: tuple | None = None  # the blocks with a state to clear (None: look at every block at the swap)
 
 
 class Builder:
@@ -59,6 +84,9 @@ class Builder:
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
         self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
+        self._capturing = threading.Lock()  # the capture stream and library handles: one capture at a time
+        self.prep = Preparer(rt, self)  # structural changes prepared off the frame thread (engine.run)
+        self.codes: set[str] = set()  # the code keys the running graph runs (or ran: see Updater._code)
         _nvtx.instrument(self, build="rebuild", capture="capture")  # NVTX ranges, only under Nsight
 
     def build(self, raise_errors: bool = False) -> bool:
@@ -88,15 +116,41 @@ class Builder:
             self.retire(None, {})
             self.release_library_state(keep=set())
             return True
+        try:
+            job = self.prepare(desc, background=False)
+        except Exception as e:
+            self.report_failure(e, raise_errors)
+            return False
+        if job is not None:
+            self.install(job)
+        return True
+
+    def prepare(self, desc, background: bool) -> Prepared | None:
+        """Plan ``desc``, load its kernels, allocate and zero new buffers, capture library calls, build and
+        instantiate the new graph. Nothing the running graph uses is changed: buffers it uses are only
+        reused (its frames end before the new graph's first launch, on the same stream). Raises on failure,
+        having released what it made.
+
+        ``background``: on the preparation worker (rxcuda.engine._prepare): the new graph is instantiated anew
+        and a resize that fits is only recognized (``Prepared.in_place``); on the frame thread, a resize that
+        fits is applied to the running graph here (None is returned) and the running executable graph is
+        updated in place when the topology allows."""
+        rt = self.rt
         acquired: list[DeviceBuffer] = []
         new: CompiledGraph | None = None
         ring = None
+        warnings_before = self._occupancy_warnings
         try:
             gp = make_plan(desc, reuse_memory=rt.reuse_memory)
             if rt.stamps:  # profiling: a timestamp node per block or kernel (rxcuda.engine._profile)
                 gp = add_stamps(gp, desc, rt.stamps)
-            if rt.graph is not None and try_in_place(self, desc, gp):  # only shapes changed, and still fit
-                return True
+            running = rt.graph
+            if running is not None and background and gp.shapes != running.plan.shapes:
+                delta = in_place_delta(running.plan, gp)
+                if delta is not None and fits(self, running, gp, delta.buffers):
+                    return Prepared(desc, gp, None, {}, {}, (), in_place=True)
+            if not background and running is not None and try_in_place(self, desc, gp):
+                return None  # only shapes changed, and still fit: done in place
             functions = {}
             for node in gp.nodes:
                 if (n := kind_of(node).kernel_of(node)) is not None:  # the kernels' code, loaded
@@ -133,59 +187,104 @@ class Builder:
                 pointers[b.id] = buf.ptr
             if acquired:  # new buffers start zeroed: a few memsets over adjacent buffers, on the engine's stream
                 rt.pool.zero(acquired, rt.stream)
-                if desc.kept and rt.graph is not None and rt.graph.plan.shared:
-                    self._carry_kept(rt.graph, gp, desc.kept, pointers)
-            for (bid, name), sid in gp.device_scalars.items():
-                host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
-                DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)
             if gp.stamps is not None:
                 ring = StampRing(rt.api, rt.modules.load(stamp_code()).function, len(gp.stamps.names))
-            else:
-                ring = None
             new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
                                 api=rt.api, stamps=ring)
             ring = None  # the graph owns it now (closes it with itself)
             if rt.stamps == "kernel":
                 self._occupancy(gp, functions)
-            if rt.graph is None or not new.adopt_exec(rt.graph):
+            if background or running is None or not new.adopt_exec(running):
                 new.instantiate()
-        except Exception as e:
+                if background:  # its first launch, on the frame thread, then finds it on the device
+                    new.upload(rt.stream)
+        except BaseException:
+            self._occupancy_warnings = warnings_before
             if new is not None:
                 new.close()
             elif ring is not None:
                 ring.close()
             for buf in acquired:
                 rt.pool.release(buf)
-            failure = e.block if isinstance(e, _BlockFailure) else None
-            err = e.error if isinstance(e, _BlockFailure) else e
-            block = rt.blocks.get(failure) if failure else rt.reporter.block_for(err)
-            rt.reporter.error(err, block, "rebuild")
-            # the planner reports every error at once (ValidationError.problems): mark each block it names
-            named: dict[int, list[str]] = {}
-            for p in getattr(err, "problems", ()):
-                if p.severity == "error" and p.block in rt.blocks and rt.blocks[p.block] is not block:
-                    named.setdefault(p.block, []).append(p.message)
-            for bid, messages in named.items():
-                rt.blocks[bid].state, rt.blocks[bid].message = "error", "\n".join(messages)
-                rt.reporter.state = "error"
-            if raise_errors:
-                raise err from None
-            return False
-        new_delays = [k[0] for k in buffers if k[0][0] == "delay" and k not in self.buffers] if gp.delays else ()
-        self.retire(new, buffers)
-        self.delays.built(gp, desc, pointers, new_delays)  # frame-0 values of new or reconnected delays
-        self.release_library_state(keep={b.id for b in desc.blocks})
-        rt.modules.prune(codes_in_use(gp))
+            raise
+        new_delays = tuple(k[0] for k in buffers if k[0][0] == "delay" and k not in self.buffers) if gp.delays \
+            else ()
+        return Prepared(desc, gp, new, buffers, pointers, new_delays, acquired=tuple(acquired),
+                        ids=frozenset(b.id for b in desc.blocks), codes=frozenset(codes_in_use(gp)),
+                        unused=tuple(k for k in self.buffers if k not in buffers),
+                        flagged=tuple(b for b in list(rt.blocks.values()) if b.state != "ok" or b.message
+                                      or b._warnings) if background else None)
+
+    def discard(self, job: Prepared) -> None:
+        """Free what a preparation made that will never run (the engine closed meanwhile)."""
+        if job.new is not None:
+            job.new.close()
+        for buf in job.acquired:
+            self.rt.pool.release(buf)
+
+    def report_failure(self, e: Exception, raise_errors: bool) -> None:
+        """A build failed: the last good graph keeps running; mark the blocks it concerns and say why."""
+        rt = self.rt
+        failure = e.block if isinstance(e, _BlockFailure) else None
+        err = e.error if isinstance(e, _BlockFailure) else e
+        block = rt.blocks.get(failure) if failure else rt.reporter.block_for(err)
+        rt.reporter.error(err, block, "rebuild")
+        # the planner reports every error at once (ValidationError.problems): mark each block it names
+        named: dict[int, list[str]] = {}
+        for p in getattr(err, "problems", ()):
+            if p.severity == "error" and p.block in rt.blocks and rt.blocks[p.block] is not block:
+                named.setdefault(p.block, []).append(p.message)
+        for bid, messages in named.items():
+            rt.blocks[bid].state, rt.blocks[bid].message = "error", "\n".join(messages)
+            rt.reporter.state = "error"
+        if raise_errors:
+            raise err from None
+
+    def install(self, job: Prepared, later: Callable[[Callable[[], None]], None] | None = None) -> bool:
+        """Swap a prepared graph in, on the frame thread, between frames: what must see the last frame's
+        values happens here (kept ports' values carried out of shared memory, device scalars, delays that were
+        reconnected); then the old graph goes. ``later(fn)``: run ``fn`` off the frame thread once the GPU is
+        done with the old graph (its destruction, library state of blocks that left); None does it here, after
+        a wait. Returns False when a resize recognized as fitting no longer fits (nothing changed then)."""
+        rt = self.rt
+        desc, gp = job.desc, job.gp
+        if job.in_place:
+            return rt.graph is not None and try_in_place(self, desc, gp)
+        old = rt.graph
+        pointers = job.pointers
+        if job.acquired and desc.kept and old is not None and old.plan.shared:
+            self._carry_kept(old, gp, desc.kept, pointers)
+        for (bid, name), sid in gp.device_scalars.items():
+            host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(gp.buffers[sid].dtype))
+            DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)
+        keep = job.ids
+        if later is None:
+            self.retire(job.new, job.buffers)
+            self.delays.built(gp, desc, pointers, job.new_delays)  # frame-0 values of new or reconnected delays
+            self.release_library_state(keep=set(keep))
+            rt.modules.prune(job.codes)
+        else:  # the old graph's frames may still run: it, and what only it used, go once they are done
+            rt.graph = job.new
+            for key in job.unused:  # memory reused only by work queued after this on the engine's stream
+                rt.pool.release(self.buffers[key])
+            self.buffers = job.buffers
+            self.delays.built(gp, desc, pointers, job.new_delays)
+            gone = [(self.library_state.pop(k), self.library_teardown.pop(k, None))
+                    for k in [k for k in self.library_state if k[0] not in keep]]
+            rt.modules.prune(job.codes | self.codes)  # the old graph's: unloaded at the next swap, once it is gone
+            if old is not None or gone:
+                later(lambda: self._retire_later(old, gone))
+        self.codes = set(job.codes)
         self.rebuilds += 1
-        built = {b.id for b in desc.blocks}
         was = {}
-        for b in rt.blocks.values():
-            if b.id in built:
+        for b in list(rt.blocks.values()) if job.flagged is None else job.flagged:
+            if (b.state != "ok" or b.message or b._warnings) and b.id in keep and b.id in rt.blocks:
                 was[b.id] = b.state
                 b._warnings.pop("plan", None)
                 b._warnings.pop("occupancy", None)
                 b.state, b.message = ("warning", next(iter(b._warnings.values()))) if b._warnings else ("ok", "")
-        rt.reporter.refresh()
+        if was or rt.reporter.state != "ok":
+            rt.reporter.refresh()
         for w in gp.warnings:  # it planned, but probably not as meant: say so once per rebuild
             rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None,
                              source="plan")
@@ -198,6 +297,16 @@ class Builder:
                 rt.reporter.recover(b, why="the rebuild succeeded")
         self._on_built()
         return True
+
+    def _retire_later(self, old: CompiledGraph | None, gone: list) -> None:
+        """Off the frame thread: wait for the frames queued so far, then free the old graph and the library
+        state of blocks that left."""
+        self.rt.synchronize()
+        if old is not None:
+            old.close()
+        for state, teardown in gone:
+            if teardown is not None:
+                teardown(state)
 
     def _occupancy(self, gp, functions) -> None:
         """Theoretical occupancy of every kernel node (profiling per kernel): kept in ``rt.occupancy``, and a
@@ -258,7 +367,13 @@ class Builder:
         """Capture one library call node with ``pointers``. Its scalars: in a build, the plan's values (the
         plan was made from the current ones); captured again (``last``: the CaptureArgs it runs with), the
         drained values ``changed`` (parameter name -> value) and, for the others, those of the last capture.
-        Never ``block.params``: a value set since the drain is the next frame's."""
+        Never ``block.params``: a value set since the drain is the next frame's. One capture at a time: the
+        preparation worker and the frame thread's recaptures share the capture stream and library handles."""
+        with self._capturing:
+            return self._capture(node, pointers, last, changed)
+
+    def _capture(self, node: CallNodePlan, pointers, last: CaptureArgs | None,
+                 changed: Mapping[str, float | int] | None) -> tuple[object, CaptureArgs]:
         rt = self.rt
         block = rt.blocks[node.block]
         spec = block.description.kernel(node.call)
@@ -287,7 +402,9 @@ class Builder:
         return capture_graph(rt.capture_stream, cast(Callable, spec.record), args, api=rt.api), args
 
     def close(self) -> None:
-        """Free the graph, the buffers and the library state (the caller waited for the GPU)."""
+        """Free the graph, the buffers and the library state (the caller waited for the GPU); a preparation
+        in flight is waited for and thrown away."""
+        self.prep.close()
         self.retire(None, {})
         self.release_library_state(keep=set())
 

@@ -94,7 +94,7 @@ class Engine:
         self.device = dev
         self.sync = sync
         self._rt = rt = Runtime.open(dev, self._subscriber_failed("changes", "the change was applied"))
-        self._io = DataIO(rt, lambda: self._updater.ensure_built(), self)
+        self._io = DataIO(rt, lambda ref=None: self._updater.ensure_built(ref), self)
         self._model = Model(rt, self._io)
         self._composites = Composites(rt, self._model)
         self._builder = Builder(rt, self._io.upload_staged)
@@ -249,7 +249,7 @@ class Engine:
 
     # -- frames (the GPU thread) ---------------------------------------------------------------------------
     def tick(self, sync: bool | None = None) -> Frame:
-        """Apply pending changes, launch the graph once, and (by default) wait for it."""
+        """Apply pending changes (a structural one too, in this tick), launch the graph once, and wait for it."""
         self._check_open()
         runner = self._runner
         if runner.loop is not None:
@@ -338,7 +338,8 @@ class Engine:
         ``None`` leaves it alone). Python threads producing values flat out hold the GIL up to this long
         each time the engine thread needs it; CPython's default of 5 ms would stall 60 Hz frames.
 
-        Reads, writes and rebuilds asked for from other threads run on the engine thread between frames.
+        Reads, writes and rebuilds asked for from other threads run on the engine thread between frames;
+        a structural change is built off the frame thread meanwhile and swapped in at a frame boundary.
 
         >>> running = engine.run(60)                                              # doctest: +SKIP
         >>> running.dispose()                                                     # doctest: +SKIP
@@ -638,6 +639,7 @@ class Engine:
                 rt.synchronize()
             except CudaError as e:
                 lost = is_sticky(e)
+        quietly(self._builder.prep.close)  # a structural change being prepared is thrown away
         self._io.close()
         if not lost:  # with the context gone, driver calls only fail: the process exit frees everything
             self._runner.close()

@@ -48,7 +48,7 @@ class FrameRunner:
     ``gpu_thread``: the thread that made the device current last (the frame thread while ``run`` drives).
     """
 
-    def __init__(self, rt: Runtime, apply_pending: Callable[[], tuple], io: DataIO, profiler: Profiler,
+    def __init__(self, rt: Runtime, apply_pending: Callable[..., tuple], io: DataIO, profiler: Profiler,
                  batches: Batches, frames: Broadcast, timings: Broadcast):
         self.rt = rt  # the running graph (rt.graph) and the frame count (rt.frame), shared with the builder
         self.apply_pending = apply_pending
@@ -109,7 +109,8 @@ class FrameRunner:
             self.gpu_thread = _ident()
         rt = self.rt
         try:
-            tiers = self.apply_pending() if self.pending.count else ()
+            # under run() a structural change is prepared off this thread and swapped in once ready
+            tiers = self.apply_pending(False, self.loop is not None) if self.pending.count or rt.preparing else ()
             g = rt.graph
             timed = UNTIMED
             if g is not None:
@@ -202,7 +203,7 @@ class FrameRunner:
             self.gpu_thread = _ident()
         rt, io, batches, prof, stream = self.rt, self.io, self.batches, self.profiler, self.stream
         try:
-            tiers = self.apply_pending() if self.pending.count else ()
+            tiers = self.apply_pending() if self.pending.count or rt.preparing else ()
             g = rt.graph
             if g is None:
                 return self.tick(True)

@@ -31,7 +31,7 @@ from ._runtime import Runtime, quietly
 
 
 class DataIO:
-    def __init__(self, rt: Runtime, ensure_built: Callable[[], CompiledGraph], owner):
+    def __init__(self, rt: Runtime, ensure_built: Callable[..., CompiledGraph], owner):
         self.rt = rt
         self._ensure_built = ensure_built
         self._owner = owner  # kept alive by CuPy views of port buffers
@@ -91,6 +91,10 @@ class DataIO:
             # no buffer yet (or one about to change): upload right after the next successful build
             self.staged[ref] = arr.copy()
             return
+        if rt.preparing:  # the graph being prepared gets it too, when it is swapped in
+            self.staged[ref] = arr.copy()
+        elif self.staged:
+            self.staged.pop(ref, None)  # older data must not land over this after a later build
         bid = g.plan.port_buffers[ref]
         DeviceBuffer(g.pointers[bid], g.plan.buffers[bid].nbytes, api=rt.api).upload(arr, rt.stream)
 
@@ -114,7 +118,7 @@ class DataIO:
         self.staged.pop(ref, None)
 
     def port_buffer(self, ref: PortRef, port) -> tuple[int, int]:
-        g = self._ensure_built()
+        g = self._ensure_built(ref)
         bid = g.plan.port_buffers.get(ref)
         if bid is None:
             raise RuntimeError(f"{port.block.name}.{port.name} is not in the running graph (its block failed to "
@@ -144,7 +148,7 @@ class DataIO:
         return _shapes_io.gathered(out, raw, spec)
 
     def _counter(self, ref: PortRef, port) -> tuple[CompiledGraph, int]:
-        g = self._ensure_built()
+        g = self._ensure_built(ref)
         cid = g.plan.counters.get(ref)
         if cid is None and isinstance(port.spec, CountSpec):  # port.count: the counter itself
             cid = g.plan.port_buffers.get(ref)

@@ -133,7 +133,8 @@ class Reporter:
         self.stream.emit(d)
 
     def refresh(self) -> None:
-        self.state = "error" if any(b.state == "error" for b in self._blocks.values()) else "ok"
+        # (a copy: other threads may add blocks meanwhile, and copying a dict's values is one step)
+        self.state = "error" if any(b.state == "error" for b in list(self._blocks.values())) else "ok"
 
     def _subscriber_failed(self, err: Exception, item) -> None:
         # a diagnostics subscriber that raises cannot be told through diagnostics: log it

@@ -45,6 +45,7 @@ class Runtime:
     stamps: str | None = None  # profiling: the graph gets a timestamp node per "block" or per "kernel"
     occupancy: dict = attrs.field(factory=dict)  # (block id, kernel) -> theoretical occupancy (per_kernel+)
     graph: CompiledGraph | None = None
+    preparing: bool = False  # a new graph is being prepared off the frame thread (rxcuda.engine._prepare)
     frame: int = 0
     lock: threading.RLock = attrs.field(factory=threading.RLock)  # the model; never held while waiting
     index: PipelineIndex = attrs.field(factory=PipelineIndex)  # checks one change at a time

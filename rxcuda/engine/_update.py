@@ -53,16 +53,21 @@ class Updater:
                 self._handlers[tier] = _nvtx.ranged(self._handlers[tier], f"apply {tier}")
 
     # -- entry points --------------------------------------------------------------------------------
-    def apply_pending(self, raise_errors: bool = False) -> tuple[Tier, ...]:
+    def apply_pending(self, raise_errors: bool = False, background: bool = False) -> tuple[Tier, ...]:
         """Apply everything pending. Values alone (the common case) skip the plan object, and one value that
-        kernel nodes alone read goes straight through the patch table to its nodes' exec updates."""
+        kernel nodes alone read goes straight through the patch table to its nodes' exec updates.
+
+        ``background`` (``engine.run``'s frames): a structural change is prepared off this thread and swapped
+        in by a later call once ready (rxcuda.engine._prepare); otherwise it is applied before this returns."""
         rt = self.rt
         self.applied += 1  # what a GPU-driven batch compares to know its copy of the graph is stale
+        if rt.preparing:
+            return self._while_preparing(raise_errors, background)
         pending = rt.pending
         g = rt.graph
         if g is None or pending.others:
             up = pending.drain()
-            return self.apply(up, raise_errors) if up else ()
+            return self.apply(up, raise_errors, background) if up else ()
         observed = self.updates.observers
         t0 = _now() if observed else 0
         events = pending.count
@@ -87,38 +92,70 @@ class Updater:
             self._notify({bid for bid, _ in params}, tiers, t0, events)
         return tiers
 
-    def apply(self, up: UpdatePlan, raise_errors: bool = False) -> tuple[Tier, ...]:
-        """Apply a drained plan, highest tier first; returns the tiers that were applied."""
+    def _while_preparing(self, raise_errors: bool, background: bool) -> tuple[Tier, ...]:
+        """A new graph is being prepared off the frame thread: swap it in once ready (``background``) or
+        wait for it (a direct tick), then apply what is pending."""
+        prep = self.builder.prep
+        done: tuple[Tier, ...] = ()
+        if not background:
+            done = prep.settle(self, raise_errors)
+        elif prep.ready:
+            done = prep.swap(self)
+        up = self.rt.pending.drain()
+        if up:
+            done += self.apply(up, raise_errors, background)
+        return tuple(dict.fromkeys(done))
+
+    def apply(self, up: UpdatePlan, raise_errors: bool = False, background: bool = False) -> tuple[Tier, ...]:
+        """Apply a drained plan, highest tier first; returns the tiers that were applied. ``background``: see
+        ``apply_pending``; without it a preparation in flight is waited for and swapped in first."""
         t0 = _now()
+        rt = self.rt
         done: list[Tier] = []
+        handed = False  # the structural change went to the preparation worker: its swap is reported then
+        if rt.preparing and not background:
+            done.extend(self.builder.prep.settle(self, raise_errors))
         tiers = up.tiers
-        if self.rt.graph is None and Tier.STRUCTURE not in tiers:
+        if rt.graph is None and Tier.STRUCTURE not in tiers:
             tiers = (Tier.STRUCTURE,) + tiers  # nothing runs yet: the first build reads every value
         for tier in tiers:
+            if tier is Tier.STRUCTURE and background and rt.graph is not None:
+                self.builder.prep.request(up)  # built off this thread; the lower tiers reach the running graph
+                handed = True
+                continue
             result = self._handlers[tier](up, raise_errors)
             done.extend(result)
             if tier is Tier.STRUCTURE and result:
                 break  # the rebuild read every current value: the lower tiers are subsumed
-            if self.rt.graph is None:
+            if rt.graph is None:
                 break  # no graph to apply anything else to
+        if rt.preparing:  # the graph being prepared gets what the running one got, before its first launch
+            self.builder.prep.log(up)
         out = tuple(dict.fromkeys(done))
-        if self.updates.observers:
+        if self.updates.observers and (out or not handed):
             self._notify(up.blocks(), out, t0, up.events)
         return out
 
     def rebuild_now(self) -> None:
         """``engine.rebuild()``: apply what is pending and rebuild, raising instead of reporting."""
+        if self.rt.preparing:
+            self.builder.prep.settle(self, raise_errors=True)
         up = self.rt.pending.drain()
         if up is not None:
             self.apply(up, raise_errors=True)
         if up is None or not up.structure:
             self.builder.build(raise_errors=True)
 
-    def ensure_built(self):
+    def ensure_built(self, ref=None):
         """The running graph after applying what is pending (a first build when there is none yet); a
-        RuntimeError saying why when there is still none."""
+        RuntimeError saying why when there is still none. While a new graph is prepared and nothing else is
+        pending, a port of the running graph (``ref``) is read there (its last frame) without waiting."""
         rt = self.rt
-        if rt.pending.count or rt.graph is None:
+        g = rt.graph
+        if (rt.preparing and ref is not None and g is not None and not rt.pending.count
+                and (ref in g.plan.port_buffers or ref in g.plan.counters)):
+            return g
+        if rt.pending.count or rt.graph is None or rt.preparing:
             self.apply(rt.pending.drain() or UpdatePlan())
         if rt.graph is None:
             log = rt.reporter.log
@@ -127,7 +164,22 @@ class Updater:
         return rt.graph
 
     # -- handlers: each returns the tiers it applied ----------------------------------------------
+    def replay(self, up: UpdatePlan) -> None:
+        """Apply the lower tiers of ``up`` to a graph just swapped in (what the old one got while it was
+        prepared): code of kernels it has, values, rebound arrays and launches."""
+        g = self.rt.graph
+        if g is None:
+            return
+        code = {k: c for k, c in up.code.items() if k in g.plan.kernel_nodes}
+        if code:
+            self._code(UpdatePlan(code=code), False)
+        if up.params or up.rebinds or up.launches:
+            self._parameters(up, False)
+
     def _structure(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
+        if self.rt.preparing:  # (new code for a block the running graph lacks) the next preparation takes it
+            self.builder.prep.request(up)
+            return ()
         if not self.builder.build(raise_errors):
             return ()
         # a resize the running graph took in place (exec-node updates only) is the Parameters tier
@@ -156,7 +208,9 @@ class Updater:
                     raise
                 continue
             runs_code(g, nid, code.key)
-            rt.modules.prune(codes_in_use(g.plan))
+            self.builder.codes.add(code.key)  # kept loaded by a swap while the old graph may still run
+            if not rt.preparing:  # (the worker may have loaded modules the running graph does not use yet)
+                rt.modules.prune(codes_in_use(g.plan))
             block.state, block.message = "ok", ""
             rt.reporter.refresh()
             swapped = True
