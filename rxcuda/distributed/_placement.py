@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import attrs
 
 from ..model import _dtypes
-from ..model._describe import BlockEntry, PipelineDescription, PortRef
+from ..model._describe import PipelineDescription, PortRef
 from ..model._errors import ValidationError
 
 TRANSPORTS = ("auto", "ipc", "host")
@@ -49,10 +49,10 @@ class Worker:
 
     >>> Worker(num_gpus=0.5)
     Worker(num_gpus=0.5, num_cpus=0, node=None, null=False, max_restarts=3)
-    >>> Worker(num_gpus=0)
+    >>> Worker(num_gpus=0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: Worker(num_gpus=0) has no GPU for its Engine; give num_gpus above 0 (0.5 shares a GPU), or null=True for the null driver
+    ValueError: Worker(num_gpus=0) has no GPU for its Engine; give num_gpus above 0 (0.5 shares a GPU), or ...
     """
 
     num_gpus: float = attrs.field(default=1, validator=_check_gpus)
@@ -293,7 +293,3 @@ def _order(workers: list[str], links: list[RemoteLink]) -> tuple[tuple[str, ...]
             return tuple(order), circle[circle.index(w):] + [w]
         circle.append(w)
 
-
-def entry_for(block) -> BlockEntry:
-    """A block's entry as the description holds it (its current values and launches)."""
-    return BlockEntry(block.id, block.description, block.values(), block.launches())
