@@ -11,6 +11,7 @@ class, and the tests run it in-process as well.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 
 import attrs
@@ -50,6 +51,8 @@ class FragmentHost:
         self._diagnostics: list[Diagnostic] = []
         self._senders: dict[PortRef, _links.IpcSender] = {}
         self._receivers: dict[PortRef, _links.IpcReceiver] = {}
+        self._delay = 0.0  # seconds added to each step (throttle: a slow worker, for drills and tests)
+        self.received: dict[str, int] = {}  # link label -> frames it brought in
 
     # -- where it runs -------------------------------------------------------------------------------------
     def where(self) -> dict:
@@ -120,6 +123,8 @@ class FragmentHost:
         producers sent (``payloads``: one dict src port -> data per producer; a producer that skipped this
         frame sent None), then a tick, then what this worker's exports carry on. Returns (exports, report)."""
         engine = self._engine()
+        if self._delay:
+            time.sleep(self._delay)
         for bid, values in params.items():
             block = self.blocks.get(bid)
             if block is None:
@@ -144,6 +149,7 @@ class FragmentHost:
                 self._receivers[ln.dst].receive(engine, self.port(ln.dst), data)
             else:
                 _links.host_receive(engine, self.port(ln.dst), data)
+            self.received[ln.label] = self.received.get(ln.label, 0) + 1
         frame = engine.tick()
         out: dict[PortRef, object] = {}
         for ln in self.fragment.exports:
@@ -171,9 +177,12 @@ class FragmentHost:
     def stats(self) -> dict:
         """What the worker has done: frames, rebuilds, IPC frames received, its process."""
         e = self._engine()
-        return {"frame": e.frame, "rebuilds": e.rebuilds, "pid": self.pid,
-                "ipc_received": sum(r.received for r in self._receivers.values()),
+        return {"frame": e.frame, "rebuilds": e.rebuilds, "pid": self.pid, "received": dict(self.received),
                 "state": e.last_frame.state if e.last_frame else "not built"}
+
+    def throttle(self, seconds: float) -> None:
+        """Make every step take ``seconds`` longer: a slow worker, to see backpressure at work."""
+        self._delay = float(seconds)
 
     def crash(self) -> None:
         """End this worker's process at once, as a fault would (fault drills, tests)."""
