@@ -239,11 +239,12 @@ class NullDriver:
     def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
         return self._call("cuMemcpyDtoDAsync", (int(dst), int(src), nbytes, int(stream)))
 
-    # -- IPC (rxcuda.cuda._ipc): a handle carries the exported pointer, opening maps it at a new address --------
+    # -- IPC (rxcuda.cuda._ipc): a handle carries the exported pointer and its driver (so handles of two drivers
+    # differ, as two processes' do); opening maps it at a new address
     def cuIpcGetMemHandle(self, ptr):
         def get():
             h = _real.CUipcMemHandle()
-            ctypes.memmove(h.getPtr(), int(ptr).to_bytes(8, "little") + bytes(56), 64)
+            ctypes.memmove(h.getPtr(), int(ptr).to_bytes(8, "little") + id(self).to_bytes(8, "little") + bytes(48), 64)
             return (h,)
 
         return self._call("cuIpcGetMemHandle", (int(ptr),), get)
@@ -264,7 +265,8 @@ class NullDriver:
     def cuIpcGetEventHandle(self, event):
         def get():
             h = _real.CUipcEventHandle()
-            ctypes.memmove(h.getPtr(), int(event).to_bytes(8, "little") + bytes(56), 64)
+            ctypes.memmove(h.getPtr(), int(event).to_bytes(8, "little") + id(self).to_bytes(8, "little") + bytes(48),
+                           64)
             return (h,)
 
         return self._call("cuIpcGetEventHandle", (int(event),), get)

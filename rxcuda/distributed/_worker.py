@@ -61,9 +61,11 @@ class FragmentHost:
         try:
             import ray
 
+            if not ray.is_initialized():  # run in-process (tests): asking for a context would start Ray
+                raise LookupError
             ctx = ray.get_runtime_context()
             node, gpus = ctx.get_node_id(), [str(g) for g in ray.get_gpu_ids()]
-        except Exception:  # run in-process (tests): no Ray context
+        except Exception:  # no Ray here, or no actor context
             pass
         return {"node": node, "pid": self.pid, "gpus": gpus}
 
@@ -71,7 +73,8 @@ class FragmentHost:
     def build(self, fragment: Fragment, writes: Mapping[PortRef, object]) -> dict:
         """Build ``fragment`` in a new engine (the old one, if any, is closed): its blocks with their values and
         launches, the connections between them, the inputs links feed, and the arrays last written to its
-        inputs (``writes``). Returns :meth:`where`, with how many blocks were built."""
+        inputs (``writes``); then its graph, raising what the planner or the driver refuses. Returns
+        :meth:`where`, with how many blocks were built."""
         self._close_engine()
         engine = Engine(driver=_null_driver() if self.null else None)
         self.engine = engine
@@ -107,6 +110,7 @@ class FragmentHost:
         for ln in fragment.imports:
             if ln.transport == "ipc":
                 self._receivers[ln.dst] = _links.IpcReceiver(engine)
+        engine.rebuild()  # built now: a fragment that cannot be built raises here, where the driver ships it
         return {**self.where(), "blocks": len(blocks)}
 
     def port(self, ref: PortRef) -> PortHandle:
