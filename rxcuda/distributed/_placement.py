@@ -125,7 +125,8 @@ def check_worker(name, workers: Mapping[str, Worker]) -> str:
     if name in workers:
         return name
     msg = f"no worker named {name!r} (workers: {', '.join(workers)})"
-    close = difflib.get_close_matches(str(name), list(workers), n=1)
+    same_case = [w for w in workers if w.lower() == str(name).lower()]
+    close = same_case or difflib.get_close_matches(str(name), list(workers), n=1)
     if close:
         msg += f"; did you mean '{close[0]}'?"
     raise ValidationError(msg, subject=str(name))
