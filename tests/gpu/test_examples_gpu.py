@@ -52,3 +52,14 @@ def test_particles_match_numpy_and_a_batch_matches_ticks(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK: 200 frames match NumPy" in proc.stdout and "run_batch(120) equals 120 ticks" in proc.stdout
     assert list(tmp_path.iterdir()) == []  # forces.cu lived in a temporary folder
+
+
+def test_distributed_runs_two_workers_on_one_gpu(tmp_path):
+    import pytest
+
+    pytest.importorskip("ray", reason="examples/distributed.py runs on Ray: pip install 'rxcuda[ray]'")
+    proc = run_example("distributed.py", "5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "links: {'gain.out -> level.x': 'ipc'}" in proc.stdout
+    err = float(re.search(r"max error vs NumPy (\S+)", proc.stdout).group(1))
+    assert err < 1e-5
