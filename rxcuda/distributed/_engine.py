@@ -349,7 +349,8 @@ class Engine:
             observed = {w: dict(o) for w, o in self._observed.items()}
         outs: dict[str, object] = {}
         reports: dict[str, object] = {}
-        for w in split.order:
+        active = [w for w in split.order if split.fragments[w].description.blocks]  # idle workers are not stepped
+        for w in active:
             frag = split.fragments[w]
             producers = sorted({ln.src_worker for ln in frag.imports})
             if w in self._down or w in self._gone or any(p not in outs for p in producers):
@@ -358,7 +359,7 @@ class Engine:
             out, rep = self._actors[w].step.options(num_returns=2).remote(
                 index, params[w], writes[w], observed[w], *(outs[p] for p in producers))
             outs[w], reports[w] = out, rep
-        self._inflight.append((index, reports, params, writes))
+        self._inflight.append((index, active, reports, params, writes))
         self._drain(self.max_in_flight)
         return index
 
@@ -378,8 +379,8 @@ class Engine:
         ray = _ray()
         done = {}
         while len(self._inflight) > keep:
-            index, reports, params, writes = self._inflight.popleft()
-            frames: dict = {w: None for w in self._workers}
+            index, active, reports, params, writes = self._inflight.popleft()
+            frames: dict = {w: None for w in active}
             for w, ref in reports.items():
                 try:
                     rep = ray.get(ref)

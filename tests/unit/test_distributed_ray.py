@@ -238,7 +238,7 @@ def test_close_leaves_no_worker_process_and_refuses_verbs_after():
     engine = _two()
     first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
     engine.write(first["x"], np.ones(N, np.float32))
-    engine.tick()
+    assert set(engine.tick().fragments) == {"a"}  # b holds no block: it is not stepped
     got: list = []
     done: list = []
     engine.observe(first["out"]).subscribe(got.append, on_completed=lambda: done.append(True))
