@@ -252,3 +252,15 @@ def test_close_leaves_no_worker_process_and_refuses_verbs_after():
     assert done == [True]  # observables complete
     with pytest.raises(rxcuda.EngineClosedError, match=r"the distributed engine is closed; create a new one"):
         engine.tick()
+
+
+def test_the_docs_snippet_runs_as_pasted(capsys):
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "distributed.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    exec(compile(snippet, "docs/distributed.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["{'gain.out -> level.x': 'host'}", "(<Tier.PARAMETERS: 'parameters'>,)"]
