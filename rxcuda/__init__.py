@@ -15,7 +15,8 @@ graph and launches it every frame; every change is applied with the cheapest leg
 Subpackages: ``rxcuda.lang`` (compose kernels in Python), ``rxcuda.libraries`` (cuBLAS, cuFFT, cuRAND,
 cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators), ``rxcuda.lowlevel``
 (the pipeline as data: descriptions and the planner), ``rxcuda.view`` (pictures of the graph: ``to_dot``,
-``engine.save_graph``; traces: ``engine.trace``, ``plot_frames``).
+``engine.save_graph``; traces: ``engine.trace``, ``plot_frames``), ``rxcuda.distributed`` (a pipeline's blocks on
+several processes and machines, as Ray actors: ``rxcuda.distributed.Engine``; needs ``rxcuda[ray]``).
 """
 
 import logging as _logging

@@ -183,3 +183,13 @@ def test_the_picture_shows_workers_as_clusters_and_links_with_their_transport(ch
     assert 'label="worker a (null driver)"' in text and 'label="worker b (0.5 GPU)"' in text
     assert f'b{first.id} -> b{second.id} [label="out -> x\\nhost (1 KiB a frame)", penwidth=2.5' in text
     assert f'b{second.id} -> b{third.id} [label="out -> x"];' in text
+
+
+def test_the_distributed_names_are_documented_and_import_without_ray_started():
+    import inspect
+
+    import rxcuda.distributed as dist
+
+    assert [n for n in dist.__all__ if not inspect.getdoc(getattr(dist, n))] == []
+    assert all(getattr(dist, n).__module__.startswith("rxcuda.distributed._") for n in dist.__all__)
+    assert "Engine" in dist.__all__ and "Worker" in dist.__all__
