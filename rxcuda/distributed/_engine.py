@@ -240,12 +240,11 @@ class Engine:
         arr = np.array(data, copy=True)
         ref = PortRef(port.block.id, port.name)
         with self._lock:
-            was_fed = ref in self._model.describe().fed
             self._model.write(port, arr)  # dtype, size, direction: refused here as a local engine would
+            if ref not in self._writes:  # a newly host-fed input: the fragment changes
+                self._dirty = True
             self._writes[ref] = arr
             self._pending_writes[w][ref] = arr
-            if not was_fed:
-                self._dirty = True
 
     def feed(self, port: PortHandle, source: Observable) -> Disposable:
         """Stream arrays into an input on its worker: each frame carries the newest one (coalesced here)."""
@@ -359,7 +358,7 @@ class Engine:
             out, rep = self._actors[w].step.options(num_returns=2).remote(
                 index, params[w], writes[w], observed[w], *(outs[p] for p in producers))
             outs[w], reports[w] = out, rep
-        self._inflight.append((index, active, reports, params, writes))
+        self._inflight.append((index, active, reports, outs, params, writes))
         self._drain(self.max_in_flight)
         return index
 
@@ -379,12 +378,14 @@ class Engine:
         ray = _ray()
         done = {}
         while len(self._inflight) > keep:
-            index, active, reports, params, writes = self._inflight.popleft()
+            index, active, reports, outs, params, writes = self._inflight.popleft()
             frames: dict = {w: None for w in active}
             for w, ref in reports.items():
                 try:
                     rep = ray.get(ref)
                 except ray.exceptions.RayError as e:
+                    with contextlib.suppress(ray.exceptions.RayError):  # its other result failed too: seen here
+                        ray.get(outs[w])
                     self._step_failed(w, e, params[w], writes[w])
                     continue
                 frames[w] = rep.frame

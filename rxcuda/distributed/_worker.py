@@ -11,16 +11,21 @@ class, and the tests run it in-process as well.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
+from typing import NoReturn
 
 import attrs
 
 from ..blocks._blocks import Block, PortHandle
 from ..engine._engine import Diagnostic, Engine, Frame
 from ..model._describe import PortRef
+from ..model._errors import DeviceLostError
 from . import _links
 from ._placement import Fragment
+
+EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost (EX_SOFTWARE)
 
 
 @attrs.frozen
@@ -154,7 +159,10 @@ class FragmentHost:
             else:
                 _links.host_receive(engine, self.port(ln.dst), data)
             self.received[ln.label] = self.received.get(ln.label, 0) + 1
-        frame = engine.tick()
+        try:
+            frame = engine.tick()
+        except DeviceLostError as e:
+            self._lost(e)
         out: dict[PortRef, object] = {}
         for ln in self.fragment.exports:
             if ln.src in out:
@@ -187,6 +195,13 @@ class FragmentHost:
     def throttle(self, seconds: float) -> None:
         """Make every step take ``seconds`` longer: a slow worker, to see backpressure at work."""
         self._delay = float(seconds)
+
+    def _lost(self, err: DeviceLostError) -> NoReturn:
+        """The GPU context is gone for this process (a sticky error): end the process, so that Ray restarts the
+        worker in a new one with a new context, where it rebuilds its fragment."""
+        print(f"rxcuda worker '{self.name}' (process {self.pid}) lost its GPU context and exits for Ray to restart "
+              f"it: {err}", file=sys.stderr, flush=True)
+        os._exit(EXIT_CONTEXT_LOST)
 
     def crash(self) -> None:
         """End this worker's process at once, as a fault would (fault drills, tests)."""

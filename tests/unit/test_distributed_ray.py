@@ -234,6 +234,30 @@ def test_a_killed_worker_is_a_diagnostic_restarts_and_rebuilds_with_the_last_val
         engine.close()
 
 
+def test_when_a_producer_dies_only_it_is_reported_and_its_consumer_skips_until_it_is_back():
+    engine = _two()
+    try:
+        first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
+        second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
+        engine.connect(first["out"], second["x"])
+        engine.write(first["x"], np.ones(N, np.float32))
+        engine.tick()
+        b_pid = engine.where("b")["pid"]
+        diags: list[FragmentDiagnostic] = []
+        engine.diagnostics.subscribe(diags.append)
+        engine.actor("a").crash.remote()  # the process ends at once, as a fault would end it
+        for _ in range(100):
+            f = engine.tick()
+            if f.complete and any(d.severity == "info" for d in diags):
+                break
+            time.sleep(0.05)
+        assert f.complete
+        assert {d.worker for d in diags if d.severity == "error"} == {"a"}  # b was never reported dead
+        assert engine.where("b")["pid"] == b_pid  # and never restarted
+    finally:
+        engine.close()
+
+
 def test_close_leaves_no_worker_process_and_refuses_verbs_after():
     engine = _two()
     first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")

@@ -174,3 +174,23 @@ def test_a_port_of_a_block_the_worker_does_not_hold_is_named(drivers):
     with pytest.raises(KeyError, match=rf"worker 'a' holds no block with id {second.id} \(it holds first\)"):
         host.read(PortRef(second.id, "out"))
     host.close()
+
+
+def test_a_worker_that_loses_its_gpu_context_ends_its_process_for_ray_to_restart(drivers, monkeypatch, capsys):
+    s, first, _second = _pipeline(gpus=False)
+    host = FragmentHost("a", null=True)
+    host.build(s.fragments["a"], {})
+    exits = []
+
+    def fake_exit(status):
+        exits.append(status)
+        raise SystemExit(status)
+
+    monkeypatch.setattr(worker_module.os, "_exit", fake_exit)
+    host.engine.device.api.fail("cuGraphLaunch", "CUDA_ERROR_ILLEGAL_ADDRESS")
+    with pytest.raises(SystemExit):
+        host.step(1, {}, {}, {})
+    assert exits == [worker_module.EXIT_CONTEXT_LOST]
+    err = capsys.readouterr().err
+    assert "rxcuda worker 'a'" in err and "lost its GPU context and exits for Ray to restart it" in err
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in err
