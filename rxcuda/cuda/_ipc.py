@@ -18,6 +18,7 @@ travel as ``bytes`` (picklable), since cuda.bindings' handle structs are not.
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import attrs
 
@@ -44,7 +45,7 @@ class ExportedMemory:
     """Device memory this process owns and shares: ``ptr`` here, ``handle`` (bytes) for the other process.
     ``close()`` frees it; the importers must have closed their mapping first."""
 
-    api: object
+    api: Any
     ptr: int
     nbytes: int
     handle: bytes
@@ -59,8 +60,8 @@ class ExportedMemory:
 class ExportedEvent:
     """An interprocess event this process records; ``handle`` (bytes) opens it in another process."""
 
-    api: object
-    event: object
+    api: Any
+    event: Any
     handle: bytes
 
     def record(self, stream: int) -> None:

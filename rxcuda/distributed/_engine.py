@@ -17,7 +17,8 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 from reactivex import Observable
@@ -101,11 +102,11 @@ class Engine:
         self._frames = Broadcast(on_error=self._subscriber_failed)
         self._diagnostics = Broadcast(on_error=lambda e, item: None)
         self._loop: FrameLoop | None = None
-        self._stop_run = None
+        self._stop_run: Callable[[], None] | None = None
         self._closed = False
         self._subs = [self._model.changes.subscribe(self._on_change),
                       self._model.diagnostics.subscribe(lambda d: self._publish("driver", d))]
-        self._actors: dict[str, object] = {}
+        self._actors: dict[str, Any] = {}
         self._where: dict[str, dict] = {}
         try:
             self._start_actors(ray)
@@ -246,7 +247,7 @@ class Engine:
             self._writes[ref] = arr
             self._pending_writes[w][ref] = arr
 
-    def feed(self, port: PortHandle, source: Observable) -> Disposable:
+    def feed(self, port: PortHandle, source: Observable):
         """Stream arrays into an input on its worker: each frame carries the newest one (coalesced here)."""
         self._check_open()
         spec = port.spec
@@ -305,7 +306,10 @@ class Engine:
             self._publish("driver", Diagnostic("error", "frame", f"a frame failed, the frames go on: {e}",
                                                self._index))
 
-        loop = FrameLoop(self._submit, lambda: None, on_error)
+        def frame() -> None:
+            self._submit()
+
+        loop = FrameLoop(frame, lambda: None, on_error)
         self._loop = loop
         stop = loop.start(clock)
 

@@ -30,13 +30,13 @@ TRANSPORTS = ("auto", "ipc", "host")
 
 
 def _check_gpus(_self, _attribute, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) <= 1:
         raise ValueError(f"'num_gpus' must be a number from 0 to 1 (got {value!r}): a worker holds one Engine on "
                          "one GPU, and a fraction (0.5) lets two workers share a GPU")
 
 
 def _check_count(_self, attribute, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or float(value) < 0:
         raise ValueError(f"'{attribute.name}' must be a non-negative number (got {value!r})")
 
 

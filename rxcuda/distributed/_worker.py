@@ -10,11 +10,11 @@ class, and the tests run it in-process as well.
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import time
 from collections.abc import Mapping
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import attrs
 
@@ -24,6 +24,8 @@ from ..model._describe import PortRef
 from ..model._errors import DeviceLostError
 from . import _links
 from ._placement import Fragment
+
+log = logging.getLogger("rxcuda")
 
 EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost (EX_SOFTWARE)
 
@@ -145,7 +147,7 @@ class FragmentHost:
                                                     f"'{self.name}': {e}", engine.frame, None))
         for ref, data in writes.items():
             engine.write(self.port(ref), data)
-        incoming: dict[PortRef, object] = {}
+        incoming: dict[PortRef, Any] = {}
         for p in payloads:
             if p:
                 incoming.update(p)
@@ -199,8 +201,8 @@ class FragmentHost:
     def _lost(self, err: DeviceLostError) -> NoReturn:
         """The GPU context is gone for this process (a sticky error): end the process, so that Ray restarts the
         worker in a new one with a new context, where it rebuilds its fragment."""
-        print(f"rxcuda worker '{self.name}' (process {self.pid}) lost its GPU context and exits for Ray to restart "
-              f"it: {err}", file=sys.stderr, flush=True)
+        log.critical("rxcuda worker '%s' (process %d) lost its GPU context and exits for Ray to restart it: %s",
+                     self.name, self.pid, err)
         os._exit(EXIT_CONTEXT_LOST)
 
     def crash(self) -> None:

@@ -176,7 +176,7 @@ def test_a_port_of_a_block_the_worker_does_not_hold_is_named(drivers):
     host.close()
 
 
-def test_a_worker_that_loses_its_gpu_context_ends_its_process_for_ray_to_restart(drivers, monkeypatch, capsys):
+def test_a_worker_that_loses_its_gpu_context_ends_its_process_for_ray_to_restart(drivers, monkeypatch, caplog):
     s, first, _second = _pipeline(gpus=False)
     host = FragmentHost("a", null=True)
     host.build(s.fragments["a"], {})
@@ -191,6 +191,6 @@ def test_a_worker_that_loses_its_gpu_context_ends_its_process_for_ray_to_restart
     with pytest.raises(SystemExit):
         host.step(1, {}, {}, {})
     assert exits == [worker_module.EXIT_CONTEXT_LOST]
-    err = capsys.readouterr().err
+    err = caplog.text
     assert "rxcuda worker 'a'" in err and "lost its GPU context and exits for Ray to restart it" in err
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in err
