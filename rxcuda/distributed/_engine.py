@@ -165,7 +165,15 @@ class Engine:
         """Take a block (with its connections) out of the pipeline; its worker rebuilds before the next frame."""
         with self._lock:
             self._model.remove(block)
-            self._placement.pop(block.id, None)
+            w = self._placement.pop(block.id, None)
+            tables: list[dict] = [self._writes, *self._pending_writes.values(), *self._observed.values()]
+            for table in tables:
+                for ref in [r for r in table if r.block == block.id]:
+                    del table[ref]
+            if w is not None:
+                self._pending_params[w].pop(block.id, None)
+            for ref in [r for r in self._taps if r.block == block.id]:
+                self._taps.pop(ref).on_completed()
             self._dirty = True
 
     def placement(self, block: Block) -> str:
@@ -284,7 +292,11 @@ class Engine:
             self._model.keep(port)
             self._observed[w][ref] = every
             subject = self._taps.setdefault(ref, Subject())
-        return subject
+
+        def subscribe(observer, scheduler=None):
+            return subject.subscribe(observer, scheduler=scheduler)
+
+        return Observable(subscribe)  # the subject itself stays private: only frames emit on it
 
     # -- frames --------------------------------------------------------------------------------------------
     def tick(self) -> DistributedFrame:
@@ -400,7 +412,11 @@ class Engine:
                 for pref, value in rep.observed.items():
                     subject = self._taps.get(pref)
                     if subject is not None:
-                        subject.on_next(value)
+                        try:
+                            subject.on_next(value)
+                        except Exception as e:  # a subscriber's error: reported, the frames go on
+                            self._publish("driver", Diagnostic("warning", "observe", f"a subscriber raised "
+                                                               f"{type(e).__name__}: {e}; the frames go on", index))
             done[index] = DistributedFrame(index, frames)
         return done
 
@@ -453,12 +469,29 @@ class Engine:
             return _placement.split(desc, self._placement, self._workers, nodes=nodes,
                                     transports=self._transports)
 
-    def _ship(self) -> None:
-        """Build the fragments whose structure changed (after the frames in flight), before the next frame."""
+    def _ship(self, *, strict: bool = False) -> None:
+        """Build the fragments whose structure changed (after the frames in flight), before the next frame. A
+        change that cannot be built is a diagnostic and the workers keep their last good fragments, as a local
+        engine keeps its last good graph; ``strict`` (``rebuild()``, or nothing built yet) raises it instead."""
         if not self._dirty:
             return
         with self._frame_lock:
-            self._ship_locked()
+            try:
+                self._ship_locked()
+            except (ValidationError, RuntimeError) as e:
+                if strict or self._split is None:
+                    self._dirty = True  # asked again next time
+                    raise
+                self._publish("driver", Diagnostic("error", getattr(e, "subject", None) or "structure",
+                                                   f"the changed pipeline could not be built, the workers keep "
+                                                   f"their last good fragments: {e}", self._index))
+
+    def rebuild(self) -> None:
+        """Ship a changed structure now, raising what cannot be built (a ValidationError listing every problem
+        the planner found, a worker's build error) instead of reporting it."""
+        self._check_open()
+        self._dirty = True
+        self._ship(strict=True)
 
     def _ship_locked(self) -> None:
         ray = _ray()
@@ -473,12 +506,13 @@ class Engine:
                 key = _structure(frag)
                 if self._built.get(w) == key or w in self._down or w in self._gone:
                     continue
-                writes_w = {r: a for r, a in self._writes.items() if r.block in {b.id for b in
-                                                                                  frag.description.blocks}}
+                mine = {b.id for b in frag.description.blocks}
+                writes_w = {r: a for r, a in self._writes.items() if r.block in mine}
                 builds[w] = (key, self._actors[w].build.remote(frag, writes_w))
                 self._pending_params[w] = {}  # the fragment carries the values
                 self._pending_writes[w] = {}
             self._split = split
+        failed = None
         for w, (key, ref) in builds.items():
             try:
                 ray.get(ref)
@@ -486,8 +520,10 @@ class Engine:
             except ray.exceptions.RayActorError as e:
                 self._step_failed(w, e, {}, {})
             except ray.exceptions.RayTaskError as e:
-                self._dirty = True
-                raise e.as_instanceof_cause() from None
+                self._built.pop(w, None)
+                failed = failed or e.as_instanceof_cause()
+        if failed is not None:
+            raise failed
 
     def describe(self) -> DistributedDescription:
         """The pipeline as data, where each block runs and each link's transport."""
@@ -528,7 +564,7 @@ class Engine:
             if a is None:
                 continue
             with contextlib.suppress(Exception):
-                ray.get(a.close.remote(), timeout=30)
+                ray.get(a.close.remote(), timeout=10)
         for a in self._actors.values():
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)

@@ -288,3 +288,58 @@ def test_the_docs_snippet_runs_as_pasted(capsys):
     exec(compile(snippet, "docs/distributed.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out == ["{'gain.out -> level.x': 'host'}", "('parameters',)"]
+
+
+@pytest.fixture
+def fresh():
+    engine = _two()
+    first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
+    second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
+    engine.connect(first["out"], second["x"])
+    engine.write(first["x"], np.ones(N, np.float32))
+    engine.tick()
+    yield engine, first, second
+    engine.close()
+
+
+def test_a_change_that_cannot_be_built_is_a_diagnostic_the_last_fragments_run_and_rebuild_raises_it(fresh):
+    engine, first, second = fresh
+    diags: list[FragmentDiagnostic] = []
+    engine.diagnostics.subscribe(diags.append)
+    engine.disconnect(first["out"], second["x"])  # second.x is now neither connected nor fed
+    assert engine.tick().complete  # both workers run their last good fragments
+    (d,) = [d for d in diags if "could not be built" in d.message]
+    assert d.worker == "driver" and d.severity == "error" and "the workers keep their last good fragments" in d.message
+    assert "second.x is neither connected nor bound" in d.message
+    with pytest.raises(rxcuda.ValidationError, match=r"required input second.x is neither connected nor bound"):
+        engine.rebuild()
+    engine.connect(first["out"], second["x"])
+    engine.rebuild()
+    assert engine.tick().complete
+
+
+def test_removing_a_block_rebuilds_its_worker_and_completes_its_observers(fresh):
+    engine, first, second = fresh
+    third = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="third"), on="b")
+    engine.connect(second["out"], third["x"])
+    done: list = []
+    engine.observe(third["out"]).subscribe(on_completed=lambda: done.append(True))
+    engine.tick()
+    assert [b.desc.name for b in ray.get(engine.actor("b").describe.remote()).blocks] == ["second", "third"]
+    engine.remove(third)
+    assert done == [True]
+    assert engine.tick().complete
+    assert [b.desc.name for b in ray.get(engine.actor("b").describe.remote()).blocks] == ["second"]
+
+
+def test_an_observer_that_raises_is_a_diagnostic_and_the_frames_go_on(fresh):
+    engine, first, second = fresh
+    diags: list[FragmentDiagnostic] = []
+    engine.diagnostics.subscribe(diags.append)
+
+    def broken(_array):
+        raise ZeroDivisionError("oops")
+
+    engine.observe(second["out"]).subscribe(broken)
+    assert engine.tick().complete and engine.tick().complete
+    assert [d.worker for d in diags if "ZeroDivisionError: oops" in d.message] == ["driver", "driver"]
