@@ -29,7 +29,7 @@ from ..blocks._blocks import Block, Parameter, PortHandle
 from ..cuda import NullDriver
 from ..engine._engine import Diagnostic
 from ..engine._engine import Engine as LocalEngine
-from ..model._describe import PortRef
+from ..model._describe import KernelSpec, PortRef
 from ..model._errors import EngineClosedError, ValidationError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
@@ -504,7 +504,11 @@ class Engine:
             builds = {}
             for w, frag in split.fragments.items():
                 key = _structure(frag)
-                if self._built.get(w) == key or w in self._down or w in self._gone:
+                was = self._built.get(w)
+                if was == key or w in self._down or w in self._gone:
+                    continue
+                if was is not None and _skeleton(was) == _skeleton(key):  # only kernels' code or launches changed
+                    builds[w] = (key, self._actors[w].retune.remote(frag))  # Code / Parameters tiers, no rebuild
                     continue
                 mine = {b.id for b in frag.description.blocks}
                 writes_w = {r: a for r, a in self._writes.items() if r.block in mine}
@@ -602,6 +606,15 @@ def _structure(frag: _placement.Fragment) -> tuple:
     d = frag.description
     return (tuple((b.id, b.desc, tuple(sorted(b.launches.items()))) for b in d.blocks), d.connections, d.fed,
             d.kept, tuple(sorted(d.shapes.items())), frag.imports, frag.exports)
+
+
+def _skeleton(structure: tuple) -> tuple:
+    """A fragment's structure without its kernels' code (their parameter layouts kept) and launches: two
+    fragments with one skeleton differ only in what a worker changes in place (``FragmentHost.retune``)."""
+    blocks, *rest = structure
+    return (tuple((bid, desc.name, desc.ports, desc.scalars, desc.internals,
+                   tuple((k.name, k.code.signature.layout(), k.launch, k.grid_of) if isinstance(k, KernelSpec) else k
+                         for k in desc.kernels)) for bid, desc, _launches in blocks), *rest)
 
 
 def _id(actor) -> str:

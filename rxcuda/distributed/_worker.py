@@ -20,7 +20,7 @@ import attrs
 
 from ..blocks._blocks import Block, PortHandle
 from ..engine._engine import Diagnostic, Engine, Frame
-from ..model._describe import PortRef
+from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError
 from . import _links
 from ._placement import Fragment
@@ -119,6 +119,26 @@ class FragmentHost:
                 self._receivers[ln.dst] = _links.IpcReceiver(engine)
         engine.rebuild()  # built now: a fragment that cannot be built raises here, where the driver ships it
         return {**self.where(), "blocks": len(blocks)}
+
+    def retune(self, fragment: Fragment) -> list[str]:
+        """Take a fragment that differs from the one built only in kernels' code or launches: each change is
+        made in place on its block (a code swap, a launch update: the Code and Parameters tiers at the next
+        frame, no rebuild of the fragment). Returns what changed, as ``block.kernel: code|launch``."""
+        self._engine()
+        changed = []
+        for entry in fragment.description.blocks:
+            block = self.blocks[entry.id]
+            for k in entry.desc.kernels:
+                now = block.description.kernel(k.name)
+                if isinstance(k, KernelSpec) and isinstance(now, KernelSpec) and now.code.key != k.code.key:
+                    block.set_code(k.name, k.code)
+                    changed.append(f"{block.name}.{k.name}: code")
+            for kernel, la in entry.launches.items():
+                if block.launches().get(kernel) != la:
+                    block.set_launch(kernel, grid=la.grid, block=la.block, shared_mem=la.shared_mem)
+                    changed.append(f"{block.name}.{kernel}: launch")
+        self.fragment = fragment
+        return changed
 
     def port(self, ref: PortRef) -> PortHandle:
         try:

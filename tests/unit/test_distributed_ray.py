@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+import attrs
 import numpy as np
 import pytest
 from reactivex.subject import Subject
@@ -346,3 +347,18 @@ def test_an_observer_that_raises_is_a_diagnostic_and_the_frames_go_on(fresh):
     engine.observe(second["out"]).subscribe(broken)
     assert engine.tick().complete and engine.tick().complete
     assert [d.worker for d in diags if "ZeroDivisionError: oops" in d.message] == ["driver", "driver"]
+
+
+def test_new_code_or_a_new_launch_on_a_remote_block_changes_it_in_place(fresh):
+    engine, first, second = fresh
+    pid, rebuilds = engine.where("a")["pid"], ray.get(engine.actor("a").stats.remote())["rebuilds"]
+    first.set_launch(threads=N // 2)
+    frame = engine.tick()
+    assert frame.fragments["a"].tiers == (rxcuda.Tier.PARAMETERS,) and frame.fragments["b"].tiers == ()
+    code = rxcuda.load_kernel_file(PTX)
+    first.set_code(None, attrs.evolve(code, key="a new build of the same kernel"))
+    frame = engine.tick()
+    assert frame.fragments["a"].tiers == (rxcuda.Tier.CODE,)
+    assert ray.get(engine.actor("a").describe.remote()).blocks[0].desc.kernels[0].code.key == \
+        "a new build of the same kernel"
+    assert ray.get(engine.actor("a").stats.remote())["rebuilds"] == rebuilds and engine.where("a")["pid"] == pid
