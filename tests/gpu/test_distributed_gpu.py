@@ -114,3 +114,24 @@ def test_close_frees_the_workers_gpu_memory(cluster, kernels):
             break
         time.sleep(0.5)
     assert free_after >= free_before - (64 << 20)
+
+
+def test_new_code_on_a_remote_block_is_swapped_in_place_and_computes(cluster, kernels, rng):
+    s1 = float(rng.uniform(0.5, 3.0))
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}) as dist:
+        first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="first", scale=s1),
+                         on="a")
+        comb = dist.add(rxcuda.Block.from_kernel(kernels / "vector_add.ptx", size=N, name="comb"), on="b")
+        dist.connect(first["out"], comb["a"])  # through CUDA IPC
+        x = rng.standard_normal(N).astype(np.float32)
+        y = rng.standard_normal(N).astype(np.float32)
+        dist.write(first["x"], x)
+        dist.write(comb["b"], y)
+        dist.tick()
+        np.testing.assert_allclose(dist.read(comb["out"]), x * np.float32(s1) + y, rtol=1e-6, atol=1e-6)
+        rebuilds = ray.get(dist.actor("b").stats.remote())["rebuilds"]
+        comb.set_code(None, kernels / "vector_sub.ptx")  # same parameters, other arithmetic
+        frame = dist.tick()
+        assert frame.fragments["b"].tiers == (rxcuda.Tier.CODE,)
+        np.testing.assert_allclose(dist.read(comb["out"]), x * np.float32(s1) - y, rtol=1e-6, atol=1e-6)
+        assert ray.get(dist.actor("b").stats.remote())["rebuilds"] == rebuilds
