@@ -11,8 +11,11 @@ Rows (each a median over ``--frames`` frames of ``tick()``, every frame waited f
 - two workers, ``host``: the same through Ray's object store;
 - a plain Ray actor call that reduces a CuPy array on the GPU and reads the result back (the anchor, ~1.2 ms seen
   on an H200 host).
-The link's cost per frame is the two-worker row minus the one-worker row. Target: CUDA IPC adds <= 100 us a frame
-for 4 MiB. Then frames per second under ``run()`` (frames in flight overlap the workers), and the restart time.
+The link's cost per frame is the two-worker row minus the one-worker row (a second Ray step in the frame
+included); the row under it is the host time the link's two ends themselves take in the workers (the copy into an
+exported slot and its event, the wait and the copy out; or the readback, the object store and the write). Target:
+CUDA IPC adds <= 100 us a frame for 4 MiB. Then frames per second under ``run()`` (frames in flight overlap
+the workers), and the restart time.
 Without a GPU everything runs on the null driver (the table says so): Ray's and the host's costs, no GPU work.
 """
 
@@ -89,6 +92,8 @@ def main() -> None:
                 us = _median_us(dist.tick, args.frames)
                 link_cost[transport] = us - one_worker
                 rows.append((f"two workers, {transport} link", us))
+                ends = [ray.get(dist.actor(w).stats.remote())["link_us"] for w in ("a", "b")]
+                rows.append((f"  of which the {transport} link's two ends (host time in the workers)", sum(ends)))
         rows.append(("plain Ray actor call (GPU reduction + readback)" if gpu else "plain Ray actor call",
                      _actor_round_trip(ray, gpu, args.frames)))
 

@@ -10,8 +10,10 @@ class, and the tests run it in-process as well.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
+import statistics
 import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -60,6 +62,7 @@ class FragmentHost:
         self._receivers: dict[PortRef, _links.IpcReceiver] = {}
         self._delay = 0.0  # seconds added to each step (throttle: a slow worker, for drills and tests)
         self.received: dict[str, int] = {}  # link label -> frames it brought in
+        self._link_us: collections.deque[float] = collections.deque(maxlen=1000)  # host time in link ends a frame
 
     # -- where it runs -------------------------------------------------------------------------------------
     def where(self) -> dict:
@@ -172,6 +175,7 @@ class FragmentHost:
             if p:
                 incoming.update(p)
         assert self.fragment is not None
+        t0 = time.perf_counter()
         for ln in self.fragment.imports:
             data = incoming.get(ln.src)
             if data is None:  # its producer skipped the frame (restarting): the input keeps its last value
@@ -181,10 +185,12 @@ class FragmentHost:
             else:
                 _links.host_receive(engine, self.port(ln.dst), data)
             self.received[ln.label] = self.received.get(ln.label, 0) + 1
+        link_s = time.perf_counter() - t0
         try:
             frame = engine.tick()
         except DeviceLostError as e:
             self._lost(e)
+        t0 = time.perf_counter()
         out: dict[PortRef, object] = {}
         for ln in self.fragment.exports:
             if ln.src in out:
@@ -193,6 +199,8 @@ class FragmentHost:
                 out[ln.src] = self._senders[ln.src].send(engine, self.port(ln.src), index)
             else:
                 out[ln.src] = _links.host_send(engine, self.port(ln.src))
+        if self.fragment.imports or self.fragment.exports:
+            self._link_us.append((link_s + time.perf_counter() - t0) * 1e6)
         seen = {ref: engine.read(self.port(ref)) for ref, every in observed.items() if index % every == 0}
         diags, self._diagnostics = tuple(self._diagnostics), []
         return out, StepReport(self.name, index, frame, seen, diags, self.pid)
@@ -209,9 +217,11 @@ class FragmentHost:
         return self._engine().describe()
 
     def stats(self) -> dict:
-        """What the worker has done: frames, rebuilds, IPC frames received, its process."""
+        """What the worker has done: frames, rebuilds, frames each link brought in, the median host time a frame
+        spends in the ends of its links (``link_us``, the last 1000 frames), its process."""
         e = self._engine()
         return {"frame": e.frame, "rebuilds": e.rebuilds, "pid": self.pid, "received": dict(self.received),
+                "link_us": statistics.median(self._link_us) if self._link_us else None,
                 "state": e.last_frame.state if e.last_frame else "not built"}
 
     def throttle(self, seconds: float) -> None:
