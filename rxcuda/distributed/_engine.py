@@ -56,8 +56,8 @@ class Engine:
     >>> import numpy as np, rxcuda
     >>> from rxcuda.distributed import Engine, Worker
     >>> with Engine({"a": Worker(null=True), "b": Worker(null=True)}) as dist:          # doctest: +SKIP
-    ...     first = dist.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, name="first"), on="a")
-    ...     second = dist.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, name="second"), on="b")
+    ...     first = dist.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=1024, name="first"), on="a")
+    ...     second = dist.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=1024, name="second"), on="b")
     ...     dist.connect(first["out"], second["x"])          # carried every frame, a -> b
     ...     dist.write(first["x"], np.ones(1024, np.float32))
     ...     first.params["scale"].value = 2.0                # reaches worker a with the next frame
@@ -69,11 +69,17 @@ class Engine:
     :class:`Worker` (its GPU share, CPUs, Ray node, restarts, or ``null=True``). ``address``: the Ray cluster to
     join when Ray is not initialised yet (None: ``RAY_ADDRESS`` or a new local cluster; a cluster this engine
     started is shut down by ``close()``). ``max_in_flight``: frames submitted and not yet finished.
+    ``start_timeout``: seconds to wait for Ray to place every worker (a worker asking for more than the cluster
+    has would wait forever).
     """
 
-    def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2):
+    def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2,
+                 start_timeout: float = 120.0):
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"'max_in_flight' must be a positive int (got {max_in_flight!r})")
+        if isinstance(start_timeout, bool) or not isinstance(start_timeout, int | float) or start_timeout <= 0:
+            raise ValueError(f"'start_timeout' must be a positive number of seconds (got {start_timeout!r})")
+        self._start_timeout = float(start_timeout)
         self._workers = _placement.check_workers(workers)
         ray = _ray()
         self._owns_ray = False
@@ -124,8 +130,15 @@ class Engine:
 
                 opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
             self._actors[name] = remote.options(name=None, **opts).remote(name, w.null, self.max_in_flight + 1)
-        where = ray.get([a.where.remote() for a in self._actors.values()])
-        self._where = dict(zip(self._actors, where, strict=True))
+        refs = {a.where.remote(): name for name, a in self._actors.items()}
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self._start_timeout)
+        if pending:
+            names = [refs[r] for r in pending]
+            asked = "; ".join(f"{n}: {self._workers[n]}" for n in names)
+            raise RuntimeError(f"Ray placed no actor for worker(s) {', '.join(names)} within {self._start_timeout:g} "
+                               f"s: no node has what they ask for ({asked}); the cluster has "
+                               f"{ray.available_resources()} free. Ask for less, or add nodes")
+        self._where = {refs[r]: where for r, where in zip(ready, ray.get(ready), strict=True)}
 
     # -- the pipeline --------------------------------------------------------------------------------------
     @property

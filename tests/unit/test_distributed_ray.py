@@ -96,11 +96,19 @@ def test_bind_and_observe_refuse_what_cannot_cross(dist):
         engine.observe(first["out"], every=0)
 
 
+def test_a_worker_ray_cannot_place_is_named_with_what_it_asked_for():
+    with pytest.raises(RuntimeError, match=r"Ray placed no actor for worker\(s\) big within 2 s: no node has what "
+                                           r"they ask for \(big: Worker\(num_gpus=1, num_cpus=64.*Ask for less"):
+        Engine({"small": Worker(null=True), "big": Worker(null=True, num_cpus=64)}, start_timeout=2)
+
+
 def test_a_bad_worker_set_is_refused_before_ray_starts_anything():
     with pytest.raises(ValueError, match=r"'max_in_flight' must be a positive int \(got 0\)"):
         Engine(["a"], max_in_flight=0)
     with pytest.raises(ValueError, match=r"worker 'a' is named twice"):
         Engine(["a", "a"])
+    with pytest.raises(ValueError, match=r"'start_timeout' must be a positive number of seconds \(got 0\)"):
+        Engine(["a"], start_timeout=0)
 
 
 # -- fragments and links ---------------------------------------------------------------------------------------
