@@ -29,7 +29,7 @@ from ..blocks._blocks import Block, Parameter, PortHandle
 from ..cuda import NullDriver
 from ..engine._engine import Diagnostic
 from ..engine._engine import Engine as LocalEngine
-from ..model._describe import KernelSpec, PortRef
+from ..model._describe import PortRef
 from ..model._errors import EngineClosedError, ValidationError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
@@ -37,6 +37,8 @@ from ..streams._scheduler import FrameLoop
 from . import _placement
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
 from ._worker import FragmentHost
+
+RESTART_PATIENCE_S = 120.0  # how long a dead worker may take to be restarted and rebuilt before it is given up
 
 
 def _ray():
@@ -103,7 +105,7 @@ class Engine:
         self._inflight: deque = deque()
         self._index = 0
         self._down: dict[str, float] = {}  # worker -> when it was found dead (restarting)
-        self._rebuilding: dict[str, object] = {}  # worker -> the ObjectRef of its rebuild
+        self._rebuilding: dict[str, tuple] = {}  # worker -> (the ObjectRef of its rebuild, the structure built)
         self._gone: set[str] = set()  # restarts exhausted
         self._frames = Broadcast(on_error=self._subscriber_failed)
         self._diagnostics = Broadcast(on_error=lambda e, item: None)
@@ -450,25 +452,43 @@ class Engine:
         self._publish(w, Diagnostic("error", w, f"worker '{w}' died ({type(err).__name__}); Ray restarts it (at most "
                                     f"{restarts} restarts) and it rebuilds its fragment from the description with "
                                     "the last parameter values; the other workers keep running", self._index))
+        self._rebuild(w)
+
+    def _rebuild(self, w: str) -> None:
+        """Ask a restarting worker to build its fragment as the description holds it now (its last parameter
+        values, the last arrays written to its inputs); Ray queues the call until the actor is back."""
         frag = self._split_now().fragments[w]
         writes_w = {r: a for r, a in self._writes.items() if self._placement.get(r.block) == w}
-        self._rebuilding[w] = self._actors[w].build.remote(frag, writes_w)
+        self._rebuilding[w] = (self._actors[w].build.remote(frag, writes_w), _placement.structure(frag))
 
     def _check_restarts(self) -> None:
         ray = _ray()
-        for w, ref in list(self._rebuilding.items()):
+        for w, (ref, key) in list(self._rebuilding.items()):
             ready, _ = ray.wait([ref], timeout=0)
             if not ready:
                 continue
             del self._rebuilding[w]
-            since = self._down.pop(w)
+            since = self._down[w]
             try:
                 where = ray.get(ref)
+            except ray.exceptions.ActorUnavailableError:
+                # the call reached the actor while Ray was still restarting it: ask again, for a while
+                if time.perf_counter() - since < RESTART_PATIENCE_S:
+                    self._rebuild(w)
+                    continue
+                self._down.pop(w)
+                self._gone.add(w)
+                self._publish(w, Diagnostic("error", w, f"worker '{w}' was not back within {RESTART_PATIENCE_S:g} s; "
+                                            "its blocks stay down until the engine is made again", self._index))
+                continue
             except ray.exceptions.RayError as e:
+                self._down.pop(w)
                 self._gone.add(w)
                 self._publish(w, Diagnostic("error", w, f"worker '{w}' could not be restarted ({e}); its blocks "
                                             "stay down until the engine is made again", self._index))
                 continue
+            self._down.pop(w)
+            self._built[w] = key
             self._where[w] = {k: where[k] for k in ("node", "pid", "gpus")}
             self._publish(w, Diagnostic("info", w, f"worker '{w}' is back after {time.perf_counter() - since:.1f} s "
                                         f"(process {where['pid']}): its fragment was rebuilt with the last "
@@ -516,11 +536,12 @@ class Engine:
             split = self._split_now()
             builds = {}
             for w, frag in split.fragments.items():
-                key = _structure(frag)
+                key = _placement.structure(frag)
                 was = self._built.get(w)
                 if was == key or w in self._down or w in self._gone:
                     continue
-                if was is not None and _skeleton(was) == _skeleton(key):  # only kernels' code or launches changed
+                if was is not None and _placement.skeleton(was) == _placement.skeleton(key):
+                    # only kernels' code or launches changed
                     builds[w] = (key, self._actors[w].retune.remote(frag))  # Code / Parameters tiers, no rebuild
                     continue
                 mine = {b.id for b in frag.description.blocks}
@@ -612,22 +633,6 @@ class Engine:
     def _subscriber_failed(self, err: Exception, item) -> None:
         self._publish("driver", Diagnostic("warning", "frames", f"a subscriber raised {type(err).__name__}: {err}; "
                                            "the frames go on", self._index))
-
-
-def _structure(frag: _placement.Fragment) -> tuple:
-    """What a fragment is built from, parameter values aside (those travel as hot updates)."""
-    d = frag.description
-    return (tuple((b.id, b.desc, tuple(sorted(b.launches.items()))) for b in d.blocks), d.connections, d.fed,
-            d.kept, tuple(sorted(d.shapes.items())), frag.imports, frag.exports)
-
-
-def _skeleton(structure: tuple) -> tuple:
-    """A fragment's structure without its kernels' code (their parameter layouts kept) and launches: two
-    fragments with one skeleton differ only in what a worker changes in place (``FragmentHost.retune``)."""
-    blocks, *rest = structure
-    return (tuple((bid, desc.name, desc.ports, desc.scalars, desc.internals,
-                   tuple((k.name, k.code.signature.layout(), k.launch, k.grid_of) if isinstance(k, KernelSpec) else k
-                         for k in desc.kernels)) for bid, desc, _launches in blocks), *rest)
 
 
 def _id(actor) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import attrs
 
 from ..model import _dtypes
-from ..model._describe import PipelineDescription, PortRef
+from ..model._describe import KernelSpec, PipelineDescription, PortRef
 from ..model._errors import ValidationError
 
 TRANSPORTS = ("auto", "ipc", "host")
@@ -294,3 +294,18 @@ def _order(workers: list[str], links: list[RemoteLink]) -> tuple[tuple[str, ...]
             return tuple(order), circle[circle.index(w):] + [w]
         circle.append(w)
 
+
+def structure(frag: Fragment) -> tuple:
+    """What a fragment is built from, parameter values aside (those travel as hot updates)."""
+    d = frag.description
+    return (tuple((b.id, b.desc, tuple(sorted(b.launches.items()))) for b in d.blocks), d.connections, d.fed,
+            d.kept, tuple(sorted(d.shapes.items())), frag.imports, frag.exports)
+
+
+def skeleton(structure: tuple) -> tuple:
+    """A fragment's structure without its kernels' code (their parameter layouts kept) and launches: two
+    fragments with one skeleton differ only in what a worker changes in place (``FragmentHost.retune``)."""
+    blocks, *rest = structure
+    return (tuple((bid, desc.name, desc.ports, desc.scalars, desc.internals,
+                   tuple((k.name, k.code.signature.layout(), k.launch, k.grid_of) if isinstance(k, KernelSpec) else k
+                         for k in desc.kernels)) for bid, desc, _launches in blocks), *rest)
