@@ -12,7 +12,10 @@ connections inside a worker drawn thin, the links between workers bold and label
 
 from __future__ import annotations
 
+import pathlib
+
 from ..model import _dtypes
+from ..view._dot import format_of, render
 from ..view._dottext import quote
 from ._records import DistributedDescription
 
@@ -44,3 +47,14 @@ def distributed_dot(d: DistributedDescription) -> str:
                          f"color={quote(LINK_COLOURS.get(ln.transport, 'black'))}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def save(text: str, path, format: str | None = None) -> pathlib.Path:
+    """Write DOT ``text`` to ``path``: as text for ``.dot``, rendered through Graphviz otherwise."""
+    path = pathlib.Path(path)
+    fmt = format_of(path, format)
+    if fmt in ("dot", "gv"):
+        path.write_text(text, encoding="utf-8")
+    else:
+        path.write_bytes(render(text, fmt))
+    return path

@@ -438,7 +438,7 @@ class Engine:
     # -- faults ----------------------------------------------------------------------------------------
     def _step_failed(self, w: str, err: Exception, params: dict, writes: dict) -> None:
         ray = _ray()
-        died = isinstance(err, ray.exceptions.RayActorError) and _actor_id(err) in (None, _id(self._actors[w]))
+        died = isinstance(err, ray.exceptions.RayActorError) and _names(err, self._actors[w])
         self._requeue(w, params, writes)
         if not died:
             if isinstance(err, ray.exceptions.RayActorError):
@@ -575,6 +575,13 @@ class Engine:
 
         return distributed_dot(self.describe())
 
+    def save_graph(self, path, format: str | None = None):
+        """Write :meth:`to_dot`'s picture to ``path`` (``.dot`` as text; ``.svg``, ``.png``, ``.pdf`` through
+        Graphviz, as ``rxcuda.save_graph`` does); returns the path."""
+        from ._dot import save
+
+        return save(self.to_dot(), path, format)
+
     # -- lifetime ------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
@@ -635,10 +642,7 @@ class Engine:
                                            "the frames go on", self._index))
 
 
-def _id(actor) -> str:
-    return actor._actor_id.hex()
-
-
-def _actor_id(err) -> str | None:
+def _names(err, actor) -> bool:
+    """Whether a Ray error is about ``actor`` (or names no actor)."""
     aid = getattr(err, "actor_id", None)
-    return aid if isinstance(aid, str) or aid is None else str(aid)
+    return aid is None or str(aid) == actor._actor_id.hex()

@@ -129,6 +129,14 @@ def test_each_worker_builds_its_fragment_and_a_host_link_runs_every_frame(dist):
     assert "host (2 KiB a frame)" in engine.to_dot()
 
 
+def test_the_picture_is_saved_as_dot_text_and_a_bad_format_is_named(dist, tmp_path):
+    engine, first, second = dist
+    path = engine.save_graph(tmp_path / "pipeline.dot")
+    assert path.read_text() == engine.to_dot() and "worker a (null driver)" in path.read_text()
+    with pytest.raises(ValueError, match=r"format 'bmp' is not one save_graph writes"):
+        engine.save_graph(tmp_path / "pipeline.bmp")
+
+
 def test_a_parameter_set_on_the_driver_reaches_its_worker_as_a_hot_update(dist):
     engine, first, second = dist
     engine.tick()
