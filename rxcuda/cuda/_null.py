@@ -242,6 +242,42 @@ class NullDriver:
     def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
         return self._call("cuMemcpyDtoDAsync", (int(dst), int(src), nbytes, int(stream)))
 
+    # -- IPC (rxcuda.cuda._ipc): a handle carries the exported pointer and its driver (so handles of two drivers
+    # differ, as two processes' do); opening maps it at a new address
+    def cuIpcGetMemHandle(self, ptr):
+        def get():
+            h = _real.CUipcMemHandle()
+            ctypes.memmove(h.getPtr(), int(ptr).to_bytes(8, "little") + id(self).to_bytes(8, "little") + bytes(48), 64)
+            return (h,)
+
+        return self._call("cuIpcGetMemHandle", (int(ptr),), get)
+
+    def cuIpcOpenMemHandle(self, handle, flags):
+        def open_():
+            ptr = self._next_ptr
+            self._next_ptr += 1 << 20
+            self.live.setdefault("ipc", set()).add(ptr)
+            return (_real.CUdeviceptr(ptr),)
+
+        return self._call("cuIpcOpenMemHandle", (ctypes.string_at(handle.getPtr(), 8), flags), open_)
+
+    def cuIpcCloseMemHandle(self, ptr):
+        self._drop("ipc", ptr)
+        return self._call("cuIpcCloseMemHandle", (int(ptr),))
+
+    def cuIpcGetEventHandle(self, event):
+        def get():
+            h = _real.CUipcEventHandle()
+            ctypes.memmove(h.getPtr(), int(event).to_bytes(8, "little") + id(self).to_bytes(8, "little") + bytes(48),
+                           64)
+            return (h,)
+
+        return self._call("cuIpcGetEventHandle", (int(event),), get)
+
+    def cuIpcOpenEventHandle(self, handle):
+        return self._call("cuIpcOpenEventHandle", (ctypes.string_at(handle.getPtr(), 8),),
+                          lambda: (self._new("event", _real.CUevent),))
+
     # -- modules ---------------------------------------------------------------------------------------
     def cuModuleLoadData(self, image):
         return self._call("cuModuleLoadData", (len(image),), lambda: (self._new("module", _real.CUmodule),))

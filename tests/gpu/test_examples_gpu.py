@@ -70,3 +70,14 @@ def test_train_mlp_learns_with_one_graph_a_step(tmp_path):
     accuracy = float(re.search(r"accuracy on 4096 fresh points ([\d.]+)%", proc.stdout).group(1))
     assert accuracy > 60
     assert list(tmp_path.iterdir()) == []
+
+
+def test_distributed_runs_two_workers_on_one_gpu(tmp_path):
+    import pytest
+
+    pytest.importorskip("ray", reason="examples/distributed.py runs on Ray: pip install 'rxcuda[ray]'")
+    proc = run_example("distributed.py", "5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "links: {'gain.out -> level.x': 'ipc'}" in proc.stdout
+    err = float(re.search(r"max error vs NumPy (\S+)", proc.stdout).group(1))
+    assert err < 1e-5

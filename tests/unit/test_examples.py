@@ -15,6 +15,8 @@ from rxcuda import examples
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_"))
+# examples that run without a GPU too (on the null driver, saying so); every other one needs a device
+RUN_ANYWHERE = {"distributed"}
 HAS_GPU, WHY = rxcuda.probe()
 
 
@@ -61,7 +63,7 @@ def test_python_dash_m_rxcuda_examples_lists_them(tmp_path):
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
-@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("name", [n for n in EXAMPLES if n not in RUN_ANYWHERE])
 def test_an_example_without_a_gpu_says_what_it_needs_in_one_line(name, tmp_path):
     proc = python_m(f"rxcuda.examples.{name}", "1", cwd=tmp_path)
     assert proc.returncode != 0 and proc.stdout == ""
@@ -96,3 +98,16 @@ def test_a_checkout_on_pythonpath_without_an_install_finds_the_kernels_and_examp
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(ROOT / "kernels" / "vector_add.ptx"), str(ROOT / "examples" / "__init__.py")]
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the null-driver run of a machine without a CUDA device")
+def test_the_distributed_example_runs_on_the_null_driver_and_says_so(tmp_path):
+    pytest.importorskip("ray", reason="examples/distributed.py runs on Ray: pip install 'rxcuda[ray]'")
+    proc = subprocess.run([sys.executable, "-m", "rxcuda.examples.distributed", "3"], capture_output=True,
+                          text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("no CUDA device (") and "the workers run on the null driver" in proc.stdout
+    assert "links: {'gain.out -> level.x': 'host'}" in proc.stdout
+    assert "3 frames on workers camera, filter; last frame's tiers {'camera': (), 'filter': ('parameters',)}" \
+        in proc.stdout
+    assert list(tmp_path.iterdir()) == []

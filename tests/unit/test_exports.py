@@ -74,7 +74,7 @@ def test_console_script_points_at_the_cli():
     assert callable(getattr(importlib.import_module(module), func))
 
 
-@pytest.mark.parametrize("package", ["rxcuda.sources", "rxcuda.streams"])
+@pytest.mark.parametrize("package", ["rxcuda.sources", "rxcuda.streams", "rxcuda.distributed"])
 def test_subpackage_exports_resolve(package):
     mod = importlib.import_module(package)
     for name in getattr(mod, "__all__", ()):

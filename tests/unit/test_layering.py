@@ -27,7 +27,9 @@ ALLOWED = {
     "blocks": {"model", "cuda", "streams", "sources", "libraries", "plan"},  # declarations
     "engine": {"model", "cuda", "streams", "sources", "libraries", "plan", "blocks"},  # the running pipeline
     "tensor": {"model", "cuda", "streams", "sources", "libraries", "plan", "blocks", "engine"},  # lazy tensors
-    "view": {"model", "cuda", "streams", "sources", "libraries", "plan", "blocks", "engine", "tensor"},  # the top
+    "view": {"model", "cuda", "streams", "sources", "libraries", "plan", "blocks", "engine", "tensor"},
+    # fragments of a pipeline on Ray actors: the top, beside view
+    "distributed": {"model", "cuda", "streams", "sources", "libraries", "plan", "blocks", "engine", "tensor", "view"},
 }
 FACADE = {"__init__.py", "__main__.py", "_cli.py", "lang.py", "lowlevel.py"}
 

@@ -1,0 +1,165 @@
+"""Distributed: what a connection between two workers costs per frame, against a local connection and a plain Ray
+actor round trip; frames per second of a 2-fragment pipeline against the same pipeline in one engine; and the
+time from a worker's death to its fragment producing frames again.
+
+    python bench/distributed.py [--frames 200] [--mib 4]
+
+Rows (each a median over ``--frames`` frames of ``tick()``, every frame waited for):
+- one engine, in this process: two ``scalar_mul`` blocks connected (the local connection);
+- one worker: the same two blocks in one Ray actor (the Ray step per frame, no link);
+- two workers, ``ipc``: one block each, the connection carried by CUDA IPC (GPU only);
+- two workers, ``host``: the same through Ray's object store;
+- a plain Ray actor call that reduces a CuPy array on the GPU and reads the result back (the anchor, ~1.2 ms seen
+  on an H200 host).
+The link's cost per frame is the two-worker row minus the one-worker row (a second Ray step in the frame
+included); the row under it is the host time the link's two ends themselves take in the workers (the copy into an
+exported slot and its event, the wait and the copy out; or the readback, the object store and the write). Target:
+CUDA IPC adds <= 100 us a frame for 4 MiB. Then frames per second under ``run()`` (frames in flight overlap
+the workers), and the restart time.
+Without a GPU everything runs on the null driver (the table says so): Ray's and the host's costs, no GPU work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+KERNEL = ROOT / "kernels" / "scalar_mul.ptx"
+
+
+def _median_us(fn, frames: int) -> float:
+    for _ in range(5):  # warm up: builds, first copies, handle mapping
+        fn()
+    times = []
+    for _ in range(frames):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def _pipeline(dist, rxcuda, np, n: int, where: tuple[str, str], transport: str = "auto"):
+    first = dist.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="first", scale=1.5), on=where[0])
+    second = dist.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="second", scale=0.5), on=where[1])
+    dist.connect(first["out"], second["x"], transport=transport)
+    dist.write(first["x"], np.random.default_rng().standard_normal(n).astype(np.float32))
+    return first, second
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--frames", type=int, default=200)
+    ap.add_argument("--mib", type=float, default=4.0, help="size of the connection's buffer")
+    args = ap.parse_args()
+    try:
+        import ray
+    except ImportError:
+        sys.exit("bench/distributed.py runs on Ray, which is not installed: pip install 'rxcuda[ray]'")
+    import numpy as np
+
+    import rxcuda
+    from rxcuda.cuda import NullDriver
+    from rxcuda.distributed import Engine, Worker
+
+    gpu, why = rxcuda.probe()
+    n = int(args.mib * (1 << 20)) // 4
+    ray.init(num_cpus=4, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)
+    spec = Worker(num_gpus=0.5) if gpu else Worker(null=True)
+    rows: list[tuple[str, float]] = []
+    try:
+        with rxcuda.Engine(driver=None if gpu else NullDriver()) as local:
+            name = local.device.name if gpu else f"null driver, no GPU ({why})"
+            a = local.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="first", scale=1.5))
+            b = local.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="second", scale=0.5))
+            local.connect(a["out"], b["x"])
+            local.write(a["x"], np.ones(n, np.float32))
+            rows.append(("one engine, in this process (local connection)", _median_us(local.tick, args.frames)))
+        with Engine({"a": spec}) as dist:
+            _pipeline(dist, rxcuda, np, n, ("a", "a"))
+            one_worker = _median_us(dist.tick, args.frames)
+            rows.append(("one worker, both blocks (Ray step, no link)", one_worker))
+        transports = ["ipc", "host"] if gpu else ["host"]
+        link_cost = {}
+        for transport in transports:
+            with Engine({"a": spec, "b": spec}) as dist:
+                _pipeline(dist, rxcuda, np, n, ("a", "b"), transport)
+                us = _median_us(dist.tick, args.frames)
+                link_cost[transport] = us - one_worker
+                rows.append((f"two workers, {transport} link", us))
+                ends = [ray.get(dist.actor(w).stats.remote())["link_us"] for w in ("a", "b")]
+                rows.append((f"  of which the {transport} link's two ends (host time in the workers)", sum(ends)))
+        rows.append(("plain Ray actor call (GPU reduction + readback)" if gpu else "plain Ray actor call",
+                     _actor_round_trip(ray, gpu, args.frames)))
+
+        spec_fps = {}
+        for label, where in (("one worker", ("a", "a")), ("two workers", ("a", "b"))):
+            with Engine({"a": spec, "b": spec}) as dist:
+                _pipeline(dist, rxcuda, np, n, where)
+                dist.tick()
+                count = [0]
+
+                def on_frame(f, count=count) -> None:
+                    if f.worker == "a":  # one frame of the pipeline: worker a's part of it
+                        count[0] += 1
+
+                sub = dist.frames.subscribe(on_frame)
+                running = dist.run(10_000)
+                time.sleep(2.0)
+                running.dispose()
+                sub.dispose()
+                spec_fps[label] = count[0] / 2.0
+
+        with Engine({"a": spec, "b": spec}) as dist:
+            _pipeline(dist, rxcuda, np, n, ("a", "b"))
+            dist.tick()
+            ray.kill(dist.actor("b"), no_restart=False)
+            t0 = time.perf_counter()
+            while True:
+                if dist.tick().fragments["b"] is not None:
+                    break
+            restart_s = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+
+    print(f"\nbench/distributed.py — per-frame time with sync, median of {args.frames} frames ({name}, "
+          f"{args.mib:g} MiB connection)\n")
+    width = max(len(r[0]) for r in rows)
+    print(f"{'what':<{width}}  {'us / frame':>11}")
+    for label, us in rows:
+        print(f"{label:<{width}}  {us:>11.1f}")
+    print()
+    for transport, us in link_cost.items():
+        target = " (target <= 100 us for 4 MiB)" if transport == "ipc" else ""
+        print(f"a cross-worker {transport} link adds {us:.1f} us a frame{target}")
+    print(f"frames per second under run(): one worker {spec_fps['one worker']:.0f}, two workers "
+          f"{spec_fps['two workers']:.0f} (frames in flight overlap the workers)")
+    print(f"from a worker's death to its fragment's next frame: {restart_s:.2f} s")
+
+
+def _actor_round_trip(ray, gpu: bool, frames: int) -> float:
+    @ray.remote(num_gpus=0.5 if gpu else 0, num_cpus=0)
+    class Plain:
+        def __init__(self):
+            if gpu:
+                import cupy
+
+                self.x = cupy.ones(1 << 20, cupy.float32)
+
+        def reduce(self):
+            return float(self.x.sum()) if gpu else 0.0
+
+    actor = Plain.remote()
+    try:
+        return _median_us(lambda: ray.get(actor.reduce.remote()), frames)
+    finally:
+        ray.kill(actor)
+
+
+if __name__ == "__main__":
+    main()

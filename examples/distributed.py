@@ -1,0 +1,60 @@
+"""Two fragments of one pipeline on two Ray workers: `camera` scales a frame, `filter` scales it again, and the
+connection between them is carried every frame (CUDA IPC when both workers share a GPU host).
+
+    pip install 'rxcuda[ray]'
+    python -m rxcuda.examples.distributed [frames]
+
+It starts a local Ray cluster. With a GPU each worker takes half of it and the output is checked against NumPy
+every frame; without one the workers run on the null driver (it says so): the wiring, the links, the frames and
+the parameters all run, but no kernel computes anything. To use a cluster you already run, call
+`ray.init(address="auto")` (or set RAY_ADDRESS) before making the engine.
+"""
+
+import pathlib
+import sys
+
+import numpy as np
+
+import rxcuda
+
+try:
+    import ray
+except ImportError:
+    sys.exit("rxcuda.examples.distributed runs on Ray, which is not installed: pip install 'rxcuda[ray]'")
+
+from rxcuda.distributed import Engine, Worker
+
+KERNELS = pathlib.Path(__file__).resolve().parents[1] / "kernels"
+frames = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+n = 1 << 20
+gpu, why = rxcuda.probe()
+if not gpu:
+    print(f"no CUDA device ({why}): the workers run on the null driver, so the frames carry zeros")
+
+ray.init(num_cpus=2, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)
+spec = Worker(num_gpus=0.5) if gpu else Worker(null=True)
+rng = np.random.default_rng()
+try:
+    with Engine({"camera": spec, "filter": spec}) as dist:
+        dist.diagnostics.subscribe(print)  # every worker's diagnostics, tagged with the worker
+        gain = dist.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=n, name="gain", scale=2.0),
+                        on="camera")
+        level = dist.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=n, name="level", scale=0.5),
+                         on="filter")
+        dist.connect(gain["out"], level["x"])
+        print("links:", dist.describe().transports())
+        worst = 0.0
+        for k in range(frames):
+            x = rng.standard_normal(n).astype(np.float32)
+            dist.write(gain["x"], x)
+            level.params["scale"].value = 0.5 + 0.1 * k  # on the filter worker: a hot update next frame
+            frame = dist.tick()
+            if gpu:
+                expected = x * np.float32(2.0) * np.float32(0.5 + 0.1 * k)
+                worst = max(worst, float(np.abs(dist.read(level["out"]) - expected).max()))
+        tiers = {w: f.tiers for w, f in frame.fragments.items()}
+        print(f"{frames} frames on workers {', '.join(dist.workers)}; last frame's tiers {tiers}")
+        if gpu:
+            print(f"max error vs NumPy {worst:.2e}")
+finally:
+    ray.shutdown()

@@ -1,0 +1,283 @@
+"""A worker: what runs inside one Ray actor. It holds one Engine (on the GPU Ray gave the actor, or on the null
+driver), builds its :class:`~rxcuda.distributed._placement.Fragment` from the description it is sent, and runs
+one step per distributed frame: apply the parameters and writes that came with the step, take in what the
+links bring, tick, send out what the links carry on, and report the frame, the observed ports and the
+diagnostics back to the driver.
+
+Nothing here imports Ray at module level: the distributed engine wraps :class:`FragmentHost` as an actor
+class, and the tests run it in-process as well.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import statistics
+import time
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import attrs
+
+from ..blocks._blocks import Block, PortHandle
+from ..engine._engine import Diagnostic, Engine, Frame
+from ..model._describe import KernelSpec, PortRef
+from ..model._errors import DeviceLostError
+from . import _links
+from ._placement import Fragment
+
+log = logging.getLogger("rxcuda")
+
+EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost (EX_SOFTWARE)
+
+
+@attrs.frozen
+class StepReport:
+    """What a worker tells the driver after a step: its frame (None when it was skipped), the observed ports'
+    values, the diagnostics its engine published since the last step, and its process id (a new one after a
+    restart)."""
+
+    worker: str
+    index: int  # the distributed frame
+    frame: Frame | None
+    observed: Mapping[PortRef, object]
+    diagnostics: tuple[Diagnostic, ...]
+    pid: int
+
+
+class FragmentHost:
+    """One worker's engine and fragment. ``null``: the null driver (no GPU)."""
+
+    def __init__(self, name: str, null: bool, depth: int = 3):
+        self.name = name
+        self.null = null
+        self.depth = depth
+        self.pid = os.getpid()
+        self.engine: Engine | None = None
+        self.fragment: Fragment | None = None
+        self.blocks: dict[int, Block] = {}  # the driver's block id -> the block built here
+        self._diagnostics: list[Diagnostic] = []
+        self._senders: dict[PortRef, _links.IpcSender] = {}
+        self._receivers: dict[PortRef, _links.IpcReceiver] = {}
+        self._delay = 0.0  # seconds added to each step (throttle: a slow worker, for drills and tests)
+        self.received: dict[str, int] = {}  # link label -> frames it brought in
+        self._link_us: collections.deque[float] = collections.deque(maxlen=1000)  # host time in link ends a frame
+
+    # -- where it runs -------------------------------------------------------------------------------------
+    def where(self) -> dict:
+        """The worker's Ray node id, process id, and the GPUs Ray gave it (ids as Ray sees them)."""
+        node, gpus = None, []
+        try:
+            import ray
+
+            if not ray.is_initialized():  # run in-process (tests): asking for a context would start Ray
+                raise LookupError
+            ctx = ray.get_runtime_context()
+            node, gpus = ctx.get_node_id(), [str(g) for g in ray.get_gpu_ids()]
+        except Exception:  # no Ray here, or no actor context
+            pass
+        return {"node": node, "pid": self.pid, "gpus": gpus}
+
+    # -- the fragment ------------------------------------------------------------------------------------
+    def build(self, fragment: Fragment, writes: Mapping[PortRef, object]) -> dict:
+        """Build ``fragment`` in a new engine (the old one, if any, is closed): its blocks with their values and
+        launches, the connections between them, the inputs links feed, and the arrays last written to its
+        inputs (``writes``); then its graph, raising what the planner or the driver refuses. Returns
+        :meth:`where`, with how many blocks were built."""
+        self._close_engine()
+        engine = Engine(driver=_null_driver() if self.null else None)
+        self.engine = engine
+        engine.diagnostics.subscribe(self._diagnostics.append)
+        desc = fragment.description
+        blocks: dict[int, Block] = {}
+        for entry in desc.blocks:
+            b = Block(entry.desc)
+            if entry.values:
+                b.set(**entry.values)
+            for kernel, la in entry.launches.items():
+                b.set_launch(kernel, grid=la.grid, block=la.block, shared_mem=la.shared_mem)
+            engine.add(b)
+            blocks[entry.id] = b
+        self.blocks = blocks
+        self.fragment = fragment
+        for c in desc.connections:
+            engine.connect(self.port(c.src), self.port(c.dst), delay=c.delay, initial=c.initial)
+        for ref in desc.kept:
+            engine.keep(self.port(ref))
+        for ln in fragment.imports:  # a link's input is fed from the host side: it gets its own buffer
+            engine.write(self.port(ln.dst), _zeros(self.port(ln.dst)))
+        for ref in desc.fed:
+            if ref in writes:
+                engine.write(self.port(ref), writes[ref])
+            elif not any(ln.dst == ref for ln in fragment.imports):
+                engine.write(self.port(ref), _zeros(self.port(ref)))
+        for ref, shape in desc.shapes.items():
+            engine.resize(self.port(ref), shape)
+        for ln in fragment.exports:
+            if ln.transport == "ipc":
+                self._senders[ln.src] = _links.IpcSender(engine, ln.nbytes, self.depth, self.pid)
+        for ln in fragment.imports:
+            if ln.transport == "ipc":
+                self._receivers[ln.dst] = _links.IpcReceiver(engine)
+        engine.rebuild()  # built now: a fragment that cannot be built raises here, where the driver ships it
+        return {**self.where(), "blocks": len(blocks)}
+
+    def retune(self, fragment: Fragment) -> list[str]:
+        """Take a fragment that differs from the one built only in kernels' code or launches: each change is
+        made in place on its block (a code swap, a launch update: the Code and Parameters tiers at the next
+        frame, no rebuild of the fragment). Returns what changed, as ``block.kernel: code|launch``."""
+        self._engine()
+        changed = []
+        for entry in fragment.description.blocks:
+            block = self.blocks[entry.id]
+            for k in entry.desc.kernels:
+                now = block.description.kernel(k.name)
+                if isinstance(k, KernelSpec) and isinstance(now, KernelSpec) and now.code.key != k.code.key:
+                    block.set_code(k.name, k.code)
+                    changed.append(f"{block.name}.{k.name}: code")
+            for kernel, la in entry.launches.items():
+                if block.launches().get(kernel) != la:
+                    block.set_launch(kernel, grid=la.grid, block=la.block, shared_mem=la.shared_mem)
+                    changed.append(f"{block.name}.{kernel}: launch")
+        self.fragment = fragment
+        return changed
+
+    def port(self, ref: PortRef) -> PortHandle:
+        try:
+            return self.blocks[ref.block][ref.port]
+        except KeyError:
+            raise KeyError(f"worker '{self.name}' holds no block with id {ref.block} (it holds "
+                           f"{', '.join(b.name for b in self.blocks.values()) or 'none'})") from None
+
+    # -- frames ----------------------------------------------------------------------------------------
+    def step(self, index: int, params: Mapping[int, Mapping[str, object]], writes: Mapping[PortRef, object],
+             observed: Mapping[PortRef, int], *payloads) -> tuple[dict, StepReport]:
+        """One distributed frame: parameters (latest values, coalesced by the driver), host writes, what the
+        producers sent (``payloads``: one dict src port -> data per producer; a producer that skipped this
+        frame sent None), then a tick, then what this worker's exports carry on. Returns (exports, report)."""
+        engine = self._engine()
+        if self._delay:
+            time.sleep(self._delay)
+        for bid, values in params.items():
+            block = self.blocks.get(bid)
+            if block is None:
+                continue
+            try:
+                block.set(**values)
+            except (TypeError, ValueError) as e:
+                self._diagnostics.append(Diagnostic("warning", block.name, f"parameter refused on worker "
+                                                    f"'{self.name}': {e}", engine.frame, None))
+        for ref, data in writes.items():
+            engine.write(self.port(ref), data)
+        incoming: dict[PortRef, Any] = {}
+        for p in payloads:
+            if p:
+                incoming.update(p)
+        assert self.fragment is not None
+        t0 = time.perf_counter()
+        for ln in self.fragment.imports:
+            data = incoming.get(ln.src)
+            if data is None:  # its producer skipped the frame (restarting): the input keeps its last value
+                continue
+            if ln.transport == "ipc":
+                self._receivers[ln.dst].receive(engine, self.port(ln.dst), data)
+            else:
+                _links.host_receive(engine, self.port(ln.dst), data)
+            self.received[ln.label] = self.received.get(ln.label, 0) + 1
+        link_s = time.perf_counter() - t0
+        try:
+            frame = engine.tick()
+        except DeviceLostError as e:
+            self._lost(e)
+        t0 = time.perf_counter()
+        out: dict[PortRef, object] = {}
+        for ln in self.fragment.exports:
+            if ln.src in out:
+                continue
+            if ln.transport == "ipc":
+                out[ln.src] = self._senders[ln.src].send(engine, self.port(ln.src), index)
+            else:
+                out[ln.src] = _links.host_send(engine, self.port(ln.src))
+        if self.fragment.imports or self.fragment.exports:
+            self._link_us.append((link_s + time.perf_counter() - t0) * 1e6)
+        seen = {ref: engine.read(self.port(ref)) for ref, every in observed.items() if index % every == 0}
+        diags, self._diagnostics = tuple(self._diagnostics), []
+        return out, StepReport(self.name, index, frame, seen, diags, self.pid)
+
+    def read(self, ref: PortRef):
+        """A port's value now (waits for the frames in flight)."""
+        return self._engine().read(self.port(ref))
+
+    def write(self, ref: PortRef, data) -> None:
+        self._engine().write(self.port(ref), data)
+
+    def describe(self):
+        """The fragment as the engine here holds it (its own block ids)."""
+        return self._engine().describe()
+
+    def stats(self) -> dict:
+        """What the worker has done: frames, rebuilds, frames each link brought in, the median host time a frame
+        spends in the ends of its links (``link_us``, the last 1000 frames), its process."""
+        e = self._engine()
+        return {"frame": e.frame, "rebuilds": e.rebuilds, "pid": self.pid, "received": dict(self.received),
+                "link_us": statistics.median(self._link_us) if self._link_us else None,
+                "state": e.last_frame.state if e.last_frame else "not built"}
+
+    def throttle(self, seconds: float) -> None:
+        """Make every step take ``seconds`` longer: a slow worker, to see backpressure at work."""
+        self._delay = float(seconds)
+
+    def _lost(self, err: DeviceLostError) -> NoReturn:
+        """The GPU context is gone for this process (a sticky error): end the process, so that Ray restarts the
+        worker in a new one with a new context, where it rebuilds its fragment."""
+        log.critical("rxcuda worker '%s' (process %d) lost its GPU context and exits for Ray to restart it: %s",
+                     self.name, self.pid, err)
+        os._exit(EXIT_CONTEXT_LOST)
+
+    def crash(self) -> None:
+        """End this worker's process at once, as a fault would (fault drills, tests)."""
+        os._exit(1)
+
+    def close(self) -> None:
+        self._close_engine()
+
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            raise RuntimeError(f"worker '{self.name}' has no fragment yet; the distributed engine builds it "
+                               "before the first frame")
+        return self.engine
+
+    def _close_engine(self) -> None:
+        engine = self.engine
+        if engine is None:
+            return
+        if not engine.closed:
+            try:  # the links' copies run on the engine's stream: let them finish before their memory goes
+                engine.device.make_current()
+                engine.device.api.cuStreamSynchronize(int(engine.stream))
+            except Exception:
+                pass
+        for r in self._receivers.values():
+            r.close()
+        for s in self._senders.values():
+            s.close()
+        self._receivers, self._senders = {}, {}
+        engine.close()
+        self.engine = None
+
+
+def _null_driver():
+    from ..cuda import NullDriver
+
+    return NullDriver()
+
+
+def _zeros(port: PortHandle):
+    import numpy as np
+
+    from ..model import _dtypes
+
+    spec = port.spec
+    return np.zeros(spec.shape, _dtypes.to_numpy(spec.dtype) if spec.dtype else np.uint8)
+

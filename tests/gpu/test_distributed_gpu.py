@@ -1,0 +1,137 @@
+"""Two workers on one GPU (``num_gpus=0.5`` each, two processes) exchange frames through CUDA IPC: the results
+against NumPy on fresh random inputs every frame, and parameter changes on remote blocks reaching their graphs as
+hot updates. Needs Ray (on the GPU machine: ../shared/tools/device-prep.sh --ray brings it in two parts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rxcuda
+
+ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install 'rxcuda[ray]'")
+
+from rxcuda.distributed import Engine, Worker  # noqa: E402
+
+N = 1 << 20  # 4 MiB of f32 a frame
+LINK = "first.out -> second.x"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture
+def pair(cluster, kernels, rng):
+    s1, s2 = (float(v) for v in rng.uniform(0.5, 3.0, 2))
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}) as dist:
+        first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="first", scale=s1),
+                         on="a")
+        second = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="second", scale=s2),
+                          on="b")
+        dist.connect(first["out"], second["x"])
+        yield dist, first, second, s1, s2
+
+
+def test_two_workers_on_one_gpu_exchange_frames_through_cuda_ipc(pair, rng):
+    dist, first, second, s1, s2 = pair
+    assert dist.describe().transports() == {LINK: "ipc"}
+    assert dist.where("a")["pid"] != dist.where("b")["pid"]  # two processes
+    got: list[np.ndarray] = []
+    dist.observe(second["out"]).subscribe(got.append)
+    inputs = []
+    for _ in range(4):
+        x = rng.standard_normal(N).astype(np.float32)  # fresh data each frame: a stale frame would show
+        inputs.append(x)
+        dist.write(first["x"], x)
+        frame = dist.tick()
+        assert frame.complete
+    assert len(got) == 4
+    for x, out in zip(inputs, got, strict=True):
+        np.testing.assert_allclose(out, x * np.float32(s1) * np.float32(s2), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(dist.read(second["out"]), inputs[-1] * np.float32(s1) * np.float32(s2),
+                               rtol=1e-6, atol=1e-6)
+    assert ray.get(dist.actor("b").stats.remote())["received"][LINK] == 4
+
+
+def test_a_parameter_change_on_a_remote_block_is_a_hot_update_of_its_graph(pair, rng):
+    dist, first, second, s1, s2 = pair
+    x = rng.standard_normal(N).astype(np.float32)
+    dist.write(first["x"], x)
+    dist.tick()
+    rebuilds = {w: ray.get(dist.actor(w).stats.remote())["rebuilds"] for w in ("a", "b")}
+    k2 = float(rng.uniform(-3.0, -0.5))
+    second.params["scale"].value = k2
+    frame = dist.tick()
+    assert frame.fragments["b"].tiers == (rxcuda.Tier.PARAMETERS,) and frame.fragments["a"].tiers == ()
+    np.testing.assert_allclose(dist.read(second["out"]), x * np.float32(s1) * np.float32(k2), rtol=1e-6, atol=1e-6)
+    k1 = float(rng.uniform(0.1, 0.9))
+    dist.set(first, scale=k1)  # upstream of the link: the new value flows through IPC the same frame
+    frame = dist.tick()
+    assert frame.fragments["a"].tiers == (rxcuda.Tier.PARAMETERS,)
+    np.testing.assert_allclose(dist.read(second["out"]), x * np.float32(k1) * np.float32(k2), rtol=1e-6, atol=1e-6)
+    assert {w: ray.get(dist.actor(w).stats.remote())["rebuilds"] for w in ("a", "b")} == rebuilds  # no rebuild
+
+
+def test_a_host_link_between_gpu_workers_gives_the_same_numbers(cluster, kernels, rng):
+    s1, s2 = (float(v) for v in rng.uniform(0.5, 3.0, 2))
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}) as dist:
+        first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="first", scale=s1),
+                         on="a")
+        second = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="second", scale=s2),
+                          on="b")
+        dist.connect(first["out"], second["x"], transport="host")
+        assert dist.describe().transports() == {LINK: "host"}
+        x = rng.standard_normal(N).astype(np.float32)
+        dist.write(first["x"], x)
+        dist.tick()
+        np.testing.assert_allclose(dist.read(second["out"]), x * np.float32(s1) * np.float32(s2), rtol=1e-6,
+                                   atol=1e-6)
+
+
+def test_close_frees_the_workers_gpu_memory(cluster, kernels):
+    import cupy
+
+    free_before, _ = cupy.cuda.runtime.memGetInfo()
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}) as dist:
+        first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N * 16, name="first"), on="a")
+        second = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N * 16, name="second"), on="b")
+        dist.connect(first["out"], second["x"])
+        dist.write(first["x"], np.ones(N * 16, np.float32))
+        dist.tick()
+    import time
+
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        free_after, _ = cupy.cuda.runtime.memGetInfo()
+        if free_after >= free_before - (64 << 20):  # the workers' contexts and 64 MiB buffers are gone
+            break
+        time.sleep(0.5)
+    assert free_after >= free_before - (64 << 20)
+
+
+def test_new_code_on_a_remote_block_is_swapped_in_place_and_computes(cluster, kernels, rng):
+    s1 = float(rng.uniform(0.5, 3.0))
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}) as dist:
+        first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="first", scale=s1),
+                         on="a")
+        comb = dist.add(rxcuda.Block.from_kernel(kernels / "vector_add.ptx", size=N, name="comb"), on="b")
+        dist.connect(first["out"], comb["a"])  # through CUDA IPC
+        x = rng.standard_normal(N).astype(np.float32)
+        y = rng.standard_normal(N).astype(np.float32)
+        dist.write(first["x"], x)
+        dist.write(comb["b"], y)
+        dist.tick()
+        np.testing.assert_allclose(dist.read(comb["out"]), x * np.float32(s1) + y, rtol=1e-6, atol=1e-6)
+        rebuilds = ray.get(dist.actor("b").stats.remote())["rebuilds"]
+        comb.set_code(None, kernels / "vector_sub.ptx")  # same parameters, other arithmetic
+        frame = dist.tick()
+        assert frame.fragments["b"].tiers == (rxcuda.Tier.CODE,)
+        np.testing.assert_allclose(dist.read(comb["out"]), x * np.float32(s1) - y, rtol=1e-6, atol=1e-6)
+        assert ray.get(dist.actor("b").stats.remote())["rebuilds"] == rebuilds
