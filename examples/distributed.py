@@ -1,5 +1,7 @@
-"""Two fragments of one pipeline on two Ray workers: `camera` scales a frame, `filter` scales it again, and the
-connection between them is carried every frame (CUDA IPC when both workers share a GPU host).
+"""Two fragments of one pipeline on two Ray workers, the connection between them carried every frame.
+
+`camera` scales a frame, `filter` scales it again; the link between them is CUDA IPC when both workers share a
+GPU host.
 
     pip install 'rxcuda[ray]'
     python -m rxcuda.examples.distributed [frames]
@@ -10,7 +12,6 @@ the parameters all run, but no kernel computes anything. To use a cluster you al
 `ray.init(address="auto")` (or set RAY_ADDRESS) before making the engine.
 """
 
-import pathlib
 import sys
 
 import numpy as np
@@ -24,7 +25,6 @@ except ImportError:
 
 from rxcuda.distributed import Engine, Worker
 
-KERNELS = pathlib.Path(__file__).resolve().parents[1] / "kernels"
 frames = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 n = 1 << 20
 gpu, why = rxcuda.probe()
@@ -37,9 +37,9 @@ rng = np.random.default_rng()
 try:
     with Engine({"camera": spec, "filter": spec}) as dist:
         dist.diagnostics.subscribe(print)  # every worker's diagnostics, tagged with the worker
-        gain = dist.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=n, name="gain", scale=2.0),
+        gain = dist.add(rxcuda.Block.from_kernel("scalar_mul", size=n, name="gain", scale=2.0),
                         on="camera")
-        level = dist.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=n, name="level", scale=0.5),
+        level = dist.add(rxcuda.Block.from_kernel("scalar_mul", size=n, name="level", scale=0.5),
                          on="filter")
         dist.connect(gain["out"], level["x"])
         print("links:", dist.describe().transports())

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 import attrs
 
 from ..blocks._blocks import Block, PortHandle
+from ..cuda._stream import synchronize
 from ..engine._engine import Diagnostic, Engine, Frame
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError
@@ -255,7 +256,7 @@ class FragmentHost:
         if not engine.closed:
             try:  # the links' copies run on the engine's stream: let them finish before their memory goes
                 engine.device.make_current()
-                engine.device.api.cuStreamSynchronize(int(engine.stream))
+                synchronize(int(engine.stream), api=engine.device.api, what="closing a worker's links")
             except Exception:
                 pass
         for r in self._receivers.values():
