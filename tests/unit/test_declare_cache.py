@@ -188,3 +188,71 @@ def test_hot_reload_of_an_edited_file_still_swaps_code(tmp_path):
     assert blk.reload() == []
     ptx.write_text(ptx.read_text().replace("mul.f32", "add.f32"))
     assert blk.reload() == ["code"]
+
+
+# -- Block.from_kernel: one description per kernel and arguments ------------------------------------------
+ARGUMENTS = [
+    dict(size=64, scale=2.0),
+    dict(size=64, scale=2),  # an int default is another key than a float one
+    dict(shape=(8, 16), block_size=(16, 16)),
+    dict(size=64, threads=32, block_size=128),
+    dict(size=64, counts={"x": 32}, n=32),
+    dict(size=64, ranges={"scale": (0, 10, 0.5)}, scale=1.5),
+]
+
+
+@pytest.mark.parametrize("kwargs", ARGUMENTS)
+def test_a_block_declared_again_has_the_description_of_a_fresh_declaration(kwargs):
+    from rxcuda.blocks import _blocks
+
+    first = Block.from_kernel("scalar_mul", name="a", **kwargs)
+    again = Block.from_kernel("scalar_mul", name="b", **kwargs)
+    _blocks._declared.clear()
+    fresh = Block.from_kernel("scalar_mul", name="b", **kwargs)
+    assert again.description == fresh.description and again.name == "b" and first.name == "a"
+    assert again.description.ports is first.description.ports  # shared, not built again
+    assert {k: p.value for k, p in again.params.items()} == {k: p.value for k, p in fresh.params.items()}
+    assert [type(p.value) for p in again.params.values()] == [type(p.value) for p in fresh.params.values()]
+
+
+def test_blocks_sharing_a_description_are_separate_blocks():
+    a = Block.from_kernel("scalar_mul", size=64, scale=2.0, name="a")
+    b = Block.from_kernel("scalar_mul", size=64, scale=2.0, name="b")
+    a.set(scale=5.0)
+    assert a.id != b.id and (a.params["scale"].value, b.params["scale"].value) == (5.0, 2.0)
+    assert Block.from_kernel("scalar_mul", size=64, scale=2.0).name == "scalar_mul"  # the entry, as before
+
+
+def test_different_arguments_make_different_descriptions():
+    a = Block.from_kernel("scalar_mul", size=64, scale=2.0)
+    b = Block.from_kernel("scalar_mul", size=128, scale=2.0)
+    c = Block.from_kernel("scalar_mul", size=64, scale=3.0)
+    assert a.description.port("x").count == 64 and b.description.port("x").count == 128
+    assert c.params["scale"].value == 3.0
+
+
+def test_errors_are_raised_on_every_declaration():
+    Block.from_kernel("scalar_mul", size=64, scale=2.0)
+    for _ in range(2):
+        with pytest.raises(TypeError, match="unknown parameter"):
+            Block.from_kernel("scalar_mul", size=64, scael=2.0)
+    for bad in ("", 3):
+        with pytest.raises(ValueError, match="'name' must be a non-empty str"):
+            Block.from_kernel("scalar_mul", size=64, scale=2.0, name=bad)
+
+
+def test_an_unhashable_argument_declares_the_long_way():
+    from rxcuda.blocks import _blocks
+
+    assert _blocks._Declared.key(object(), 64, {"scale": [0, 1]}) is None
+    blk = Block.from_kernel("scalar_mul", size=64, ranges={"scale": [0, 10]}, scale=1.0)
+    assert blk.params["scale"].max == 10
+
+
+def test_an_edited_kernel_file_gives_blocks_its_new_code(tmp_path):
+    ptx = _copy(tmp_path)
+    before = Block.from_kernel(ptx, size=64, scale=2.0)
+    ptx.write_text(ptx.read_text().replace("mul.f32", "add.f32"))
+    after = Block.from_kernel(ptx, size=64, scale=2.0)
+    assert b"add.f32" in after.description.kernels[0].code.image
+    assert b"mul.f32" in before.description.kernels[0].code.image
