@@ -26,7 +26,7 @@ from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
 from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, HandleArg, KernelNodePlan, ScalarArg
 from ..plan._liveness import holds_own_value
-from ..plan._plan import plan as make_plan
+from ..plan._plan import Replanner
 from ..plan._profile import add_stamps
 from ._delaystate import DelayState
 from ._profile import LOW_OCCUPANCY, occupancy
@@ -59,6 +59,7 @@ class Builder:
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
         self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
+        self.planner = Replanner()  # plans again only from the first block that changed (rxcuda.plan._plan)
         _nvtx.instrument(self, build="rebuild", capture="capture")  # NVTX ranges, only under Nsight
 
     def build(self, raise_errors: bool = False) -> bool:
@@ -92,7 +93,7 @@ class Builder:
         new: CompiledGraph | None = None
         ring = None
         try:
-            gp = make_plan(desc, reuse_memory=rt.reuse_memory)
+            gp = self.planner.plan(desc, reuse_memory=rt.reuse_memory)
             if rt.stamps:  # profiling: a timestamp node per block or kernel (rxcuda.engine._profile)
                 gp = add_stamps(gp, desc, rt.stamps)
             if rt.graph is not None and try_in_place(self, desc, gp):  # only shapes changed, and still fit
