@@ -100,7 +100,8 @@ class Builder:
                 return True
             functions = {}
             for node in gp.nodes:
-                if (n := kind_of(node).kernel_of(node)) is not None:  # the kernels' code, loaded
+                # the kernels' code, loaded (once per code: a thousand blocks of one kernel share it)
+                if (n := kind_of(node).kernel_of(node)) is not None and n.code_key not in functions:
                     spec = desc.block(n.block).desc.kernel(n.kernel)
                     assert isinstance(spec, KernelSpec)
                     try:
