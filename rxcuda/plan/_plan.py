@@ -207,7 +207,7 @@ class _Planner:
         self.previous = previous  # the last plan's planner: its leading blocks' work is reused (see _resume)
         self.order: tuple[BlockEntry, ...] = ()  # the blocks in the order emitted, and the plain connections
         self.sources: Mapping[PortRef, PortRef] = {}
-        # after each block emitted in order (flat pipelines): (nodes, buffers, problems) so far
+        # after each block emitted in order (flat pipelines): (nodes, buffers, problems found while emitting) so far
         self.marks: list[tuple[int, int, int]] = []
         self.emitted_from = 0  # problems before the first block was emitted (those of the validation)
         self.reused = 0  # leading blocks whose nodes and buffers came from ``previous``
@@ -268,10 +268,11 @@ class _Planner:
         else:
             self.order, self.sources, self.emitted_from = blocks, sources, len(report.problems)
             start = self._resume(blocks, sources)  # (replaces the lists below when it takes work over)
-            marks, nodes, buffers, problems = self.marks, self.nodes, self.buffers, report.problems
+            marks, nodes, buffers, problems, first = self.marks, self.nodes, self.buffers, report.problems, \
+                self.emitted_from
             for b in blocks[start:]:
                 self.emit_block(b, sources)
-                marks.append((len(nodes), len(buffers), len(problems)))
+                marks.append((len(nodes), len(buffers), len(problems) - first))
         # delayed outputs: a copy node each, after every other node (so after the producer and every reader)
         delays = _delays.emit_copies(self.delayed, self.port_buffers, self.by_key, self.buffers,
                                      self.nodes) if self.delayed else {}
@@ -339,7 +340,8 @@ class _Planner:
         self.device_scalars = {key: i for key, i in prev.device_scalars.items() if key[0] in ids}
         self.recapture = {key: v for key, v in prev.recapture.items() if key[0] in ids}
         self.kernel_nodes = {key: i for key, i in prev.kernel_nodes.items() if key[0] in ids}
-        self.report.problems.extend(prev.report.problems[prev.emitted_from:n_problems])  # e.g. clamped counts
+        # what emitting them found (a clamped count, say), after this plan's own validation problems
+        self.report.problems.extend(prev.report.problems[prev.emitted_from:prev.emitted_from + n_problems])
         self.marks = prev.marks[:k]
         self.reused = k
         return k

@@ -188,3 +188,33 @@ def test_adding_and_removing_a_block_reuses_plan_modules_and_buffers(engine, api
     engine.tick()
     assert builder.planner.reused == 20
     assert "cuModuleLoadData" not in api.since(mark) and "cuMemAlloc" not in api.since(mark)
+
+
+def test_warnings_of_reused_blocks_stay_in_place_as_validation_warnings_come_and_go():
+    from rxcuda import BlockBuilder
+
+    b = BlockBuilder("opt", size=N)
+    k = b.add_kernel("scalar_mul")
+    b.input("x", k["x"], required=False)  # unconnected: a warning while validating
+    b.output("out", k["out"])
+    b.scalar("scale", k["scale"], default=1.0)
+    b.scalar("n", k["n"])
+    opt = BlockEntry(99, b.build().description)
+    m1, m2, m3 = chain(3)
+    m1 = BlockEntry(m1.id, m1.desc, {"n": 2 * N})  # above what its ports hold: clamped, a warning while emitting
+    fed = PortRef(m1.id, "x")
+
+    def desc(entries, extra_fed=()):
+        linked = [e for e in entries if e is not opt]  # the chain; opt stands alone
+        pairs = zip(linked, linked[1:], strict=False)
+        conns = tuple(Connection(PortRef(a.id, "out"), PortRef(b.id, "x")) for a, b in pairs)
+        return PipelineDescription(tuple(entries), conns, fed=frozenset({fed, *extra_fed}))
+
+    planner = Replanner()
+    steps = [desc([m1, m2]), desc([m1, m2, opt]), desc([m1, m2, opt, m3]),
+             desc([m1, m2, opt, m3], [PortRef(opt.id, "x")]), desc([m1, m2, opt])]
+    for d in steps:
+        gp = planner.plan(d)
+        assert gp == plan(d)
+        assert any("clamp" in w.message or "more than port" in w.message for w in gp.warnings)
+    assert planner.reused == 2  # opt is fed now: re-planned from there
