@@ -2,7 +2,11 @@
 the middle, a value changed before an edit) computes what NumPy computes after every edit, while the planner
 takes over the unchanged blocks' part of the plan; blocks declared by path share one parsed kernel."""
 
+import subprocess
+import sys
+
 import numpy as np
+from conftest import gpu_subprocess_env
 
 from rxcuda import Block
 
@@ -84,3 +88,20 @@ def test_blocks_declared_by_path_share_one_parsed_kernel_and_compute(engine, rng
     _check(engine, chain, [1.25] * 40, x)
     chain[7].set(scale=0.5)
     _check(engine, chain, [1.25] * 7 + [0.5] + [1.25] * 32, x)
+
+
+def test_an_engine_starts_no_thread_beside_its_first_build(kernels):
+    """NVRTC's warm-up thread ran ~200 ms beside the first builds, taking the GIL and a core from them: an
+    engine starts none (the first compile pays NVRTC's start-up), and a fresh process builds and computes."""
+    code = (
+        "import threading, numpy as np, rxcuda\n"
+        "e = rxcuda.Engine()\n"
+        "assert not any('warm-up' in t.name for t in threading.enumerate()), threading.enumerate()\n"
+        f"b = e.add(rxcuda.Block.from_kernel({str(kernels / 'scalar_mul.ptx')!r}, size=1000, scale=3.0))\n"
+        "x = np.random.default_rng().standard_normal(1000).astype(np.float32)\n"
+        "e.write(b['x'], x); e.tick()\n"
+        "np.testing.assert_allclose(e.read(b['out']), x * 3, rtol=1e-6)\n"
+        "e.close(); print('OK')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=gpu_subprocess_env(),
+                         timeout=120)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr
