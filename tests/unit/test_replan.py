@@ -218,3 +218,31 @@ def test_warnings_of_reused_blocks_stay_in_place_as_validation_warnings_come_and
         assert gp == plan(d)
         assert any("clamp" in w.message or "more than port" in w.message for w in gp.warnings)
     assert planner.reused == 2  # opt is fed now: re-planned from there
+
+
+def test_a_retired_graph_is_freed_at_once_not_by_the_cycle_collector(engine):
+    import gc
+    import weakref
+
+    from rxcuda.cuda._graph import KernelNode
+
+    blocks = [engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name=f"m{i}")) for i in range(5)]
+    for a, b in zip(blocks, blocks[1:], strict=False):
+        engine.connect(a["out"], b["x"])
+    engine.write(blocks[0]["x"], np.ones(N, np.float32))
+    engine.tick()
+    graph = engine._rt.graph
+    graph.patches[(blocks[0].id, "scale")]  # a patch table entry made, as a parameter change makes one
+    retired = [weakref.ref(graph), weakref.ref(graph.args)]
+    del graph
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        engine.remove(blocks[-1])
+        engine.tick()  # a rebuild retires the old graph
+        assert [r() is None for r in retired] == [True, True]  # freed by reference counting alone
+        alive = [o for o in gc.get_objects() if isinstance(o, KernelNode)]
+        assert len(alive) == len(engine._rt.graph.nodes) == 4  # the running graph's nodes, no others
+    finally:
+        if enabled:
+            gc.enable()
