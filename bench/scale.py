@@ -109,12 +109,14 @@ def measure(engine, n: int, code, repeats: int) -> dict[str, float]:
 
 
 def table(device: str, rows: list[tuple[int, dict[str, float]]]) -> str:
-    head = (f"{'blocks':>7} | {'blocks(code) ms':>15} | {'blocks(path) ms':>15} | {'declare ms':>10} | {'µs/call':>7} | {'first tick ms':>13} | {'+1 block ms':>11} | "
+    head = (f"{'blocks':>7} | {'blocks(code) ms':>15} | {'blocks(path) ms':>15} | {'declare ms':>10} | "
+            f"{'µs/call':>7} | {'first tick ms':>13} | {'+1 block ms':>11} | "
             f"{'-1 block ms':>11} | {'plan() ms':>9} | {'describe() ms':>13}")
     lines = [f"bench/scale.py on {device}: a chain of scalar_mul blocks, {ELEMENTS} elements each", head,
              "-" * len(head)]
     for n, r in rows:
-        lines.append(f"{n:>7} | {r['code_ms']:>15.1f} | {r['path_ms']:>15.1f} | {r['declare_ms']:>10.1f} | {r['per_call_us']:>7.1f} | {r['cold_ms']:>13.1f} | "
+        lines.append(f"{n:>7} | {r['code_ms']:>15.1f} | {r['path_ms']:>15.1f} | {r['declare_ms']:>10.1f} | "
+                     f"{r['per_call_us']:>7.1f} | {r['cold_ms']:>13.1f} | "
                      f"{r['add_ms']:>11.2f} | {r['remove_ms']:>11.2f} | {r['plan_ms']:>9.2f} | "
                      f"{r['describe_ms']:>13.2f}")
     lines.append("targets at 1000 blocks (issue 9): declare <= 100 ms, first tick <= 30 ms, +1/-1 block <= 10 ms")
