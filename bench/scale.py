@@ -1,8 +1,10 @@
 """Cost that grows with the pipeline: a chain of N scalar_mul blocks, through the public API only.
 
-    python bench/scale.py [--sizes 100 1000 10000] [--repeats 5]
+    python bench/scale.py [--sizes 100 1000 10000] [--repeats 5] [--null]
 
 For each N, one table row:
+  blocks(code)  Block.from_kernel(code, ...) x N with one loaded KernelCode: total ms
+  blocks(path)  Block.from_kernel("kernels/scalar_mul.ptx", ...) x N, as users write it: total ms
   declare       engine.add x N, engine.connect x N-1 and one engine.write: total ms, and µs per call
   first tick    the cold build: plan, load, allocate, build and instantiate the graph, launch, sync
   +1 block      add one block, connect it at the end of the chain, tick (median of --repeats)
@@ -18,9 +20,11 @@ thread edits the chain four times a second (a block added at the end and connect
                 into the next frame), and the largest gap between two frames in clock periods
 
 Targets (issue 9, a 1000-block chain on an H100/H200): declaring ≤ 100 ms in all and growing linearly,
-cold build ≤ 30 ms, one block added or removed ≤ 10 ms; issue 20: the swap ≤ 0.5 ms, ≥ 99 % of a 60 Hz clock's
-frames produced while editing, no gap over 1.5 periods. Needs a CUDA device: without one it says so in
-one line and exits with status 2.
+cold build ≤ 30 ms, one block added or removed ≤ 10 ms; issue 20: 1000 blocks declared by path ≤ 30 ms, cold
+build ≤ 25 ms, one block added or removed ≤ 5 ms, the swap ≤ 0.5 ms, ≥ 99 % of a 60 Hz clock's frames produced
+while editing, no gap over 1.5 periods. Needs a CUDA device: without one it says so in one line and exits with
+status 2. ``--null`` runs on the null driver instead (no device): the host's share of each number, for profiling
+the Python side.
 """
 
 from __future__ import annotations
@@ -55,7 +59,13 @@ def measure(engine, n: int, code, repeats: int) -> dict[str, float]:
 
     import rxcuda
 
+    t0 = time.perf_counter_ns()
     blocks = [rxcuda.Block.from_kernel(code, size=ELEMENTS, scale=1.0, name=f"m{i}") for i in range(n)]
+    by_code = _ms(t0)
+    path = str(ROOT / "kernels" / "scalar_mul.ptx")
+    t0 = time.perf_counter_ns()
+    [rxcuda.Block.from_kernel(path, size=ELEMENTS, scale=1.0, name=f"p{i}") for i in range(n)]
+    by_path = _ms(t0)
     data = np.ones(ELEMENTS, np.float32)
     t0 = time.perf_counter_ns()
     for b in blocks:
@@ -96,6 +106,8 @@ def measure(engine, n: int, code, repeats: int) -> dict[str, float]:
     engine.tick()  # an empty pipeline: releases the chain's graph and buffers before the next size
     calls = n + (n - 1) + 1
     return {
+        "code_ms": by_code,
+        "path_ms": by_path,
         "declare_ms": declare,
         "per_call_us": declare / calls * 1e3,
         "cold_ms": cold,
@@ -180,15 +192,18 @@ def live_table(rows: list[tuple[int, dict[str, float]]], seconds: float) -> str:
 
 
 def table(device: str, rows: list[tuple[int, dict[str, float]]]) -> str:
-    head = (f"{'blocks':>7} | {'declare ms':>10} | {'µs/call':>7} | {'first tick ms':>13} | {'+1 block ms':>11} | "
+    head = (f"{'blocks':>7} | {'blocks(code) ms':>15} | {'blocks(path) ms':>15} | {'declare ms':>10} | "
+            f"{'µs/call':>7} | {'first tick ms':>13} | {'+1 block ms':>11} | "
             f"{'-1 block ms':>11} | {'plan() ms':>9} | {'describe() ms':>13}")
     lines = [f"bench/scale.py on {device}: a chain of scalar_mul blocks, {ELEMENTS} elements each", head,
              "-" * len(head)]
     for n, r in rows:
-        lines.append(f"{n:>7} | {r['declare_ms']:>10.1f} | {r['per_call_us']:>7.1f} | {r['cold_ms']:>13.1f} | "
+        lines.append(f"{n:>7} | {r['code_ms']:>15.1f} | {r['path_ms']:>15.1f} | {r['declare_ms']:>10.1f} | "
+                     f"{r['per_call_us']:>7.1f} | {r['cold_ms']:>13.1f} | "
                      f"{r['add_ms']:>11.2f} | {r['remove_ms']:>11.2f} | {r['plan_ms']:>9.2f} | "
                      f"{r['describe_ms']:>13.2f}")
     lines.append("targets at 1000 blocks (issue 9): declare <= 100 ms, first tick <= 30 ms, +1/-1 block <= 10 ms")
+    lines.append("targets at 1000 blocks (issue 20): blocks(path) <= 30 ms, first tick <= 25 ms, +1/-1 block <= 5 ms")
     return "\n".join(lines)
 
 
@@ -198,6 +213,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="runs of each +1/-1 block and plan() timing (median)")
     ap.add_argument("--live-seconds", type=float, default=10.0,
                     help="seconds of editing under engine.run(60) per size (0: skip)")
+    ap.add_argument("--null", action="store_true", help="run on the null driver (no device): the host's share")
     args = ap.parse_args(argv)
     if any(n < 1 for n in args.sizes) or args.repeats < 1:
         ap.error("--sizes and --repeats take positive ints")
@@ -206,13 +222,19 @@ def main(argv=None) -> int:
 
     import rxcuda
 
-    ok, why = rxcuda.probe()
-    if not ok:
-        print(f"bench/scale.py needs a CUDA device: {why}", file=sys.stderr)
-        return 2
+    driver = None
+    if args.null:
+        from rxcuda.cuda import NullDriver
+
+        driver = NullDriver()
+    else:
+        ok, why = rxcuda.probe()
+        if not ok:
+            print(f"bench/scale.py needs a CUDA device: {why} (--null runs on the null driver)", file=sys.stderr)
+            return 2
     code = rxcuda.load_kernel_file(ROOT / "kernels" / "scalar_mul.ptx")
     rows, live_rows = [], []
-    with rxcuda.Engine() as engine:
+    with rxcuda.Engine(driver=driver) as engine:
         device = engine.device.name
         for n in args.sizes:
             rows.append((n, measure(engine, n, code, args.repeats)))

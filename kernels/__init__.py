@@ -39,7 +39,9 @@ def path(name: str) -> Path:
     """
     stem, suffix = (name[: -len(s)], s) if (s := Path(name).suffix) in _SUFFIXES else (name, ".ptx")
     found = _HERE / f"{stem}{suffix}"
-    if stem in names() and found.is_file():
+    # a shipped kernel is a plain name with a .ptx here (two stats: cheaper than listing the folder)
+    if stem and Path(stem).name == stem and not stem.startswith(".") and found.is_file() and (
+            suffix == ".ptx" or (_HERE / f"{stem}.ptx").is_file()):
         return found
     from ..model._errors import KernelFileError
 

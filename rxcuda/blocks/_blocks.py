@@ -10,6 +10,7 @@ import itertools
 import math
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -150,6 +151,56 @@ def resolve_port(port, blocks: Mapping[int, Block]) -> PortRef:
     return PortRef(block.id, port.name)
 
 
+class _Declared:
+    """Descriptions ``Block.from_kernel`` made, by the KernelCode object and the other arguments (the name
+    aside): declaring many blocks of one kernel builds its description once (blocks are passive and their
+    descriptions immutable, so they may share one). Holds the ``limit`` most recently used."""
+
+    def __init__(self, limit: int = 256):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple, tuple[KernelCode, BlockDescription]] = OrderedDict()
+
+    @staticmethod
+    def key(code: KernelCode, *args) -> tuple | None:
+        """The arguments as a key (values with their types: 1, 1.0 and True differ), or None when one of them
+        cannot be a key (an unhashable value): then the block is built the long way."""
+        parts: list = [id(code)]
+        for a in args:
+            if isinstance(a, Mapping):
+                parts.append(tuple(sorted((k, type(v), v) for k, v in a.items())) if a else None)
+            else:
+                parts.append((type(a), a))
+        key = tuple(parts)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def get(self, key: tuple, code: KernelCode) -> BlockDescription | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None or found[0] is not code:  # (an id of a KernelCode since collected: not ours)
+                return None
+            self._entries.move_to_end(key)
+            return found[1]
+
+    def put(self, key: tuple, code: KernelCode, desc: BlockDescription) -> None:
+        with self._lock:
+            self._entries[key] = (code, desc)  # holds the code, so its id is not reused while it is here
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.limit:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_declared = _Declared()
+
+
 class Block:
     """A node of the pipeline: kernels and library calls with ports and parameters.
 
@@ -210,6 +261,20 @@ class Block:
         if size is None and shape is None:
             raise TypeError("Block.from_kernel needs 'size' (the element count of its ports) or 'shape'")
         code = _load_code(source)
+        key = _declared.key(code, size, shape, threads, block_size, counts, ranges, defaults)
+        desc = _declared.get(key, code) if key is not None else None
+        if desc is not None:  # declared before with these arguments: the same description under this name
+            if name is not None and (not name or not isinstance(name, str)):
+                raise ValueError(f"'name' must be a non-empty str (got {name!r})")
+            return cls(desc if desc.name == (name or code.entry) else attrs.evolve(desc, name=name or code.entry))
+        block = cls._from_kernel(code, size, name, threads, block_size, counts, shape, ranges, defaults)
+        if key is not None:
+            _declared.put(key, code, block.description)
+        return block
+
+    @classmethod
+    def _from_kernel(cls, code: KernelCode, size, name, threads, block_size, counts, shape, ranges,
+                     defaults) -> Block:
         b = BlockBuilder(name or code.entry, size=size, shape=shape)
         k = b.add_kernel(code, threads=threads, block=block_size)
         counters = {p.name for p in code.signature.params if p.direction == "counter"}

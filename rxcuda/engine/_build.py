@@ -27,7 +27,7 @@ from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
 from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, HandleArg, KernelNodePlan, ScalarArg
 from ..plan._liveness import holds_own_value
-from ..plan._plan import plan as make_plan
+from ..plan._plan import Replanner
 from ..plan._profile import add_stamps
 from ..plan._shapes import in_place as in_place_delta
 from ._delaystate import DelayState
@@ -87,6 +87,7 @@ class Builder:
         self._capturing = threading.Lock()  # the capture stream and library handles: one capture at a time
         self.prep = Preparer(rt, self)  # structural changes prepared off the frame thread (engine.run)
         self.codes: set[str] = set()  # the code keys the running graph runs (or ran: see Updater._code)
+        self.planner = Replanner()  # plans again only from the first block that changed (rxcuda.plan._plan)
         _nvtx.instrument(self, build="rebuild", capture="capture")  # NVTX ranges, only under Nsight
 
     def build(self, raise_errors: bool = False) -> bool:
@@ -141,7 +142,7 @@ class Builder:
         ring = None
         warnings_before = self._occupancy_warnings
         try:
-            gp = make_plan(desc, reuse_memory=rt.reuse_memory)
+            gp = self.planner.plan(desc, reuse_memory=rt.reuse_memory)
             if rt.stamps:  # profiling: a timestamp node per block or kernel (rxcuda.engine._profile)
                 gp = add_stamps(gp, desc, rt.stamps)
             running = rt.graph
@@ -153,7 +154,8 @@ class Builder:
                 return None  # only shapes changed, and still fit: done in place
             functions = {}
             for node in gp.nodes:
-                if (n := kind_of(node).kernel_of(node)) is not None:  # the kernels' code, loaded
+                # the kernels' code, loaded (once per code: a thousand blocks of one kernel share it)
+                if (n := kind_of(node).kernel_of(node)) is not None and n.code_key not in functions:
                     spec = desc.block(n.block).desc.kernel(n.kernel)
                     assert isinstance(spec, KernelSpec)
                     try:

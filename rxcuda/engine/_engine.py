@@ -88,9 +88,10 @@ class Engine:
     def _open(self, device: int, sync: bool, driver) -> None:
         dev = Device(device, api=driver)
         if driver is None:
-            from ..sources import _nvrtc  # imported here, on the caller's thread, before any other thread
-
-            _nvrtc.warm_up(dev.arch)  # NVRTC's ~200 ms first call, paid off the frame path (background thread)
+            # cuda.core's first import is not thread-safe: make it here, on the caller's thread, before a watcher
+            # thread may compile. NVRTC is not warmed up in a background thread here: for ~200 ms that thread
+            # competes with the first builds for the GIL and a core; the first compile pays NVRTC's start-up.
+            import cuda.core  # noqa: F401
         self.device = dev
         self.sync = sync
         self._rt = rt = Runtime.open(dev, self._subscriber_failed("changes", "the change was applied"))

@@ -201,9 +201,16 @@ def order_blocks(desc: PipelineDescription) -> tuple[BlockEntry, ...]:
 
 
 class _Planner:
-    def __init__(self, desc: PipelineDescription, reuse_memory: bool = False):
+    def __init__(self, desc: PipelineDescription, reuse_memory: bool = False, previous: _Planner | None = None):
         self.desc = desc
         self.reuse_memory = reuse_memory
+        self.previous = previous  # the last plan's planner: its leading blocks' work is reused (see _resume)
+        self.order: tuple[BlockEntry, ...] = ()  # the blocks in the order emitted, and the plain connections
+        self.sources: Mapping[PortRef, PortRef] = {}
+        # after each block emitted in order (flat pipelines): (nodes, buffers, problems found while emitting) so far
+        self.marks: list[tuple[int, int, int]] = []
+        self.emitted_from = 0  # problems before the first block was emitted (those of the validation)
+        self.reused = 0  # leading blocks whose nodes and buffers came from ``previous``
         self.buffers: list[BufferPlan] = []
         self.by_key: dict[tuple, int] = {}
         self.nodes: list[NodePlan] = []
@@ -259,8 +266,13 @@ class _Planner:
         if desc.regions:  # levels: the top and each region body (rxcuda.plan._regions)
             _regions.plan_levels(self, blocks, sources, _regions.check_regions(desc, report))
         else:
-            for b in blocks:
+            self.order, self.sources, self.emitted_from = blocks, sources, len(report.problems)
+            start = self._resume(blocks, sources)  # (replaces the lists below when it takes work over)
+            marks, nodes, buffers, problems, first = self.marks, self.nodes, self.buffers, report.problems, \
+                self.emitted_from
+            for b in blocks[start:]:
                 self.emit_block(b, sources)
+                marks.append((len(nodes), len(buffers), len(problems) - first))
         # delayed outputs: a copy node each, after every other node (so after the producer and every reader)
         delays = _delays.emit_copies(self.delayed, self.port_buffers, self.by_key, self.buffers,
                                      self.nodes) if self.delayed else {}
@@ -284,6 +296,55 @@ class _Planner:
             warnings=tuple(report.problems),  # no errors: all of them are warnings
         )
         return (_liveness.share_memory(gp, desc) if self.reuse_memory else gp), report
+
+    def _resume(self, blocks: tuple[BlockEntry, ...], sources: Mapping[PortRef, PortRef]) -> int:
+        """Take over the previous plan's work for the leading blocks that are as they were: the same entry
+        (id, description, values, launches) at the same place in the order, each port fed as before (the same
+        source, binding, feeding). In topological order a block's nodes and buffers depend only on itself,
+        its ports and the blocks before it, so those blocks' part of the plan is the previous one's, ids
+        included. Returns how many blocks were taken over; 0 (emit everything) for pipelines with regions,
+        delayed connections, appends or resolved shapes, and after errors."""
+        prev = self.previous
+        if (prev is None or not prev.marks or self.report.errors or self.delayed or prev.delayed
+                or self.resolved is not _shapes.NOTHING or prev.resolved is not _shapes.NOTHING or prev.counters
+                or prev.append_users is not None or prev.report.errors):
+            return 0
+        desc, was = self.desc, prev.desc
+        bindings, fed, old_bindings, old_fed = desc.bindings, desc.fed, was.bindings, was.fed
+        old_sources, old_order = prev.sources, prev.order
+        k = 0
+        for b, ob in zip(blocks[:len(prev.marks)], old_order, strict=False):
+            if b is not ob and b != ob:
+                break
+            same = True
+            for p in b.desc.ports:
+                ref = PortRef(b.id, p.name)
+                if (p.counter is not None or sources.get(ref) != old_sources.get(ref)
+                        or bindings.get(ref) != old_bindings.get(ref) or (ref in fed) != (ref in old_fed)):
+                    same = False
+                    break
+            if not same:
+                break
+            k += 1
+        if not k:
+            return 0
+        n_nodes, n_buffers, n_problems = prev.marks[k - 1]
+        ids = {b.id for b in blocks[:k]}
+        self.nodes = prev.nodes[:n_nodes]
+        self.buffers = prev.buffers[:n_buffers]
+        self.by_key = {key: i for key, i in prev.by_key.items() if i < n_buffers}
+        self.buffer_args = {i: a for i, a in prev.buffer_args.items() if i < n_buffers}
+        self.port_buffers = {ref: i for ref, i in prev.port_buffers.items() if ref.block in ids}
+        # (a block's slot lists are only appended to while it is emitted: shared, never changed again)
+        self.slots = {key: v for key, v in prev.slots.items() if key[0] in ids}
+        self.device_scalars = {key: i for key, i in prev.device_scalars.items() if key[0] in ids}
+        self.recapture = {key: v for key, v in prev.recapture.items() if key[0] in ids}
+        self.kernel_nodes = {key: i for key, i in prev.kernel_nodes.items() if key[0] in ids}
+        # what emitting them found (a clamped count, say), after this plan's own validation problems
+        self.report.problems.extend(prev.report.problems[prev.emitted_from:prev.emitted_from + n_problems])
+        self.marks = prev.marks[:k]
+        self.reused = k
+        return k
 
     def emit_block(self, b: BlockEntry, sources: Mapping[PortRef, PortRef]) -> None:
         d, bid, label = b.desc, b.id, b.desc.name
@@ -396,6 +457,46 @@ class _Planner:
                                       frozenset(writes), f"{label}/{sname}")
             self.kernel_nodes[(bid, sname)] = nid
             nodes.append(node)
+
+
+class Replanner:
+    """:func:`plan`, again and again as a pipeline changes: each call reuses the work of the previous one for
+    the leading blocks (in topological order) that did not change, and gives the plan a fresh call would
+    (``reused``: how many blocks the last call took over). Adding a block at the end of a chain, or removing
+    the last one, re-plans that block alone; an edit in the middle re-plans from there on.
+
+    >>> from rxcuda import Block
+    >>> from rxcuda.lowlevel import BlockEntry, PipelineDescription, PortRef
+    >>> blocks = [BlockEntry(i, Block.from_kernel("scalar_mul", size=4, name=f"m{i}").description)
+    ...           for i in range(1, 4)]
+    >>> def pipeline(entries):  # each block's input filled from the host
+    ...     return PipelineDescription(tuple(entries), fed=frozenset(PortRef(b.id, "x") for b in entries))
+    >>> planner = Replanner()
+    >>> _ = planner.plan(pipeline(blocks[:2]))
+    >>> gp = planner.plan(pipeline(blocks))
+    >>> planner.reused, gp == plan(pipeline(blocks))
+    (2, True)
+    """
+
+    def __init__(self) -> None:
+        self._last: _Planner | None = None
+        self.reused = 0
+
+    def plan(self, desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
+        """As :func:`plan` (same result, same errors)."""
+        planner = _Planner(desc, reuse_memory, self._last)
+        self._last = None
+        gp, report = planner._run()
+        planner.previous = None  # (keep one planner alive, not a chain of them)
+        self.reused = planner.reused
+        report.raise_errors()
+        self._last = planner
+        assert gp is not None
+        return gp
+
+    def forget(self) -> None:
+        """Drop the previous plan's work: the next call plans from scratch."""
+        self._last = None
 
 
 def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:

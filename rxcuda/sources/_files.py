@@ -6,11 +6,19 @@ The kernel's real parameters come from the code itself: the ``.entry`` list of a
 checked against them. Only a fatbin whose cubins are compressed (or absent) cannot be read without the
 driver; it then needs a sidecar with ``params``, and the engine should check those against
 ``Kernel.arguments_info`` once the module is loaded.
+
+A file loaded before is not read and parsed again while it and its sidecar are unchanged (``_FileCache``:
+same path, same ``stat`` stamp, and the same bytes where the stamp alone cannot tell): declaring a thousand
+blocks from one path reads it once, and a saved edit is read again (hot reload sees the new content).
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import threading
+import time
+from collections import OrderedDict
 from pathlib import Path
 
 from ..model._describe import CodeFormat, KernelCode, KernelParam, KernelSignature
@@ -41,7 +49,13 @@ def load_kernel_file(path: str | Path, entry: str | None = None) -> KernelCode:
 
     Raises :class:`KernelFileError` (``.path`` set) when the file is missing or malformed, the entry is
     ambiguous or absent, or the sidecar disagrees with the kernel.
+
+    Loading an unchanged file again returns the same KernelCode without reading it (see ``_FileCache``).
     """
+    return _files.load(path, entry)
+
+
+def _load_kernel_file(path: str | Path, entry: str | None) -> KernelCode:
     path = Path(path)
     fmt = _FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -67,6 +81,94 @@ def load_kernel_file(path: str | Path, entry: str | None = None) -> KernelCode:
         block_size=sidecar.block_size if sidecar else 256,
         shared_mem=sidecar.shared_mem if sidecar else 0,
     )
+
+
+# A stamp may miss a change only while the file's modification time is this close to when it was checked:
+# file systems keep times in ticks (a few ms on Linux, 2 s on FAT), so an edit within the same tick and of the
+# same size keeps the stamp. Such an entry is confirmed by comparing bytes instead (git's "racy clean" rule).
+_RACY_NS = 3_000_000_000
+
+
+def _stamp(path: str) -> tuple[int, int, int, int] | None:
+    """(device, inode, mtime_ns, size) of ``path``; None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _bytes_of(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+class _FileCache:
+    """Kernel files loaded before, by (path as given, absolute path, entry): the KernelCode, the stamps of the
+    file and of its sidecar when loaded, and the sidecar's bytes. A hit costs two ``stat`` calls; a changed
+    stamp reads and parses again. Thread-safe (a lock around the table; two threads missing at once both
+    parse, and the last one's result stays). Holds the ``limit`` most recently used files."""
+
+    def __init__(self, limit: int = 256):
+        self.limit = limit
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple, tuple] = OrderedDict()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def load(self, path: str | Path, entry: str | None) -> KernelCode:
+        given = os.fspath(path)
+        if not isinstance(given, str) or os.path.splitext(given)[1].lower() not in _FORMATS:
+            return _load_kernel_file(path, entry)  # the loader's message for an unsupported type
+        full = os.path.abspath(given)
+        side = os.path.splitext(full)[0] + ".json"
+        key = (given, full, entry)
+        checked = time.time_ns()
+        stamp, side_stamp = _stamp(full), _stamp(side)
+        if stamp is None:
+            return _load_kernel_file(path, entry)  # missing: the loader says so, with *did you mean*
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+        if found is not None and self._still(found, stamp, side_stamp, full, side, checked):
+            with self._lock:
+                self.hits += 1
+                if found[4] - max(stamp[2], side_stamp[2] if side_stamp else 0) < _RACY_NS <= checked - stamp[2]:
+                    # confirmed by its bytes, now long enough after its last write: the stamp suffices from now on
+                    self._entries[key] = (*found[:4], checked)
+            return found[0]
+        code = _load_kernel_file(path, entry)
+        side_bytes = _bytes_of(side) if side_stamp is not None else None
+        with self._lock:
+            self.misses += 1
+            self._entries[key] = (code, stamp, side_stamp, side_bytes, checked)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.limit:
+                self._entries.popitem(last=False)
+        return code
+
+    def _still(self, found: tuple, stamp, side_stamp, full: str, side: str, checked: int) -> bool:
+        """Whether a cached entry still holds what the files hold now."""
+        code, was, side_was, side_bytes, when = found
+        if stamp != was or side_stamp != side_was:
+            return False
+        racy = max(stamp[2], side_stamp[2] if side_stamp else 0) >= when - _RACY_NS
+        if not racy:
+            return True
+        # modified close to when the entry was made: an edit in the same tick would keep the stamp
+        return _bytes_of(full) == code.image and (side_stamp is None or _bytes_of(side) == side_bytes)
+
+
+_files = _FileCache()
 
 
 def _read(path: Path) -> bytes:

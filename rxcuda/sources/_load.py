@@ -4,7 +4,6 @@ kernel. Blocks and hot reload call this, so every source is the same kind of ker
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..model._describe import KernelCode
 from ._paths import shipped_kernel
@@ -20,7 +19,7 @@ def load_source(source, entry: str | None = None, *, arch: str | None = None) ->
         return source.kernel_code(arch=arch)
     if isinstance(source, str | os.PathLike):
         source = shipped_kernel(source) or source
-        if Path(source).suffix in (".cu", ".cuh"):
+        if os.path.splitext(source)[1] in (".cu", ".cuh"):
             from ._nvrtc import compile_cuda
 
             return compile_cuda(source, entry, arch=arch)

@@ -12,7 +12,7 @@ Caching (``_cache.py``): the compiled image is stored on disk under ``cache_dir(
 the contents of every header it includes from disk, the options, the architecture and the NVRTC version.
 An in-process memo on top answers a repeated request in microseconds. ``cache_stats()`` counts memory
 hits, disk hits and misses. ``warm_up()`` pays NVRTC's first-call start-up (~200 ms) in a background
-thread.
+thread; the engine does not call it (that thread would compete with its first builds for the GIL).
 
 Why cubin by default: PTX from a newer NVRTC than the driver (here NVRTC 13.5, driver 13.0) may not JIT;
 a cubin for the device's real architecture loads on any driver of the same major version.

@@ -331,7 +331,7 @@ assert "cuda.core" not in sys.modules, "imported before Engine(): this run would
 n = 1 << 12
 rng = np.random.default_rng()
 x = rng.standard_normal(n).astype(np.float32)
-engine = rxcuda.Engine()  # imports cuda.core on this thread, then starts NVRTC's warm-up thread
+engine = rxcuda.Engine()  # imports cuda.core on this thread (a watcher thread may compile later)
 mul = engine.add(rxcuda.Block.from_kernel("kernels/scalar_mul.ptx", size=n, scale=2.0))
 engine.write(mul["x"], x)
 engine.tick()
@@ -350,8 +350,8 @@ print("OK")
 def test_compiling_right_after_engine_works_in_a_fresh_process():
     """Surprise (CUDA Python, not rxcuda): cuda.core's first import is not thread-safe -- it rebuilds its own
     module while importing, and a second thread importing it at that moment sees it half-built
-    (``ImportError: cannot import name 'ProgramOptions' from 'cuda.core.cu13'``). ``Engine()`` starts a
-    thread that warms NVRTC up, so it imports cuda.core on the caller's thread first; compiling right
+    (``ImportError: cannot import name 'ProgramOptions' from 'cuda.core.cu13'``). ``Engine()`` imports
+    cuda.core on the caller's thread (the hot-reload watcher compiles on its own thread); compiling right
     after ``Engine()`` is safe (issue 8 #2). Pytest hides the race (it imports cuda.core while collecting),
     hence fresh processes, several at once.
 

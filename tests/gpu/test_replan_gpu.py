@@ -1,0 +1,107 @@
+"""Incremental structural work on a GPU: a chain edited block by block (added at the end, removed, inserted in
+the middle, a value changed before an edit) computes what NumPy computes after every edit, while the planner
+takes over the unchanged blocks' part of the plan; blocks declared by path share one parsed kernel."""
+
+import subprocess
+import sys
+
+import numpy as np
+from conftest import gpu_subprocess_env
+
+from rxcuda import Block
+
+N = 4099  # not a multiple of the block size: the last thread block is partial
+
+
+def rand(rng, n):
+    return rng.standard_normal(n).astype(np.float32) + 0.5
+
+
+def _mul(kernels, rng, name):
+    scale = float(rng.uniform(0.5, 1.5))
+    return Block.from_kernel(kernels / "scalar_mul.ptx", size=N, scale=scale, name=name), scale
+
+
+def _check(engine, chain, scales, x):
+    frame = engine.tick()
+    assert frame.state == "ok" and frame.launched, [(b.name, b.message) for b in engine.blocks if b.message]
+    want = x * np.float32(np.prod(np.asarray(scales, dtype=np.float64)))
+    np.testing.assert_allclose(engine.read(chain[-1]["out"]), want, rtol=2e-5)
+
+
+def test_a_chain_edited_block_by_block_matches_numpy(engine, rng, kernels):
+    chain, scales = [], []
+    for i in range(24):
+        b, s = _mul(kernels, rng, f"m{i}")
+        chain.append(engine.add(b))
+        scales.append(s)
+        if i:
+            engine.connect(chain[-2]["out"], chain[-1]["x"])
+    x = rand(rng, N)
+    engine.write(chain[0]["x"], x)
+    _check(engine, chain, scales, x)
+    planner = engine._builder.planner
+    for step in range(12):
+        what = step % 4
+        if what == 0:  # a block added at the end
+            b, s = _mul(kernels, rng, f"end{step}")
+            engine.add(b)
+            engine.connect(chain[-1]["out"], b["x"])
+            chain.append(b)
+            scales.append(s)
+        elif what == 1:  # the last block removed
+            engine.remove(chain.pop())
+            scales.pop()
+        elif what == 2:  # a block inserted in the middle
+            at = int(rng.integers(1, len(chain) - 1))
+            b, s = _mul(kernels, rng, f"mid{step}")
+            engine.add(b)
+            engine.disconnect(chain[at - 1]["out"], chain[at]["x"])
+            engine.connect(chain[at - 1]["out"], b["x"])
+            engine.connect(b["out"], chain[at]["x"])
+            chain.insert(at, b)
+            scales.insert(at, s)
+        else:  # a value changed, then a block in the middle removed
+            at = int(rng.integers(1, len(chain) - 1))
+            scales[0] = float(rng.uniform(0.5, 1.5))
+            chain[0].set(scale=scales[0])
+            gone = chain.pop(at)
+            scales.pop(at)
+            engine.remove(gone)
+            engine.connect(chain[at - 1]["out"], chain[at]["x"])
+        _check(engine, chain, scales, x)
+        if what in (0, 1):
+            assert planner.reused >= len(chain) - 2  # the unchanged leading blocks were taken over
+    x = rand(rng, N)  # fresh input through the edited graph
+    engine.write(chain[0]["x"], x)
+    _check(engine, chain, scales, x)
+
+
+def test_blocks_declared_by_path_share_one_parsed_kernel_and_compute(engine, rng, kernels):
+    path = kernels / "scalar_mul.ptx"
+    chain = [engine.add(Block.from_kernel(path, size=N, scale=1.25, name=f"p{i}")) for i in range(40)]
+    assert len({id(b.description.kernels[0].code) for b in chain}) == 1
+    for a, b in zip(chain, chain[1:], strict=False):
+        engine.connect(a["out"], b["x"])
+    x = rand(rng, N)
+    engine.write(chain[0]["x"], x)
+    _check(engine, chain, [1.25] * 40, x)
+    chain[7].set(scale=0.5)
+    _check(engine, chain, [1.25] * 7 + [0.5] + [1.25] * 32, x)
+
+
+def test_an_engine_starts_no_thread_beside_its_first_build(kernels):
+    """NVRTC's warm-up thread ran ~200 ms beside the first builds, taking the GIL and a core from them: an
+    engine starts none (the first compile pays NVRTC's start-up), and a fresh process builds and computes."""
+    code = (
+        "import threading, numpy as np, rxcuda\n"
+        "e = rxcuda.Engine()\n"
+        "assert not any('warm-up' in t.name for t in threading.enumerate()), threading.enumerate()\n"
+        f"b = e.add(rxcuda.Block.from_kernel({str(kernels / 'scalar_mul.ptx')!r}, size=1000, scale=3.0))\n"
+        "x = np.random.default_rng().standard_normal(1000).astype(np.float32)\n"
+        "e.write(b['x'], x); e.tick()\n"
+        "np.testing.assert_allclose(e.read(b['out']), x * 3, rtol=1e-6)\n"
+        "e.close(); print('OK')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=gpu_subprocess_env(),
+                         timeout=120)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr

@@ -1,0 +1,248 @@
+"""Incremental structural work: the Replanner gives the plan a fresh ``plan()`` gives, on random edit sequences,
+reusing the leading blocks that did not change; the engine reuses modules and buffers across a rebuild."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from rxcuda import Block
+from rxcuda.lowlevel import BlockEntry, Connection, PipelineDescription, PortRef, plan
+from rxcuda.model._errors import ValidationError
+from rxcuda.plan._plan import Replanner
+
+N = 64
+KINDS = {  # kernel -> (inputs, outputs)
+    "scalar_mul": (("x",), ("out",)),
+    "vector_add": (("a", "b"), ("out",)),
+}
+
+
+class Pipeline:
+    """A pipeline description edited at random: blocks added anywhere or removed, connections made and
+    dropped, inputs fed or not, values changed."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.entries: list[BlockEntry] = []
+        self.connections: list[Connection] = []
+        self.fed: set[PortRef] = set()
+        self.next_id = 1
+
+    def desc(self) -> PipelineDescription:
+        return PipelineDescription(tuple(self.entries), tuple(self.connections), fed=frozenset(self.fed))
+
+    def inputs(self, e: BlockEntry) -> list[PortRef]:
+        return [PortRef(e.id, p) for p in KINDS[e.desc.kernels[0].name][0]]
+
+    def edit(self) -> str:
+        rng = self.rng
+        op = rng.choice(["add", "add", "add", "remove", "connect", "connect", "disconnect", "feed", "value"])
+        if op == "add" or not self.entries:
+            kernel = rng.choice(list(KINDS))
+            extra = {"scale": rng.choice([1.0, 2.0])} if kernel == "scalar_mul" else {}
+            block = Block.from_kernel(kernel, size=N, name=f"b{self.next_id}", **extra)
+            entry = BlockEntry(self.next_id, block.description)
+            self.next_id += 1
+            at = rng.choice([len(self.entries), rng.randint(0, len(self.entries))])
+            self.entries.insert(at, entry)
+            for ref in self.inputs(entry):  # fed unless connected below
+                self.fed.add(ref)
+            if len(self.entries) > 1 and rng.random() < 0.8:
+                src = rng.choice([e for e in self.entries if e is not entry])
+                dst = rng.choice(self.inputs(entry))
+                self.fed.discard(dst)
+                self.connections.append(Connection(PortRef(src.id, "out"), dst))
+            return "add"
+        if op == "remove":
+            gone = self.entries.pop(rng.randrange(len(self.entries)))
+            self.connections = [c for c in self.connections if gone.id not in (c.src.block, c.dst.block)]
+            self.fed = {r for r in self.fed if r.block != gone.id}
+            for e in self.entries:  # inputs left unconnected are fed (else the plan is refused: also fine)
+                for ref in self.inputs(e):
+                    if not any(c.dst == ref for c in self.connections) and rng.random() < 0.9:
+                        self.fed.add(ref)
+            return "remove"
+        if op == "connect" and len(self.entries) > 1:
+            src, dst_block = rng.sample(self.entries, 2)
+            dst = rng.choice(self.inputs(dst_block))
+            self.connections = [c for c in self.connections if c.dst != dst]  # (a cycle may follow: refused)
+            self.fed.discard(dst)
+            self.connections.append(Connection(PortRef(src.id, "out"), dst))
+            return "connect"
+        if op == "disconnect" and self.connections:
+            c = self.connections.pop(rng.randrange(len(self.connections)))
+            self.fed.add(c.dst)
+            return "disconnect"
+        if op == "feed":
+            e = rng.choice(self.entries)
+            ref = rng.choice(self.inputs(e))
+            if not any(c.dst == ref for c in self.connections):
+                self.fed.symmetric_difference_update({ref})
+            return "feed"
+        i = rng.randrange(len(self.entries))
+        e = self.entries[i]
+        if e.desc.kernels[0].name == "scalar_mul":
+            self.entries[i] = BlockEntry(e.id, e.desc, {"scale": rng.choice([0.5, 3.0]), **(
+                {"n": rng.choice([N, N // 2, N * 2])} if rng.random() < 0.3 else {})})
+        return "value"
+
+
+def _outcome(f, desc):
+    try:
+        return "ok", f(desc)
+    except ValidationError as e:
+        return "error", str(e)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_replanner_plans_as_a_fresh_plan_on_random_edits(seed):
+    rng = random.Random(seed)
+    pipe = Pipeline(rng)
+    planner = Replanner()
+    reused = 0
+    for step in range(30):
+        op = pipe.edit()
+        desc = pipe.desc()
+        for memory in (True, False) if step % 7 == 0 else (True,):
+            got = _outcome(lambda d, m=memory: planner.plan(d, reuse_memory=m), desc)
+            want = _outcome(lambda d, m=memory: plan(d, reuse_memory=m), desc)
+            assert got == want, f"seed {seed}, step {step} ({op}): the incremental plan differs"
+            reused += planner.reused
+    assert reused > 0  # every sequence took some work over
+
+
+def chain(n: int) -> list[BlockEntry]:
+    return [BlockEntry(i, Block.from_kernel("scalar_mul", size=N, scale=2.0, name=f"m{i}").description)
+            for i in range(1, n + 1)]
+
+
+def _desc(entries, extra=()):
+    pairs = zip(entries, entries[1:], strict=False)
+    conns = tuple(Connection(PortRef(a.id, "out"), PortRef(b.id, "x")) for a, b in pairs)
+    return PipelineDescription(tuple(entries), conns + tuple(extra), fed=frozenset({PortRef(entries[0].id, "x")}))
+
+
+def test_a_block_added_at_the_end_replans_that_block_alone():
+    entries = chain(6)
+    planner = Replanner()
+    planner.plan(_desc(entries[:5]))
+    gp = planner.plan(_desc(entries))
+    assert planner.reused == 5 and gp == plan(_desc(entries))
+    gp = planner.plan(_desc(entries[:5]))
+    assert planner.reused == 5 and gp == plan(_desc(entries[:5]))
+
+
+def test_an_edit_in_the_middle_replans_from_there():
+    entries = chain(6)
+    planner = Replanner()
+    planner.plan(_desc(entries))
+    changed = list(entries)
+    changed[3] = BlockEntry(entries[3].id, entries[3].desc, {"scale": 7.0})
+    gp = planner.plan(_desc(changed))
+    assert planner.reused == 3 and gp == plan(_desc(changed))
+    assert gp.nodes[3].args[2].value == 7.0
+
+
+def test_a_refused_plan_raises_as_plan_does_and_the_next_one_starts_over():
+    entries = chain(3)
+    planner = Replanner()
+    planner.plan(_desc(entries))
+    loop = Connection(PortRef(entries[2].id, "out"), PortRef(entries[0].id, "x"))
+    bad = PipelineDescription(tuple(entries), _desc(entries).connections + (loop,))
+    with pytest.raises(ValidationError, match="cycle") as got:
+        planner.plan(bad)
+    with pytest.raises(ValidationError) as want:
+        plan(bad)
+    assert str(got.value) == str(want.value)
+    gp = planner.plan(_desc(entries))
+    assert planner.reused == 0 and gp == plan(_desc(entries))
+    planner.forget()
+    planner.plan(_desc(entries))
+    assert planner.reused == 0
+
+
+# -- the engine: a rebuild reuses the planner's work, loaded modules and port buffers --------------------------
+def test_adding_and_removing_a_block_reuses_plan_modules_and_buffers(engine, api):
+    blocks = [engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name=f"m{i}")) for i in range(20)]
+    for a, b in zip(blocks, blocks[1:], strict=False):
+        engine.connect(a["out"], b["x"])
+    engine.write(blocks[0]["x"], np.ones(N, np.float32))
+    engine.tick()
+    builder = engine._builder
+    assert api.count("cuModuleLoadData") == 1
+    before = dict(builder.buffers)
+    extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name="extra"))
+    engine.connect(blocks[-1]["out"], extra["x"])
+    mark = len(api.calls)
+    assert engine.tick().tiers == ("structure",)
+    assert builder.planner.reused == 20  # the chain's part of the plan was taken over
+    calls = api.since(mark)
+    assert "cuModuleLoadData" not in calls  # the module is loaded once, by content
+    assert calls.count("cuMemAlloc") <= 1  # at most the new block's memory
+    assert all(builder.buffers.get(k) is buf for k, buf in before.items() if k in builder.buffers)
+    engine.remove(extra)
+    mark = len(api.calls)
+    engine.tick()
+    assert builder.planner.reused == 20
+    assert "cuModuleLoadData" not in api.since(mark) and "cuMemAlloc" not in api.since(mark)
+
+
+def test_warnings_of_reused_blocks_stay_in_place_as_validation_warnings_come_and_go():
+    from rxcuda import BlockBuilder
+
+    b = BlockBuilder("opt", size=N)
+    k = b.add_kernel("scalar_mul")
+    b.input("x", k["x"], required=False)  # unconnected: a warning while validating
+    b.output("out", k["out"])
+    b.scalar("scale", k["scale"], default=1.0)
+    b.scalar("n", k["n"])
+    opt = BlockEntry(99, b.build().description)
+    m1, m2, m3 = chain(3)
+    m1 = BlockEntry(m1.id, m1.desc, {"n": 2 * N})  # above what its ports hold: clamped, a warning while emitting
+    fed = PortRef(m1.id, "x")
+
+    def desc(entries, extra_fed=()):
+        linked = [e for e in entries if e is not opt]  # the chain; opt stands alone
+        pairs = zip(linked, linked[1:], strict=False)
+        conns = tuple(Connection(PortRef(a.id, "out"), PortRef(b.id, "x")) for a, b in pairs)
+        return PipelineDescription(tuple(entries), conns, fed=frozenset({fed, *extra_fed}))
+
+    planner = Replanner()
+    steps = [desc([m1, m2]), desc([m1, m2, opt]), desc([m1, m2, opt, m3]),
+             desc([m1, m2, opt, m3], [PortRef(opt.id, "x")]), desc([m1, m2, opt])]
+    for d in steps:
+        gp = planner.plan(d)
+        assert gp == plan(d)
+        assert any("clamp" in w.message or "more than port" in w.message for w in gp.warnings)
+    assert planner.reused == 2  # opt is fed now: re-planned from there
+
+
+def test_a_retired_graph_is_freed_at_once_not_by_the_cycle_collector(engine):
+    import gc
+    import weakref
+
+    from rxcuda.cuda._graph import KernelNode
+
+    blocks = [engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name=f"m{i}")) for i in range(5)]
+    for a, b in zip(blocks, blocks[1:], strict=False):
+        engine.connect(a["out"], b["x"])
+    engine.write(blocks[0]["x"], np.ones(N, np.float32))
+    engine.tick()
+    graph = engine._rt.graph
+    graph.patches[(blocks[0].id, "scale")]  # a patch table entry made, as a parameter change makes one
+    retired = [weakref.ref(graph), weakref.ref(graph.args)]
+    del graph
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        engine.remove(blocks[-1])
+        engine.tick()  # a rebuild retires the old graph
+        assert [r() is None for r in retired] == [True, True]  # freed by reference counting alone
+        alive = [o for o in gc.get_objects() if isinstance(o, KernelNode)]
+        assert len(alive) == len(engine._rt.graph.nodes) == 4  # the running graph's nodes, no others
+    finally:
+        if enabled:
+            gc.enable()
