@@ -297,7 +297,7 @@ class _Splitter:
             return c
 
         # a cross buffer nobody on its device writes (fed from the host, bound): ready once the frame starts
-        for x, rs in readers_of.items():
+        for x in readers_of:
             if home[x] == d and x not in last_writer:
                 record_ready(x, ())
         for n in mine:
