@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ._driver import check
+from ._driver import check, is_sticky
 
 LOCAL, PEER, HOST = "local", "peer", "host"
 ROUTES = {LOCAL: "a device-to-device copy (both are one GPU)", PEER: "a peer copy (peer access on)",
@@ -82,3 +82,12 @@ class Crossing:
 
     def route(self, src_device: int) -> str:
         return self.routes.get(src_device, LOCAL)
+
+
+def lost(stream, *, api) -> bool:
+    """Whether ``stream``'s context is lost (a sticky error, such as a kernel's illegal address); never waits."""
+    try:
+        check(api.cuStreamQuery(stream), "cuStreamQuery")
+    except Exception as e:
+        return is_sticky(e)
+    return False

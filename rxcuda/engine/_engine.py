@@ -30,7 +30,7 @@ from ..plan._liveness import BufferStats, buffer_stats
 from ..plan._plan import GraphPlan
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
-from . import _profile, _shapes_io
+from . import _devices, _profile, _shapes_io
 from ._batch import Batches
 from ._bounds import binding_refused
 from ._build import Builder
@@ -63,7 +63,9 @@ class Engine:
     ...     engine.read(add["out"])[:3]
     array([2., 2., 2.], dtype=float32)
 
-    ``device``: the GPU ordinal. ``sync``: whether ``tick()`` waits for the frame by default. ``timing``:
+    ``device``: the GPU ordinal; ``devices``: several, one pipeline over them (``devices=[0, 1]``, then
+    ``engine.add(block, device=1)`` by position; docs/devices.md). ``sync``: whether ``tick()`` waits for the
+    frame by default. ``timing``:
     record GPU time per frame (``Frame.gpu_us``; two event records a frame): the ``summary`` profiling level.
     ``profile``: the profiling level (``engine.profile``: ``none``, ``summary``, ``per_block``, ``per_kernel``,
     ``deep``, ``deep_sync``). ``debug``: run each frame's
@@ -73,15 +75,19 @@ class Engine:
     (``engine.stats`` tells what that saved); False gives every buffer its own (debugging, comparisons).
     """
 
-    def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, debug: bool = False,
-                 profile: str = "none", driver=None, reuse_memory: bool = True):
+    def __init__(self, device: int = 0, *, devices=None, sync: bool = True, timing: bool = False,
+                 debug: bool = False, profile: str = "none", driver=None, reuse_memory: bool = True):
         level = _profile.check_level(profile)
+        if devices is not None:  # several devices: the first is the engine's own (docs/devices.md)
+            device = _devices.check_devices(devices)[0]
         try:
             self._open(device, sync, driver)
         except CudaError as e:
             if is_sticky(e):  # another engine (or library) in this process lost the context
                 raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
             raise
+        if devices is not None:
+            _devices.open_devices(self, devices, driver)  # (closes the engine if one cannot be opened)
         self._rt.reuse_memory = bool(reuse_memory)
         self._runner.configure("summary" if timing and level == "none" else level, bool(debug))
 
@@ -113,10 +119,10 @@ class Engine:
 
     # -- the model: blocks and connections (any thread) --------------------------------------------------
     @overload
-    def add(self, block: Composite) -> CompositeInstance: ...
+    def add(self, block: Composite, *, device: int | None = None) -> CompositeInstance: ...
     @overload
-    def add(self, block: Block) -> Block: ...
-    def add(self, block):
+    def add(self, block: Block, *, device: int | None = None) -> Block: ...
+    def add(self, block, *, device: int | None = None):
         """Add a block; the next tick rebuilds the graph with it. Returns the block.
 
         A composite (``rxcuda.Composite``) is added as a new instance of its blocks, named ``instance/member``,
@@ -124,8 +130,11 @@ class Engine:
 
         A block whose name is taken is renamed ``name_2``, ``name_3``, ... (``block.name`` tells). A region
         (``If``, ``While``, ...) comes with the blocks of its bodies that are not in the engine yet, and its
-        condition port is connected."""
+        condition port is connected. ``device``: with ``Engine(devices=[...])``, the position of the device it
+        runs on (default 0); a composite or a region is placed as a whole."""
         self._check_open()
+        if device is not None:
+            return _devices.add_on(self, self._rt, block, device)
         if isinstance(block, Region):
             add_region(self, block)
             return block

@@ -82,6 +82,16 @@ class PeerCopyNode(GraphNode):
             self.params.dstDevice = ptr
         return APPLY
 
+    def set_source(self, api, graph_exec, ptr: int, ctx) -> None:
+        """The other device's buffer moved (a rebound array): copy from ``ptr`` from now on (applied at once)."""
+        if self.staged is not None:
+            self.staged.srcDevice = ptr
+            check(api.cuGraphExecMemcpyNodeSetParams(graph_exec, self.stage_handle, self.staged, self.src_ctx),
+                  "cuGraphExecMemcpyNodeSetParams (peer copy, to host)")
+        else:
+            self.params.srcDevice = ptr
+            self.apply(api, graph_exec, self.handle, ctx)
+
     def apply(self, api, graph_exec, handle, ctx) -> None:
         check(api.cuGraphExecMemcpyNodeSetParams(graph_exec, handle, self.params, ctx),
               "cuGraphExecMemcpyNodeSetParams (peer copy)")

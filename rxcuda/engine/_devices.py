@@ -1,0 +1,488 @@
+"""One pipeline over the devices of one host: the engine's devices, a graph per device, and the frame that
+launches them all (``Engine(devices=[0, 1])``, ``engine.add(block, device=1)``).
+
+Each device position has a :class:`Lane`: its device, stream, memory pool and module cache (position 0's is
+the engine's own runtime). A rebuild plans the whole pipeline, splits the plan per device
+(``rxcuda.plan._placement.split``: replicas of the buffers another device reads, peer copy nodes, event
+record and wait nodes), and builds one CUDA graph per device (:func:`build`). :class:`DeviceGraphs` is what
+the rest of the engine sees as the running graph: the whole pipeline's plan, node and buffer ids, each call
+sent to the graph of the device concerned -- a parameter of a block on device 1 is an exec-node update of
+device 1's graph only.
+
+A frame (:meth:`DeviceGraphs.launch`): the engine's stream records a start event; each device's stream waits
+for it and launches its graph (producers first, so each event wait finds this frame's record); the engine's
+stream then waits for every other device's end. So what the engine queues after a frame (outputs read back,
+host data written) is ordered after all devices' work, and no host sync is added (see docs/devices.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..cuda._device import Device
+from ..cuda._fast import FastDriver
+from ..cuda._graph import CompiledGraph
+from ..cuda._memory import BufferPool, DeviceBuffer
+from ..cuda._modules import ModuleCache
+from ..cuda._peer import ROUTES, Crossing, lost, route
+from ..cuda._stream import destroy_event, destroy_stream, synchronize, wait_event
+from ..cuda.nodes import PeerCopyNode, kind_of
+from ..model import _dtypes
+from ..model._describe import CallSpec, KernelSpec, PipelineDescription, PortRef
+from ..model._errors import NoDeviceError
+from ..model._graphplan import GraphPlan
+from ..plan._order import Report
+from ..plan._placement import DeviceSplit, check_placement, split
+from ._records import Diagnostic
+
+
+def check_devices(devices) -> tuple[int, ...]:
+    """``Engine(devices=...)``: a non-empty sequence of GPU ordinals (an ordinal may repeat: two positions
+    on one GPU, each with its own graph and stream)."""
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence) or not devices:
+        raise ValueError(f"devices takes a non-empty list of GPU ordinals, e.g. devices=[0, 1] (got {devices!r})")
+    for d in devices:
+        if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+            raise ValueError(f"devices takes GPU ordinals (ints >= 0); got {d!r} in {list(devices)!r}")
+    return tuple(devices)
+
+
+def check_position(position, count: int) -> int:
+    """``engine.add(block, device=...)``: a position in the engine's device list."""
+    if not isinstance(position, int) or isinstance(position, bool) or not 0 <= position < count:
+        raise ValueError(f"device={position!r} is not one of this engine's devices: it has {count} (positions "
+                         f"0..{count - 1}, as given to Engine(devices=[...]))")
+    return position
+
+
+class Lane:
+    """What one device position of an engine owns: device, streams, memory pool, module cache, fast driver
+    and the events that join it to the frame."""
+
+    def __init__(self, device: Device, stream, capture_stream, pool: BufferPool, modules: ModuleCache,
+                 fast: FastDriver, own: bool):
+        self.device = device
+        self.api = device.api
+        self.stream = stream
+        self.stream_h = int(stream)
+        self.capture_stream = capture_stream
+        self.pool = pool
+        self.modules = modules
+        self.fast = fast
+        self.own = own  # made here (position > 0), so released here
+        self.done = device.create_event(timing=False)  # the end of this device's frame
+        self.done_h = int(self.done)
+
+    @classmethod
+    def open(cls, device: Device) -> Lane:
+        api = device.api
+        return cls(device, device.create_stream(), device.create_stream(), BufferPool(api), ModuleCache(api),
+                   FastDriver(api=api), True)
+
+    def release(self) -> None:
+        from ._runtime import quietly
+
+        quietly(lambda: destroy_event(self.done, api=self.api))
+        if self.own:
+            self.device.make_current()
+            quietly(self.modules.close)
+            quietly(self.pool.close)
+            for s in (self.stream, self.capture_stream):
+                quietly(lambda s=s: destroy_stream(s, api=self.api))
+            quietly(self.device.close)
+
+
+class Devices:
+    """The devices of an engine, by position: their lanes, the route of a copy between each two, the events
+    of the frame. Made by ``Engine(devices=[...])``; ``rt.devices`` of its runtime."""
+
+    def __init__(self, rt, ordinals: tuple[int, ...], driver=None):
+        self.rt = rt
+        self.ordinals = ordinals
+        lanes = [Lane(rt.device, rt.stream, rt.capture_stream, rt.pool, rt.modules, rt.fast, False)]
+        try:
+            for pos, ordinal in enumerate(ordinals[1:], start=1):
+                try:
+                    dev = Device(ordinal, api=driver)
+                except NoDeviceError as e:
+                    raise NoDeviceError(f"Engine(devices={list(ordinals)!r}): position {pos}: {e}") from None
+                lanes.append(Lane.open(dev))
+            rt.device.make_current()
+            self.routes = {(s, d): route(lanes[s].device, lanes[d].device)
+                           for s in range(len(lanes)) for d in range(len(lanes)) if s != d}
+        except BaseException:
+            for lane in lanes:
+                lane.release()
+            raise
+        rt.device.make_current()
+        self.lanes = lanes
+        self.start = rt.device.create_event(timing=False)  # the frame's start on the engine's stream
+        self.start_h = int(self.start)
+        self.events: list = []  # the split's events (created as a rebuild needs more)
+        self.told: set[tuple[int, int]] = set()  # routes said once (an info diagnostic each)
+
+    def __len__(self) -> int:
+        return len(self.lanes)
+
+    def describe(self) -> list[dict]:
+        """Each position's ordinal and card name."""
+        return [{"position": i, "ordinal": lane.device.ordinal, "name": lane.device.name}
+                for i, lane in enumerate(self.lanes)]
+
+    def check(self, desc: PipelineDescription) -> None:
+        """Refuse what this engine's devices cannot run: the placement's problems (``check_placement``), and a
+        library call placed on a GPU other than the engine's first: its handles (cuBLAS, cuFFT, ...) are made
+        on the engine's first device, where the call is captured."""
+        report = check_placement(desc, len(self.lanes), Report())
+        first = self.lanes[0].device
+        for b in desc.blocks:
+            pos = desc.placement.get(b.id, 0)
+            if not (isinstance(pos, int) and 0 <= pos < len(self.lanes)):
+                continue
+            dev = self.lanes[pos].device
+            if dev.ordinal != first.ordinal and any(isinstance(k, CallSpec) for k in b.desc.kernels):
+                report.error(f"block '{b.label()}' is a library call placed on device {pos} (GPU {dev.ordinal}), "
+                             f"but its library handle lives on device 0 (GPU {first.ordinal}), where library "
+                             "calls are captured; place it on device 0", b.label(), b.id)
+        report.raise_errors()
+
+    def event(self, i: int):
+        while len(self.events) <= i:
+            self.events.append(self.rt.device.create_event(timing=False))
+        return self.events[i]
+
+    def faulted(self) -> int | None:
+        """The position of the first device whose stream reports a lost context, or None."""
+        for i, lane in enumerate(self.lanes):
+            if lost(lane.stream, api=lane.api):
+                return i
+        return None
+
+    def say_routes(self, s: DeviceSplit) -> None:
+        """Say once per pair of devices how their copies go (an info diagnostic)."""
+        for link in s.links:
+            pair = (link.src_device, link.dst_device)
+            if pair not in self.told:
+                self.told.add(pair)
+                how = ROUTES[self.routes[pair]]
+                self.rt.reporter.publish(Diagnostic("info", "devices", f"copies from device {pair[0]} to device "
+                                                    f"{pair[1]}: {how}", self.rt.frame))
+
+    def close(self) -> None:
+        from ._runtime import quietly
+
+        for ev in (self.start, *self.events):
+            quietly(lambda ev=ev: destroy_event(ev, api=self.rt.api))
+        self.events = []
+        for lane in reversed(self.lanes):
+            lane.release()
+        self.rt.device.make_current()
+
+
+class _Patches(dict):
+    """``DeviceGraphs.patches``: (block, parameter) -> (targets, plain) as ``CompiledGraph.patches``, the
+    targets' node ids those of the whole plan; each device's own table does the work."""
+
+    def __init__(self, owner: DeviceGraphs):
+        super().__init__()
+        self._owner = owner
+
+    def __missing__(self, key):
+        o = self._owner
+        targets: list = []
+        plain = True
+        for d, g in enumerate(o.graphs):
+            p = g.plan
+            if key in p.slots or key in p.device_scalars or key in p.recapture:
+                t, pl = g.patches[key]
+                back = o.to_global[d]
+                targets.extend((back[nid], view, idx, upd) for nid, view, idx, upd in t)
+                plain = plain and pl
+        value = self[key] = (tuple(targets), plain)
+        return value
+
+
+class DeviceGraphs:
+    """The running graphs of an engine over several devices, as one graph to the rest of the engine (see the
+    module's docstring): ``plan`` and every id are the whole pipeline's; ``graphs[d]`` is device ``d``'s."""
+
+    regions = False
+    stamps = None
+
+    def __init__(self, plan: GraphPlan, s: DeviceSplit, graphs: list[CompiledGraph], devices: Devices):
+        self.plan = plan
+        self.split = s
+        self.graphs = graphs
+        self.devices = devices
+        self.fast = devices.lanes[0].fast
+        self.api = devices.rt.api
+        self.to_global = [{} for _ in graphs]
+        for nid, (d, local) in s.nodes.items():
+            self.to_global[d][local] = nid
+        self.nodes = [graphs[d].nodes[local] for d, local in (s.nodes[n.id] for n in plan.nodes)]
+        self.pointers = {x: graphs[d].pointers[local] for x, (d, local) in s.buffers.items()}
+        self.patches = _Patches(self)
+        self.exec = graphs[0].exec
+        self._consumers: dict[int, list[int]] | None = None
+        order = [(d, graphs[d], devices.lanes[d]) for d in s.order]
+        self._order = order
+
+    def device_of(self, nid: int) -> int:
+        return self.split.nodes[nid][0]
+
+    # -- a frame -------------------------------------------------------------------------------------
+    def launcher(self, stream: int) -> int:
+        """Launch every device's graph (see the module's docstring); returns a CUresult as an int."""
+        fast, api, start = self.fast, self.api, self.devices.start_h
+        fast.record(start, stream)
+        for _d, g, lane in self._order:
+            s = lane.stream_h
+            if s != stream:
+                wait_event(s, start, api=api)
+            err = g.launcher(s)
+            if err:
+                return err
+        for _d, _g, lane in self._order:
+            if lane.stream_h != stream:
+                lane.fast.record(lane.done_h, lane.stream_h)
+                wait_event(stream, lane.done_h, api=api)
+        return 0
+
+    def run_eagerly(self, stream, *, check_each: bool = False, around=None) -> None:
+        """Every device's nodes, one device after another, each on its own stream (``Engine(debug=True)``)."""
+        for _d, g, lane in self._order:
+            s = stream if lane.stream_h == int(stream) else lane.stream
+            g.run_eagerly(s, check_each=check_each, around=around)
+            synchronize(s, api=self.api)
+
+    # -- the tiers, by device ----------------------------------------------------------------------------
+    @property
+    def consumers(self) -> dict[int, list[int]]:
+        if self._consumers is None:
+            out: dict[int, list[int]] = {}
+            for x, (d, local) in self.split.buffers.items():
+                out[x] = [self.to_global[d][n] for n in self.graphs[d].consumers.get(local, ())]
+            self._consumers = out
+        return self._consumers
+
+    def _local(self, nid: int) -> tuple[CompiledGraph, int]:
+        d, local = self.split.nodes[nid]
+        return self.graphs[d], local
+
+    def mark(self, nid: int) -> None:
+        g, local = self._local(nid)
+        g.mark(local)
+
+    def discard(self, nid: int) -> None:
+        g, local = self._local(nid)
+        g.discard(local)
+
+    def set_launch(self, nid: int, launch) -> None:
+        g, local = self._local(nid)
+        g.set_launch(local, launch)
+
+    def set_function(self, nid: int, function) -> None:
+        """The Code tier on the node's own device: ``function`` was loaded on the engine's first device; on
+        another GPU the same code is loaded there."""
+        d, local = self.split.nodes[nid]
+        lanes = self.devices.lanes
+        if lanes[d].device.ordinal != lanes[0].device.ordinal:
+            code = lanes[0].modules.code_of(function)
+            if code is not None:
+                function = lanes[d].modules.load(code).function
+        self.graphs[d].set_function(local, function)
+
+    def set_copy_bytes(self, nid: int, nbytes: int) -> None:
+        g, local = self._local(nid)
+        g.set_copy_bytes(local, nbytes)
+
+    def set_buffer(self, buffer_id: int, ptr: int) -> list[int]:
+        """A rebound array: its own device's nodes, and the copies other devices make of it."""
+        d, local = self.split.buffers[buffer_id]
+        self.pointers[buffer_id] = ptr
+        calls = [self.to_global[d][n] for n in self.graphs[d].set_buffer(local, ptr)]
+        for link in self.split.links:
+            if (link.src_device, link.src) == (d, local):
+                g = self.graphs[link.dst_device]
+                for node in g.nodes:
+                    if isinstance(node, PeerCopyNode) and node.plan.src == local and node.plan.src_device == d:
+                        node.set_source(self.api, g.exec, ptr, g._ctx)
+        return calls
+
+    def flush(self) -> None:
+        for g in self.graphs:
+            g.flush()
+
+    def recapture(self, nid: int, capture) -> None:
+        g, local = self._local(nid)
+        g.recapture(local, capture)
+
+    def debug_dot(self, path, *, verbose: bool = False) -> None:
+        """The driver's picture of device 0's graph (``path``) and of each other device's (``path`` + ``.N``)."""
+        for d, g in enumerate(self.graphs):
+            g.debug_dot(path if d == 0 else f"{path}.{d}", verbose=verbose)
+
+    def close(self) -> None:
+        for g in self.graphs:
+            g.close()
+
+
+def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool) -> bool:
+    """The Structure tier over several devices: split ``gp`` (the whole pipeline's plan), load each device's
+    code, allocate its buffers from its own pool, build and instantiate a graph per device (producers
+    first: a reader's copy names the producer's memory), then swap them in together. A failure leaves the
+    last good graphs running (the caller, ``Builder.build``, reports it)."""
+    rt = builder.rt
+    devices: Devices = rt.devices
+    devices.check(desc)
+    s = split(gp, desc, len(devices))
+    lanes = devices.lanes
+    acquired: list[tuple[Lane, DeviceBuffer]] = []
+    graphs: list[CompiledGraph | None] = [None] * len(lanes)
+    buffers: dict[tuple, tuple[Lane, DeviceBuffer]] = {}
+    old: dict = getattr(builder, "device_buffers", {})
+    remote: dict[tuple[int, int], int] = {}
+    contexts = [lane.device.context for lane in lanes]
+    try:
+        for d in s.order:
+            lane, p = lanes[d], s.plans[d]
+            lane.device.make_current()
+            functions = {}
+            for node in p.nodes:
+                if (n := kind_of(node).kernel_of(node)) is not None:
+                    spec = desc.block(n.block).desc.kernel(n.kernel)
+                    assert isinstance(spec, KernelSpec)
+                    functions[n.code_key] = lane.modules.load(spec.code).function
+            pointers: dict[int, int] = {}
+            fresh = []
+            for group in p.shared:
+                nbytes = max(p.buffers[m].nbytes for m in group)
+                key = (d, ("shared", p.buffers[group[0]].key), nbytes)
+                got = old.get(key) or buffers.get(key)
+                if got is None:
+                    got = (lane, lane.pool.acquire(nbytes))
+                    acquired.append(got)
+                    fresh.append(got[1])
+                buffers[key] = got
+                for m in group:
+                    pointers[m] = got[1].ptr
+            for b in p.buffers:
+                if b.kind == "external":
+                    pointers[b.id] = rt.bindings[PortRef(b.key[1], b.key[2])].ptr
+                    continue
+                if b.id in p.storage:
+                    continue
+                key = (d, b.key, b.nbytes)
+                got = old.get(key)
+                if got is None:
+                    got = (lane, lane.pool.acquire(b.nbytes))
+                    acquired.append(got)
+                    fresh.append(got[1])
+                buffers[key] = got
+                pointers[b.id] = got[1].ptr
+            if fresh:
+                lane.pool.zero(fresh, lane.stream)
+            for (bid, name), sid in p.device_scalars.items():
+                host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(p.buffers[sid].dtype))
+                DeviceBuffer(pointers[sid], host.nbytes, api=lane.api).upload(host, lane.stream)
+            for b in p.buffers:
+                remote[(d, b.id)] = pointers[b.id]
+            crossing = Crossing(d, [devices.event(i) for i in range(len(s.events))], remote,
+                                {src: devices.routes.get((src, d), "local") for src in range(len(lanes))},
+                                contexts)
+            g = CompiledGraph(p, functions, pointers, lane.device.context, capture=builder.capture, fast=lane.fast,
+                              api=lane.api, crossing=crossing)
+            graphs[d] = g
+            g.instantiate()
+            lane.fast.wait(lane.stream_h)  # the zeroing and uploads on this lane, before the frames use them
+    except Exception:
+        for g in graphs:
+            if g is not None:
+                g.close()
+        for lane, buf in acquired:
+            lane.pool.release(buf)
+        rt.device.make_current()
+        raise
+    rt.device.make_current()
+    built = DeviceGraphs(gp, s, [g for g in graphs if g is not None], devices)
+    _retire(builder, built, buffers)
+    devices.say_routes(s)
+    return _finish(builder, desc, gp, built)
+
+
+def _retire(builder, new: DeviceGraphs, buffers: dict) -> None:
+    """Swap the new graphs in; free the old ones and the buffers they alone used (each to its own pool)."""
+    rt = builder.rt
+    old_graph, rt.graph = rt.graph, new
+    if old_graph is not None:
+        for lane in rt.devices.lanes:
+            lane.fast.wait(lane.stream_h)
+        old_graph.close()
+    old: dict = getattr(builder, "device_buffers", {})
+    for key, (lane, buf) in old.items():
+        if key not in buffers:
+            lane.pool.release(buf)
+    builder.device_buffers = buffers
+
+
+def release(builder) -> None:
+    """Free every device's buffers (the engine is closing; its graphs were retired)."""
+    for lane, buf in getattr(builder, "device_buffers", {}).values():
+        lane.pool.release(buf)
+    builder.device_buffers = {}
+
+
+def _finish(builder, desc: PipelineDescription, gp: GraphPlan, built: DeviceGraphs) -> bool:
+    """What a successful build does after the swap (as ``Builder._build``): delayed connections' frame-0
+    values, library state of blocks that left, block states, the plan's warnings."""
+    rt = builder.rt
+    builder.delays.built(gp, desc, built.pointers, ())
+    builder.release_library_state(keep={b.id for b in desc.blocks})
+    for d, g in enumerate(built.graphs):
+        rt.devices.lanes[d].modules.prune({n.code_key for n in g.plan.nodes if hasattr(n, "code_key")})
+    builder.rebuilds += 1
+    was = {}
+    for b in rt.blocks.values():
+        was[b.id] = b.state
+        b._warnings.pop("plan", None)
+        b.state, b.message = ("warning", next(iter(b._warnings.values()))) if b._warnings else ("ok", "")
+    rt.reporter.refresh()
+    for w in gp.warnings:
+        rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None,
+                         source="plan")
+    for bid, state in was.items():  # a block that had an error or a warning and has none now
+        b = rt.blocks[bid]
+        if state in ("error", "warning") and b.state == "ok":
+            b.state = state
+            rt.reporter.recover(b, why="the rebuild succeeded")
+    builder._on_built()
+    builder.last_build_ms = None
+    builder.last_in_place = False
+    return True
+
+
+def open_devices(engine, devices, driver) -> Devices:
+    """``Engine(devices=...)``: the engine's Devices, in its runtime (``rt.devices``). When one cannot be
+    opened (an ordinal that does not exist, say), the engine is closed and the error raised."""
+    rt = engine._rt
+    try:
+        rt.devices = Devices(rt, check_devices(devices), driver)
+    except BaseException:
+        engine.close()
+        raise
+    return rt.devices
+
+
+def add_on(engine, rt, block, device):
+    """``engine.add(block, device=...)``: add it (a composite's or a region's members too: placed as a whole)
+    on ``device``, a position in the engine's device list."""
+    position = check_position(device, len(rt.devices) if rt.devices is not None else 1)
+    with rt.lock:  # the blocks and their placement arrive together
+        before = set(rt.blocks)
+        added = engine.add(block)
+        for bid in rt.blocks:
+            if bid not in before:
+                rt.placement[bid] = position
+    return added
