@@ -53,6 +53,7 @@ class NullDriver:
         self._bodies: dict[int, list] = {}  # conditional node -> its body graphs
         self.live: dict[str, set[int]] = {}  # handle kind -> live handles (what a test can check for leaks)
         self.peer_access = True  # what cuDeviceCanAccessPeer answers for two distinct devices
+        self.lost_streams: set[int] = set()  # streams whose cuStreamQuery says the context is lost
         self.current = 0  # the context made current last
         self._contexts: dict[int, tuple] = {}  # device -> (primary context, references)
         self._peers: set[tuple[int, int]] = set()  # (context, peer context) with peer access enabled
@@ -197,6 +198,9 @@ class NullDriver:
         return self._call("cuStreamSynchronize", (int(stream),))
 
     def cuStreamQuery(self, stream):
+        if int(stream) in self.lost_streams:  # a context lost to a kernel's fault (sticky)
+            self.calls.append(("cuStreamQuery", (int(stream),)))
+            return (_real.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,)
         return self._call("cuStreamQuery", (int(stream),))
 
     def cuStreamWaitEvent(self, stream, event, flags):

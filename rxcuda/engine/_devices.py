@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
 import numpy as np
 
 from ..cuda._device import Device
@@ -30,9 +31,9 @@ from ..cuda._peer import ROUTES, Crossing, lost, route
 from ..cuda._stream import destroy_event, destroy_stream, synchronize, wait_event
 from ..cuda.nodes import PeerCopyNode, kind_of
 from ..model import _dtypes
-from ..model._describe import CallSpec, KernelSpec, PipelineDescription, PortRef
+from ..model._describe import CallSpec, KernelSpec, Launch, PipelineDescription, PortRef
 from ..model._errors import NoDeviceError
-from ..model._graphplan import GraphPlan
+from ..model._graphplan import GraphPlan, KernelNodePlan, PeerCopyNodePlan, ScalarArg
 from ..plan._order import Report
 from ..plan._placement import DeviceSplit, check_placement, split
 from ._records import Diagnostic
@@ -122,6 +123,7 @@ class Devices:
         self.start_h = int(self.start)
         self.events: list = []  # the split's events (created as a rebuild needs more)
         self.told: set[tuple[int, int]] = set()  # routes said once (an info diagnostic each)
+        self.rebuilt: tuple[int, ...] = ()  # the positions whose graph the last rebuild made anew
 
     def __len__(self) -> int:
         return len(self.lanes)
@@ -160,6 +162,17 @@ class Devices:
                 return i
         return None
 
+    def fault(self, g, kernels: tuple[str, ...]) -> tuple[int, tuple[str, ...]]:
+        """For a lost context: the GPU ordinal of the device that faulted (the engine's first when none says
+        so) and, of ``kernels``, those that ran there."""
+        pos = self.faulted()
+        if pos is None:
+            return self.lanes[0].device.ordinal, kernels
+        if isinstance(g, DeviceGraphs):
+            there = {n.label for n in g.plan.nodes if g.split.nodes[n.id][0] == pos}
+            kernels = tuple(k for k in kernels if k in there) or kernels
+        return self.lanes[pos].device.ordinal, kernels
+
     def say_routes(self, s: DeviceSplit) -> None:
         """Say once per pair of devices how their copies go (an info diagnostic)."""
         for link in s.links:
@@ -169,6 +182,21 @@ class Devices:
                 how = ROUTES[self.routes[pair]]
                 self.rt.reporter.publish(Diagnostic("info", "devices", f"copies from device {pair[0]} to device "
                                                     f"{pair[1]}: {how}", self.rt.frame))
+
+    def close_healthy(self) -> list[int]:
+        """After a device was lost: release the lanes of the devices whose context is fine (their graphs,
+        streams, pools, modules); returns their positions."""
+        from ._runtime import quietly
+
+        g = self.rt.graph
+        healthy = [i for i, lane in enumerate(self.lanes) if i and lane.own and not lost(lane.stream, api=lane.api)
+                   and lane.device.ordinal != self.lanes[0].device.ordinal]
+        if isinstance(g, DeviceGraphs):
+            for i in healthy:
+                quietly(g.graphs[i].close)
+        for i in healthy:
+            self.lanes[i].release()
+        return healthy
 
     def close(self) -> None:
         from ._runtime import quietly
@@ -218,7 +246,7 @@ class DeviceGraphs:
         self.devices = devices
         self.fast = devices.lanes[0].fast
         self.api = devices.rt.api
-        self.to_global = [{} for _ in graphs]
+        self.to_global: list[dict[int, int]] = [{} for _ in graphs]
         for nid, (d, local) in s.nodes.items():
             self.to_global[d][local] = nid
         self.nodes = [graphs[d].nodes[local] for d, local in (s.nodes[n.id] for n in plan.nodes)]
@@ -324,9 +352,11 @@ class DeviceGraphs:
         for d, g in enumerate(self.graphs):
             g.debug_dot(path if d == 0 else f"{path}.{d}", verbose=verbose)
 
-    def close(self) -> None:
-        for g in self.graphs:
-            g.close()
+    def close(self, keep: set[int] | frozenset[int] = frozenset()) -> None:
+        """Free every device's graph but those of the positions in ``keep`` (a rebuild kept them)."""
+        for d, g in enumerate(self.graphs):
+            if d not in keep:
+                g.close()
 
 
 def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool) -> bool:
@@ -345,6 +375,8 @@ def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool)
     old: dict = getattr(builder, "device_buffers", {})
     remote: dict[tuple[int, int], int] = {}
     contexts = [lane.device.context for lane in lanes]
+    running = rt.graph if isinstance(rt.graph, DeviceGraphs) and len(rt.graph.graphs) == len(lanes) else None
+    kept: set[int] = set()  # devices whose running graph stays: a structural change elsewhere leaves it alone
     try:
         for d in s.order:
             lane, p = lanes[d], s.plans[d]
@@ -382,44 +414,73 @@ def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool)
                     fresh.append(got[1])
                 buffers[key] = got
                 pointers[b.id] = got[1].ptr
+            for b in p.buffers:
+                remote[(d, b.id)] = pointers[b.id]
+            sources = tuple(remote[(n.src_device, n.src)] for n in p.nodes if isinstance(n, PeerCopyNodePlan))
+            prev = running.graphs[d] if running is not None else None
+            if (prev is not None and not fresh and _structure(prev.plan) == _structure(p) and prev.pointers == pointers
+                    and getattr(prev, "sources", None) == sources):
+                graphs[d] = prev  # the same plan over the same memory: nothing to rebuild on this device
+                kept.add(d)
+                continue
             if fresh:
                 lane.pool.zero(fresh, lane.stream)
             for (bid, name), sid in p.device_scalars.items():
                 host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(p.buffers[sid].dtype))
                 DeviceBuffer(pointers[sid], host.nbytes, api=lane.api).upload(host, lane.stream)
-            for b in p.buffers:
-                remote[(d, b.id)] = pointers[b.id]
             crossing = Crossing(d, [devices.event(i) for i in range(len(s.events))], remote,
                                 {src: devices.routes.get((src, d), "local") for src in range(len(lanes))},
                                 contexts)
             g = CompiledGraph(p, functions, pointers, lane.device.context, capture=builder.capture, fast=lane.fast,
                               api=lane.api, crossing=crossing)
             graphs[d] = g
+            g.sources = sources  # type: ignore[attr-defined]  # the other devices' memory its copies read
             g.instantiate()
             lane.fast.wait(lane.stream_h)  # the zeroing and uploads on this lane, before the frames use them
     except Exception:
-        for g in graphs:
-            if g is not None:
-                g.close()
+        for d, made in enumerate(graphs):
+            if made is not None and d not in kept:
+                made.close()
         for lane, buf in acquired:
             lane.pool.release(buf)
         rt.device.make_current()
         raise
     rt.device.make_current()
     built = DeviceGraphs(gp, s, [g for g in graphs if g is not None], devices)
-    _retire(builder, built, buffers)
+    devices.rebuilt = tuple(d for d in range(len(lanes)) if d not in kept)
+    _retire(builder, built, buffers, kept)
     devices.say_routes(s)
     return _finish(builder, desc, gp, built)
 
 
-def _retire(builder, new: DeviceGraphs, buffers: dict) -> None:
-    """Swap the new graphs in; free the old ones and the buffers they alone used (each to its own pool)."""
+_NO_LAUNCH = Launch(grid=(1, 1, 1), block=(1, 1, 1))
+
+
+def _structure(p: GraphPlan) -> GraphPlan:
+    """A plan without what the lower tiers change in a running graph (scalar values, launch geometry): two
+    plans equal here are one graph."""
+    def plain(n):
+        args = getattr(n, "args", None)
+        if args is None:
+            return n
+        n = n._replace(args=tuple(a._replace(value=0) if isinstance(a, ScalarArg) else a for a in args))
+        return n._replace(launch=_NO_LAUNCH) if isinstance(n, KernelNodePlan) else n
+
+    return attrs.evolve(p, nodes=tuple(plain(n) for n in p.nodes), warnings=())
+
+
+def _retire(builder, new: DeviceGraphs, buffers: dict, kept: set[int]) -> None:
+    """Swap the new graphs in; free the old ones (but those ``kept``) and the buffers they alone used (each to
+    its own pool)."""
     rt = builder.rt
     old_graph, rt.graph = rt.graph, new
     if old_graph is not None:
         for lane in rt.devices.lanes:
             lane.fast.wait(lane.stream_h)
-        old_graph.close()
+        if isinstance(old_graph, DeviceGraphs):
+            old_graph.close(keep=kept)
+        else:
+            old_graph.close()
     old: dict = getattr(builder, "device_buffers", {})
     for key, (lane, buf) in old.items():
         if key not in buffers:
@@ -441,7 +502,7 @@ def _finish(builder, desc: PipelineDescription, gp: GraphPlan, built: DeviceGrap
     builder.delays.built(gp, desc, built.pointers, ())
     builder.release_library_state(keep={b.id for b in desc.blocks})
     for d, g in enumerate(built.graphs):
-        rt.devices.lanes[d].modules.prune({n.code_key for n in g.plan.nodes if hasattr(n, "code_key")})
+        rt.devices.lanes[d].modules.prune({n.code_key for n in g.plan.nodes if isinstance(n, KernelNodePlan)})
     builder.rebuilds += 1
     was = {}
     for b in rt.blocks.values():
@@ -486,3 +547,10 @@ def add_on(engine, rt, block, device):
             if bid not in before:
                 rt.placement[bid] = position
     return added
+
+
+def check_batch(rt) -> None:
+    """``engine.run_batch`` loops one device's graph on that device; over several devices it is refused."""
+    if rt.devices is not None:
+        raise RuntimeError("run_batch loops one device's graph on the GPU; an engine over several devices has one "
+                           "graph per device, so batches are not available yet: call tick() per frame")

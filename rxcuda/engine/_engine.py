@@ -287,6 +287,7 @@ class Engine:
         """
         self._check_open()
         check_frame_count(k)
+        _devices.check_batch(self._rt)
         self._runner.check_caller("run_batch")
         return self._runner.run_batch(k, None if until is None else self._ref(until))
 
@@ -652,6 +653,8 @@ class Engine:
             self._runner.close()
             quietly(self._builder.close)
             rt.release()
+        elif rt.devices is not None:  # the other devices' contexts are fine: they close as usual
+            quietly(rt.devices.close_healthy)
         for stream in (self._frames, self._timings, self._file_changes):
             stream.close()
         self._updater.close()

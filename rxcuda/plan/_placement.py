@@ -277,7 +277,7 @@ class _Splitter:
 
         def emit(node, after: tuple[int, ...]) -> int:
             nid = len(nodes)
-            nodes.append(node._replace(id=nid))
+            nodes.append(attrs.evolve(node, id=nid) if isinstance(node, MemsetNodePlan) else node._replace(id=nid))
             deps.append(tuple(dict.fromkeys(after)))
             return nid
 
@@ -327,6 +327,10 @@ class _Splitter:
                 rid = replica[(x, d)]
                 users = tuple(i for i, n in enumerate(nodes) if rid in _uses(n))
                 copy_in(x, users)
+        for i, n in enumerate(nodes):  # a condition kernel passes its region's handle: the region's id here
+            if any(isinstance(a, HandleArg) for a in getattr(n, "args", ())):
+                nodes[i] = n._replace(args=tuple(a._replace(region=remap[a.region]) if isinstance(a, HandleArg)
+                                                 else a for a in n.args))
         return self._plan(d, nodes, deps, remap, bufs, buf)
 
     @staticmethod
@@ -341,9 +345,7 @@ class _Splitter:
         if isinstance(n, CopyNodePlan):
             fields.update(src=buf[n.src], dst=buf[n.dst])
         if isinstance(n, (KernelNodePlan, CallNodePlan)):
-            fields["args"] = tuple(BufferArg(buf[a.buffer]) if isinstance(a, BufferArg) else
-                                   a._replace(region=remap[a.region]) if isinstance(a, HandleArg) else a
-                                   for a in n.args)
+            fields["args"] = tuple(BufferArg(buf[a.buffer]) if isinstance(a, BufferArg) else a for a in n.args)
         return n._replace(**fields)
 
     def _plan(self, d: int, nodes: list, deps: list, remap: dict[int, int], bufs: list[BufferPlan],

@@ -1,0 +1,464 @@
+"""One pipeline over several devices, on a null driver that simulates them: placement and its checks, the
+split into a plan per device (peer copies, event record/wait pairs, the launch order), the engine's graphs
+per device, every tier on its own device's graph, rebuilds of the touched devices only, faults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _pipeline import add, builder, kcode, mul, ptr, scalar
+
+import rxcuda
+from rxcuda import Block, If, ValidationError
+from rxcuda.cuda import NullDriver
+from rxcuda.cuda._peer import Crossing
+from rxcuda.model._describe import BlockEntry, Connection, PipelineDescription, PortRef
+from rxcuda.model._graphplan import (
+    EventRecordNodePlan,
+    EventWaitNodePlan,
+    KernelNodePlan,
+    PeerCopyNodePlan,
+)
+from rxcuda.plan._placement import check_placement, split
+from rxcuda.plan._plan import plan
+
+N = 1024
+KERNELS = "kernels"
+INPLACE = kcode("inplace", ptr("x", "inout"), scalar("n", default=64))
+
+
+def inplace(name: str) -> Block:
+    """A block that writes its input in place."""
+    b = builder(name)
+    k = b.add_kernel(INPLACE)
+    b.input("x", k["x"])
+    return b.build()
+
+
+def entry(b: Block) -> BlockEntry:
+    return BlockEntry(b.id, b.description, b.values(), b.launches())
+
+
+def chain_desc(*blocks: Block, placement: dict, delay: bool = False) -> PipelineDescription:
+    """blocks[0].out -> blocks[1].x -> ... (each block a ``mul``), the first input fed from the host."""
+    conns = tuple(Connection(PortRef(a.id, "out"), PortRef(b.id, "x"), delay=int(delay))
+                  for a, b in zip(blocks, blocks[1:], strict=False))
+    return PipelineDescription(tuple(entry(b) for b in blocks), conns, fed=frozenset({PortRef(blocks[0].id, "x")}),
+                               placement={blocks[i].id: d for i, d in placement.items()})
+
+
+def kinds(gp) -> list[str]:
+    return [type(n).__name__ for n in gp.nodes]
+
+
+# -- placement and the split (pure) --------------------------------------------------------------------------
+def test_a_placement_past_the_devices_and_an_unknown_block_are_refused():
+    a = mul(name="a")
+    desc = PipelineDescription((entry(a),), fed=frozenset({PortRef(a.id, "x")}), placement={a.id: 2, 999: 1})
+    messages = [p.message for p in check_placement(desc, 2).problems]
+    assert any("block 'a' is placed on device 2, but the engine has 2 devices (positions 0..1)" in m for m in messages)
+    assert any("block id 999, which is not in the pipeline" in m for m in messages)
+    with pytest.raises(ValidationError, match="placed on device 2"):
+        split(plan(desc, reuse_memory=False), desc, 2)
+
+
+def test_a_region_body_across_devices_is_refused_naming_both():
+    fb = builder("check")
+    k = fb.add_kernel(kcode("flag", ptr("x"), ptr("flag", "out", "u32"), scalar("n", default=64)))
+    fb.input("x", k["x"])
+    fb.output("flag", k["flag"], count=1)
+    flag = fb.build()
+    inner = mul(name="inner")
+    e = rxcuda.Engine(devices=[0, 1], driver=NullDriver(devices=2))
+    try:
+        e.add(flag)
+        gate = If(flag["flag"], [inner])
+        e.add(gate)
+        e.write(flag["x"], np.ones(64, np.float32))
+        e.write(inner["x"], np.ones(64, np.float32))
+        desc = e.describe()
+        desc = PipelineDescription(desc.blocks, desc.connections, desc.bindings, desc.fed, desc.regions,
+                                   placement={inner.id: 1})
+        with pytest.raises(ValidationError, match=r"block 'inner' of the body of region 'if' is placed on device 1, "
+                                                  r"region 'if' on device 0"):
+            split(plan(desc, reuse_memory=False), desc, 2)
+    finally:
+        e.close()
+
+
+def test_a_connection_between_devices_is_a_peer_copy_in_the_readers_graph_ordered_by_events():
+    a, b = mul(name="a"), mul(name="b")
+    desc = chain_desc(a, b, placement={1: 1})
+    gp = plan(desc, reuse_memory=False)
+    s = split(gp, desc, 2)
+    p0, p1 = s.plans
+    assert kinds(p0) == ["EventWaitNodePlan", "KernelNodePlan", "EventRecordNodePlan"]
+    assert kinds(p1) == ["EventWaitNodePlan", "PeerCopyNodePlan", "EventRecordNodePlan", "KernelNodePlan"]
+    copy = p1.nodes[1]
+    assert isinstance(copy, PeerCopyNodePlan) and copy.src_device == 0
+    assert copy.src == p0.port_buffers[PortRef(a.id, "out")]  # a's buffer on device 0 ...
+    assert copy.dst == p1.port_buffers[PortRef(b.id, "x")]  # ... into b's replica on device 1
+    assert copy.nbytes == 64 * 4
+    # device 0 records "ready" after a's kernel; device 1 waits for it before the copy, b after the copy
+    ready = p0.nodes[2]
+    assert isinstance(ready, EventRecordNodePlan) and p0.deps[2] == (1,)
+    assert isinstance(p1.nodes[0], EventWaitNodePlan) and p1.nodes[0].event == ready.event
+    assert p1.deps[1] == (0,) and 1 in p1.deps[3]
+    # ... and device 1 records "copied", which device 0 waits for before writing a.out again
+    copied = p1.nodes[2]
+    assert p1.deps[2] == (1,) and p0.nodes[0].event == copied.event and 0 in p0.deps[1]
+    assert s.order == (0, 1) and len(s.events) == 2
+    assert [str(link) for link in s.links] == ["a.out: device 0 -> 1 (256 B)"]
+    assert s.nodes[gp.kernel_nodes[(b.id, "mul")]] == (1, 3)
+
+
+def test_data_flowing_back_launches_the_producer_first():
+    a, b = mul(name="a"), mul(name="b")
+    s = split(plan(desc := chain_desc(a, b, placement={0: 1}), reuse_memory=False), desc, 2)
+    assert s.order == (1, 0) and s.links[0].src_device == 1 and s.links[0].dst_device == 0
+
+
+def test_copies_going_back_and_forth_between_devices_are_refused():
+    a, b, c = mul(name="a"), mul(name="b"), mul(name="c")
+    desc = chain_desc(a, b, c, placement={1: 1})
+    with pytest.raises(ValidationError, match=r"data goes back and forth between devices: device 0 -> 1 \(a.out\), "
+                                              r"device 1 -> 0 \(b.out\)"):
+        split(plan(desc, reuse_memory=False), desc, 2)
+
+
+def test_a_block_writing_another_devices_buffer_is_refused():
+    a = mul(name="a")
+    w = inplace("w")
+    desc = PipelineDescription((entry(a), entry(w)), (Connection(PortRef(a.id, "out"), PortRef(w.id, "x")),),
+                               fed=frozenset({PortRef(a.id, "x")}), placement={w.id: 1})
+    with pytest.raises(ValidationError, match=r"w/inplace on device 1 writes a.out, which lives on device 0"):
+        split(plan(desc, reuse_memory=False), desc, 2)
+
+
+def test_a_reader_before_a_rewrite_on_the_other_device_is_refused():
+    a, r = mul(name="a"), mul(name="r")
+    w = inplace("w")
+    conns = (Connection(PortRef(a.id, "out"), PortRef(r.id, "x")), Connection(PortRef(a.id, "out"), PortRef(w.id, "x")))
+    desc = PipelineDescription((entry(a), entry(r), entry(w)), conns, fed=frozenset({PortRef(a.id, "x")}),
+                               placement={r.id: 1})
+    with pytest.raises(ValidationError, match=r"r/mul on device 1 reads a.out before w/inplace on device 0 writes "
+                                              r"it again"):
+        split(plan(desc, reuse_memory=False), desc, 2)
+
+
+def test_profiling_stamps_over_several_devices_are_refused_with_the_way_out():
+    from rxcuda.plan._profile import add_stamps
+
+    a, b = mul(name="a"), mul(name="b")
+    desc = chain_desc(a, b, placement={1: 1})
+    gp = add_stamps(plan(desc, reuse_memory=False), desc, "block")
+    with pytest.raises(ValidationError, match=r"not available over several devices yet; use profile='summary'"):
+        split(gp, desc, 2)
+
+
+def test_a_delayed_connection_between_devices_is_copied_after_the_frames_readers():
+    a, b = mul(name="a"), mul(name="b")
+    desc = chain_desc(a, b, placement={1: 1}, delay=True)
+    s = split(plan(desc, reuse_memory=False), desc, 2)
+    p1 = s.plans[1]
+    assert kinds(p1) == ["KernelNodePlan", "EventWaitNodePlan", "PeerCopyNodePlan", "EventRecordNodePlan"]
+    assert 0 in p1.deps[2]  # the copy overwrites the replica b read this frame: after b
+    p0 = s.plans[0]
+    record = next(n for n in p0.nodes if isinstance(n, EventRecordNodePlan))
+    delay_copy = next(i for i, n in enumerate(p0.nodes) if type(n).__name__ == "CopyNodePlan")
+    assert delay_copy in p0.deps[record.id]  # ready once the previous-frame buffer holds this frame's value
+
+
+def test_memory_reuse_stays_per_device_and_skips_what_another_device_copies():
+    blocks = [mul(name=f"m{i}") for i in range(5)]
+    desc = chain_desc(*blocks, placement={3: 1, 4: 1})
+    gp = plan(desc, reuse_memory=True)
+    s = split(gp, desc, 2)
+    crossing = s.links[0].src
+    for p in s.plans:
+        for group in p.shared:
+            assert all(m < len(p.buffers) for m in group)
+    assert all(crossing not in g for g in s.plans[0].shared)
+
+
+# -- the engine over several devices ---------------------------------------------------------------------------
+@pytest.fixture
+def api():
+    return NullDriver(devices=2)
+
+
+@pytest.fixture
+def engine(api):
+    e = rxcuda.Engine(devices=[0, 1], driver=api)
+    yield e
+    e.close()
+
+
+def two_stage(engine, device=1):
+    first = engine.add(Block.from_kernel(f"{KERNELS}/vector_add.ptx", size=N))
+    second = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, scale=3.0), device=device)
+    engine.connect(first["out"], second["x"])
+    engine.write(first["a"], np.ones(N, np.float32))
+    engine.write(first["b"], np.ones(N, np.float32))
+    return first, second
+
+
+def graph_adds(api, mark=0):
+    return [(n, a) for n, a in api.calls[mark:] if n.startswith("cuGraphAdd")]
+
+
+def test_devices_are_checked_at_construction(api):
+    with pytest.raises(rxcuda.NoDeviceError, match=r"Engine\(devices=\[0, 5\]\): position 1: .*device 5 does not "
+                                                   r"exist; this machine has 2"):
+        rxcuda.Engine(devices=[0, 5], driver=api)
+    assert api.leaks() == {}
+    for bad in ([], "01", [0, -1], [0, 1.0]):
+        with pytest.raises(ValueError, match="devices takes"):
+            rxcuda.Engine(devices=bad, driver=api)
+
+
+def test_a_block_is_placed_by_position_and_describe_carries_it(engine):
+    first, second = two_stage(engine)
+    assert engine.describe().placement == {second.id: 1}
+    with pytest.raises(ValueError, match=r"device=2 is not one of this engine's devices: it has 2 \(positions 0..1"):
+        engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N), device=2)
+    assert len(engine.blocks) == 2  # the refused block was not added
+    engine.remove(second)
+    assert engine.describe().placement == {}
+
+
+def test_an_engine_on_one_device_refuses_other_positions():
+    e = rxcuda.Engine(driver=NullDriver())
+    try:
+        with pytest.raises(ValueError, match=r"it has 1 \(positions 0..0"):
+            e.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N), device=1)
+        assert e.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N), device=0) in e.blocks
+    finally:
+        e.close()
+
+
+def test_each_device_gets_its_own_graph_and_the_frame_launches_both_without_a_host_sync(engine, api):
+    two_stage(engine)
+    frame = engine.tick()
+    assert frame.tiers == ("structure",) and frame.state == "ok"
+    assert api.count("cuGraphInstantiate") == 2 and api.count("cuGraphLaunch") == 2
+    adds = graph_adds(api)
+    graphs = list(dict.fromkeys(a[0] for _n, a in adds))
+    assert len(graphs) == 2
+    on = {g: [n for n, a in adds if a[0] == g] for g in graphs}
+    assert on[graphs[0]] == ["cuGraphAddEventWaitNode", "cuGraphAddKernelNode", "cuGraphAddEventRecordNode"]
+    assert on[graphs[1]] == ["cuGraphAddEventWaitNode", "cuGraphAddMemcpyNode", "cuGraphAddEventRecordNode",
+                             "cuGraphAddKernelNode"]
+    # one frame: start event, device 0's graph, device 1 waits for the start, its graph, the engine's stream
+    # waits for its end, then the one wait the engine asked for (tick(sync=True))
+    mark = len(api.calls)
+    engine.tick()
+    assert api.since(mark) == ["cuEventRecord", "cuGraphLaunch", "cuStreamWaitEvent", "cuGraphLaunch",
+                               "cuEventRecord", "cuStreamWaitEvent", "cuStreamSynchronize"]
+    assert api.count("cuStreamSynchronize") == api.count("cuStreamSynchronize")  # (no sync inside the frame)
+    launches = [a for n, a in api.calls[mark:] if n == "cuGraphLaunch"]
+    assert launches[0][1] != launches[1][1]  # each device's graph on its own stream
+
+
+def test_the_copy_reads_the_producers_memory_and_the_events_pair_up(engine, api):
+    first, second = two_stage(engine)
+    engine.tick()
+    g = engine._rt.graph
+    src = g.pointers[g.plan.port_buffers[PortRef(first.id, "out")]]
+    (copy,) = [a for n, a in api.calls if n == "cuGraphAddMemcpyNode"]
+    assert copy[2] == src and copy[3] != src and copy[4] == N * 4
+    records = {a[2] for n, a in api.calls if n == "cuGraphAddEventRecordNode"}
+    waits = {a[2] for n, a in api.calls if n == "cuGraphAddEventWaitNode"}
+    assert records == waits and len(records) == 2
+
+
+def test_how_copies_go_is_said_once(engine, api):
+    two_stage(engine)
+    engine.tick()
+    engine.rebuild()
+    said = [d for d in engine.diagnostic_log if d.subject == "devices"]
+    assert [(d.severity, d.message) for d in said] == [("info", "copies from device 0 to device 1: a peer copy "
+                                                                "(peer access on)")]
+    assert api.count("cuCtxEnablePeerAccess") >= 1
+
+
+def test_without_peer_access_the_copy_is_staged_through_pinned_host_memory():
+    api = NullDriver(devices=2)
+    api.peer_access = False
+    e = rxcuda.Engine(devices=[0, 1], driver=api)
+    try:
+        two_stage(e)
+        e.tick()
+        copies = [a for n, a in api.calls if n == "cuGraphAddMemcpyNode"]
+        assert len(copies) == 2  # device -> host, host -> device
+        assert api.count("cuCtxEnablePeerAccess") == 0
+        said = [d.message for d in e.diagnostic_log if d.subject == "devices"]
+        assert said == ["copies from device 0 to device 1: staged through page-locked host memory (no peer access "
+                        "between them)"]
+    finally:
+        e.close()
+    assert api.leaks() == {}
+
+
+def test_two_positions_on_one_gpu_copy_device_to_device_with_their_own_streams():
+    api = NullDriver(devices=1)
+    e = rxcuda.Engine(devices=[0, 0], driver=api)
+    try:
+        two_stage(e)
+        assert e.tick().state == "ok"
+        assert api.count("cuCtxEnablePeerAccess") == 0 and api.count("cuDeviceCanAccessPeer") == 0
+        assert api.count("cuGraphAddMemcpyNode") == 1
+        said = [d.message for d in e.diagnostic_log if d.subject == "devices"]
+        assert said == ["copies from device 0 to device 1: a device-to-device copy (both are one GPU)"]
+    finally:
+        e.close()
+    assert api.leaks() == {}
+
+
+def test_a_parameter_of_a_block_on_device_1_updates_device_1s_graph_only(engine, api):
+    first, second = two_stage(engine)
+    engine.tick()
+    g = engine._rt.graph
+    exec1 = int(g.graphs[1].exec)
+    mark = len(api.calls)
+    second.set(scale=0.5)
+    assert engine.tick().tiers == ("parameters",)
+    updates = [a for n, a in api.calls[mark:] if n == "cuGraphExecKernelNodeSetParams"]
+    assert [u[0] for u in updates] == [exec1]
+    mark = len(api.calls)
+    first.set(n=N // 2)
+    engine.tick()
+    updates = [a for n, a in api.calls[mark:] if n == "cuGraphExecKernelNodeSetParams"]
+    assert [u[0] for u in updates] == [int(g.graphs[0].exec)]
+
+
+def test_code_swap_on_device_1_loads_the_code_there_and_updates_its_graph(engine, api):
+    first = engine.add(Block.from_kernel(f"{KERNELS}/vector_add.ptx", size=N), device=1)
+    second = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+    engine.connect(first["out"], second["x"])
+    engine.write(first["a"], np.ones(N, np.float32))
+    engine.write(first["b"], np.ones(N, np.float32))
+    engine.tick()
+    g = engine._rt.graph
+    assert g.split.order == (1, 0)
+    mark = len(api.calls)
+    assert first.set_code(None, rxcuda.load_kernel_file(f"{KERNELS}/vector_sub.ptx")) == "code"
+    assert engine.tick().tiers == ("code",)
+    new = api.since(mark)
+    assert "cuGraphInstantiate" not in new
+    assert new.count("cuModuleLoadData") == 2  # on the engine's first device, then on device 1's context
+    updates = [a for n, a in api.calls[mark:] if n == "cuGraphExecKernelNodeSetParams"]
+    assert [u[0] for u in updates] == [int(g.graphs[1].exec)]
+
+
+def test_a_structural_change_rebuilds_only_the_devices_it_touches(engine, api):
+    first, second = two_stage(engine)
+    engine.tick()
+    g = engine._rt.graph
+    kept = g.graphs[0]
+    extra = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, name="extra"), device=1)
+    engine.connect(second["out"], extra["x"])
+    mark = len(api.calls)
+    assert engine.tick().tiers == ("structure",)
+    assert engine._rt.devices.rebuilt == (1,)
+    assert engine._rt.graph.graphs[0] is kept
+    assert api.since(mark).count("cuGraphInstantiate") == 1
+    second.set(scale=2.0)  # a value, then a structural change on device 1: device 0 still kept
+    engine.tick()
+    engine.remove(extra)
+    engine.tick()
+    assert engine._rt.devices.rebuilt == (1,)
+
+
+def test_reading_an_output_of_device_1_after_the_frame(engine, api):
+    _first, second = two_stage(engine)
+    engine.tick()
+    out = engine.read(second["out"])
+    assert out.shape == (N,) and out.dtype == np.float32
+
+
+def test_a_library_call_on_another_gpu_is_refused_naming_both(engine, api):
+    from rxcuda import CallSpec, KernelParam
+
+    params = (KernelParam("x", "pointer", 8, "f32", "in"), KernelParam("y", "pointer", 8, "f32", "out"))
+    spec = CallSpec(name="copy", params=params, record=lambda args: None)
+    call = rxcuda.BlockBuilder("libcall")
+    k = call.add_call(spec)
+    call.input("x", k["x"], count=N)
+    call.output("y", k["y"], count=N)
+    block = engine.add(call.build(), device=1)
+    engine.write(block["x"], np.ones(N, np.float32))
+    with pytest.raises(ValidationError, match=r"block 'libcall' is a library call placed on device 1 \(GPU 1\), "
+                                              r"but its library handle lives on device 0 \(GPU 0\)"):
+        engine.rebuild()
+
+
+def test_per_block_profiling_over_devices_is_refused_and_the_last_graphs_keep_running(engine, api):
+    two_stage(engine)
+    engine.tick()
+    engine.profile = "per_block"
+    frame = engine.tick()
+    assert frame.launched
+    assert any("profiling per block or per kernel is not available over several devices yet" in d.message
+               for d in engine.diagnostic_log if d.severity == "error")
+
+
+def test_run_batch_over_devices_says_it_is_not_there_yet(engine, api):
+    two_stage(engine)
+    engine.tick()
+    with pytest.raises(RuntimeError, match=r"run_batch .* one device's graph .* call tick\(\) per frame"):
+        engine.run_batch(4)
+
+
+def test_a_fault_on_device_1_names_it_and_the_engine_closes_cleanly(api):
+    e = rxcuda.Engine(devices=[0, 1], driver=api)
+    _first, second = two_stage(e)
+    e.tick()
+    api.lost_streams.add(int(e._rt.devices.lanes[1].stream))
+    api.fail("cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS", times=100)
+    with pytest.raises(rxcuda.DeviceLostError, match=r"the CUDA context of GPU 1 is lost") as info:
+        e.tick()
+    assert "scalar_mul" in str(info.value) and "vector_add" not in str(info.value)
+    e.close()  # never raises; device 0's context is fine, so its lane is released
+    assert e.closed
+
+
+def test_closing_releases_every_devices_handles(api):
+    e = rxcuda.Engine(devices=[0, 1], driver=api)
+    two_stage(e)
+    e.tick()
+    e.close()
+    assert api.leaks() == {}
+
+
+def test_a_crossing_names_a_missing_remote_buffer():
+    c = Crossing(1, [], {}, {0: "peer"})
+    with pytest.raises(KeyError, match="buffer 3 of device 0 has no memory yet"):
+        c.pointer(0, 3)
+    assert c.route(0) == "peer" and c.route(5) == "local"
+
+
+def test_the_split_keeps_every_kernel_once(engine):
+    blocks = [add(name=f"a{i}") for i in range(2)]
+    desc = PipelineDescription(tuple(entry(b) for b in blocks),
+                               fed=frozenset(PortRef(b.id, p) for b in blocks for p in ("a", "b")),
+                               placement={blocks[1].id: 1})
+    s = split(plan(desc, reuse_memory=False), desc, 2)
+    kernels = [n for p in s.plans for n in p.nodes if isinstance(n, KernelNodePlan)]
+    assert sorted(k.label for k in kernels) == ["a0/add", "a1/add"] and s.links == ()
+
+
+def test_a_region_is_placed_with_its_bodies(engine):
+    fb = builder("check")
+    k = fb.add_kernel(kcode("flag", ptr("x"), ptr("flag", "out", "u32"), scalar("n", default=64)))
+    fb.input("x", k["x"])
+    fb.output("flag", k["flag"], count=1)
+    flag = fb.build()
+    inner = mul(name="inner")
+    engine.add(flag, device=1)
+    gate = engine.add(If(flag["flag"], [inner]), device=1)
+    engine.write(flag["x"], np.ones(64, np.float32))
+    engine.write(inner["x"], np.ones(64, np.float32))
+    assert engine.describe().placement == {flag.id: 1, gate.id: 1, inner.id: 1}
+    assert engine.tick().state == "ok"
+    assert all(d == 1 for d, _ in engine._rt.graph.split.nodes.values())
