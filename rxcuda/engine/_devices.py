@@ -99,9 +99,10 @@ class Devices:
     """The devices of an engine, by position: their lanes, the route of a copy between each two, the events
     of the frame. Made by ``Engine(devices=[...])``; ``rt.devices`` of its runtime."""
 
-    def __init__(self, rt, ordinals: tuple[int, ...], driver=None):
+    def __init__(self, rt, ordinals: tuple[int, ...], driver=None, pipelined: bool = False):
         self.rt = rt
         self.ordinals = ordinals
+        self.pipelined = pipelined
         lanes = [Lane(rt.device, rt.stream, rt.capture_stream, rt.pool, rt.modules, rt.fast, False)]
         try:
             for pos, ordinal in enumerate(ordinals[1:], start=1):
@@ -254,8 +255,11 @@ class DeviceGraphs:
         self.patches = _Patches(self)
         self.exec = graphs[0].exec
         self._consumers: dict[int, list[int]] | None = None
-        order = [(d, graphs[d], devices.lanes[d]) for d in s.order]
-        self._order = order
+        # pipelined, the readers launch first: each event wait then finds the previous frame's record, so a
+        # device works on its frame while the one feeding it works on the next (see docs/devices.md)
+        launch = reversed(s.order) if devices.pipelined else s.order
+        self._order = [(d, graphs[d], devices.lanes[d]) for d in launch]
+        self.latency = latency(s) if devices.pipelined else 0
 
     def device_of(self, nid: int) -> int:
         return self.split.nodes[nid][0]
@@ -524,12 +528,15 @@ def _finish(builder, desc: PipelineDescription, gp: GraphPlan, built: DeviceGrap
     return True
 
 
-def open_devices(engine, devices, driver) -> Devices:
-    """``Engine(devices=...)``: the engine's Devices, in its runtime (``rt.devices``). When one cannot be
-    opened (an ordinal that does not exist, say), the engine is closed and the error raised."""
+def open_devices(engine, devices, driver, pipelined: bool = False) -> Devices:
+    """``Engine(devices=..., pipelined=...)``: the engine's Devices, in its runtime (``rt.devices``). When one
+    cannot be opened (an ordinal that does not exist, say), the engine is closed and the error raised."""
     rt = engine._rt
     try:
-        rt.devices = Devices(rt, check_devices(devices), driver)
+        if devices is None:
+            raise ValueError("pipelined=True pipelines frames over several devices: give them, e.g. "
+                             "Engine(devices=[0, 1], pipelined=True)")
+        rt.devices = Devices(rt, check_devices(devices), driver, bool(pipelined))
     except BaseException:
         engine.close()
         raise
@@ -554,3 +561,40 @@ def check_batch(rt) -> None:
     if rt.devices is not None:
         raise RuntimeError("run_batch loops one device's graph on the GPU; an engine over several devices has one "
                            "graph per device, so batches are not available yet: call tick() per frame")
+
+
+def latency(s: DeviceSplit) -> int:
+    """Pipelined, how many frames the last device lags the first: the most copies on a path between devices."""
+    depth = dict.fromkeys(s.order, 0)
+    for d in s.order:  # producers first
+        for link in s.links:
+            if link.src_device == d:
+                depth[link.dst_device] = max(depth[link.dst_device], depth[d] + 1)
+    return max(depth.values(), default=0)
+
+
+@attrs.frozen
+class DeviceReport:
+    """``engine.devices``: each position's GPU (``ordinals``, ``names``), how a copy goes from one position to
+    another (``routes``: (src, dst) -> "local", "peer" or "host"), whether frames are ``pipelined``, and
+    ``latency``: how many frames the outputs of the last device trail the inputs of the first (0 unless
+    pipelined; known once the pipeline is built), and which positions the last rebuild made anew."""
+
+    ordinals: tuple[int, ...]
+    names: tuple[str, ...]
+    routes: dict
+    pipelined: bool
+    latency: int
+    rebuilt: tuple[int, ...]
+
+
+def report(rt) -> DeviceReport:
+    """What ``engine.devices`` says (one device when the engine was not given several)."""
+    devs: Devices | None = rt.devices
+    if devs is None:
+        return DeviceReport((rt.device.ordinal,), (rt.device.name,), {}, False, 0, ())
+    g = rt.graph
+    lanes = devs.lanes
+    return DeviceReport(tuple(lane.device.ordinal for lane in lanes), tuple(lane.device.name for lane in lanes),
+                        dict(devs.routes), devs.pipelined, g.latency if isinstance(g, DeviceGraphs) else 0,
+                        devs.rebuilt)

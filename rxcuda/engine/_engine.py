@@ -64,7 +64,8 @@ class Engine:
     array([2., 2., 2.], dtype=float32)
 
     ``device``: the GPU ordinal; ``devices``: several, one pipeline over them (``devices=[0, 1]``, then
-    ``engine.add(block, device=1)`` by position; docs/devices.md). ``sync``: whether ``tick()`` waits for the
+    ``engine.add(block, device=1)`` by position; ``pipelined=True``: device i works on frame t-i, and
+    ``engine.devices.latency`` says how many frames late; docs/devices.md). ``sync``: whether ``tick()`` waits for the
     frame by default. ``timing``:
     record GPU time per frame (``Frame.gpu_us``; two event records a frame): the ``summary`` profiling level.
     ``profile``: the profiling level (``engine.profile``: ``none``, ``summary``, ``per_block``, ``per_kernel``,
@@ -75,8 +76,9 @@ class Engine:
     (``engine.stats`` tells what that saved); False gives every buffer its own (debugging, comparisons).
     """
 
-    def __init__(self, device: int = 0, *, devices=None, sync: bool = True, timing: bool = False,
-                 debug: bool = False, profile: str = "none", driver=None, reuse_memory: bool = True):
+    def __init__(self, device: int = 0, *, devices=None, pipelined: bool = False, sync: bool = True,
+                 timing: bool = False, debug: bool = False, profile: str = "none", driver=None,
+                 reuse_memory: bool = True):
         level = _profile.check_level(profile)
         if devices is not None:  # several devices: the first is the engine's own (docs/devices.md)
             device = _devices.check_devices(devices)[0]
@@ -86,8 +88,8 @@ class Engine:
             if is_sticky(e):  # another engine (or library) in this process lost the context
                 raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
             raise
-        if devices is not None:
-            _devices.open_devices(self, devices, driver)  # (closes the engine if one cannot be opened)
+        if devices is not None or pipelined:  # (closes the engine if a device cannot be opened)
+            _devices.open_devices(self, devices, driver, pipelined)
         self._rt.reuse_memory = bool(reuse_memory)
         self._runner.configure("summary" if timing and level == "none" else level, bool(debug))
 
@@ -412,6 +414,11 @@ class Engine:
     def memory(self):
         """The buffer pool's statistics: allocations, reuses, buffers in use, bytes reserved and at peak."""
         return self._rt.pool.stats
+
+    @property
+    def devices(self) -> _devices.DeviceReport:
+        """The engine's devices: positions, GPUs, how copies go between them, the latency in frames."""
+        return _devices.report(self._rt)
 
     @property
     def stats(self) -> BufferStats:

@@ -462,3 +462,38 @@ def test_a_region_is_placed_with_its_bodies(engine):
     assert engine.describe().placement == {flag.id: 1, gate.id: 1, inner.id: 1}
     assert engine.tick().state == "ok"
     assert all(d == 1 for d, _ in engine._rt.graph.split.nodes.values())
+
+
+def test_pipelined_frames_launch_the_readers_first_and_report_the_latency():
+    api = NullDriver(devices=3)
+    e = rxcuda.Engine(devices=[0, 1, 2], pipelined=True, driver=api)
+    try:
+        blocks = [e.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, name=f"s{i}"), device=i)
+                  for i in range(3)]
+        for a, b in zip(blocks, blocks[1:], strict=False):
+            e.connect(a["out"], b["x"])
+        e.write(blocks[0]["x"], np.ones(N, np.float32))
+        e.tick()
+        g = e._rt.graph
+        assert e.devices.pipelined and e.devices.latency == 2
+        mark = len(api.calls)
+        e.tick()
+        launched = [a[0] for n, a in api.calls[mark:] if n == "cuGraphLaunch"]
+        # the last stage first: its event waits find the previous frame's records (frame t-2 on device 2)
+        assert launched == [int(g.graphs[2].exec), int(g.graphs[1].exec), int(g.graphs[0].exec)]
+        assert api.since(mark).count("cuStreamSynchronize") == 1  # no host sync inside the frame
+    finally:
+        e.close()
+
+
+def test_one_frame_at_a_time_is_the_default_and_pipelining_needs_devices(engine, api):
+    two_stage(engine)
+    engine.tick()
+    report = engine.devices
+    assert not report.pipelined and report.latency == 0 and report.ordinals == (0, 1)
+    assert report.routes == {(0, 1): "peer", (1, 0): "peer"} and report.names == ("Null Device", "Null Device")
+    with pytest.raises(ValueError, match=r"pipelined=True pipelines frames over several devices: give them"):
+        rxcuda.Engine(pipelined=True, driver=NullDriver())
+    solo = rxcuda.Engine(driver=NullDriver())
+    assert solo.devices.ordinals == (0,) and solo.devices.latency == 0
+    solo.close()
