@@ -33,7 +33,14 @@ from ..cuda.nodes import PeerCopyNode, kind_of
 from ..model import _dtypes
 from ..model._describe import CallSpec, KernelSpec, Launch, PipelineDescription, PortRef
 from ..model._errors import NoDeviceError
-from ..model._graphplan import GraphPlan, KernelNodePlan, PeerCopyNodePlan, ScalarArg
+from ..model._graphplan import (
+    EventRecordNodePlan,
+    EventWaitNodePlan,
+    GraphPlan,
+    KernelNodePlan,
+    PeerCopyNodePlan,
+    ScalarArg,
+)
 from ..plan._order import Report
 from ..plan._placement import DeviceSplit, check_placement, split
 from ._records import Diagnostic
@@ -122,7 +129,7 @@ class Devices:
         self.lanes = lanes
         self.start = rt.device.create_event(timing=False)  # the frame's start on the engine's stream
         self.start_h = int(self.start)
-        self.events: list = []  # the split's events (created as a rebuild needs more)
+        self.events: dict[tuple[int, int], object] = {}  # (the split's event, its recorder) -> CUevent
         self.told: set[tuple[int, int]] = set()  # routes said once (an info diagnostic each)
         self.rebuilt: tuple[int, ...] = ()  # the positions whose graph the last rebuild made anew
 
@@ -151,10 +158,16 @@ class Devices:
                              "calls are captured; place it on device 0", b.label(), b.id)
         report.raise_errors()
 
-    def event(self, i: int):
-        while len(self.events) <= i:
-            self.events.append(self.rt.device.create_event(timing=False))
-        return self.events[i]
+    def event(self, i: int, recorder: int):
+        """The split's event ``i``, made in the context of the device that records it (``recorder``): an
+        event belongs to one device. Kept across rebuilds, so a graph that stays keeps its events."""
+        key = (i, recorder)
+        ev = self.events.get(key)
+        if ev is None:
+            lane = self.lanes[recorder]
+            lane.device.make_current()
+            ev = self.events[key] = lane.device.create_event(timing=False)
+        return ev
 
     def faulted(self) -> int | None:
         """The position of the first device whose stream reports a lost context, or None."""
@@ -202,9 +215,9 @@ class Devices:
     def close(self) -> None:
         from ._runtime import quietly
 
-        for ev in (self.start, *self.events):
+        for ev in (self.start, *self.events.values()):
             quietly(lambda ev=ev: destroy_event(ev, api=self.rt.api))
-        self.events = []
+        self.events = {}
         for lane in reversed(self.lanes):
             lane.release()
         self.rt.device.make_current()
@@ -283,7 +296,9 @@ class DeviceGraphs:
         return 0
 
     def run_eagerly(self, stream, *, check_each: bool = False, around=None) -> None:
-        """Every device's nodes, one device after another, each on its own stream (``Engine(debug=True)``)."""
+        """Every device's nodes, one device after another, each on its own stream after the work queued on
+        the engine's (``Engine(debug=True)``)."""
+        synchronize(stream, api=self.api)
         for _d, g, lane in self._order:
             s = stream if lane.stream_h == int(stream) else lane.stream
             g.run_eagerly(s, check_each=check_each, around=around)
@@ -320,11 +335,16 @@ class DeviceGraphs:
         another GPU the same code is loaded there."""
         d, local = self.split.nodes[nid]
         lanes = self.devices.lanes
-        if lanes[d].device.ordinal != lanes[0].device.ordinal:
-            code = lanes[0].modules.code_of(function)
-            if code is not None:
-                function = lanes[d].modules.load(code).function
-        self.graphs[d].set_function(local, function)
+        code = lanes[0].modules.code_of(function)
+        if code is not None and lanes[d].device.ordinal != lanes[0].device.ordinal:
+            function = lanes[d].modules.load(code).function
+        g = self.graphs[d]
+        g.set_function(local, function)
+        node = g.plan.nodes[local]
+        if code is not None and isinstance(node, KernelNodePlan):  # the device's plan says which code runs
+            nodes = list(g.plan.nodes)
+            nodes[local] = node._replace(code_key=code.key)
+            g.plan = attrs.evolve(g.plan, nodes=tuple(nodes))
 
     def set_copy_bytes(self, nid: int, nbytes: int) -> None:
         g, local = self._local(nid)
@@ -420,7 +440,12 @@ def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool)
                 pointers[b.id] = got[1].ptr
             for b in p.buffers:
                 remote[(d, b.id)] = pointers[b.id]
-            sources = tuple(remote[(n.src_device, n.src)] for n in p.nodes if isinstance(n, PeerCopyNodePlan))
+            events = [devices.event(i, s.recorders[i]) for i in range(len(s.events))]
+            lane.device.make_current()
+            # what this device's graph reads of the others: their buffers its copies read, the events it uses
+            sources = (tuple(remote[(n.src_device, n.src)] for n in p.nodes if isinstance(n, PeerCopyNodePlan)),
+                       tuple(int(events[n.event]) for n in p.nodes if isinstance(n, (EventRecordNodePlan,
+                                                                                      EventWaitNodePlan))))
             prev = running.graphs[d] if running is not None else None
             if (prev is not None and not fresh and _structure(prev.plan) == _structure(p) and prev.pointers == pointers
                     and getattr(prev, "sources", None) == sources):
@@ -432,7 +457,7 @@ def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool)
             for (bid, name), sid in p.device_scalars.items():
                 host = np.array([desc.block(bid).value(name)], dtype=_dtypes.to_numpy(p.buffers[sid].dtype))
                 DeviceBuffer(pointers[sid], host.nbytes, api=lane.api).upload(host, lane.stream)
-            crossing = Crossing(d, [devices.event(i) for i in range(len(s.events))], remote,
+            crossing = Crossing(d, events, remote,
                                 {src: devices.routes.get((src, d), "local") for src in range(len(lanes))},
                                 contexts)
             g = CompiledGraph(p, functions, pointers, lane.device.context, capture=builder.capture, fast=lane.fast,

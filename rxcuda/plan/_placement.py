@@ -81,7 +81,8 @@ class DeviceSplit:
     """The plan of a pipeline over several devices: one GraphPlan per device (by position), the order the
     graphs launch in, the events that order them (a label each; the plans' event nodes index this tuple), the
     connections between devices, and where each node and buffer of the whole plan went: ``nodes``: node id
-    -> (device, node id there); ``buffers``: buffer id -> (device, buffer id there), its home."""
+    -> (device, node id there); ``buffers``: buffer id -> (device, buffer id there), its home; ``recorders``:
+    the device recording each event (whose context it belongs to)."""
 
     plans: tuple[GraphPlan, ...]
     order: tuple[int, ...]
@@ -89,6 +90,7 @@ class DeviceSplit:
     links: tuple[Link, ...]
     nodes: Mapping[int, tuple[int, int]]
     buffers: Mapping[int, tuple[int, int]]
+    recorders: tuple[int, ...] = ()  # event index -> the device whose graph records it (an event is a device's)
 
     def device_of_block(self, gp: GraphPlan, block: int) -> int | None:
         """The device the nodes of ``block`` run on (None: the block has no node)."""
@@ -226,12 +228,14 @@ class _Splitter:
         self.gp, self.devices, self.node_dev, self.home = gp, devices, node_dev, home
         self.writers, self.wanted, self.delayed = writers, wanted, delayed
         self.events: list[str] = []
+        self.recorders: list[int] = []
         self.links: list[Link] = []
         self.node_map: dict[int, tuple[int, int]] = {}
         self.buffer_map: dict[int, tuple[int, int]] = {}
 
-    def event(self, label: str) -> int:
+    def event(self, label: str, recorder: int) -> int:
         self.events.append(label)
+        self.recorders.append(recorder)
         return len(self.events) - 1
 
     def run(self, order: tuple[int, ...]) -> DeviceSplit:
@@ -256,11 +260,13 @@ class _Splitter:
         for (x, d) in self.wanted:
             readers_of.setdefault(x, []).append(d)
         # events: per (buffer, reader device), "ready" (home records, reader waits) and "copied" (the reverse)
-        ready = {k: self.event(f"{gp.buffers[k[0]].label} ready for device {k[1]}") for k in self.wanted}
-        copied = {k: self.event(f"{gp.buffers[k[0]].label} copied to device {k[1]}") for k in self.wanted}
+        ready = {k: self.event(f"{gp.buffers[k[0]].label} ready for device {k[1]}", self.home[k[0]])
+                 for k in self.wanted}
+        copied = {k: self.event(f"{gp.buffers[k[0]].label} copied to device {k[1]}", k[1]) for k in self.wanted}
         plans = tuple(self._device_plan(d, local[d], bufs[d], replica, readers_of, ready, copied)
                       for d in range(self.devices))
-        return DeviceSplit(plans, order, tuple(self.events), tuple(self.links), self.node_map, self.buffer_map)
+        return DeviceSplit(plans, order, tuple(self.events), tuple(self.links), self.node_map, self.buffer_map,
+                           tuple(self.recorders))
 
     def _device_plan(self, d: int, local: dict[int, int], bufs: list[BufferPlan], replica: dict,
                      readers_of: dict[int, list[int]], ready: dict, copied: dict) -> GraphPlan:
