@@ -164,3 +164,18 @@ def test_summary_timing_covers_every_device(devices, rng, kernels):
         frame = engine.tick()
         assert frame.gpu_us is not None and frame.gpu_us > 0
         np.testing.assert_allclose(engine.read(second["out"]), (a + b) * 3.0, rtol=1e-6)
+
+
+def test_the_two_gpus_example_runs(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import gpu_subprocess_env
+
+    proc = subprocess.run([sys.executable, "-m", "rxcuda.examples.two_gpus", "4"], capture_output=True, text=True,
+                          cwd=tmp_path, env=gpu_subprocess_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("max error vs NumPy") == 4 + 3  # 4 frames, then 3 pipelined frames after the fill
+    if _gpus() < 2:
+        assert proc.stdout.startswith("one GPU here (")
+    assert list(tmp_path.iterdir()) == []
