@@ -497,3 +497,27 @@ def test_one_frame_at_a_time_is_the_default_and_pipelining_needs_devices(engine,
     solo = rxcuda.Engine(driver=NullDriver())
     assert solo.devices.ordinals == (0,) and solo.devices.latency == 0
     solo.close()
+
+
+# -- pictures and the live view ---------------------------------------------------------------------------------
+def test_the_picture_draws_a_cluster_per_device(engine):
+    first, second = two_stage(engine)
+    lines = [line.strip() for line in rxcuda.to_dot(engine).splitlines()]
+    c0, c1 = lines.index("subgraph cluster_device_0 {"), lines.index("subgraph cluster_device_1 {")
+    assert lines[c0 + 1].startswith('label="device 0"') and lines[c0 + 2].startswith(f"b{first.id} [")
+    assert lines[c1 + 1].startswith('label="device 1"') and lines[c1 + 2].startswith(f"b{second.id} [")
+    solo = rxcuda.Engine(driver=NullDriver())
+    try:
+        solo.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+        assert "cluster_device" not in rxcuda.to_dot(solo)
+    finally:
+        solo.close()
+
+
+def test_the_live_view_says_the_device_of_each_block(engine):
+    from rxcuda.view._collect import graph_message
+
+    first, second = two_stage(engine)
+    engine.tick()
+    blocks = {b["name"]: b for b in graph_message(engine)["blocks"]}
+    assert blocks[first.name]["device"] == 0 and blocks[second.name]["device"] == 1

@@ -303,7 +303,15 @@ def _layout() -> str:
 
 def _layout_folders() -> list[str]:
     """The package folders the layout names: ``  name/`` lines inside ``rxcuda/``."""
-    return re.findall(r"^  (\w+)/", re.split(r"\n(?=\S)", _layout().split("\nrxcuda/", 1)[1], maxsplit=1)[0], re.M)
+    section = re.split(r"\n(?=\S)", _layout().split("\nrxcuda/", 1)[1], maxsplit=1)[0]
+    named, parent = [], None
+    for indent, name in re.findall(r"^( {2,4})(\w+)/", section, re.M):
+        if len(indent) == 2:
+            parent = name
+            named.append(name)
+        elif parent is not None:  # a folder inside the one above it: cuda/nodes
+            named.append(f"{parent}/{name}")
+    return named
 
 
 def test_the_layout_names_every_folder_of_the_package():
