@@ -331,12 +331,13 @@ class DeviceGraphs:
         g.set_launch(local, launch)
 
     def set_function(self, nid: int, function) -> None:
-        """The Code tier on the node's own device: ``function`` was loaded on the engine's first device; on
-        another GPU the same code is loaded there."""
+        """The Code tier on the node's own device: ``function`` was loaded in the engine's first device's
+        module cache; another device loads the same code in its own (for its context, and so the first
+        device's pruning never unloads what another device's graph runs)."""
         d, local = self.split.nodes[nid]
         lanes = self.devices.lanes
         code = lanes[0].modules.code_of(function)
-        if code is not None and lanes[d].device.ordinal != lanes[0].device.ordinal:
+        if code is not None and d != 0:  # its own module cache, whose modules live as long as its graph
             function = lanes[d].modules.load(code).function
         g = self.graphs[d]
         g.set_function(local, function)

@@ -521,3 +521,22 @@ def test_the_live_view_says_the_device_of_each_block(engine):
     engine.tick()
     blocks = {b["name"]: b for b in graph_message(engine)["blocks"]}
     assert blocks[first.name]["device"] == 0 and blocks[second.name]["device"] == 1
+
+
+def test_a_composite_is_placed_as_a_whole(engine):
+    from rxcuda import Composite
+
+    pair = Composite("pair")
+    first = pair.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, name="first"))
+    second = pair.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, name="second"))
+    pair.connect(first["out"], second["x"])
+    pair.expose("x", first["x"])
+    pair.expose("y", second["out"])
+    src = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, name="src"))
+    inst = engine.add(pair, device=1)
+    engine.connect(src["out"], inst["x"])
+    engine.write(src["x"], np.ones(N, np.float32))
+    placement = engine.describe().placement
+    assert sorted(placement.values()) == [1, 1] and src.id not in placement
+    assert engine.tick().state == "ok"
+    assert [str(link) for link in engine._rt.graph.split.links] == ["src.out: device 0 -> 1 (4 KiB)"]
