@@ -46,9 +46,12 @@ from ..plan._placement import DeviceSplit, check_placement, split
 from ._records import Diagnostic
 
 
-def check_devices(devices) -> tuple[int, ...]:
+def check_devices(devices, device: int = 0) -> tuple[int, ...]:
     """``Engine(devices=...)``: a non-empty sequence of GPU ordinals (an ordinal may repeat: two positions
-    on one GPU, each with its own graph and stream)."""
+    on one GPU, each with its own graph and stream); ``device``, the engine's other spelling, left alone."""
+    if device != 0:
+        raise ValueError(f"give Engine either device={device!r} or devices={devices!r}, not both (devices[0] is "
+                         "the engine's first device)")
     if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence) or not devices:
         raise ValueError(f"devices takes a non-empty list of GPU ordinals, e.g. devices=[0, 1] (got {devices!r})")
     for d in devices:

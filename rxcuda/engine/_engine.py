@@ -81,7 +81,7 @@ class Engine:
                  reuse_memory: bool = True):
         level = _profile.check_level(profile)
         if devices is not None:  # several devices: the first is the engine's own (docs/devices.md)
-            device = _devices.check_devices(devices)[0]
+            device = _devices.check_devices(devices, device)[0]
         try:
             self._open(device, sync, driver)
         except CudaError as e:

@@ -215,6 +215,8 @@ def test_devices_are_checked_at_construction(api):
     for bad in ([], "01", [0, -1], [0, 1.0]):
         with pytest.raises(ValueError, match="devices takes"):
             rxcuda.Engine(devices=bad, driver=api)
+    with pytest.raises(ValueError, match=r"give Engine either device=1 or devices=\[0, 1\], not both"):
+        rxcuda.Engine(1, devices=[0, 1], driver=api)
 
 
 def test_a_block_is_placed_by_position_and_describe_carries_it(engine):
