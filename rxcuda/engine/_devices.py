@@ -85,6 +85,9 @@ class Lane:
         self.own = own  # made here (position > 0), so released here
         self.done = device.create_event(timing=False)  # the end of this device's frame
         self.done_h = int(self.done)
+        # profiling: this device's part of a frame, between two timing events (``Devices.gpu_us``)
+        self.began, self.ended = device.create_event(), device.create_event()
+        self.began_h, self.ended_h = int(self.began), int(self.ended)
 
     @classmethod
     def open(cls, device: Device) -> Lane:
@@ -95,7 +98,8 @@ class Lane:
     def release(self) -> None:
         from ._runtime import quietly
 
-        quietly(lambda: destroy_event(self.done, api=self.api))
+        for ev in (self.done, self.began, self.ended):
+            quietly(lambda ev=ev: destroy_event(ev, api=self.api))
         if self.own:
             self.device.make_current()
             quietly(self.modules.close)
@@ -135,6 +139,8 @@ class Devices:
         self.events: dict[tuple[int, int], object] = {}  # (the split's event, its recorder) -> CUevent
         self.told: set[tuple[int, int]] = set()  # routes said once (an info diagnostic each)
         self.rebuilt: tuple[int, ...] = ()  # the positions whose graph the last rebuild made anew
+        self.timed = False  # profiling: time each device's part of a frame (FrameRunner.configure)
+        self.timed_frames = 0  # frames launched with those timings
 
     def __len__(self) -> int:
         return len(self.lanes)
@@ -178,6 +184,16 @@ class Devices:
             if lost(lane.stream, api=lane.api):
                 return i
         return None
+
+    def gpu_us(self) -> tuple[float | None, ...]:
+        """Each device's GPU time in the last profiled frame (microseconds; None for a device whose part is
+        not done yet, or when no frame was profiled): never waits."""
+        if not self.timed_frames:
+            return (None,) * len(self.lanes)
+        out: list[float | None] = []
+        for lane in self.lanes:
+            out.append(lane.fast.elapsed_us(lane.began_h, lane.ended_h) if lane.fast.done(lane.ended_h) else None)
+        return tuple(out)
 
     def fault(self, g, kernels: tuple[str, ...]) -> tuple[int, tuple[str, ...]]:
         """For a lost context: the GPU ordinal of the device that faulted (the engine's first when none says
@@ -283,15 +299,22 @@ class DeviceGraphs:
     # -- a frame -------------------------------------------------------------------------------------
     def launcher(self, stream: int) -> int:
         """Launch every device's graph (see the module's docstring); returns a CUresult as an int."""
-        fast, api, start = self.fast, self.api, self.devices.start_h
+        fast, api, devices = self.fast, self.api, self.devices
+        start, timed = devices.start_h, devices.timed
         fast.record(start, stream)
         for _d, g, lane in self._order:
             s = lane.stream_h
             if s != stream:
                 wait_event(s, start, api=api)
+            if timed:
+                lane.fast.record(lane.began_h, s)
             err = g.launcher(s)
             if err:
                 return err
+            if timed:
+                lane.fast.record(lane.ended_h, s)
+        if timed:
+            devices.timed_frames += 1
         for _d, _g, lane in self._order:
             if lane.stream_h != stream:
                 lane.fast.record(lane.done_h, lane.stream_h)
@@ -607,7 +630,9 @@ class DeviceReport:
     """``engine.devices``: each position's GPU (``ordinals``, ``names``), how a copy goes from one position to
     another (``routes``: (src, dst) -> "local", "peer" or "host"), whether frames are ``pipelined``, and
     ``latency``: how many frames the outputs of the last device trail the inputs of the first (0 unless
-    pipelined; known once the pipeline is built), and which positions the last rebuild made anew."""
+    pipelined; known once the pipeline is built), which positions the last rebuild made anew, and with a
+    profiling level (``Engine(timing=True)``, ``engine.profile = "summary"``) each device's GPU time in the
+    last frame (``gpu_us``, microseconds; None until that frame's part is done)."""
 
     ordinals: tuple[int, ...]
     names: tuple[str, ...]
@@ -615,15 +640,16 @@ class DeviceReport:
     pipelined: bool
     latency: int
     rebuilt: tuple[int, ...]
+    gpu_us: tuple[float | None, ...] = ()  # profiled: each device's GPU time in the last frame
 
 
 def report(rt) -> DeviceReport:
     """What ``engine.devices`` says (one device when the engine was not given several)."""
     devs: Devices | None = rt.devices
     if devs is None:
-        return DeviceReport((rt.device.ordinal,), (rt.device.name,), {}, False, 0, ())
+        return DeviceReport((rt.device.ordinal,), (rt.device.name,), {}, False, 0, (), ())
     g = rt.graph
     lanes = devs.lanes
     return DeviceReport(tuple(lane.device.ordinal for lane in lanes), tuple(lane.device.name for lane in lanes),
                         dict(devs.routes), devs.pipelined, g.latency if isinstance(g, DeviceGraphs) else 0,
-                        devs.rebuilt)
+                        devs.rebuilt, devs.gpu_us())

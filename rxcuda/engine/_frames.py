@@ -84,6 +84,8 @@ class FrameRunner:
         self.debug = debug
         self.plain = level == "none" and not debug
         rt.stamps = stamps_for(level)
+        if rt.devices is not None:  # several devices: each device's part of a frame is timed too
+            rt.devices.timed = level != "none"
         if rt.stamps != before and rt.blocks:
             rt.pending.add(ProfileChanged(level))
 

@@ -542,3 +542,23 @@ def test_a_composite_is_placed_as_a_whole(engine):
     assert sorted(placement.values()) == [1, 1] and src.id not in placement
     assert engine.tick().state == "ok"
     assert [str(link) for link in engine._rt.graph.split.links] == ["src.out: device 0 -> 1 (4 KiB)"]
+
+
+def test_profiled_frames_time_each_devices_part(api):
+    e = rxcuda.Engine(devices=[0, 1], timing=True, driver=api)
+    try:
+        two_stage(e)
+        assert e.devices.gpu_us == (None, None)  # nothing profiled yet
+        e.tick()
+        mark = len(api.calls)
+        frame = e.tick()
+        assert frame.gpu_us is not None
+        # the frame's pair, and each device's pair around its own graph
+        assert api.since(mark).count("cuEventRecord") == 2 + 2 * 2 + 2
+        assert e.devices.gpu_us == (0.0, 0.0)  # (the null driver's clock)
+        e.profile = "none"
+        mark = len(api.calls)
+        e.tick()
+        assert api.since(mark).count("cuEventRecord") == 2  # the frame's start and device 1's end only
+    finally:
+        e.close()
