@@ -562,3 +562,19 @@ def test_profiled_frames_time_each_devices_part(api):
         assert api.since(mark).count("cuEventRecord") == 2  # the frame's start and device 1's end only
     finally:
         e.close()
+
+
+def test_a_trace_has_a_track_per_device(api, tmp_path):
+    e = rxcuda.Engine(devices=[0, 1], timing=True, driver=api)
+    try:
+        two_stage(e)
+        with e.trace(tmp_path / "trace.json") as trace:
+            for _ in range(3):
+                e.tick()
+        events = trace.events()
+        tracks = {ev["args"]["name"] for ev in events if ev.get("name") == "thread_name"}
+        assert {"device 0", "device 1"} <= tracks
+        slices = [ev for ev in events if ev.get("cat") == "device"]
+        assert len(slices) == 6 and {ev["name"].split(":")[0] for ev in slices} == {"device 0", "device 1"}
+    finally:
+        e.close()
