@@ -12,15 +12,19 @@ import rxcuda
 from rxcuda import Block, If, ValidationError
 from rxcuda.cuda import NullDriver
 from rxcuda.cuda._peer import Crossing
-from rxcuda.model._describe import BlockEntry, Connection, PipelineDescription, PortRef
-from rxcuda.model._graphplan import (
+from rxcuda.lowlevel import (
+    BlockEntry,
+    Connection,
     EventRecordNodePlan,
     EventWaitNodePlan,
     KernelNodePlan,
     PeerCopyNodePlan,
+    PipelineDescription,
+    PortRef,
+    check_placement,
+    plan,
+    split,
 )
-from rxcuda.plan._placement import check_placement, split
-from rxcuda.plan._plan import plan
 
 N = 1024
 KERNELS = "kernels"
