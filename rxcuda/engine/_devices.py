@@ -141,6 +141,7 @@ class Devices:
         self.rebuilt: tuple[int, ...] = ()  # the positions whose graph the last rebuild made anew
         self.timed = False  # profiling: time each device's part of a frame (FrameRunner.configure)
         self.timed_frames = 0  # frames launched with those timings
+        self.timed_lanes: frozenset[int] = frozenset()  # the positions the last of them launched a graph on
 
     def __len__(self) -> int:
         return len(self.lanes)
@@ -191,8 +192,9 @@ class Devices:
         if not self.timed_frames:
             return (None,) * len(self.lanes)
         out: list[float | None] = []
-        for lane in self.lanes:
-            out.append(lane.fast.elapsed_us(lane.began_h, lane.ended_h) if lane.fast.done(lane.ended_h) else None)
+        for i, lane in enumerate(self.lanes):
+            done = i in self.timed_lanes and lane.fast.done(lane.ended_h)
+            out.append(lane.fast.elapsed_us(lane.began_h, lane.ended_h) if done else None)
         return tuple(out)
 
     def fault(self, g, kernels: tuple[str, ...]) -> tuple[int, tuple[str, ...]]:
@@ -290,7 +292,9 @@ class DeviceGraphs:
         # pipelined, the readers launch first: each event wait then finds the previous frame's record, so a
         # device works on its frame while the one feeding it works on the next (see docs/devices.md)
         launch = reversed(s.order) if devices.pipelined else s.order
-        self._order = [(d, graphs[d], devices.lanes[d]) for d in launch]
+        # (a device with no node this frame launches nothing)
+        self._order = [(d, graphs[d], devices.lanes[d]) for d in launch if graphs[d].plan.nodes]
+        self._positions = frozenset(d for d, _g, _lane in self._order)
         self.latency = latency(s) if devices.pipelined else 0
 
     def device_of(self, nid: int) -> int:
@@ -315,6 +319,7 @@ class DeviceGraphs:
                 lane.fast.record(lane.ended_h, s)
         if timed:
             devices.timed_frames += 1
+            devices.timed_lanes = self._positions
         for _d, _g, lane in self._order:
             if lane.stream_h != stream:
                 lane.fast.record(lane.done_h, lane.stream_h)

@@ -582,3 +582,17 @@ def test_a_trace_has_a_track_per_device(api, tmp_path):
         assert len(slices) == 6 and {ev["name"].split(":")[0] for ev in slices} == {"device 0", "device 1"}
     finally:
         e.close()
+
+
+def test_a_device_with_no_block_launches_nothing(api):
+    e = rxcuda.Engine(devices=[0, 1], timing=True, driver=api)
+    try:
+        m = e.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+        e.write(m["x"], np.ones(N, np.float32))
+        e.tick()
+        mark = len(api.calls)
+        e.tick()
+        assert api.since(mark).count("cuGraphLaunch") == 1 and "cuStreamWaitEvent" not in api.since(mark)
+        assert e.devices.gpu_us == (0.0, None)
+    finally:
+        e.close()
