@@ -31,7 +31,7 @@ from ..cuda._peer import ROUTES, Crossing, lost, route
 from ..cuda._stream import destroy_event, destroy_stream, synchronize, wait_event
 from ..cuda.nodes import PeerCopyNode, kind_of
 from ..model import _dtypes
-from ..model._describe import CallSpec, KernelSpec, Launch, PipelineDescription, PortRef
+from ..model._describe import KernelSpec, Launch, PipelineDescription, PortRef
 from ..model._errors import NoDeviceError
 from ..model._graphplan import (
     EventRecordNodePlan,
@@ -41,8 +41,7 @@ from ..model._graphplan import (
     PeerCopyNodePlan,
     ScalarArg,
 )
-from ..plan._order import Report
-from ..plan._placement import DeviceSplit, check_placement, split
+from ..plan._placement import DeviceSplit, split
 from ._records import Diagnostic
 
 
@@ -151,22 +150,8 @@ class Devices:
         return [{"position": i, "ordinal": lane.device.ordinal, "name": lane.device.name}
                 for i, lane in enumerate(self.lanes)]
 
-    def check(self, desc: PipelineDescription) -> None:
-        """Refuse what this engine's devices cannot run: the placement's problems (``check_placement``), and a
-        library call placed on a GPU other than the engine's first: its handles (cuBLAS, cuFFT, ...) are made
-        on the engine's first device, where the call is captured."""
-        report = check_placement(desc, len(self.lanes), Report())
-        first = self.lanes[0].device
-        for b in desc.blocks:
-            pos = desc.placement.get(b.id, 0)
-            if not (isinstance(pos, int) and 0 <= pos < len(self.lanes)):
-                continue
-            dev = self.lanes[pos].device
-            if dev.ordinal != first.ordinal and any(isinstance(k, CallSpec) for k in b.desc.kernels):
-                report.error(f"block '{b.label()}' is a library call placed on device {pos} (GPU {dev.ordinal}), "
-                             f"but its library handle lives on device 0 (GPU {first.ordinal}), where library "
-                             "calls are captured; place it on device 0", b.label(), b.id)
-        report.raise_errors()
+    def ordinals_of(self) -> tuple[int, ...]:
+        return tuple(lane.device.ordinal for lane in self.lanes)
 
     def event(self, i: int, recorder: int):
         """The split's event ``i``, made in the context of the device that records it (``recorder``): an
@@ -422,8 +407,7 @@ def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool)
     last good graphs running (the caller, ``Builder.build``, reports it)."""
     rt = builder.rt
     devices: Devices = rt.devices
-    devices.check(desc)
-    s = split(gp, desc, len(devices))
+    s = split(gp, desc, len(devices), devices.ordinals_of())
     lanes = devices.lanes
     acquired: list[tuple[Lane, DeviceBuffer]] = []
     graphs: list[CompiledGraph | None] = [None] * len(lanes)

@@ -33,13 +33,13 @@ whole pipeline (``rxcuda.plan._plan.plan``) and makes one :class:`GraphPlan` per
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import attrs
 
 from ..model import _dtypes
-from ..model._describe import PipelineDescription
+from ..model._describe import CallSpec, PipelineDescription
 from ..model._graphplan import (
     BufferArg,
     BufferPlan,
@@ -100,11 +100,22 @@ class DeviceSplit:
         return None
 
 
-def check_placement(desc: PipelineDescription, devices: int, report: Report | None = None) -> Report:
+def check_placement(desc: PipelineDescription, devices: int, report: Report | None = None,
+                    ordinals: Sequence[int] | None = None) -> Report:
     """Report what the placement cannot do: a position past the ``devices`` an engine has, a block id that is
-    not in the pipeline, a region body placed apart from its region. Returns the report (raises nothing)."""
+    not in the pipeline, a region body placed apart from its region, and, given the GPU ``ordinals`` of the
+    positions, a library call placed on another GPU than the first position's (its handles are made and its
+    calls captured there). Returns the report (raises nothing)."""
     report = report if report is not None else Report()
     names = {b.id: b.label() for b in desc.blocks}
+    if ordinals is not None:
+        for b in desc.blocks:
+            pos = desc.placement.get(b.id, 0)
+            if (isinstance(pos, int) and 0 <= pos < len(ordinals) and ordinals[pos] != ordinals[0]
+                    and any(isinstance(k, CallSpec) for k in b.desc.kernels)):
+                report.error(f"block '{b.label()}' is a library call placed on device {pos} (GPU {ordinals[pos]}), "
+                             f"but its library handle lives on device 0 (GPU {ordinals[0]}), where library calls "
+                             "are captured; place it on device 0", b.label(), b.id)
     for bid, pos in desc.placement.items():
         if bid not in names:
             report.error(f"the placement names block id {bid}, which is not in the pipeline; place blocks that "
@@ -153,10 +164,12 @@ def _uses(node) -> frozenset[int]:
     return frozenset(used)
 
 
-def split(gp: GraphPlan, desc: PipelineDescription, devices: int) -> DeviceSplit:
+def split(gp: GraphPlan, desc: PipelineDescription, devices: int,
+          ordinals: Sequence[int] | None = None) -> DeviceSplit:
     """One plan per device for ``gp``, the plan of the whole pipeline ``desc`` (see the module's docstring).
-    Raises one ValidationError naming what cannot be split (with the placement's own problems)."""
-    report = check_placement(desc, devices)
+    Raises one ValidationError naming what cannot be split (with the placement's own problems; ``ordinals``:
+    the positions' GPUs, see :func:`check_placement`)."""
+    report = check_placement(desc, devices, ordinals=ordinals)
     placement = desc.placement
     if gp.stamps is not None or any(isinstance(n, StampNodePlan) for n in gp.nodes):
         report.error("profiling per block or per kernel is not available over several devices yet; use "

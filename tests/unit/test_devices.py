@@ -596,3 +596,21 @@ def test_a_device_with_no_block_launches_nothing(api):
         assert e.devices.gpu_us == (0.0, None)
     finally:
         e.close()
+
+
+def test_the_planner_refuses_a_library_call_on_another_gpu_but_not_on_the_same_one():
+    from rxcuda import BlockBuilder, CallSpec, KernelParam
+
+    params = (KernelParam("x", "pointer", 8, "f32", "in"), KernelParam("y", "pointer", 8, "f32", "out"))
+    b = BlockBuilder("gemm")
+    k = b.add_call(CallSpec(name="copy", params=params, record=lambda args: None))
+    b.input("x", k["x"], count=64)
+    b.output("y", k["y"], count=64)
+    call = b.build()
+    desc = PipelineDescription((entry(call),), fed=frozenset({PortRef(call.id, "x")}), placement={call.id: 1})
+    problems = check_placement(desc, 2, ordinals=(0, 3)).problems
+    assert [p.message for p in problems] == [
+        "block 'gemm' is a library call placed on device 1 (GPU 3), but its library handle lives on device 0 "
+        "(GPU 0), where library calls are captured; place it on device 0"]
+    assert check_placement(desc, 2, ordinals=(0, 0)).problems == []  # one GPU twice: the same handles
+    assert split(plan(desc, reuse_memory=False), desc, 2, (0, 0)).plans[1].nodes
