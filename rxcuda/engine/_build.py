@@ -28,7 +28,7 @@ from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, HandleArg, Ke
 from ..plan._liveness import holds_own_value
 from ..plan._plan import plan as make_plan
 from ..plan._profile import add_stamps
-from . import _devices
+from . import _devbuild
 from ._delaystate import DelayState
 from ._profile import LOW_OCCUPANCY, occupancy
 from ._resize import try_in_place
@@ -96,8 +96,8 @@ class Builder:
             gp = make_plan(desc, reuse_memory=rt.reuse_memory)
             if rt.stamps:  # profiling: a timestamp node per block or kernel (rxcuda.engine._profile)
                 gp = add_stamps(gp, desc, rt.stamps)
-            if rt.devices is not None:  # several devices: a graph each (rxcuda.engine._devices)
-                return _devices.build(self, desc, gp, raise_errors)
+            if rt.devices is not None:  # several devices: a graph each (rxcuda.engine._devbuild)
+                return _devbuild.build(self, desc, gp, raise_errors)
             if rt.graph is not None and try_in_place(self, desc, gp):  # only shapes changed, and still fit
                 return True
             functions = {}
@@ -293,7 +293,7 @@ class Builder:
         """Free the graph, the buffers and the library state (the caller waited for the GPU)."""
         self.retire(None, {})
         if self.rt.devices is not None:
-            _devices.release(self)
+            _devbuild.release(self)
         self.release_library_state(keep=set())
 
 
