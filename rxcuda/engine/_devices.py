@@ -9,10 +9,11 @@ record and wait nodes), and builds one CUDA graph per device (``rxcuda.engine._d
 node and buffer ids, each call sent to the graph of the device concerned -- a parameter of a block on
 device 1 is an exec-node update of device 1's graph only.
 
-A frame (:meth:`DeviceGraphs.launcher`; ``pipelined``, the readers launch first): the engine's stream records a start event; each device's stream waits
-for it and launches its graph (producers first, so each event wait finds this frame's record); the engine's
-stream then waits for every other device's end. So what the engine queues after a frame (outputs read back,
-host data written) is ordered after all devices' work, and no host sync is added (see docs/devices.md).
+A frame (:meth:`DeviceGraphs.launcher`): the engine's stream records a start event; each device's stream
+waits for it and launches its graph (producers first, so each event wait finds this frame's record;
+pipelined, the readers first); the engine's stream then waits for every other device's end. So what the
+engine queues after a frame (outputs read back, host data written) is ordered after all devices' work, and
+no host sync is added (see docs/devices.md).
 """
 
 from __future__ import annotations
