@@ -128,7 +128,7 @@ def test_pipelined_frames_lag_one_frame_per_hop(devices, rng, kernels):
 
 
 def test_observe_and_feed_across_devices(devices, rng, kernels):
-    from reactivex import Subject
+    from reactivex.subject import Subject
 
     n = 2048
     with rxcuda.Engine(devices=devices) as engine:
