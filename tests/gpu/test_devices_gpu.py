@@ -164,7 +164,7 @@ def test_summary_timing_covers_every_device(devices, rng, kernels):
         frame = engine.tick()
         assert frame.gpu_us is not None and frame.gpu_us > 0
         per_device = engine.devices.gpu_us
-        assert len(per_device) == 2 and all(t is not None and 0 < t for t in per_device)
+        assert len(per_device) == 2 and all(t is not None and t > 0 for t in per_device)
         np.testing.assert_allclose(engine.read(second["out"]), (a + b) * 3.0, rtol=1e-6)
 
 
