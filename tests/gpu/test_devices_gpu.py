@@ -99,14 +99,20 @@ def test_a_delayed_connection_across_devices(devices, rng, kernels):
     with rxcuda.Engine(devices=devices) as engine:
         mul = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=n, scale=3.0))
         acc = engine.add(Block.from_kernel(kernels / "vector_add.ptx", size=n), device=1)
-        engine.connect(mul["out"], acc["a"], delay=1)
+        engine.connect(mul["out"], acc["a"], delay=1, initial=0.5)
         x, b = rand(rng, n), rand(rng, n)
         engine.write(mul["x"], x)
         engine.write(acc["b"], b)
         engine.tick()
-        np.testing.assert_allclose(engine.read(acc["out"]), b, rtol=1e-6)  # frame 0 reads zeros
+        np.testing.assert_allclose(engine.read(acc["out"]), b + np.float32(0.5), rtol=1e-6)  # frame 0: initial
         engine.tick()
         np.testing.assert_allclose(engine.read(acc["out"]), 3.0 * x + b, rtol=1e-6)
+        x2 = rand(rng, n)
+        engine.write(mul["x"], x2)
+        engine.tick()  # reads the previous frame's 3x
+        np.testing.assert_allclose(engine.read(acc["out"]), 3.0 * x + b, rtol=1e-6)
+        engine.tick()
+        np.testing.assert_allclose(engine.read(acc["out"]), 3.0 * x2 + b, rtol=1e-6)
 
 
 def test_pipelined_frames_lag_one_frame_per_hop(devices, rng, kernels):

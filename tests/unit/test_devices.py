@@ -614,3 +614,22 @@ def test_the_planner_refuses_a_library_call_on_another_gpu_but_not_on_the_same_o
         "(GPU 0), where library calls are captured; place it on device 0"]
     assert check_placement(desc, 2, ordinals=(0, 0)).problems == []  # one GPU twice: the same handles
     assert split(plan(desc, reuse_memory=False), desc, 2, (0, 0)).plans[1].nodes
+
+
+def test_a_delayed_connection_into_another_device_starts_from_its_initial_value(engine, api):
+    mul = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+    acc = engine.add(Block.from_kernel(f"{KERNELS}/vector_add.ptx", size=N), device=1)
+    engine.connect(mul["out"], acc["a"], delay=1, initial=5.0)
+    engine.write(mul["x"], np.ones(N, np.float32))
+    engine.write(acc["b"], np.ones(N, np.float32))
+    mark = len(api.calls)
+    engine.tick()
+    g = engine._rt.graph
+    (link,) = g.split.links
+    src, dst = g.graphs[0].pointers[link.src], g.graphs[1].pointers[link.dst]
+    copies = [a for n, a in api.calls[mark:] if n == "cuMemcpyDtoDAsync"]
+    assert (dst, src, N * 4, int(engine._rt.stream)) in copies  # the replica takes the frame-0 value
+    writes = [i for i, (n, a) in enumerate(api.calls[mark:]) if n in ("cuMemcpyHtoDAsync", "cuMemsetD32Async")
+              and a[0] == src]
+    first_copy = next(i for i, (n, a) in enumerate(api.calls[mark:]) if n == "cuMemcpyDtoDAsync" and a[0] == dst)
+    assert writes and max(writes) < first_copy  # after the initial value was written
