@@ -9,7 +9,7 @@ import attrs
 import numpy as np
 
 from ..cuda._graph import CompiledGraph
-from ..cuda._memory import DeviceBuffer, copy_dtod_async
+from ..cuda._memory import DeviceBuffer
 from ..cuda._peer import Crossing
 from ..cuda.nodes import kind_of
 from ..model import _dtypes
@@ -171,13 +171,7 @@ def _finish(builder, desc: PipelineDescription, gp: GraphPlan, built: DeviceGrap
     values, library state of blocks that left, block states, the plan's warnings."""
     rt = builder.rt
     builder.delays.built(gp, desc, built.pointers, ())
-    # a delayed connection into another device: its reader's replica holds what the previous-frame buffer
-    # holds (its frame-0 value after a build, the last frame's after that), so the next frame reads it there
-    s = built.split
-    for link in s.links:
-        if s.plans[link.src_device].buffers[link.src].kind == "delay":
-            copy_dtod_async(built.graphs[link.dst_device].pointers[link.dst],
-                            built.graphs[link.src_device].pointers[link.src], link.nbytes, rt.stream, api=rt.api)
+    built.refresh_replicas(rt.stream)  # delayed connections into another device: from their frame-0 values
     builder.release_library_state(keep={b.id for b in desc.blocks})
     for d, g in enumerate(built.graphs):
         rt.devices.lanes[d].modules.prune({n.code_key for n in g.plan.nodes if isinstance(n, KernelNodePlan)})

@@ -25,7 +25,7 @@ import attrs
 from ..cuda._device import Device
 from ..cuda._fast import FastDriver
 from ..cuda._graph import CompiledGraph
-from ..cuda._memory import BufferPool
+from ..cuda._memory import BufferPool, copy_dtod_async
 from ..cuda._modules import ModuleCache
 from ..cuda._peer import ROUTES, lost, route
 from ..cuda._stream import destroy_event, destroy_stream, synchronize, wait_event
@@ -381,6 +381,16 @@ class DeviceGraphs:
     def recapture(self, nid: int, capture) -> None:
         g, local = self._local(nid)
         g.recapture(local, capture)
+
+    def refresh_replicas(self, stream) -> None:
+        """Delayed connections into another device: the reader's replica takes what the previous-frame buffer
+        holds now (after a build or ``engine.reset_delays()``: its frame-0 value), one copy each on
+        ``stream`` (the engine's), so the next frame reads it there."""
+        s = self.split
+        for link in s.links:
+            if s.plans[link.src_device].buffers[link.src].kind == "delay":
+                copy_dtod_async(self.graphs[link.dst_device].pointers[link.dst],
+                                self.graphs[link.src_device].pointers[link.src], link.nbytes, stream, api=self.api)
 
     def debug_dot(self, path, *, verbose: bool = False) -> None:
         """The driver's picture of device 0's graph (``path``) and of each other device's (``path`` + ``.N``)."""

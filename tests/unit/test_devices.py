@@ -633,3 +633,19 @@ def test_a_delayed_connection_into_another_device_starts_from_its_initial_value(
               and a[0] == src]
     first_copy = next(i for i, (n, a) in enumerate(api.calls[mark:]) if n == "cuMemcpyDtoDAsync" and a[0] == dst)
     assert writes and max(writes) < first_copy  # after the initial value was written
+
+
+def test_reset_delays_refreshes_the_other_devices_copy(engine, api):
+    mul = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+    acc = engine.add(Block.from_kernel(f"{KERNELS}/vector_add.ptx", size=N), device=1)
+    engine.connect(mul["out"], acc["a"], delay=1)
+    engine.write(mul["x"], np.ones(N, np.float32))
+    engine.write(acc["b"], np.ones(N, np.float32))
+    engine.tick()
+    g = engine._rt.graph
+    (link,) = g.split.links
+    mark = len(api.calls)
+    engine.reset_delays()
+    copies = [a for n, a in api.calls[mark:] if n == "cuMemcpyDtoDAsync"]
+    assert copies == [(g.graphs[1].pointers[link.dst], g.graphs[0].pointers[link.src], N * 4,
+                       int(engine._rt.stream))]
