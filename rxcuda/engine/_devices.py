@@ -456,7 +456,20 @@ class DeviceReport:
     ``latency``: how many frames the outputs of the last device trail the inputs of the first (0 unless
     pipelined; known once the pipeline is built), which positions the last rebuild made anew, and with a
     profiling level (``Engine(timing=True)``, ``engine.profile = "summary"``) each device's GPU time in the
-    last frame (``gpu_us``, microseconds; None until that frame's part is done)."""
+    last frame (``gpu_us``, microseconds; None until that frame's part is done).
+
+    >>> import numpy as np, rxcuda
+    >>> from rxcuda.cuda import NullDriver
+    >>> with rxcuda.Engine(devices=[0, 1], pipelined=True, driver=NullDriver(devices=2)) as engine:
+    ...     a = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=256))
+    ...     b = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=256, name="b"), device=1)
+    ...     engine.connect(a["out"], b["x"])
+    ...     engine.write(a["x"], np.ones(256, np.float32))
+    ...     _ = engine.tick()
+    ...     report = engine.devices
+    >>> report.ordinals, report.routes[(0, 1)], report.pipelined, report.latency
+    ((0, 1), 'peer', True, 1)
+    """
 
     ordinals: tuple[int, ...]
     names: tuple[str, ...]
