@@ -11,12 +11,12 @@ from _pipeline import builder, kcode, mul, ptr, scalar
 import rxcuda
 from rxcuda import Block, If, ValidationError
 from rxcuda.cuda import NullDriver
-from rxcuda.lowlevel import (
-    PortRef,
-)
+from rxcuda.lowlevel import PortRef
 
 N = 1024
 KERNELS = "kernels"
+
+
 # -- the engine over several devices ---------------------------------------------------------------------------
 @pytest.fixture
 def api():
