@@ -52,6 +52,12 @@ Delayed connections (``Connection(src, dst, delay=1)``, feedback across frames) 
 :class:`CopyNodePlan` per delayed output, after every other node; ``GraphPlan.delays`` maps the buffer the
 output writes to its previous-frame buffer.
 
+Several devices (``PipelineDescription.placement``: block id -> device position): :func:`split` makes one
+plan per device from the whole pipeline's plan (a :class:`DeviceSplit`): a connection between devices is a
+:class:`PeerCopyNodePlan` in the reading device's plan, ordered by :class:`EventRecordNodePlan` /
+:class:`EventWaitNodePlan` pairs (each :class:`Link` names one); :func:`check_placement` reports what a
+placement cannot do.
+
 Functions: :func:`plan`, :func:`validate` (raises one :class:`~rxcuda.ValidationError` listing every
 error), :func:`check` (every :class:`Problem`, errors and warnings, raising nothing), :func:`order_blocks`
 (the topological order the plan uses).
@@ -91,17 +97,21 @@ from .model._graphplan import (
     BufferPlan,
     CallNodePlan,
     CopyNodePlan,
+    EventRecordNodePlan,
+    EventWaitNodePlan,
     GraphPlan,
     HandleArg,
     KernelNodePlan,
     MemsetNodePlan,
     NodePlan,
+    PeerCopyNodePlan,
     RegionNodePlan,
     ScalarArg,
     StampLayout,
     StampNodePlan,
 )
 from .model._regions import RegionSpec
+from .plan._placement import DeviceSplit, Link, check_placement, split
 from .plan._plan import check, order_blocks, plan, validate
 
 __all__ = [
@@ -115,6 +125,9 @@ __all__ = [
     "Connection",
     "CopyNodePlan",
     "CountSpec",
+    "DeviceSplit",
+    "EventRecordNodePlan",
+    "EventWaitNodePlan",
     "ExposedParameter",
     "ExposedPort",
     "ExternalBinding",
@@ -128,11 +141,13 @@ __all__ = [
     "KernelSignature",
     "KernelSpec",
     "Launch",
+    "Link",
     "MemberDescription",
     "MemberParameter",
     "MemberPort",
     "MemsetNodePlan",
     "NodePlan",
+    "PeerCopyNodePlan",
     "Pin",
     "PipelineDescription",
     "PortRef",
@@ -145,7 +160,9 @@ __all__ = [
     "StampLayout",
     "StampNodePlan",
     "check",
+    "check_placement",
     "order_blocks",
     "plan",
+    "split",
     "validate",
 ]

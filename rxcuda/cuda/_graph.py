@@ -69,7 +69,8 @@ class CompiledGraph:
     """
 
     def __init__(self, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
-                 ctx, capture: Capture | None = None, fast: FastDriver | None = None, api=None, stamps=None):
+                 ctx, capture: Capture | None = None, fast: FastDriver | None = None, api=None, stamps=None,
+                 crossing=None):
         self.plan = plan
         self.stamps = stamps  # the profiling ring (rxcuda.cuda._profile.StampRing) the stamp nodes write, or None
         self.api = drv = api if api is not None else _drv
@@ -84,7 +85,7 @@ class CompiledGraph:
         parents = plan.parents
         kinds = [kind_of(n) for n in plan.nodes]  # the one lookup per node: from here on, the nodes' methods
         self.regions = bool(parents) or any(k.conditional for k in kinds)
-        b = BuildContext(drv, ctx, self.graph, functions, pointers, capture, stamps)
+        b = BuildContext(drv, ctx, self.graph, functions, pointers, capture, stamps, crossing)
         try:
             by_kind: dict[type[GraphNode], list] = {}
             for n, k in zip(plan.nodes, kinds, strict=True):

@@ -82,6 +82,14 @@ class ModuleCache:
         self.loads += 1
         return loaded
 
+    def code_of(self, function) -> KernelCode | None:
+        """The code whose loaded function is ``function`` (None: not loaded here). Another device's cache
+        loads the same code for its own context (``rxcuda.engine._devices``)."""
+        for loaded in self._loaded.values():
+            if loaded.function is function or int(loaded.function) == int(function):
+                return loaded.code
+        return None
+
     def prune(self, keep: frozenset[str] | set[str]) -> int:
         """Unload every module whose key is not in ``keep``; returns how many were unloaded."""
         with self._lock:

@@ -55,6 +55,11 @@ class NullDriver:
         # OpenGL objects a test pretends exist: name -> bytes (a buffer) or (height, width, bytes per texel)
         self.gl_objects: dict[int, int | tuple[int, int, int]] = {}
         self._gl: dict[int, tuple[int, bool]] = {}  # graphics resource -> (GL name, mapped)
+        self.peer_access = True  # what cuDeviceCanAccessPeer answers for two distinct devices
+        self.lost_streams: set[int] = set()  # streams whose cuStreamQuery says the context is lost
+        self.current = 0  # the context made current last
+        self._contexts: dict[int, tuple] = {}  # device -> (primary context, references)
+        self._peers: set[tuple[int, int]] = set()  # (context, peer context) with peer access enabled
 
     # -- recording, failures ---------------------------------------------------------------------------
     def fail(self, name: str, error="CUDA_ERROR_UNKNOWN", times: int = 1) -> None:
@@ -131,14 +136,58 @@ class NullDriver:
         return self._call("cuDeviceTotalMem", (dev,), (self.total_memory,))
 
     def cuDevicePrimaryCtxRetain(self, dev):
-        return self._call("cuDevicePrimaryCtxRetain", (dev,), lambda: (self._new("context", _real.CUcontext),))
+        """One primary context per device, as the driver keeps it: retained again, the same one."""
+        def retain():
+            ctx, refs = self._contexts.get(int(dev), (None, 0))
+            if ctx is None:
+                ctx = self._new("context", _real.CUcontext)
+            self._contexts[int(dev)] = (ctx, refs + 1)
+            return (ctx,)
+        return self._call("cuDevicePrimaryCtxRetain", (dev,), retain)
 
     def cuDevicePrimaryCtxRelease(self, dev):
-        self.live.get("context", set()).clear()
+        ctx, refs = self._contexts.get(int(dev), (None, 0))
+        if ctx is not None:
+            if refs <= 1:
+                del self._contexts[int(dev)]
+                self._drop("context", ctx)
+            else:
+                self._contexts[int(dev)] = (ctx, refs - 1)
         return self._call("cuDevicePrimaryCtxRelease", (dev,))
 
     def cuCtxSetCurrent(self, ctx):
+        self.current = int(ctx)
         return self._call("cuCtxSetCurrent", (ctx,))
+
+    # -- several devices -------------------------------------------------------------------------------
+    def context_of(self, device: int) -> int:
+        """The primary context of ``device`` (a test's way to tell devices apart in ``calls``)."""
+        return int(self._contexts[device][0])
+
+    def cuDeviceCanAccessPeer(self, dev, peer):
+        """``peer_access`` answers for every pair of distinct devices; a device never is its own peer."""
+        return self._call("cuDeviceCanAccessPeer", (int(dev), int(peer)),
+                          (int(self.peer_access and int(dev) != int(peer)),))
+
+    def cuCtxEnablePeerAccess(self, peer_ctx, flags):
+        pair = (self.current, int(peer_ctx))
+        if pair in self._peers:
+            self.calls.append(("cuCtxEnablePeerAccess", pair))
+            self._counts["cuCtxEnablePeerAccess"] += 1
+            return (_real.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,)
+        self._peers.add(pair)
+        return self._call("cuCtxEnablePeerAccess", pair)
+
+    def cuMemcpyPeerAsync(self, dst, dst_ctx, src, src_ctx, nbytes, stream):
+        return self._call("cuMemcpyPeerAsync", (int(dst), int(dst_ctx), int(src), int(src_ctx), nbytes, int(stream)))
+
+    def cuGraphAddEventRecordNode(self, graph, deps, n, event):
+        return self._call("cuGraphAddEventRecordNode", (int(graph), n, int(event)),
+                          lambda: (self._new("node", _real.CUgraphNode),))
+
+    def cuGraphAddEventWaitNode(self, graph, deps, n, event):
+        return self._call("cuGraphAddEventWaitNode", (int(graph), n, int(event)),
+                          lambda: (self._new("node", _real.CUgraphNode),))
 
     # -- streams and events ----------------------------------------------------------------------------
     def cuStreamCreate(self, flags):
@@ -152,6 +201,9 @@ class NullDriver:
         return self._call("cuStreamSynchronize", (int(stream),))
 
     def cuStreamQuery(self, stream):
+        if int(stream) in self.lost_streams:  # a context lost to a kernel's fault (sticky)
+            self.calls.append(("cuStreamQuery", (int(stream),)))
+            return (_real.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,)
         return self._call("cuStreamQuery", (int(stream),))
 
     def cuStreamWaitEvent(self, stream, event, flags):

@@ -30,6 +30,7 @@ from ..plan._liveness import holds_own_value
 from ..plan._plan import Replanner
 from ..plan._profile import add_stamps
 from ..plan._shapes import in_place as in_place_delta
+from . import _devbuild
 from ._delaystate import DelayState
 from ._prepare import Preparer
 from ._profile import LOW_OCCUPANCY, occupancy
@@ -145,6 +146,10 @@ class Builder:
             gp = self.planner.plan(desc, reuse_memory=rt.reuse_memory)
             if rt.stamps:  # profiling: a timestamp node per block or kernel (rxcuda.engine._profile)
                 gp = add_stamps(gp, desc, rt.stamps)
+            if rt.devices is not None:  # several devices: a graph each, built and swapped in on the frame thread
+                assert not background, "several devices' graphs are not prepared off the frame thread"
+                _devbuild.build(self, desc, gp, False)  # raises on failure: the last good graphs keep running
+                return None
             running = rt.graph
             if running is not None and background and gp.shapes != running.plan.shapes:
                 delta = in_place_delta(running.plan, gp)
@@ -408,6 +413,8 @@ class Builder:
         in flight is waited for and thrown away."""
         self.prep.close()
         self.retire(None, {})
+        if self.rt.devices is not None:
+            _devbuild.release(self)
         self.release_library_state(keep=set())
 
 

@@ -97,6 +97,9 @@ class DelayState:
             b = g.plan.buffers[prev]
             self._initialize(b, g.pointers[prev], _initial(by_src.get(PortRef(b.key[1], b.key[2]), ())),
                              zeroed=False)
+        refresh = getattr(g, "refresh_replicas", None)  # several devices: their copies of those buffers too
+        if refresh is not None:
+            refresh(rt.stream)
         return len(g.plan.delays)
 
     def _initialize(self, b: BufferPlan, ptr: int, initial, zeroed: bool) -> None:

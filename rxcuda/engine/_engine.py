@@ -30,7 +30,7 @@ from ..plan._liveness import BufferStats, buffer_stats
 from ..plan._plan import GraphPlan
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
-from . import _profile, _shapes_io
+from . import _devices, _profile, _shapes_io
 from ._batch import Batches
 from ._bounds import binding_refused
 from ._build import Builder
@@ -63,7 +63,10 @@ class Engine:
     ...     engine.read(add["out"])[:3]
     array([2., 2., 2.], dtype=float32)
 
-    ``device``: the GPU ordinal. ``sync``: whether ``tick()`` waits for the frame by default. ``timing``:
+    ``device``: the GPU ordinal; ``devices``: several, one pipeline over them (``devices=[0, 1]``, then
+    ``engine.add(block, device=1)`` by position; ``pipelined=True``: device i works on frame t-i, and
+    ``engine.devices.latency`` says how many frames late; docs/devices.md). ``sync``: whether ``tick()`` waits for the
+    frame by default. ``timing``:
     record GPU time per frame (``Frame.gpu_us``; two event records a frame): the ``summary`` profiling level.
     ``profile``: the profiling level (``engine.profile``: ``none``, ``summary``, ``per_block``, ``per_kernel``,
     ``deep``, ``deep_sync``). ``debug``: run each frame's
@@ -73,15 +76,20 @@ class Engine:
     (``engine.stats`` tells what that saved); False gives every buffer its own (debugging, comparisons).
     """
 
-    def __init__(self, device: int = 0, *, sync: bool = True, timing: bool = False, debug: bool = False,
-                 profile: str = "none", driver=None, reuse_memory: bool = True):
+    def __init__(self, device: int = 0, *, devices=None, pipelined: bool = False, sync: bool = True,
+                 timing: bool = False, debug: bool = False, profile: str = "none", driver=None,
+                 reuse_memory: bool = True):
         level = _profile.check_level(profile)
+        if devices is not None:  # several devices: the first is the engine's own (docs/devices.md)
+            device = _devices.check_devices(devices, device)[0]
         try:
             self._open(device, sync, driver)
         except CudaError as e:
             if is_sticky(e):  # another engine (or library) in this process lost the context
                 raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
             raise
+        if devices is not None or pipelined:  # (closes the engine if a device cannot be opened)
+            _devices.open_devices(self, devices, driver, pipelined)
         self._rt.reuse_memory = bool(reuse_memory)
         self._runner.configure("summary" if timing and level == "none" else level, bool(debug))
 
@@ -114,10 +122,10 @@ class Engine:
 
     # -- the model: blocks and connections (any thread) --------------------------------------------------
     @overload
-    def add(self, block: Composite) -> CompositeInstance: ...
+    def add(self, block: Composite, *, device: int | None = None) -> CompositeInstance: ...
     @overload
-    def add(self, block: Block) -> Block: ...
-    def add(self, block):
+    def add(self, block: Block, *, device: int | None = None) -> Block: ...
+    def add(self, block, *, device: int | None = None):
         """Add a block; the next tick rebuilds the graph with it. Returns the block.
 
         A composite (``rxcuda.Composite``) is added as a new instance of its blocks, named ``instance/member``,
@@ -125,8 +133,11 @@ class Engine:
 
         A block whose name is taken is renamed ``name_2``, ``name_3``, ... (``block.name`` tells). A region
         (``If``, ``While``, ...) comes with the blocks of its bodies that are not in the engine yet, and its
-        condition port is connected."""
+        condition port is connected. ``device``: with ``Engine(devices=[...])``, the position of the device it
+        runs on (default 0); a composite or a region is placed as a whole."""
         self._check_open()
+        if device is not None:
+            return _devices.add_on(self, self._rt, block, device)
         if isinstance(block, Region):
             add_region(self, block)
             return block
@@ -279,6 +290,7 @@ class Engine:
         """
         self._check_open()
         check_frame_count(k)
+        _devices.check_batch(self._rt)
         self._runner.check_caller("run_batch")
         return self._runner.run_batch(k, None if until is None else self._ref(until))
 
@@ -404,6 +416,11 @@ class Engine:
     def memory(self):
         """The buffer pool's statistics: allocations, reuses, buffers in use, bytes reserved and at peak."""
         return self._rt.pool.stats
+
+    @property
+    def devices(self) -> _devices.DeviceReport:
+        """The engine's devices: positions, GPUs, how copies go between them, the latency in frames."""
+        return _devices.report(self._rt)
 
     @property
     def stats(self) -> BufferStats:
@@ -646,6 +663,8 @@ class Engine:
             self._runner.close()
             quietly(self._builder.close)
             rt.release()
+        elif rt.devices is not None:  # the other devices' contexts are fine: they close as usual
+            quietly(rt.devices.close_healthy)
         for stream in (self._frames, self._timings, self._file_changes):
             stream.close()
         self._updater.close()

@@ -84,6 +84,8 @@ class FrameRunner:
         self.debug = debug
         self.plain = level == "none" and not debug
         rt.stamps = stamps_for(level)
+        if rt.devices is not None:  # several devices: each device's part of a frame is timed too
+            rt.devices.timed = level != "none"
         if rt.stamps != before and rt.blocks:
             rt.pending.add(ProfileChanged(level))
 
@@ -95,7 +97,10 @@ class FrameRunner:
                 kernels: tuple[str, ...] = (err.node,)
             else:
                 kernels = tuple(dict.fromkeys(n.label for n in g.plan.nodes)) if g is not None else ()
-            self.lost = DeviceLostError(err.call, err.name, err.explanation, err.code, device=self.device.ordinal,
+            device = self.device.ordinal
+            if self.rt.devices is not None:  # several devices: the one whose context is gone, and its kernels
+                device, kernels = self.rt.devices.fault(g, kernels)
+            self.lost = DeviceLostError(err.call, err.name, err.explanation, err.code, device=device,
                                         kernels=kernels[:8], exact=err.node is not None)
             self.reporter.publish(Diagnostic("error", "engine", str(self.lost), self.rt.frame))
         return self.lost

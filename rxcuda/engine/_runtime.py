@@ -49,6 +49,9 @@ class Runtime:
     frame: int = 0
     lock: threading.RLock = attrs.field(factory=threading.RLock)  # the model; never held while waiting
     index: PipelineIndex = attrs.field(factory=PipelineIndex)  # checks one change at a time
+    # several devices (Engine(devices=[...])): rxcuda.engine._devices.Devices, and block id -> device position
+    devices: Any = None
+    placement: dict[int, int] = attrs.field(factory=dict)
 
     stream_h: int = attrs.field(init=False)  # the stream's raw handle, for the per-frame calls
 
@@ -73,8 +76,10 @@ class Runtime:
             blocks = tuple(BlockEntry(b.id, b.description, b.values(), b.launches()) for b in self.blocks.values())
             binds = {r: ExternalBinding(e.dtype, e.count) for r, e in self.bindings.items()}
             regions = tuple(r.spec() for r in self.regions.values())
+            placement = {b: p for b, p in self.placement.items() if p and b in self.blocks} if self.placement else {}
             return PipelineDescription(blocks, tuple(self.connections.values()), binds, frozenset(self.fed),
-                                       regions=regions, kept=frozenset(self.kept), shapes=self.shapes)
+                                       regions=regions, kept=frozenset(self.kept), shapes=self.shapes,
+                                       placement=placement)
 
     def running(self) -> CompiledGraph:
         """The graph now running (callers know there is one)."""
@@ -91,6 +96,8 @@ class Runtime:
 
     def release(self) -> None:
         """Free the module cache, the memory pool and the streams (the GPU is done with them; never raises)."""
+        if self.devices is not None:  # the other devices' lanes (their own streams, pools, modules)
+            quietly(self.devices.close)
         quietly(self.modules.close)
         quietly(self.pool.close)
         for s in (self.stream, self.capture_stream):

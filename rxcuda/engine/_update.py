@@ -119,7 +119,7 @@ class Updater:
         if rt.graph is None and Tier.STRUCTURE not in tiers:
             tiers = (Tier.STRUCTURE,) + tiers  # nothing runs yet: the first build reads every value
         for tier in tiers:
-            if tier is Tier.STRUCTURE and background and rt.graph is not None:
+            if tier is Tier.STRUCTURE and background and rt.graph is not None and rt.devices is None:
                 self.builder.prep.request(up)  # built off this thread; the lower tiers reach the running graph
                 handed = True
                 continue

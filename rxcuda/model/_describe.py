@@ -478,6 +478,9 @@ class PipelineDescription:
     # inputs the user resized (engine.resize, engine.write(..., resize=True)): port -> shape; what flows from
     # there downstream is resolved by the planner (rxcuda.plan._shapes)
     shapes: Mapping[PortRef, tuple[int, ...]] = attrs.field(factory=dict, converter=lambda m: dict(m))
+    # several devices (Engine(devices=[...])): block id -> the position of its device in the engine's device
+    # list; a block not named here runs on the first (position 0). rxcuda.plan._placement checks and splits it
+    placement: Mapping[int, int] = attrs.field(factory=dict, converter=lambda m: dict(m))
     # id -> entry, built once: lookups by id stay O(1) however large the pipeline (the first entry wins
     # where a hand-built description repeats an id; the planner refuses that)
     _by_id: Mapping[int, BlockEntry] = attrs.field(init=False, repr=False, eq=False)

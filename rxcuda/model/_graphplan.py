@@ -170,7 +170,45 @@ class StampLayout(NamedTuple):
     blocks: tuple[int | None, ...]
 
 
-NodePlan = KernelNodePlan | CallNodePlan | MemsetNodePlan | RegionNodePlan | CopyNodePlan | StampNodePlan
+class PeerCopyNodePlan(NamedTuple):
+    """A connection between devices (``rxcuda.plan._placement``): copies ``nbytes`` of buffer ``src`` of device
+    ``src_device``'s plan (a pointer of another device) into this plan's buffer ``dst``, once a frame, after
+    the event wait that says the source is written. A peer copy where peer access is on; through pinned host
+    memory where it is not (the copy's kind, ``cuda.nodes._peer``, picks)."""
+
+    id: int
+    src_device: int
+    src: int
+    dst: int
+    nbytes: int
+    label: str
+    reads: frozenset[int] = frozenset()
+    writes: frozenset[int] = frozenset()
+
+
+class EventRecordNodePlan(NamedTuple):
+    """Records event ``event`` (its index in the split's event table) once the nodes it depends on are done:
+    another device's graph waits for it (an :class:`EventWaitNodePlan` of the same event)."""
+
+    id: int
+    event: int
+    label: str
+    reads: frozenset[int] = frozenset()
+    writes: frozenset[int] = frozenset()
+
+
+class EventWaitNodePlan(NamedTuple):
+    """Waits for event ``event`` (recorded by another device's graph) before the nodes that depend on it."""
+
+    id: int
+    event: int
+    label: str
+    reads: frozenset[int] = frozenset()
+    writes: frozenset[int] = frozenset()
+
+
+NodePlan = (KernelNodePlan | CallNodePlan | MemsetNodePlan | RegionNodePlan | CopyNodePlan | StampNodePlan
+            | PeerCopyNodePlan | EventRecordNodePlan | EventWaitNodePlan)
 
 
 @attrs.frozen

@@ -219,6 +219,7 @@ def graph_message(engine: Engine) -> dict:
             "region": None if region is None else {
                 "kind": region.kind, "bodies": [[names[m] for m in body if m in names] for body in region.bodies]},
             "composite": composite.get(e.id),
+            "device": desc.placement.get(e.id, 0),  # its position in Engine(devices=[...]); 0 on one device
             "ports": ports,
             "params": [{"name": s.name, "dtype": s.dtype, "value": _json_value(e.value(s.name)),
                         "min": _limit(prm, s, "min"), "max": _limit(prm, s, "max"), "step": _limit(prm, s, "step")}

@@ -8,8 +8,9 @@
   (``f32[4096]`` and its size in bytes); a delayed connection is dashed and labelled ``delay 1``; inputs the
   user feeds or binds are marked ``(fed)`` / ``(bound)``; regions are clusters labelled ``If check.flag``,
   ``For n=5``, ... (an ``IfElse`` holds two, ``then`` and ``else``), composite instances are clusters too
-  (nested ones nested). An engine's blocks are coloured by state: ok green, warning amber (the block's state,
-  or a warning about it in ``engine.diagnostic_log``), error red, not built grey;
+  (nested ones nested), and so is each device of an engine over several (``device 1``). An engine's blocks
+  are coloured by state: ok green, warning amber (the block's state, or a warning about it in
+  ``engine.diagnostic_log``), error red, not built grey;
 * a :class:`~rxcuda.GraphPlan` node by node: kernel, library call, memset, copy and region nodes with their
   dependency edges (labelled with the buffers that order them), region bodies as clusters.
 
@@ -240,6 +241,16 @@ class _Pipeline:
                 seen.add(outer)
                 up = owner.get(outer)
             (parent or root).children.append(box)
+        placement = self.desc.placement
+        if placement:  # several devices: a cluster each, holding its blocks (and the regions placed there)
+            boxes = []
+            for d in sorted({placement.get(b, 0) for b in self.ids}):
+                members = {b for b in self.ids if placement.get(b, 0) == d}
+                box = _Container(f"cluster_device_{d}", f"device {d}",
+                                 'style="rounded,dashed"; color="#188038"; fontcolor="#188038"', members)
+                box.children = [k for k in root.children if k.blocks <= members]
+                boxes.append(box)
+            root.children = [k for k in root.children if not any(k in b.children for b in boxes)] + boxes
         counter = [0]  # numbers the composite clusters across every instance
         for inst in self.composites:
             self._place(root, inst, counter)

@@ -23,7 +23,8 @@ What the file holds (``ts`` and ``dur`` in microseconds from the trace's start; 
   per-block times exist (``Frame.blocks``), each block's slice (category ``block``) holding its kernels'
   slices (category ``kernel``, ``Frame.kernels``). GPU durations are measured; where a GPU slice starts is
   placed, not measured: the frame's GPU work starts after the host's apply phase when that is known, else
-  it ends where the host frame ends, and blocks follow each other in the order the frame lists them.
+  it ends where the host frame ends, and blocks follow each other in the order the frame lists them. An
+  engine over several devices, profiled, adds a thread per device ("device N") with its part of each frame.
 - process "parameters": one counter ("C") per ``block.parameter`` set during the trace, starting with the
   value each parameter had when the trace began (numbers and booleans; other values are left out).
 - "M" metadata events name every process and thread used, and keep them in this order.
@@ -123,6 +124,8 @@ class Trace:
         self._values: list[tuple[int, int, str, Any]] = []
         self._reloads: list[tuple[int, int, str, dict]] = []
         self._names: dict[int, str] = {}
+        self._per_device = len(engine.devices.ordinals) > 1
+        self._devices: dict[int, tuple] = {}  # frame index -> each device's GPU time (engine.devices.gpu_us)
         self._t0 = _now()
         for b in engine.blocks:  # the names and parameter values the trace starts with
             self._names[b.id] = b.name
@@ -143,6 +146,8 @@ class Trace:
     def _on_frame(self, frame) -> None:
         frames = self._frames
         frames.append((_now(), frame))
+        if self._per_device and frame.gpu_us is not None:  # several devices: each one's part of the frame
+            self._devices[frame.index] = self._engine.devices.gpu_us
         if self.limit is not None and len(frames) >= self.limit:
             self.stop()
 
@@ -230,7 +235,7 @@ class Trace:
         if self._events is not None:
             return self._events
         events = build_events(self._t0, self._frames, self._updates, self._diagnostics, self._values,
-                              self._reloads, self._names, self._meta["device"], self._timings)
+                              self._reloads, self._names, self._meta["device"], self._timings, self._devices)
         if self._stopped:
             self._events = events
         return events
@@ -266,12 +271,13 @@ def trace(engine: Engine, path: str | os.PathLike, frames: int | None = None) ->
 # -- building events ----------------------------------------------------------------------------------------
 def build_events(t0: int, frames: Iterable, updates: Iterable = (), diagnostics: Iterable = (),
                  values: Iterable = (), reloads: Iterable = (), names: dict | None = None,
-                 device: str = "GPU", timings: Iterable = ()) -> list[dict]:
+                 device: str = "GPU", timings: Iterable = (), devices: dict | None = None) -> list[dict]:
     """Trace events from recorded items, each a (``perf_counter_ns`` when it arrived, item) pair:
     ``frames`` of :class:`~rxcuda.Frame`, ``updates`` of :class:`~rxcuda.AppliedUpdate`, ``diagnostics`` of
     :class:`~rxcuda.Diagnostic`, ``timings`` of ``engine.timings`` items (GPU times that arrived after their
     frame: ``sync=False``); ``values`` of (ns, block id, parameter, value); ``reloads`` of (ns, frame,
-    "reload" or "file", details); ``names``: block id -> name. Times are microseconds after ``t0``.
+    "reload" or "file", details); ``names``: block id -> name; ``devices``: frame index -> each device's GPU
+    time (an engine over several devices: a track "device N" each). Times are microseconds after ``t0``.
 
     A block's or kernel's time is a number of microseconds, or has ``gpu_us`` and ``start_us`` (from the
     frame's GPU start, as the profiling levels measure it): then it is placed where it ran."""
@@ -344,6 +350,11 @@ def build_events(t0: int, frames: Iterable, updates: Iterable = (), diagnostics:
         if gpu_ns is not None:
             gpu_start, _ = top(GPU_FRAMES, gpu_start, gpu_ns)
             slice_(f"GPU {label}", "gpu", GPU, GPU_FRAMES, gpu_start, gpu_ns, {"index": f.index, "us": _num(gpu_us)})
+        for d, dev_us in enumerate((devices or {}).get(f.index, ())):
+            if dev_us is not None:  # placed from the frame's GPU start: measured durations, placed starts
+                tid = gpu_track("device", str(d))
+                at, dur = top(tid, gpu_start, _ns(dev_us))
+                slice_(f"device {d}: {label}", "device", GPU, tid, at, dur, {"index": f.index, "us": _num(dev_us)})
         # units without a start of their own: blocks one after another from the GPU start, in the order
         # listed; a block's kernels one after another from the block's start
         seq, block_at, kernel_at = gpu_start, {}, {}

@@ -10,7 +10,7 @@ wait) is one module here with its class, and one row below.
 >>> kind_of(CopyNodePlan(0, 1, 2, 64, "delay", frozenset({1}), frozenset({2}))).kind
 'copy'
 >>> sorted(k.kind for k in KINDS.values())
-['copy', 'kernel', 'library call', 'memset', 'region', 'timestamp']
+['copy', 'event record', 'event wait', 'kernel', 'library call', 'memset', 'peer copy', 'region', 'timestamp']
 """
 
 from __future__ import annotations
@@ -18,16 +18,21 @@ from __future__ import annotations
 from ...model._graphplan import (
     CallNodePlan,
     CopyNodePlan,
+    EventRecordNodePlan,
+    EventWaitNodePlan,
     KernelNodePlan,
     MemsetNodePlan,
+    PeerCopyNodePlan,
     RegionNodePlan,
     StampNodePlan,
 )
 from ._base import APPLY, RECAPTURE, STAGED, BuildContext, GraphNode
 from ._call import CallNode, Capture, capture_graph
 from ._copy import CopyNode
+from ._event import EventRecordNode, EventWaitNode
 from ._kernel import ArgStorage, KernelNode
 from ._memset import MemsetNode
+from ._peer import PeerCopyNode
 from ._region import REGION_NAMES, RegionNode, add_conditional
 from ._stamp import StampNode
 
@@ -38,6 +43,9 @@ KINDS: dict[type, type[GraphNode]] = {
     CopyNodePlan: CopyNode,
     RegionNodePlan: RegionNode,
     StampNodePlan: StampNode,
+    PeerCopyNodePlan: PeerCopyNode,
+    EventRecordNodePlan: EventRecordNode,
+    EventWaitNodePlan: EventWaitNode,
 }
 
 
@@ -51,5 +59,5 @@ def kind_of(plan) -> type[GraphNode]:
 
 
 __all__ = ["APPLY", "KINDS", "RECAPTURE", "REGION_NAMES", "STAGED", "ArgStorage", "BuildContext", "CallNode",
-           "Capture", "CopyNode", "GraphNode", "KernelNode", "MemsetNode", "RegionNode", "StampNode",
-           "add_conditional", "capture_graph", "kind_of"]
+           "Capture", "CopyNode", "EventRecordNode", "EventWaitNode", "GraphNode", "KernelNode", "MemsetNode",
+           "PeerCopyNode", "RegionNode", "StampNode", "add_conditional", "capture_graph", "kind_of"]

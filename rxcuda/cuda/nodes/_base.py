@@ -23,13 +23,14 @@ RECAPTURE = "recapture"  # the node bakes the pointer into captured work: it mus
 class BuildContext:
     """What the kinds' constructors read while one graph is built: the driver ``api``, the CUDA context
     ``ctx``, the loaded functions by code key, the buffers' device pointers, the capture function for library
-    calls, the profiling stamp ring, and what the kinds' ``prepare`` steps make (the kernel argument storage,
+    calls, the profiling stamp ring, the other devices' events and buffers (``crossing``, for the peer copy and
+    event nodes), and what the kinds' ``prepare`` steps make (the kernel argument storage,
     the regions' conditional handles)."""
 
-    __slots__ = ("api", "ctx", "graph", "functions", "pointers", "capture", "stamps", "args", "handles")
+    __slots__ = ("api", "ctx", "graph", "functions", "pointers", "capture", "stamps", "args", "handles", "crossing")
 
     def __init__(self, api, ctx, graph, functions: Mapping[str, object], pointers: Mapping[int, int],
-                 capture: Callable | None = None, stamps=None):
+                 capture: Callable | None = None, stamps=None, crossing=None):
         self.api = api
         self.ctx = ctx
         self.graph = graph  # the top-level CUgraph being built
@@ -39,6 +40,8 @@ class BuildContext:
         self.stamps = stamps
         self.args: Any = None  # the kernel nodes' ArgStorage (KernelNode.prepare)
         self.handles: dict[int, object] = {}  # region node id -> conditional handle (RegionNode.prepare)
+        # several devices: what this device's graph needs of the others (rxcuda.cuda._peer.Crossing), or None
+        self.crossing = crossing
 
 
 class GraphNode:
