@@ -454,8 +454,8 @@ def test_examples_lists_each_with_what_it_shows():
 
 
 def test_an_unknown_example_is_one_line_with_did_you_mean(capsys):
-    assert _cli.main(["examples", "particle"]) == 2
-    assert capsys.readouterr().err == ("rxcuda examples: error: no example named 'particle'; did you mean particles? "
+    assert _cli.main(["examples", "quikstart"]) == 2
+    assert capsys.readouterr().err == ("rxcuda examples: error: no example named 'quikstart'; did you mean quickstart? "
                                        f"the examples are {', '.join(examples.names())}\n")
 
 

@@ -371,7 +371,7 @@ def test_new_code_or_a_new_launch_on_a_remote_block_changes_it_in_place(fresh):
     first.set_launch(threads=N // 2)
     frame = engine.tick()
     assert frame.fragments["a"].tiers == (rxcuda.Tier.PARAMETERS,) and frame.fragments["b"].tiers == ()
-    code = rxcuda.load_kernel_file(PTX)
+    code = rxcuda.load_kernel_file(rxcuda.kernels.path(PTX))
     first.set_code(None, attrs.evolve(code, key="a new build of the same kernel"))
     frame = engine.tick()
     assert frame.fragments["a"].tiers == (rxcuda.Tier.CODE,)
