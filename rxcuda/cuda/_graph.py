@@ -272,6 +272,11 @@ class CompiledGraph:
             if body < node.plan.bodies:
                 self._eager_level(levels, (nid, body), stream, check_each)
             return
+        if any(n.conditional and n.plan.id != nid and getattr(n.plan, "region", None) == node.plan.region
+               for n in self.nodes):
+            raise RuntimeError(f"{node.plan.label}: a loop whose body is unrolled (While/For unroll=k) is not decided "
+                               "on the host in an eager run (debug mode, the deepest profiling level); declare it "
+                               "with unroll=1 to run it eagerly")
         limit = int(setter.slots[2][0][setter.slots[2][1]])
         step = next(n for n in self.nodes if n is not setter and n.condition_of() == nid)
         go = limit > 0 and (not isinstance(setter.plan.args[3], BufferArg) or self._flag(setter, 3, 4, stream))

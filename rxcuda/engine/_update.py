@@ -189,6 +189,9 @@ class Updater:
 
     def _parameters(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
         g = self.rt.running()
+        # a launch of a kernel with no single node (a block in an unrolled loop's body) reaches it by a rebuild
+        if any(k not in g.plan.kernel_nodes and k[0] in self.rt.blocks for k in up.launches):
+            return self._structure(up, raise_errors)
         limits = self._limits if self._limits_plan is g.plan else self._count_limits(g)
         params = self._within(up.params, limits) if limits else up.params
         return self.apply_values(params, up.rebinds, up.launches, raise_errors)
