@@ -1,8 +1,10 @@
 """A loop's body unrolled k times (``While``/``For`` ``unroll=k``) on the null driver: the plan's shape (nested IFs,
 a step per copy, the clear kernel), hot parameters reaching every copy, code and launch changes rebuilding, the
-checks of the option, and an eager run refusing it."""
+checks of the option, and an eager run deciding it on the host."""
 
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 import pytest
@@ -116,13 +118,42 @@ def test_a_launch_or_code_change_in_an_unrolled_body_rebuilds(engine):
     assert {n.code_key for n in by_label(engine._rt.graph.plan, "body/mul")} == {new.key}
 
 
-def test_an_eager_run_refuses_an_unrolled_loop(engine):
+@pytest.mark.parametrize("n", [0, 1, 2, 4, 5, 7])
+def test_an_eager_run_decides_an_unrolled_loop_pass_by_pass(engine, n):
+    api = engine._rt.api
     body = mul(name="body")
-    engine.add(For(3, [body], unroll=2, name="loop"))
+    loop = For(3, [body], unroll=3, name="loop")
+    engine.add(loop)
     engine.write(body["x"], np.ones(64, np.float32))
+    loop.params["n"].value = n
     engine.tick()
-    with pytest.raises(RuntimeError, match=r"loop.*unrolled.*declare it with unroll=1"):
-        engine._rt.graph.run_eagerly(engine._rt.stream)
+    mark = len(api.calls)
+    engine._rt.graph.run_eagerly(engine._rt.stream)
+    assert api.since(mark).count("cuLaunchKernel") == n  # the body n times, the condition kernels on the host
+
+
+def test_an_eager_run_of_an_unrolled_while_reads_each_pass_flag(engine, monkeypatch):
+    api = engine._rt.api
+    step, check = mul(name="step"), flag_block()
+    loop = While(check["flag"], [step, check], max_iterations=4, unroll=3)
+    engine.add(loop)
+    engine.write(step["x"], np.ones(64, np.float32))
+    engine.connect(step["out"], check["x"])
+    engine.tick()
+    mark = len(api.calls)
+    engine._rt.graph.run_eagerly(engine._rt.stream)  # the null driver reads the flag back as 0: one pass
+    assert api.since(mark).count("cuLaunchKernel") == 2  # step and check, once
+    read = api.cuMemcpyDtoH
+
+    def flag_set(dst, src, nbytes):  # the flag read back as 1: the loop runs to its bound (4 passes, 2 rounds)
+        out = read(dst, src, nbytes)
+        ctypes.memset(int(dst), 1, 1)
+        return out
+
+    monkeypatch.setattr(api, "cuMemcpyDtoH", flag_set)
+    mark = len(api.calls)
+    engine._rt.graph.run_eagerly(engine._rt.stream)
+    assert api.since(mark).count("cuLaunchKernel") == 8
 
 
 def test_unroll_is_checked():
