@@ -86,3 +86,52 @@ def test_an_unrolled_while_stops_after_the_pass_that_clears_its_flag(engine, cod
     for _ in range(5):
         y = y * np.float32(0.5) + x
     np.testing.assert_array_equal(engine.read(body["y"]), y)
+
+
+def test_the_eager_run_of_an_unrolled_loop_computes_what_the_graph_does(engine, codes, rng):
+    x = rng.standard_normal(N).astype(np.float32)
+    body = rx.Block.from_kernel(codes["acc"], size=N, name="acc", a=0.5)
+    engine.add(rx.For(5, [body], unroll=2))
+    engine.write(body["x"], x)
+    engine.tick()
+    y = np.zeros(N, np.float32)
+    for _ in range(5):
+        y = y * np.float32(0.5) + x
+    np.testing.assert_array_equal(engine.read(body["y"]), y)
+    rt = engine._rt  # the eager run decides the passes on the host: 5 more
+    rt.graph.run_eagerly(rt.stream, check_each=True)
+    rt.synchronize()
+    for _ in range(5):
+        y = y * np.float32(0.5) + x
+    np.testing.assert_array_equal(engine.read(body["y"]), y)
+
+
+def test_a_batch_of_frames_with_an_unrolled_loop_equals_its_ticks(codes, rng):
+    x = rng.standard_normal(N).astype(np.float32)
+    with rx.Engine() as a, rx.Engine() as b:
+        blocks = []
+        for engine in (a, b):
+            body = rx.Block.from_kernel(codes["acc"], size=N, name="acc", a=0.5)
+            engine.add(rx.For(3, [body], unroll=2))
+            engine.write(body["x"], x)
+            blocks.append(body)
+        ya, yb = blocks
+        for _ in range(4):
+            a.tick()
+        b.tick()  # build
+        assert b.run_batch(3).frames == 3
+        y = np.zeros(N, np.float32)
+        for _ in range(12):
+            y = y * np.float32(0.5) + x
+        np.testing.assert_array_equal(a.read(ya["y"]), y)
+        np.testing.assert_array_equal(b.read(yb["y"]), y)
+        # a parameter of the body between batches reaches every copy in the batch graph
+        for blk in (ya, yb):
+            blk.params["a"].value = 0.25
+        for _ in range(2):
+            a.tick()
+        b.run_batch(2)
+        for _ in range(6):
+            y = y * np.float32(0.25) + x
+        np.testing.assert_array_equal(a.read(ya["y"]), y)
+        np.testing.assert_array_equal(b.read(yb["y"]), y)
