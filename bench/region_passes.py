@@ -16,7 +16,8 @@ time on an H200, whatever the body holds). The shape tried here unrolls the body
 
 so a loop can stop after any copy (n need not be a multiple of k) and the driver relaunches the WHILE body once
 per k passes. Each copy after the first sits under one more nested IF. For reference the table also shows k
-unguarded copies per round (correct only when k divides n; the cost of the body alone without the IFs).
+unguarded copies per round (correct only when k divides n; the cost of the body alone without the IFs), and
+rxcuda's own ``For(..., unroll=k)`` (the same shape, rxcuda/plan/_regions.py) timed through ``tick()``.
 
 Every shape runs the same body: the shipped ``kernels/scalar_mul.ptx`` scaling a vector in place, with the
 condition kernels rxcuda ships (``rxcuda/cuda/_conditions.fatbin``), so the probe needs no toolkit. Results are
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -225,49 +227,103 @@ def _run(drv, args) -> int:
         t_hi = statistics.median(run(shape, hi, timed=True) for _ in range(args.repeats))
         return (t_hi - t_lo) / (hi - lo)
 
-    rows = []
-    base = None
-    for k in args.ks:
-        if k < 1:
-            raise Refused(f"--ks takes unroll factors >= 1 (got {k})")
+    def measure(k: int) -> tuple:
+        """(us per pass, us per pass of k unguarded copies or None) of the raw shapes for ``k``."""
         shape = build(k, guarded=True)
-        if args.dry_run:
-            added = drv.count("cuGraphAddKernelNode") + drv.count("cuGraphAddNode")
-            print(f"k={k}: built ({added} nodes added so far), instantiated")
-            if k > 1:
-                build(k, guarded=False)
-            continue
         for passes in sorted({1, k - 1, k, k + 1, 2 * k + 1, 37} - {0}):  # stops after every copy position
             verify(shape, passes, f"k={k}")
         lo = max(args.passes // 10, 2 * k)
         if args.passes <= lo:
             raise Refused(f"--passes must be above {lo} for k={k} (got {args.passes})")
         us = per_pass_us(shape, lo, args.passes)
-        base = us if base is None and k == 1 else base
         free = None
         if k > 1:  # the body alone, k copies per round: the floor the IFs are measured against
             bare = build(k, guarded=False)
             for rounds in (1, 3):  # its step counts rounds of k passes
                 verify(bare, rounds, f"k={k} unguarded", per_count=k)
             free = per_pass_us(bare, max(lo // k, 1), max(args.passes // k, lo // k + 1)) / k
-        rows.append((k, us, free))
+        return us, free
 
     if args.dry_run:
+        for k in args.ks:
+            build(k, guarded=True)
+            added = drv.count("cuGraphAddKernelNode") + drv.count("cuGraphAddNode")
+            print(f"k={k}: built ({added} nodes added so far), instantiated")
+            if k > 1:
+                build(k, guarded=False)
         print("dry run on the null driver: every shape was built; nothing was measured")
         return 0
+    rows, refused = [], []
+    for k in args.ks:
+        if k < 1:
+            raise Refused(f"--ks takes unroll factors >= 1 (got {k})")
+        try:
+            us, free = measure(k)
+        except Refused as e:  # say so in the table, measure the other shapes, exit non-zero at the end
+            refused.append(str(e))
+            rows.append((k, None, None, "refused"))
+            continue
+        rows.append((k, us, free, _engine_per_pass(k, n, args.passes)))
+    base = next((us for k, us, *_ in rows if k == 1 and us), None)
     driver = f"{version // 1000}.{version % 1000 // 10}"
     print(f"\nbench/region_passes.py — device time per For pass ({name}, driver {driver}, body: scalar_mul on {n} "
           f"elements, slope between about {max(args.passes // 10, 2)} and {args.passes} passes)\n")
-    hdr = f"{'k':>3} | {'us per pass':>11} | {'ratio to k=1':>12} | {'k copies, no IFs (floor) us':>27}"
+    hdr = (f"{'k':>3} | {'us per pass':>11} | {'ratio to k=1':>12} | {'k copies, no IFs (floor) us':>27} | "
+           f"{'engine For(unroll=k) us':>23}")
     print(hdr)
     print("-" * len(hdr))
-    for k, us, free in rows:
+    for k, us, free, eng in rows:
+        if us is None:
+            print(f"{k:>3} | {'refused':>11} | {'-':>12} | {'-':>27} | {'-':>23}")
+            continue
         ratio = f"{us / base:12.3f}" if base else f"{'-':>12}"
-        print(f"{k:>3} | {us:>11.3f} | {ratio} | {('-' if free is None else f'{free:.3f}'):>27}")
+        eng_s = eng if isinstance(eng, str) else f"{eng:.3f}"
+        print(f"{k:>3} | {us:>11.3f} | {ratio} | {('-' if free is None else f'{free:.3f}'):>27} | {eng_s:>23}")
     print("\nk=1 is today's shape (one WHILE body per pass). Every shape was checked against NumPy at pass counts "
-          "that stop after each copy.\nIf a k > 1 row is clearly below k=1, While(..., unroll=k) / For(..., unroll=k) "
-          "pays on this card.")
+          "that stop after each copy.\n'engine' is rxcuda's own For(..., unroll=k) around the same kernel: tick() "
+          "wall time per pass (host cost cancels in the slope).\nIf a k > 1 row is clearly below k=1, "
+          "While(..., unroll=k) / For(..., unroll=k) pays on this card.")
+    if refused:
+        print("\n" + "\n".join(f"bench/region_passes.py: {m}" for m in refused), file=sys.stderr)
+        return 1
     return 0
+
+
+def _engine_per_pass(k: int, n: int, passes: int) -> float | str:
+    """tick() wall time per pass of rxcuda's ``For(..., unroll=k)`` running scalar_mul (checked against NumPy),
+    as the slope between two pass counts; a message instead when the engine fails."""
+    sys.path.insert(0, str(ROOT))
+    import rxcuda
+
+    lo, hi = max(passes // 10, 2 * k), passes
+    try:
+        with rxcuda.Engine() as engine:
+            code = rxcuda.load_kernel_file(ROOT / "kernels" / "scalar_mul.ptx")
+            body = rxcuda.Block.from_kernel(code, size=n, scale=1.5, name="body")
+            loop = engine.add(rxcuda.For(lo, [body], unroll=k))
+            x = np.random.default_rng().standard_normal(n).astype(np.float32)
+            engine.write(body["x"], x)
+            engine.tick()
+            if not np.allclose(engine.read(body["out"]), x * np.float32(1.5), rtol=1e-6):
+                return "WRONG result"
+
+            def per_tick(count: int) -> float:
+                loop.params["n"].value = count
+                engine.tick()
+                runs = []
+                for _ in range(15):
+                    t0 = time.perf_counter_ns()
+                    engine.tick()
+                    runs.append((time.perf_counter_ns() - t0) / 1e3)
+                return statistics.median(runs)
+
+            t_lo, t_hi = per_tick(lo), per_tick(hi)
+            state = engine.tick().state
+            if state != "ok":
+                return f"engine state {state}"
+            return (t_hi - t_lo) / (hi - lo)
+    except Exception as e:  # the engine's own shape refused or failed: the table says so
+        return f"failed: {type(e).__name__}"
 
 
 if __name__ == "__main__":
