@@ -128,11 +128,12 @@ class Region(Block):
     def __str__(self) -> str:
         cond = f"{self.condition.block.name}.{self.condition.name}" if self.condition is not None else ""
         head = f"{type(self).__name__} '{self.name}'"
+        unrolled = f", {self.unroll} copies per relaunch" if self.unroll > 1 else ""
         if self.kind == "for":
-            return f"{head}: {self.params['n'].value} passes of {self._names(self.bodies[0])}"
+            return f"{head}: {self.params['n'].value} passes of {self._names(self.bodies[0])}{unrolled}"
         if self.kind == "while":
             return (f"{head}: {self._names(self.bodies[0])} again while {cond} is nonzero "
-                    f"(at most {self.params['max_iterations'].value} passes)")
+                    f"(at most {self.params['max_iterations'].value} passes{unrolled})")
         if self.kind == "ifelse":
             return f"{head}: {self._names(self.bodies[0])} if {cond} is nonzero, else {self._names(self.bodies[1])}"
         return f"{head}: {self._names(self.bodies[0])} if {cond} is nonzero"

@@ -165,4 +165,6 @@ def test_unroll_is_checked():
     with pytest.raises(ValueError, match=r"only a loop \(While, For\) unrolls its body"):
         RegionSpec(1, "if", ((2,),), unroll=2)
     assert If(body["out"], [mul(name="other")]).spec().unroll == 1
-    assert For(3, [mul(name="third")], unroll=16).spec().unroll == 16
+    loop = For(3, [mul(name="third")], unroll=16)
+    assert loop.spec().unroll == 16 and str(loop) == "For 'for': 3 passes of [third], 16 copies per relaunch"
+    assert str(For(2, [mul(name="fourth")])) == "For 'for': 2 passes of [fourth]"
