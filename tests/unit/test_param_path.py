@@ -130,3 +130,34 @@ def test_set_value_folds_like_set_parameter_and_publishes_one_event():
     assert pending.count == 2 and pending.take_parameters() == {(7, "gain"): 0.75}
     assert seen == [ParameterChanged(7, "gain", 0.5), ParameterChanged(7, "gain", 0.75)]
     assert pending.count == 0 and not pending.dirty
+
+
+@pytest.mark.parametrize(("dtype", "size", "value"), [
+    ("f16", 2, 0.333), ("f64", 8, 1e-300), ("i64", 8, -(2**40)), ("u8", 1, 255), ("i16", 2, -7), ("f32", 4, 3)])
+def test_a_value_lands_in_the_argument_storage_as_numpy_would_store_it(engine, dtype, size, value):
+    from _pipeline import builder, kcode, ptr, scalar
+
+    b = builder("typed")
+    k = b.add_kernel(kcode("typed", ptr("x", "inout"), scalar("v", dtype, default=0, size=size)))
+    b.input("x", k["x"])
+    b.scalar("v", k["v"])
+    block = engine.add(b.build())
+    engine.write(block["x"], np.ones(64, np.float32))
+    engine.tick()
+    block.params["v"].value = value
+    assert engine.tick().tiers == ("parameters",)
+    g = engine._rt.graph
+    node = g.nodes[g.plan.kernel_nodes[block.id, "typed"]]
+    view, idx = node.slots[1]
+    want = np.zeros(1, view.dtype)
+    want[0] = block.params["v"].value  # what a NumPy write of the checked value stores
+    assert view[idx] == want[0]
+
+
+def test_a_float_value_that_skipped_the_setter_check_still_reaches_an_f32_slot(engine):
+    mul = fed_mul(engine)
+    engine._rt.pending.set_value((mul.id, "scale"), np.float32(0.5))  # a raw producer, no check
+    assert engine.tick().tiers == ("parameters",)
+    g = engine._rt.graph
+    view, idx = g.nodes[g.plan.kernel_nodes[mul.id, "scalar_mul"]].slots[2]
+    assert view[idx] == np.float32(0.5)
