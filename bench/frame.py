@@ -1,6 +1,7 @@
 """Per-frame cost of engine.tick() against hand-built and eager launches of the same kernels.
 
     python bench/frame.py [--frames 2000] [--sizes 1 10 100 1000]
+    python bench/frame.py --null      # the parameter rows' host cost on the null driver (no GPU)
 
 Prints one table with the card's name: tick() with sync for chains of N small kernels, side by side with
 (a) a raw cuda.bindings graph of the same kernels, (b) eager cuLaunchKernel, (c) CuPy eager launches;
@@ -64,12 +65,77 @@ def _call_paths(engine, drv, stream, frames: int) -> list[tuple[str, float]]:
     return [(label, _median_us(fn, frames)) for label, fn in calls.items()]
 
 
+def _parameter_rows_null(frames: int) -> int:
+    """The parameter rows on the null driver with its per-frame calls made free: what is left is the host's
+    own cost of one change (setter, fold, drain, hot table, argument write), with and without a live view's
+    subscribers. Runs anywhere; compare two checkouts with PYTHONPATH=<checkout>."""
+    import numpy as np
+
+    import rxcuda
+    from rxcuda.cuda import NullDriver
+
+    class FreeCalls(NullDriver):  # the frame path's driver calls cost nothing and are not recorded
+        def cuGraphExecKernelNodeSetParams(self, graph_exec, node, params):
+            return _ok
+
+        def cuGraphLaunch(self, graph_exec, stream):
+            return _ok
+
+        def cuStreamSynchronize(self, stream):
+            return _ok
+
+    api = FreeCalls()
+    _ok = (api.CUresult.CUDA_SUCCESS,)
+    rows = []
+    with rxcuda.Engine(driver=api) as engine:
+        mul = engine.add(rxcuda.Block.from_kernel(rxcuda.load_kernel_file(ROOT / "kernels" / "scalar_mul.ptx"),
+                                                  size=1024, scale=1.0001, name="m0"))
+        engine.write(mul["x"], np.ones(1024, np.float32))
+        engine.tick()
+        apply_pending = engine._updater.apply_pending
+        values = iter(np.linspace(1.0, 1.0002, 50_000_000).tolist())
+        counts = iter(list(range(1, 1024)) * 50_000)
+
+        def set_apply(p=mul.params["scale"], values=values):
+            p.value = next(values)
+            apply_pending()
+
+        def set_apply_count(p=mul.params["n"], counts=counts):
+            p.value = next(counts)
+            apply_pending()
+
+        def set_tick(p=mul.params["scale"], values=values):
+            p.value = next(values)
+            engine.tick()
+
+        for label in ("none", "changes, updates, frames"):
+            if label != "none":
+                subs = [engine.changes.subscribe(lambda e: None), engine.updates.subscribe(lambda u: None),
+                        engine.frames.subscribe(lambda f: None)]
+            t_hot, t_tick = _paired_us(set_tick, engine.tick, frames)
+            rows.append((label, _median_us(set_apply, frames), _median_us(set_apply_count, frames), t_hot - t_tick))
+        for sub in subs:
+            sub.dispose()
+    print(f"\nbench/frame.py --null — one parameter change on the null driver, its driver calls free (host cost "
+          f"only; {rxcuda.__file__})\n")
+    hdr = f"{'subscribers':>24} | {'set+apply us':>12} | {'set+apply, count us':>19} | {'set+tick - tick us':>18}"
+    print(hdr)
+    print("-" * len(hdr))
+    for label, a, c, h in rows:
+        print(f"{label:>24} | {a:>12.3f} | {c:>19.3f} | {h:>18.3f}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=2000, help="frames per timing run (median of 5 runs)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100, 1000], help="kernel chain lengths")
     ap.add_argument("--n", type=int, default=1024, help="elements per kernel")
+    ap.add_argument("--null", action="store_true",
+                    help="only the parameter rows, on the null driver with free driver calls (no GPU needed)")
     args = ap.parse_args(argv)
+    if args.null:
+        return _parameter_rows_null(args.frames * 10)
 
     import cupy as cp
     import numpy as np

@@ -56,19 +56,18 @@ def bounded(param, check: Callable, counts: tuple[str, ...]) -> Callable:
     count of a buffer that parameter counts, or below 0, raises BoundsError and changes nothing.
 
     The setter is the hottest call a user makes, so the check costs a few attribute reads while nothing is
-    resized (the declared counts hold); only a resized pipeline looks up the shapes (:func:`capacities`)."""
+    resized (the declared counts hold, cached per description); only a resized pipeline looks up the shapes
+    (:func:`capacities`). The engine checks the value once more before it reaches the GPU, with one comparison
+    against the running plan's limit (``rxcuda.engine._update``'s hot table)."""
     block = param._block
     cached: list = [None, 0]  # [description, smallest declared count]: a description is immutable
 
-    def declared_min() -> int:
+    def check_count(v):
+        v = check(v)
         desc = block._desc
         if cached[0] is not desc:
             cached[0], cached[1] = desc, min(_declared(desc, counts).values(), default=-1)
-        return cached[1]
-
-    def check_count(v):
-        v = check(v)
-        cap = declared_min()
+        cap = cached[1]
         rt = getattr(block._engine, "_rt", None)
         if rt is not None:
             g = rt.graph

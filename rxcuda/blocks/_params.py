@@ -175,9 +175,10 @@ engine.resize(scalar_mul['x'], shape)
     def value(self, v) -> None:
         v = self._check(v)
         self._value = v
-        sink = self._block._sink
+        block = self._block
+        sink = block._sink
         if sink is not None:
-            sink.set_parameter(self._block.id, self.name, v)
+            sink.set_value((block.id, self.name), v)  # (the id, not kept here: engine.replace hands it over)
 
     def bind(self, source):
         """Take values from an Observable, on whatever thread it emits; returns a disposable.

@@ -31,7 +31,7 @@ from ..model._describe import (
     PortSpec,
     ScalarSpec,
 )
-from ..model._regions import RegionSpec
+from ..model._regions import MAX_UNROLL, RegionSpec
 from ._blocks import Block, PortHandle
 
 CONDITION = "condition"
@@ -61,9 +61,10 @@ _INVERT = KernelParam("invert", "scalar", 4, "u32", default=0)
 _NO_FLAG = KernelParam("flag", "scalar", 8, "u64", default=0)  # a null pointer: no condition to read
 
 
-def condition_kernels(kind: str) -> tuple[tuple[KernelSpec, ...], tuple[PortSpec, ...], tuple[ScalarSpec, ...],
-                                          tuple[InternalBuffer, ...]]:
-    """The kernels, ports, parameters and internal buffers of a region block of ``kind``."""
+def condition_kernels(kind: str, unroll: int = 1) -> tuple[tuple[KernelSpec, ...], tuple[PortSpec, ...],
+                                                           tuple[ScalarSpec, ...], tuple[InternalBuffer, ...]]:
+    """The kernels, ports, parameters and internal buffers of a region block of ``kind`` (a loop whose body is
+    unrolled, ``unroll`` > 1, also has a ``clear`` kernel: see rxcuda.plan._regions)."""
     flag_in = KernelParam("flag", "pointer", 8, None, "in")
     if kind in ("if", "ifelse"):
         k = KernelSpec("set", _code("rx_cond_set", (_HANDLE, flag_in, _SIZE, _INVERT)), _ONE)
@@ -76,13 +77,20 @@ def condition_kernels(kind: str) -> tuple[tuple[KernelSpec, ...], tuple[PortSpec
     step = KernelSpec("step", _code("rx_loop_step", (_HANDLE, KernelParam("counter", "pointer", 8, "u32", "inout"),
                                                      flag, _SIZE, _INVERT)), _ONE)
     counter = InternalBuffer("counter", "u32", 1, Pin("init", 1), (Pin("step", 1),))
+    kernels: tuple[KernelSpec, ...] = (init, step)
+    if unroll > 1:  # rx_cond_set(loop, counter, 4, invert): the loop's handle to 0 (the counter is > 0 in a pass)
+        clear = KernelSpec("clear", _code("rx_cond_set", (_HANDLE, KernelParam("counter", "pointer", 8, "u32", "in"),
+                                                          _SIZE, KernelParam("invert", "scalar", 4, "u32", default=1))),
+                           _ONE)
+        kernels += (clear,)
+        counter = InternalBuffer("counter", "u32", 1, Pin("init", 1), (Pin("step", 1), Pin("clear", 1)))
     ports: tuple[PortSpec, ...] = ()
     if kind == "while":
         ports = (PortSpec(CONDITION, "in", None, 1, (Pin("init", 3), Pin("step", 2))),)
         scalars = (ScalarSpec("max_iterations", "u32", 1_000_000, (Pin("init", 2),)),)
     else:
         scalars = (ScalarSpec("n", "u32", 1, (Pin("init", 2),)),)
-    return (init, step), ports, scalars, (counter,)
+    return kernels, ports, scalars, (counter,)
 
 
 class Region(Block):
@@ -91,8 +99,12 @@ class Region(Block):
 
     kind = ""
 
-    def __init__(self, name: str, bodies: Sequence[Sequence[Block]], condition: PortHandle | None):
-        kernels, ports, scalars, internals = condition_kernels(self.kind)
+    def __init__(self, name: str, bodies: Sequence[Sequence[Block]], condition: PortHandle | None,
+                 unroll: int = 1):
+        if type(unroll) is not int or not 1 <= unroll <= MAX_UNROLL:
+            raise ValueError(f"{name}: 'unroll' must be an int from 1 to {MAX_UNROLL} (got {unroll!r})")
+        self.unroll = unroll
+        kernels, ports, scalars, internals = condition_kernels(self.kind, unroll)
         super().__init__(BlockDescription(name, kernels, ports, scalars, internals))
         self.bodies: tuple[tuple[Block, ...], ...] = tuple(_blocks(body, name) for body in bodies)
         if condition is not None and not isinstance(condition, PortHandle):
@@ -107,7 +119,8 @@ class Region(Block):
 
     def spec(self) -> RegionSpec:
         """The region as data (block ids of each body)."""
-        return RegionSpec(self.id, self.kind, tuple(tuple(b.id for b in body) for body in self.bodies))  # type: ignore[arg-type]
+        return RegionSpec(self.id, self.kind, tuple(tuple(b.id for b in body) for body in self.bodies),  # type: ignore[arg-type]
+                          self.unroll)
 
     def _names(self, body) -> str:
         return "[" + ", ".join(b.name for b in body) + "]"
@@ -115,11 +128,12 @@ class Region(Block):
     def __str__(self) -> str:
         cond = f"{self.condition.block.name}.{self.condition.name}" if self.condition is not None else ""
         head = f"{type(self).__name__} '{self.name}'"
+        unrolled = f", {self.unroll} copies per relaunch" if self.unroll > 1 else ""
         if self.kind == "for":
-            return f"{head}: {self.params['n'].value} passes of {self._names(self.bodies[0])}"
+            return f"{head}: {self.params['n'].value} passes of {self._names(self.bodies[0])}{unrolled}"
         if self.kind == "while":
             return (f"{head}: {self._names(self.bodies[0])} again while {cond} is nonzero "
-                    f"(at most {self.params['max_iterations'].value} passes)")
+                    f"(at most {self.params['max_iterations'].value} passes{unrolled})")
         if self.kind == "ifelse":
             return f"{head}: {self._names(self.bodies[0])} if {cond} is nonzero, else {self._names(self.bodies[1])}"
         return f"{head}: {self._names(self.bodies[0])} if {cond} is nonzero"
@@ -173,13 +187,18 @@ class While(Region):
     comes from before the region it is also read before the first pass.
 
     >>> loop = While(residual["above_tol"], [step, residual], max_iterations=500)   # doctest: +SKIP
+
+    ``unroll=k`` (1 to 16; default 1) copies the body k times into each relaunch of the loop's conditional node,
+    each copy after the first under one more nested IF, so the loop still stops after any pass: fewer
+    relaunches for the driver (``bench/region_passes.py`` measures whether that pays on a card). A change of
+    code or launch geometry of a block in an unrolled body rebuilds the graph; its parameters stay hot updates.
     """
 
     kind = "while"
 
     def __init__(self, condition: PortHandle, body: Sequence[Block], *, max_iterations: int = 1_000_000,
-                 name: str = "while"):
-        super().__init__(name, (body,), condition)
+                 name: str = "while", unroll: int = 1):
+        super().__init__(name, (body,), condition, unroll)
         self.params["max_iterations"].value = max_iterations
 
 
@@ -188,10 +207,12 @@ class For(Region):
 
     >>> loop = For(10, [relax])          # doctest: +SKIP
     >>> loop.params["n"].value = 20      # doctest: +SKIP
+
+    ``unroll=k`` copies the body k times per relaunch of the loop's node, as for :class:`While`.
     """
 
     kind = "for"
 
-    def __init__(self, n: int, body: Sequence[Block], *, name: str = "for"):
-        super().__init__(name, (body,), None)
+    def __init__(self, n: int, body: Sequence[Block], *, name: str = "for", unroll: int = 1):
+        super().__init__(name, (body,), None, unroll)
         self.params["n"].value = n

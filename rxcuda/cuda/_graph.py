@@ -265,11 +265,11 @@ class CompiledGraph:
             levels.setdefault(self.plan.parents.get(n.id), []).append(n.id)
         self._eager_level(levels, None, stream, check_each, around)
 
-    def _eager_level(self, levels: dict, level, stream, check_each: bool, around=None) -> None:
+    def _eager_level(self, levels: dict, level, stream, check_each: bool, around=None, skip=()) -> None:
         for nid in levels.get(level, ()):
             node = self.nodes[nid]
-            if node.condition_of() is not None:
-                continue  # a condition kernel: its region decides on the host (_eager_node)
+            if node.condition_of() is not None or nid in skip:
+                continue  # a condition kernel (or an unrolled loop's IF): its region decides on the host
             if around is not None and node.timed:
                 around(node.plan, lambda nid=nid: self._eager_node(levels, nid, level, stream, check_each))
             else:
@@ -287,13 +287,25 @@ class CompiledGraph:
                 self._eager_level(levels, (nid, body), stream, check_each)
             return
         limit = int(setter.slots[2][0][setter.slots[2][1]])
-        step = next(n for n in self.nodes if n is not setter and n.condition_of() == nid)
         go = limit > 0 and (not isinstance(setter.plan.args[3], BufferArg) or self._flag(setter, 3, 4, stream))
+        # the levels the passes run at: the loop's body, then the nested IF of each further copy of an unrolled
+        # body (rxcuda.plan._regions), each closed by a step kernel; a copy's IF is decided here, not by its flag
+        inner = {n.plan.id for n in self.nodes
+                 if n.conditional and n.plan.id != nid and getattr(n.plan, "region", None) == node.plan.region}
+        copies = [(nid, 0)]
+        while (nxt := next((i for i in levels.get(copies[-1], ()) if i in inner), None)) is not None:
+            copies.append((nxt, 0))
+        closing = inner | {nid}
+        steps = [next(self.nodes[i] for i in levels.get(lvl, ()) if self.nodes[i].condition_of() in closing
+                      and getattr(self.nodes[i].plan, "kernel", "") != "clear") for lvl in copies]
         passes = 0
         while go:
-            self._eager_level(levels, (nid, 0), stream, check_each)
-            passes += 1
-            go = passes < limit and (not isinstance(step.plan.args[2], BufferArg) or self._flag(step, 2, 3, stream))
+            for lvl, step in zip(copies, steps, strict=True):
+                self._eager_level(levels, lvl, stream, check_each, skip=inner)
+                passes += 1
+                go = passes < limit and (not isinstance(step.plan.args[2], BufferArg) or self._flag(step, 2, 3, stream))
+                if not go:
+                    break
 
     def _flag(self, node: KernelNode, flag_arg: int, size_arg: int, stream) -> bool:
         """The condition a condition kernel would read (argument ``flag_arg``, ``size_arg`` bytes wide), read

@@ -16,6 +16,7 @@ AppliedUpdate is published per applied plan (``_notify``).
 
 from __future__ import annotations
 
+import math
 import time
 
 from ..cuda import _nvtx
@@ -32,6 +33,18 @@ _tuple_new = tuple.__new__  # builds a named tuple without its Python-level __ne
 _now = time.perf_counter_ns
 
 
+class _HotTable(dict):
+    """A dict that makes a missing entry on first lookup (``table[key]``) with ``make(key)`` and keeps it."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key):
+        value = self[key] = self._make(key)
+        return value
+
+
 class Updater:
     """Applies what is pending before a frame. ``updates`` publishes one AppliedUpdate per applied plan."""
 
@@ -43,6 +56,10 @@ class Updater:
         self.applied = 0  # calls of apply_pending that had something to apply
         self._limits_plan: object = None  # the running plan whose count limits _limits holds (_count_limits)
         self._limits: dict = {}
+        # the hot table of the running graph (see _hot_entry), made again when the graph or its plan changes
+        self._hot_graph: object = None
+        self._hot_plan: object = None
+        self._hot: _HotTable = _HotTable(self._hot_entry)
         self._handlers = {
             Tier.STRUCTURE: self._structure,
             Tier.CODE: self._code,
@@ -55,7 +72,8 @@ class Updater:
     # -- entry points --------------------------------------------------------------------------------
     def apply_pending(self, raise_errors: bool = False, background: bool = False) -> tuple[Tier, ...]:
         """Apply everything pending. Values alone (the common case) skip the plan object, and one value that
-        kernel nodes alone read goes straight through the patch table to its nodes' exec updates.
+        kernel nodes alone read goes straight through the hot table (:meth:`_hot_entry`) to its nodes' exec
+        updates: a dict lookup, one chained comparison (its count limit), the writes and the driver calls.
 
         ``background`` (``engine.run``'s frames): a structural change is prepared off this thread and swapped
         in by a later call once ready (rxcuda.engine._prepare); otherwise it is applied before this returns."""
@@ -68,26 +86,33 @@ class Updater:
         if g is None or pending.others:
             up = pending.drain()
             return self.apply(up, raise_errors, background) if up else ()
+        if self._hot_graph is not g or self._hot_plan is not g.plan:
+            self._rearm(g)
         observed = self.updates.observers
         t0 = _now() if observed else 0
         events = pending.count
         params = pending.take_parameters()
-        limits = self._limits if self._limits_plan is g.plan else self._count_limits(g)
+        if len(params) == 1:  # the hot path
+            ((key, value),) = params.items()
+            targets, lo, hi = self._hot[key]
+            if targets is not None and lo <= value <= hi:
+                for view, idx, update in targets:
+                    view[idx] = value
+                    err = update()
+                    if err:
+                        g.fast.raise_for(err)
+                if observed:
+                    block = rt.blocks.get(key[0])
+                    names = (block.name,) if block is not None else (f"#{key[0]}",)
+                    self.updates.emit(_tuple_new(AppliedUpdate, (rt.frame + 1, _PARAMETERS, names,
+                                                                 (_now() - t0) / 1e9, events)))
+                return _PARAMETERS
+        limits = self._limits
         if limits:  # count parameters: the last check before a value reaches the GPU (rxcuda.engine._bounds)
             params = self._within(params, limits)
-            if not params:
-                return ()
-        patch = g.patches[next(iter(params))] if len(params) == 1 else None
-        if patch is not None and patch[1]:  # the hot path
-            (value,) = params.values()
-            for _nid, view, idx, update in patch[0]:
-                view[idx] = value
-                err = update()
-                if err:
-                    g.fast.raise_for(err)
-            tiers: tuple[Tier, ...] = _PARAMETERS
-        else:
-            tiers = self.apply_values(params, raise_errors=raise_errors)
+        if not params:
+            return ()
+        tiers = self.apply_values(params, raise_errors=raise_errors)
         if observed:
             self._notify({bid for bid, _ in params}, tiers, t0, events)
         return tiers
@@ -218,9 +243,31 @@ class Updater:
 
     def _parameters(self, up: UpdatePlan, raise_errors: bool) -> tuple[Tier, ...]:
         g = self.rt.running()
+        # a launch of a kernel with no single node (a block in an unrolled loop's body) reaches it by a rebuild
+        if any(k not in g.plan.kernel_nodes and k[0] in self.rt.blocks for k in up.launches):
+            return self._structure(up, raise_errors)
         limits = self._limits if self._limits_plan is g.plan else self._count_limits(g)
         params = self._within(up.params, limits) if limits else up.params
         return self.apply_values(params, up.rebinds, up.launches, raise_errors)
+
+    # -- the hot table ---------------------------------------------------------------------------------
+    def _rearm(self, g) -> None:
+        """Start a hot table for the running graph ``g`` (entries are made on first use)."""
+        self._hot_graph, self._hot_plan = g, g.plan
+        if self._limits_plan is not g.plan:
+            self._count_limits(g)
+        self._hot = _HotTable(self._hot_entry)
+
+    def _hot_entry(self, key: tuple[int, str]) -> tuple:
+        """(block id, parameter) -> (targets, lo, hi) for the hot path: ``targets`` the ((typed view, index,
+        bound exec-node update), ...) of the kernel nodes that read the value, or None when the value also
+        goes elsewhere (device memory, a recapture: the general path); ``[lo, hi]`` the values it may take
+        without a look at the count rule (a count parameter: 0 to its smallest buffer; else any)."""
+        g = self._hot_graph
+        targets, plain = g.patches[key]  # type: ignore[attr-defined]
+        limit = self._limits.get(key)
+        lo, hi = (0, limit[0]) if limit is not None else (-math.inf, math.inf)
+        return (tuple((view, idx, update) for _nid, view, idx, update in targets) if plain else None), lo, hi
 
     # -- count parameters ------------------------------------------------------------------------------
     def _count_limits(self, g) -> dict:

@@ -35,7 +35,7 @@ Level = tuple[int, int] | None  # (region id, body index), or None for the top l
 # this module, so naming its class here would make an import circle.
 
 # The region block's kernels and ports, as rxcuda.blocks._regions declares them.
-SET, INIT, STEP = "set", "init", "step"
+SET, INIT, STEP, CLEAR = "set", "init", "step", "clear"
 CONDITION = "condition"
 
 
@@ -269,19 +269,30 @@ def _emit_region(planner: Any, entry: BlockEntry, spec: RegionSpec, sources, par
         idx = 2 if setter_kernel == SET else 4
         args[idx] = ScalarArg(entry.id, None, "u32", 4, size)
     nodes[setter] = s._replace(args=tuple(args), reads=reads)
-    for bi in range(len(spec.bodies)):
-        emit((spec.id, bi), (node_id, bi))
-    if spec.loops:
-        step = emit_kernel(STEP, (node_id, 0))
-        if len(nodes) > step:
-            st = nodes[step]
-            assert isinstance(st, KernelNodePlan)
-            sargs = list(st.args)
-            sargs[0] = HandleArg(node_id)
-            if cond_src is not None:
-                sargs[3] = ScalarArg(entry.id, None, "u32", 4, size)
-            nodes[step] = st._replace(args=tuple(sargs))
-            planner.region_steps[node_id] = step
+
+    def emit_step(level_parent, handle_of: int) -> int | None:
+        """The step kernel closing a pass at ``level_parent``, setting the handle of region node ``handle_of``."""
+        step = emit_kernel(STEP, level_parent)
+        if len(nodes) == step:
+            return None
+        st = nodes[step]
+        assert isinstance(st, KernelNodePlan)
+        sargs = list(st.args)
+        sargs[0] = HandleArg(handle_of)
+        if cond_src is not None:
+            sargs[3] = ScalarArg(entry.id, None, "u32", 4, size)
+        nodes[step] = st._replace(args=tuple(sargs))
+        return step
+
+    if spec.loops and spec.unroll > 1:
+        _emit_unrolled(planner, spec, entry, node_id, emit, emit_kernel, emit_step, parents)
+    else:
+        for bi in range(len(spec.bodies)):
+            emit((spec.id, bi), (node_id, bi))
+        if spec.loops:
+            step = emit_step((node_id, 0), node_id)
+            if step is not None:
+                planner.region_steps[node_id] = step
     # the region node stands for everything inside it
     used: set[int] = set()
     written: set[int] = set()
@@ -290,6 +301,57 @@ def _emit_region(planner: Any, entry: BlockEntry, spec: RegionSpec, sources, par
         written |= nodes[nid].writes
     nodes[node_id] = nodes[node_id]._replace(reads=frozenset(used), writes=frozenset(written))  # type: ignore[union-attr]
     planner.region_setters[node_id] = setter
+
+
+def _emit_unrolled(planner: Any, spec: RegionSpec, entry: BlockEntry, node_id: int, emit, emit_kernel, emit_step,
+                   parents: dict) -> None:
+    """A loop's body copied ``spec.unroll`` times into one relaunch of its WHILE node::
+
+        WHILE loop { clear(loop)                      the loop's handle to 0: no next round unless the last copy
+                     body; step(if2)                  counts down; if2 = more passes to run
+                     IF if2 { body; step(if3)
+                              IF if3 { ... body; step(loop) } } }   the last copy decides on another round
+
+    so the loop stops after any pass, as with one copy. ``clear`` reads the counter the steps write, so it runs
+    before them (a hazard); each IF follows the step that sets it (its setter). The body's kernels get one node
+    per copy: their parameters reach every copy through the patch table; a change of their code or launch
+    rebuilds (they are left out of ``kernel_nodes``)."""
+    nodes = planner.nodes
+    label = entry.label()
+    clear = emit_kernel(CLEAR, (node_id, 0))
+    if len(nodes) > clear:
+        c = nodes[clear]
+        assert isinstance(c, KernelNodePlan)
+        nodes[clear] = c._replace(args=(HandleArg(node_id),) + c.args[1:])
+    level = (node_id, 0)
+    inner_ifs: list[int] = []
+    for i in range(spec.unroll):
+        emit((spec.id, 0), level)
+        if i == spec.unroll - 1:
+            step = emit_step(level, node_id)
+            if step is not None:
+                planner.region_steps[node_id] = step
+            break
+        inner = len(nodes) + 1  # the IF comes right after this copy's step
+        step = emit_step(level, inner)
+        if step is None or inner != len(nodes):
+            return  # the step kernel was refused (reported)
+        nodes.append(RegionNodePlan(inner, spec.id, "if", 1, frozenset(), frozenset(),
+                                    f"{label} (pass {i + 2} of {spec.unroll})"))
+        parents[inner] = level
+        planner.region_setters[inner] = step
+        inner_ifs.append(inner)
+        level = (inner, 0)
+    for inner in reversed(inner_ifs):  # an IF stands for everything inside it (innermost first)
+        used: set[int] = set()
+        written: set[int] = set()
+        for nid in _descendants(inner, parents, len(nodes)):
+            used |= nodes[nid].reads
+            written |= nodes[nid].writes
+        nodes[inner] = nodes[inner]._replace(reads=frozenset(used), writes=frozenset(written))  # type: ignore[union-attr]
+    members = _all_members(spec, {r.id: r for r in planner.desc.regions})
+    for key in [k for k in planner.kernel_nodes if k[0] in members]:
+        del planner.kernel_nodes[key]
 
 
 def _is_state(d, port) -> bool:

@@ -122,11 +122,19 @@ class PendingPlan:
     # -- producers (any thread) ----------------------------------------------------------------------
     def set_parameter(self, block: int, name: str, value) -> None:
         """The hottest change there is: one dict store under the lock, no event object."""
-        with self._lock:
-            self._params[(block, name)] = value
-            self.count += 1
-        if self._changes.observers:
-            self._changes.emit(_tuple_new(ParameterChanged, (block, name, value)))
+        self.set_value((block, name), value)
+
+    def set_value(self, key: tuple[int, str], value) -> None:
+        """``set_parameter`` with the (block id, parameter) key made by the caller: one dict store under the
+        lock; a ParameterChanged only when someone subscribed."""
+        lock = self._lock
+        lock.acquire()  # (cheaper than ``with``; nothing between can raise: the key is a tuple of int and str)
+        self._params[key] = value
+        self.count += 1
+        lock.release()
+        changes = self._changes
+        if changes.observers:
+            changes.emit(_tuple_new(ParameterChanged, (key[0], key[1], value)))
 
     def add(self, event) -> None:
         with self._lock:
@@ -170,10 +178,12 @@ class PendingPlan:
     # -- the engine thread ---------------------------------------------------------------------------
     def take_parameters(self) -> dict:
         """Drain when only parameter values are pending: no plan object, one dict swap."""
-        with self._lock:
-            params = self._params
-            self._params = {}
-            self.count = self.others  # 0 unless a change of another kind just arrived (drained next time)
+        lock = self._lock
+        lock.acquire()  # (as in set_value: nothing between can raise)
+        params = self._params
+        self._params = {}
+        self.count = self.others  # 0 unless a change of another kind just arrived (drained next time)
+        lock.release()
         return params
 
     def drain(self) -> UpdatePlan | None:
