@@ -151,6 +151,7 @@ def test_a_parameter_set_while_a_graph_is_prepared_reaches_it(engine, rng, kerne
     mul = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=n, scale=1.0, name="mul"))
     x = rand(rng, n)
     engine.write(mul["x"], x)
+    engine.keep(mul["out"])  # read after the swap: its value must not share memory with later buffers
     side = [engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=n, name=f"s{i}")) for i in range(200)]
     engine.connect(mul["out"], side[0]["x"])
     for s, t in zip(side, side[1:], strict=False):
