@@ -19,6 +19,7 @@ was given explicitly; more is refused with BoundsError.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -133,10 +134,18 @@ def untied_kernels(block) -> list[str]:
     desc = block.description
     out = []
     for st in desc.kernels:
-        if not isinstance(st, KernelSpec) or not os.path.isfile(st.code.origin):
+        if not isinstance(st, KernelSpec):
             continue
+        if any(s.counts and any(p.kernel == st.name for p in s.pins) for s in desc.scalars):
+            continue  # tied: the common case, decided without touching the file system
         if not any(p.is_pointer and p.direction != "counter" for p in st.code.signature.params):
             continue
-        if not any(s.counts and any(p.kernel == st.name for p in s.pins) for s in desc.scalars):
+        if _is_file(st.code.origin):
             out.append(st.name)
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_file(origin: str) -> bool:
+    """Whether a kernel's origin names a file (not a generated kernel's label); asked once per origin."""
+    return os.path.isfile(origin)

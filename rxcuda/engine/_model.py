@@ -12,6 +12,7 @@ from collections.abc import Callable
 import attrs
 
 from ..blocks._blocks import Block, PortHandle, resolve_port
+from ..blocks._bounds import untied_kernels
 from ..cuda._memory import ExternalArray
 from ..model import _dtypes
 from ..model._describe import Connection, PortRef
@@ -20,18 +21,19 @@ from ..model._events import BlockAdded, BlockChanged, BlockRemoved, Connected, D
 from . import _shapes_io
 from ._delaystate import check_shared_initial, initial_connection
 from ._io import DataIO
+from ._records import Diagnostic
 from ._runtime import Runtime
 from ._tooltips import Link
 
 
 def _bounds_info(rt: Runtime, block: Block) -> None:
-    """One "info" diagnostic per kernel file of ``block`` none of whose scalars is tied to its buffers: rxcuda
-    cannot check its bounds (see rxcuda.engine._bounds)."""
-    from ..blocks._bounds import untied_kernels
-    from ._records import Diagnostic
-
+    """One "info" diagnostic per kernel file none of whose scalars is tied to its buffers (the first block that
+    uses it says so): rxcuda cannot check its bounds (see rxcuda.engine._bounds)."""
     for kernel in untied_kernels(block):
         origin = block.description.kernel(kernel).code.origin  # type: ignore[union-attr]
+        if origin in rt.untied_told:  # one diagnostic per kernel file, not one per block that uses it
+            continue
+        rt.untied_told.add(origin)
         rt.reporter.publish(Diagnostic(
             "info", f"{block.name}.{kernel}",
             f"{block.name}.{kernel} ({origin}): no scalar of this kernel counts its buffers, so keeping its indices "

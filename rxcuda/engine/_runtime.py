@@ -52,6 +52,8 @@ class Runtime:
     # several devices (Engine(devices=[...])): rxcuda.engine._devices.Devices, and block id -> device position
     devices: Any = None
     placement: dict[int, int] = attrs.field(factory=dict)
+    # kernel files already named in an "info" diagnostic for counting none of their buffers (said once each)
+    untied_told: set = attrs.field(factory=set)
 
     stream_h: int = attrs.field(init=False)  # the stream's raw handle, for the per-frame calls
 
