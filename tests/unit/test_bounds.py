@@ -387,6 +387,8 @@ def test_a_kernel_file_whose_scalars_count_nothing_gets_one_info_on_add(tmp_path
     engine.write(blk["x"], np.ones(N, np.float32))
     engine.tick()
     assert [d.severity for d in seen] == ["info"]  # once, when added
+    engine.add(Block.from_kernel(untied_kernel(tmp_path), size=N, name="lim2"))
+    assert [d.severity for d in seen] == ["info"]  # once per kernel file, not once per block that uses it
 
 
 def test_a_count_that_reaches_the_engine_past_the_running_buffers_is_not_applied(engine, api):
