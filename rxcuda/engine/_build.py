@@ -283,8 +283,18 @@ class Builder:
                 later(lambda: self._retire_later(old, gone))
         self.codes = set(job.codes)
         self.rebuilds += 1
+        self.report_built(gp, keep, job.flagged)
+        self._on_built()
+        return True
+
+    def report_built(self, gp, keep, flagged=None) -> None:
+        """After a build is in: the blocks it kept lose the plan's and occupancy's old warnings, the new plan's
+        warnings (and this build's occupancy warnings) are published, and a block that had an error or a
+        warning and has none now recovers with an info diagnostic. ``flagged``: the blocks to look at (None:
+        every block); shared by the one-device and the several-devices builds."""
+        rt = self.rt
         was = {}
-        for b in list(rt.blocks.values()) if job.flagged is None else job.flagged:
+        for b in list(rt.blocks.values()) if flagged is None else flagged:
             if (b.state != "ok" or b.message or b._warnings) and b.id in keep and b.id in rt.blocks:
                 was[b.id] = b.state
                 b._warnings.pop("plan", None)
@@ -302,8 +312,6 @@ class Builder:
             if state in ("error", "warning") and b.state == "ok":
                 b.state = state
                 rt.reporter.recover(b, why="the rebuild succeeded")
-        self._on_built()
-        return True
 
     def _retire_later(self, old: CompiledGraph | None, gone: list) -> None:
         """Off the frame thread: wait for the frames queued so far, then free the old graph and the library

@@ -176,20 +176,8 @@ def _finish(builder, desc: PipelineDescription, gp: GraphPlan, built: DeviceGrap
     for d, g in enumerate(built.graphs):
         rt.devices.lanes[d].modules.prune({n.code_key for n in g.plan.nodes if isinstance(n, KernelNodePlan)})
     builder.rebuilds += 1
-    was = {}
-    for b in rt.blocks.values():
-        was[b.id] = b.state
-        b._warnings.pop("plan", None)
-        b.state, b.message = ("warning", next(iter(b._warnings.values()))) if b._warnings else ("ok", "")
-    rt.reporter.refresh()
-    for w in gp.warnings:
-        rt.reporter.warn(w.subject, w.message, rt.blocks.get(w.block) if w.block is not None else None,
-                         source="plan")
-    for bid, state in was.items():  # a block that had an error or a warning and has none now
-        b = rt.blocks[bid]
-        if state in ("error", "warning") and b.state == "ok":
-            b.state = state
-            rt.reporter.recover(b, why="the rebuild succeeded")
+    builder._occupancy_warnings = []  # none measured over several devices
+    builder.report_built(gp, {b.id for b in desc.blocks})
     builder._on_built()
     builder.last_build_ms = None
     builder.last_in_place = False
