@@ -35,6 +35,7 @@ import pathlib
 from collections.abc import Mapping
 
 from ..blocks._composite import CompositeInstance
+from ..cuda.nodes import REGION_NAMES
 from ..engine._engine import Engine
 from ..model._describe import BlockEntry, KernelSpec, PipelineDescription, PortRef, PortSpec
 from ..model._errors import RxcudaError
@@ -42,7 +43,6 @@ from ..model._graphplan import GraphPlan
 from ..model._regions import RegionSpec
 from ._dottext import (  # noqa: F401 - quote, size_text and type_text: importable from here as before
     _FONT,
-    _REGION_NAMES,
     _h,
     _ident,
     _lines,
@@ -192,7 +192,7 @@ class _Pipeline:
 
     def _region_label(self, r: RegionSpec) -> str:
         entry = self.desc.block(r.id)
-        head = _REGION_NAMES.get(r.kind, r.kind)
+        head = REGION_NAMES.get(r.kind, r.kind)
         src = self.sources.get(PortRef(r.id, "condition"))
         if src is not None and src.src.block in self.ids:
             cond = f"{self.desc.block(src.src.block).desc.name}.{src.src.port}"

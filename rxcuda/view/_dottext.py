@@ -12,7 +12,6 @@ import math
 import re
 from collections.abc import Iterable
 
-from ..cuda.nodes import REGION_NAMES as _REGION_NAMES  # noqa: F401 - the pictures' names for region kinds
 from ..model import _dtypes
 
 _FONT = 'fontname="Helvetica"'

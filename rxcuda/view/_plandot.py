@@ -14,7 +14,7 @@ them, region bodies as clusters. Pure Python, deterministic.
 
 from __future__ import annotations
 
-from ..cuda.nodes import KINDS
+from ..cuda.nodes import KINDS, REGION_NAMES
 from ..model._graphplan import (
     CallNodePlan,
     CopyNodePlan,
@@ -23,7 +23,7 @@ from ..model._graphplan import (
     MemsetNodePlan,
     RegionNodePlan,
 )
-from ._dottext import _FONT, _REGION_NAMES, _lines, quote, size_text
+from ._dottext import _FONT, _lines, quote, size_text
 
 # -- the graph plan -----------------------------------------------------------------------------------------
 _NODE_STYLE = {
@@ -51,7 +51,7 @@ def plan_dot(gp: GraphPlan) -> str:
     labels: dict[str, str] = {}
     for r in regions.values():
         key = f"cluster_node_{r.id}"
-        labels[key] = f"{_REGION_NAMES.get(r.kind, r.kind)} region: {r.label}"
+        labels[key] = f"{REGION_NAMES.get(r.kind, r.kind)} region: {r.label}"
         parent = gp.parents.get(r.id)
         children.setdefault(body_key[parent] if parent else None, []).append(key)
         children.setdefault(key, [])
