@@ -518,14 +518,18 @@ def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]
     if planner.report.errors:
         return clamped  # the plan is refused already (a shape error, say): its sizes would only repeat it
     d = b.desc
-    inputs = [p.name for p in d.ports if p.direction == "in" and p.counter is None]
+    buffers = planner.buffers
     for s in d.scalars:
         if not s.counts:
             continue
         value = b.value(s.name)
         if shaped is not None and s.name in shaped.values:
             value = shaped.values[s.name]
-        caps = {c: planner.buffers[tied[c]].count for c in s.counts if tied.get(c) is not None}
+        smallest = min((buffers[i].count for c in s.counts if (i := tied.get(c)) is not None), default=None)
+        if smallest is None or (type(value) is int and 0 <= value <= smallest):
+            continue  # fits: the common case, decided without building the message's pieces
+        caps = {c: buffers[tied[c]].count for c in s.counts if tied.get(c) is not None}
+        inputs = [p.name for p in d.ports if p.direction == "in" and p.counter is None]
         found = count_problem(d.name, s.name, value, caps, inputs)
         if found is not None and s.size_of is not None and value > 0:
             clamped[s.name] = cap = min(caps.values())
