@@ -30,6 +30,7 @@ the Python side.
 from __future__ import annotations
 
 import argparse
+import gc
 import pathlib
 import statistics
 import sys
@@ -59,14 +60,17 @@ def measure(engine, n: int, code, repeats: int) -> dict[str, float]:
 
     import rxcuda
 
+    gc.collect()  # each timed section starts from a collected heap: none pays for the garbage of the one before
     t0 = time.perf_counter_ns()
     blocks = [rxcuda.Block.from_kernel(code, size=ELEMENTS, scale=1.0, name=f"m{i}") for i in range(n)]
     by_code = _ms(t0)
     path = str(ROOT / "kernels" / "scalar_mul.ptx")
+    gc.collect()
     t0 = time.perf_counter_ns()
     [rxcuda.Block.from_kernel(path, size=ELEMENTS, scale=1.0, name=f"p{i}") for i in range(n)]
     by_path = _ms(t0)
     data = np.ones(ELEMENTS, np.float32)
+    gc.collect()
     t0 = time.perf_counter_ns()
     for b in blocks:
         engine.add(b)
@@ -75,6 +79,7 @@ def measure(engine, n: int, code, repeats: int) -> dict[str, float]:
     engine.write(blocks[0]["x"], data)
     declare = _ms(t0)
 
+    gc.collect()
     t0 = time.perf_counter_ns()
     _tick_ok(engine)
     cold = _ms(t0)
