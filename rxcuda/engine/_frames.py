@@ -20,7 +20,7 @@ from collections.abc import Callable
 from ..cuda._driver import is_sticky
 from ..cuda._stream import destroy_event
 from ..model._errors import CudaError, DeviceLostError
-from ..model._events import ProfileChanged
+from ..model._events import ProfileChanged, merge_tiers
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
 from ._batch import Batches
@@ -116,6 +116,8 @@ class FrameRunner:
         try:
             # under run() a structural change is prepared off this thread and swapped in once ready
             tiers = self.apply_pending(False, self.loop is not None) if self.pending.count or rt.preparing else ()
+            if rt.carried:  # applied since the last frame by a read or array() that needed them
+                tiers, rt.carried = merge_tiers(rt.carried, tiers), ()
             g = rt.graph
             timed = UNTIMED
             if g is not None:
@@ -209,6 +211,8 @@ class FrameRunner:
         rt, io, batches, prof, stream = self.rt, self.io, self.batches, self.profiler, self.stream
         try:
             tiers = self.apply_pending() if self.pending.count or rt.preparing else ()
+            if rt.carried:
+                tiers, rt.carried = merge_tiers(rt.carried, tiers), ()
             g = rt.graph
             if g is None:
                 return self.tick(True)

@@ -46,6 +46,9 @@ class Runtime:
     occupancy: dict = attrs.field(factory=dict)  # (block id, kernel) -> theoretical occupancy (per_kernel+)
     graph: CompiledGraph | None = None
     preparing: bool = False  # a new graph is being prepared off the frame thread (rxcuda.engine._prepare)
+    # tiers applied between frames (a read, array() or write that needed the pending changes first): the next
+    # frame is the first to run with them, so it reports them (Frame.tiers)
+    carried: tuple = ()
     frame: int = 0
     lock: threading.RLock = attrs.field(factory=threading.RLock)  # the model; never held while waiting
     index: PipelineIndex = attrs.field(factory=PipelineIndex)  # checks one change at a time

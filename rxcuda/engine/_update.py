@@ -21,7 +21,7 @@ import time
 
 from ..cuda import _nvtx
 from ..model._describe import PortRef
-from ..model._events import Tier
+from ..model._events import Tier, merge_tiers
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import UpdatePlan
 from ._build import Builder, codes_in_use, runs_code, write_device_scalar
@@ -181,7 +181,9 @@ class Updater:
                 and (ref in g.plan.port_buffers or ref in g.plan.counters)):
             return g
         if rt.pending.count or rt.graph is None or rt.preparing:
-            self.apply(rt.pending.drain() or UpdatePlan())
+            applied = self.apply(rt.pending.drain() or UpdatePlan())
+            if applied:  # the next frame is the first to run with them: it reports them
+                rt.carried = merge_tiers(rt.carried, applied)
         if rt.graph is None:
             log = rt.reporter.log
             why = log[-1].message if log else "nothing was built"

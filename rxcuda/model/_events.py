@@ -44,6 +44,12 @@ _RANK = {Tier.STRUCTURE: 3, Tier.CODE: 2, Tier.RECAPTURE: 1, Tier.PARAMETERS: 0}
 TIERS = tuple(Tier)  # highest first: the order an update plan is applied in
 
 
+def merge_tiers(a: tuple, b: tuple) -> tuple:
+    """The tiers in either tuple, once each, highest first."""
+    present = set(a) | set(b)
+    return tuple(t for t in TIERS if t in present)
+
+
 class ParameterChanged(NamedTuple):
     """A block's scalar parameter got a new value (a named tuple: the hottest event there is)."""
 

@@ -67,6 +67,24 @@ def test_tick_goes_through_the_runner(engine, api):
     assert stored(engine, mul, "scale") == [0.5]
 
 
+def test_changes_applied_between_frames_are_reported_by_the_next_frame(engine, api):
+    """A read or array() applies what is pending first (it must see the new graph): the next frame is the first
+    to run with those changes, so its tiers name them (a distributed worker's IPC link takes array() before
+    the tick: its parameter changes and code swaps were reported by no frame)."""
+    _add, mul = chain(engine)
+    engine.tick()
+    mul.set(scale=0.5)
+    engine.array(mul["out"])  # applies the pending value now
+    assert stored(engine, mul, "scale") == [0.5]
+    frame = engine.tick()
+    assert frame.tiers == ("parameters",)
+    assert engine.tick().tiers == ()  # reported once
+    mul.set(scale=2.0)
+    engine.read(mul["out"])
+    mul.set(scale=4.0)
+    assert engine.tick().tiers == ("parameters",)  # one applied by the read, one by the tick: named once
+
+
 def test_an_idle_engine_ticks_without_a_launch(engine, api):
     frame = engine.tick()
     assert frame.state == "idle" and not frame.launched and api.count("cuGraphLaunch") == 0
