@@ -303,6 +303,7 @@ engine.close()
 """
 
 
+@pytest.mark.gpu_fault
 @pytest.mark.parametrize("mode", ["graph", "debug"])
 def test_a_fault_in_a_graph_names_every_kernel_of_the_frame(mode):
     """Surprise: a kernel that faults inside the frame's CUDA graph cannot be told from the others: the

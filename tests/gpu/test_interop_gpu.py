@@ -147,6 +147,7 @@ def test_rebind_reaches_kernel_and_memset_nodes(engine, kernels, rng):
     np.testing.assert_array_equal(np.sort(cp.asnumpy(out2)[: expected.size]), expected)
 
 
+@pytest.mark.gpu_fault
 def test_a_faulting_kernel_loses_the_context_clearly(tmp_path):
     """A kernel that writes through a bad pointer: tick raises DeviceLostError naming the fix, close() does
     not raise. Run in a subprocess: the sticky error would poison every later test in this process."""
