@@ -305,6 +305,19 @@ class DeviceGraphs:
                 wait_event(stream, lane.done_h, api=api)
         return 0
 
+    def launch_frames(self, stream: int, k: int) -> int:
+        """``engine.run_batch(k)`` over several devices: ``k`` frames, each launched as :meth:`launcher`
+        launches one, back to back from the host with no wait between them (the caller waits once, after the
+        last). A GPU-driven loop cannot span devices: a conditional body takes no event record or wait node
+        and runs in one context, so the frames are queued from the host. Every device's graph runs ``k``
+        times, in frame order, ordered by the same events as ``k`` ticks; returns a CUresult as an int."""
+        launcher = self.launcher
+        for _ in range(k):
+            err = launcher(stream)
+            if err:
+                return err
+        return 0
+
     def run_eagerly(self, stream, *, check_each: bool = False, around=None) -> None:
         """Every device's nodes, one device after another, each on its own stream after the work queued on
         the engine's (``Engine(debug=True)``)."""
@@ -432,11 +445,13 @@ def add_on(engine, rt, block, device):
     return added
 
 
-def check_batch(rt) -> None:
-    """``engine.run_batch`` loops one device's graph on that device; over several devices it is refused."""
-    if rt.devices is not None:
-        raise RuntimeError("run_batch loops one device's graph on the GPU; an engine over several devices has one "
-                           "graph per device, so batches are not available yet: call tick() per frame")
+def check_batch(rt, until) -> None:
+    """``engine.run_batch(k, until=...)`` over several devices: refused. The frames of a batch are queued
+    from the host there (see :meth:`DeviceGraphs.launch_frames`), so nothing reads the flag between them."""
+    if rt.devices is not None and until is not None:
+        raise ValueError("run_batch(until=...) needs a GPU-driven loop, which cannot span devices: over several "
+                         "devices a batch's frames are launched from the host without a wait between them, so no "
+                         "frame can stop the next. Call run_batch(k) without until, or tick() and read the flag")
 
 
 def latency(s: DeviceSplit) -> int:

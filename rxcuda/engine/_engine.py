@@ -282,7 +282,8 @@ class Engine(EngineStreams):
         fed inputs are read once per batch and ``observe`` delivers the batch's last frame; append counts are
         the last frame's. With ``until`` (a port holding one u32/bool flag, such as a residual check's
         ``converged``), the batch ends after the first frame that leaves the flag nonzero. A batch gives, bit
-        for bit, what ``k`` ticks give.
+        for bit, what ``k`` ticks give. Over several devices the k frames are queued from the host, each
+        device's graph k times with no wait between frames (no GPU loop spans devices), and ``until`` is refused.
 
         >>> frame = engine.run_batch(1000)                       # doctest: +SKIP
         >>> frame = engine.run_batch(500, until=check["done"])   # doctest: +SKIP
@@ -291,7 +292,7 @@ class Engine(EngineStreams):
         """
         self._check_open()
         check_frame_count(k)
-        _devices.check_batch(self._rt)
+        _devices.check_batch(self._rt, until)
         self._runner.check_caller("run_batch")
         return self._runner.run_batch(k, None if until is None else self._ref(until))
 

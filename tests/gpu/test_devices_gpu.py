@@ -187,3 +187,43 @@ def test_the_two_gpus_example_runs(tmp_path):
     if _gpus() < 2:
         assert proc.stdout.startswith("one GPU here (")
     assert list(tmp_path.iterdir()) == []
+
+
+def _accumulating(engine, kernels, rng, n):
+    """Device 0 scales x; device 1 adds it to its own previous output (a delayed self-connection): after k
+    frames its output is k * 2.5 * x, so the frame count shows in the numbers."""
+    mul = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=n, scale=2.5, name="mul"))
+    acc = engine.add(Block.from_kernel(kernels / "vector_add.ptx", size=n, name="acc"), device=1)
+    engine.connect(mul["out"], acc["b"])
+    engine.connect(acc["out"], acc["a"], delay=1)
+    x = rand(rng, n)
+    engine.write(mul["x"], x)
+    return acc, x
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-frame-at-a-time", "pipelined"])
+def test_run_batch_across_devices_is_k_ticks(devices, rng, kernels, pipelined):
+    n, k = 10_007, 7
+    with rxcuda.Engine(devices=devices, pipelined=pipelined) as batched, \
+            rxcuda.Engine(devices=devices, pipelined=pipelined) as ticked:
+        acc_b, x = _accumulating(batched, kernels, rng, n)
+        acc_t, _ = _accumulating(ticked, kernels, rng, n)
+        ticked.write(ticked.blocks[0]["x"], x)  # the same input in both
+        frame = batched.run_batch(k)
+        assert frame.frames == k and batched.frame == k
+        for _ in range(k):
+            ticked.tick()
+        got, want = batched.read(acc_b["out"]), ticked.read(acc_t["out"])
+        np.testing.assert_array_equal(got, want)  # bit for bit what k ticks give
+        lag = 1 if pipelined else 0  # pipelined, device 1's first frame reads the pipeline's zeros
+        expect = np.zeros(n, np.float32)
+        for _ in range(k - lag):
+            expect = expect + np.float32(2.5) * x
+        np.testing.assert_allclose(got, expect, rtol=1e-5)
+        # a second batch goes on from there, after a parameter change on device 0
+        batched.blocks[0].set(scale=-1.0)
+        batched.run_batch(3)
+        after = expect.copy()
+        for t in range(3):
+            after = after + (np.float32(-1.0) if t >= lag else np.float32(2.5)) * x
+        np.testing.assert_allclose(batched.read(acc_b["out"]), after, rtol=1e-5, atol=1e-5)

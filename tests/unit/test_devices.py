@@ -241,11 +241,47 @@ def test_per_block_profiling_over_devices_is_refused_and_the_last_graphs_keep_ru
                for d in engine.diagnostic_log if d.severity == "error")
 
 
-def test_run_batch_over_devices_says_it_is_not_there_yet(engine, api):
+def test_run_batch_over_devices_launches_each_devices_graph_k_times_in_frame_order_without_a_sync(engine, api):
     two_stage(engine)
     engine.tick()
-    with pytest.raises(RuntimeError, match=r"run_batch .* one device's graph .* call tick\(\) per frame"):
-        engine.run_batch(4)
+    mark = len(api.calls)
+    engine.tick()
+    one = api.since(mark)[:-1]  # one frame's launches, without the wait tick(sync=True) adds
+    assert "cuStreamSynchronize" not in one
+    mark = len(api.calls)
+    before = engine.frame
+    frame = engine.run_batch(5)
+    assert frame.frames == 5 and frame.index == before + 5 == engine.frame and frame.launched
+    # the frames queued from the host, each as a tick launches it, then the one wait for the batch
+    assert api.since(mark) == one * 5 + ["cuStreamSynchronize"]
+    launches = [a for n, a in api.calls[mark:] if n == "cuGraphLaunch"]
+    g = engine._rt.graph
+    assert [a[0] for a in launches] == [int(g.graphs[0].exec), int(g.graphs[1].exec)] * 5  # producers first, each frame
+
+
+def test_run_batch_over_pipelined_devices_launches_the_readers_first_each_frame(api):
+    e = rxcuda.Engine(devices=[0, 1], pipelined=True, driver=api)
+    try:
+        two_stage(e)
+        e.tick()
+        mark = len(api.calls)
+        assert e.run_batch(3).frames == 3
+        g = e._rt.graph
+        launches = [a[0] for n, a in api.calls[mark:] if n == "cuGraphLaunch"]
+        assert launches == [int(g.graphs[1].exec), int(g.graphs[0].exec)] * 3
+        assert api.since(mark).count("cuStreamSynchronize") == 1
+    finally:
+        e.close()
+
+
+def test_run_batch_until_over_devices_is_refused_naming_the_fix(engine, api):
+    first, second = two_stage(engine)
+    engine.tick()
+    mark = len(api.calls)
+    with pytest.raises(ValueError, match=r"run_batch\(until=...\) needs a GPU-driven loop, which cannot span "
+                                         r"devices.*run_batch\(k\) without until"):
+        engine.run_batch(4, until=second["out"])
+    assert "cuGraphLaunch" not in api.since(mark)
 
 
 def test_a_fault_on_device_1_names_it_and_the_engine_closes_cleanly(api):
