@@ -246,12 +246,36 @@ class _Patches(dict):
         return value
 
 
+class _Rings:
+    """``DeviceGraphs.stamps`` when profiled per block or per kernel: every device's stamp ring, as one ring to
+    the profiler. ``launches`` counts this DeviceGraphs' frames and advances each ring with it (a ring kept
+    from an earlier build goes on from its own count); ``parts(launch)`` gives each device's row."""
+
+    def __init__(self, graphs: list[CompiledGraph]):
+        self._rings = [(d, g.stamps, g.plan.stamps, g.stamps.launches) for d, g in enumerate(graphs)
+                       if g.stamps is not None]
+        self._launches = 0
+
+    @property
+    def launches(self) -> int:
+        return self._launches
+
+    @launches.setter
+    def launches(self, n: int) -> None:
+        for _d, ring, _layout, _base in self._rings:
+            ring.launches += n - self._launches
+        self._launches = n
+
+    def parts(self, launch: int) -> list[tuple[int, object, object]]:
+        """(device position, stamp layout, timestamps) of the ``launch``-th frame on each stamped device."""
+        return [(d, layout, ring.row(base + launch)) for d, ring, layout, base in self._rings]
+
+
 class DeviceGraphs:
     """The running graphs of an engine over several devices, as one graph to the rest of the engine (see the
     module's docstring): ``plan`` and every id are the whole pipeline's; ``graphs[d]`` is device ``d``'s."""
 
     regions = False
-    stamps = None
 
     def __init__(self, plan: GraphPlan, s: DeviceSplit, graphs: list[CompiledGraph], devices: Devices):
         self.plan = plan
@@ -266,6 +290,8 @@ class DeviceGraphs:
         self.nodes = [graphs[d].nodes[local] for d, local in (s.nodes[n.id] for n in plan.nodes)]
         self.pointers = {x: graphs[d].pointers[local] for x, (d, local) in s.buffers.items()}
         self.patches = _Patches(self)
+        # profiled per block or per kernel: each device's stamps, read together (None: not stamped)
+        self.stamps = _Rings(graphs) if any(g.stamps is not None for g in graphs) else None
         self.exec = graphs[0].exec
         self._consumers: dict[int, list[int]] | None = None
         # pipelined, the readers launch first: each event wait then finds the previous frame's record, so a

@@ -227,3 +227,29 @@ def test_run_batch_across_devices_is_k_ticks(devices, rng, kernels, pipelined):
         for t in range(3):
             after = after + (np.float32(-1.0) if t >= lag else np.float32(2.5)) * x
         np.testing.assert_allclose(batched.read(acc_b["out"]), after, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("level", ["per_block", "per_kernel"])
+def test_per_block_and_per_kernel_profiling_across_devices(devices, rng, kernels, level):
+    n = 1 << 20
+    with rxcuda.Engine(devices=devices, profile=level) as engine:
+        first, second, a, b = two_stage(engine, kernels, rng, n)
+        engine.tick()
+        frame = engine.tick()
+        np.testing.assert_allclose(engine.read(second["out"]), (a + b) * 3.0, rtol=1e-6)
+        assert frame.blocks is not None and list(frame.blocks) == [first.name, second.name]
+        assert [frame.blocks.device(x) for x in frame.blocks] == [0, 1]
+        for x in frame.blocks:  # each timed on its own device's timer, from that device's start of the frame
+            t = frame.blocks[x]
+            assert t.gpu_us > 0 and 0 <= t.start_us <= t.end_us
+        copy = f"{first.name}.out -> device 1"
+        if level == "per_kernel":
+            assert frame.kernels is not None and frame.kernels.device(copy) == 1
+            # device 1's kernel is timed from the end of the copy it waits for
+            assert frame.kernels[f"{second.name}/scalar_mul"].start_us >= frame.kernels[copy].end_us
+        else:
+            assert copy not in frame.blocks and frame.kernels is None
+        # a batch over the devices, profiled: the last frame's timings, the numbers still right
+        batch = engine.run_batch(4)
+        assert batch.frames == 4 and batch.blocks is not None and set(batch.blocks) == {first.name, second.name}
+        np.testing.assert_allclose(engine.read(second["out"]), (a + b) * 3.0, rtol=1e-6)

@@ -231,14 +231,75 @@ def test_a_library_call_on_another_gpu_is_refused_naming_both(engine, api):
         engine.rebuild()
 
 
-def test_per_block_profiling_over_devices_is_refused_and_the_last_graphs_keep_running(engine, api):
-    two_stage(engine)
+def _stamp(graph, d, row):
+    """What device ``d``'s stamp kernels would write in the next frame (ns), written ahead into its ring."""
+    ring = graph.graphs[d].stamps
+    ring.rows[ring.launches % len(ring.rows)] = row
+
+
+def test_per_kernel_profiling_over_devices_stamps_each_devices_graph_and_tags_each_unit(api):
+    e = rxcuda.Engine(devices=[0, 1], profile="per_kernel", driver=api)
+    try:
+        first, second = two_stage(e)
+        e.tick()
+        g = e._rt.graph
+        layouts = [gg.plan.stamps for gg in g.graphs]
+        assert layouts[0].names == ("frame", "vector_add/vector_add")
+        # device 1 times the copy from device 0 too: its kernel starts when the copy ends, not at its frame start
+        assert layouts[1].names == ("frame", "vector_add.out -> device 1", "scalar_mul/scalar_mul")
+        assert layouts[1].preds == ((), (0,), (1,)) and layouts[1].blocks == (None, None, second.id)
+        assert g.graphs[0].stamps is not g.graphs[1].stamps  # a ring each, in its own device's context
+        _stamp(g, 0, [1_000, 6_000])
+        _stamp(g, 1, [50_000, 53_000, 57_000])  # another GPU's timer: times are relative to its own start
+        frame = e.tick()
+        assert dict(frame.blocks) == {"vector_add": (5.0, 0.0, 5.0), "scalar_mul": (4.0, 3.0, 7.0)}
+        assert [frame.blocks.device(n) for n in frame.blocks] == [0, 1]
+        assert frame.kernels["vector_add.out -> device 1"] == (3.0, 0.0, 3.0)
+        assert frame.kernels.device("vector_add.out -> device 1") == frame.kernels.device("scalar_mul/scalar_mul") == 1
+        assert list(frame.blocks.on_device(1)) == ["scalar_mul"]
+        assert "last GPU time" in str(second)
+        # a parameter change keeps both graphs, rings and counts: the next frame's rows are read alike
+        second.set(scale=2.0)
+        _stamp(g, 0, [0, 2_000])
+        _stamp(g, 1, [0, 1_000, 9_000])
+        frame = e.tick()
+        assert frame.tiers == ("parameters",) and frame.blocks["scalar_mul"].gpu_us == 8.0
+    finally:
+        e.close()
+    assert api.leaks() == {}
+
+
+def test_per_block_profiling_over_devices_lists_blocks_only_and_a_rebuild_keeps_the_untouched_ring(engine, api):
+    first, second = two_stage(engine)
     engine.tick()
     engine.profile = "per_block"
     frame = engine.tick()
-    assert frame.launched
-    assert any("profiling per block or per kernel is not available over several devices yet" in d.message
-               for d in engine.diagnostic_log if d.severity == "error")
+    assert frame.tiers == ("structure",) and frame.state == "ok"
+    g = engine._rt.graph
+    assert [gg.plan.stamps.names for gg in g.graphs] == [("frame", "vector_add"),
+                                                         ("frame", "vector_add.out -> device 1", "scalar_mul")]
+    _stamp(g, 0, [0, 4_000])
+    _stamp(g, 1, [0, 2_000, 3_500])
+    frame = engine.tick()
+    assert dict(frame.blocks) == {"vector_add": (4.0, 0.0, 4.0), "scalar_mul": (1.5, 2.0, 3.5)}
+    assert frame.kernels is None
+    # a block more on device 1: device 0's graph and its ring stay, device 1's are made anew
+    ring0 = g.graphs[0].stamps
+    third = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, name="third"), device=1)
+    engine.connect(second["out"], third["x"])
+    engine.tick()
+    g = engine._rt.graph
+    assert engine.devices.rebuilt == (1,) and g.graphs[0].stamps is ring0
+    _stamp(g, 0, [0, 1_000])
+    _stamp(g, 1, [0, 500, 1_500, 2_500])
+    frame = engine.tick()
+    assert dict(frame.blocks) == {"vector_add": (1.0, 0.0, 1.0), "scalar_mul": (1.0, 0.5, 1.5),
+                                  "third": (1.0, 1.5, 2.5)}
+    assert [frame.blocks.device(n) for n in frame.blocks] == [0, 1, 1]
+    # and run_batch: the last frame's rows, each ring advanced by the batch's frames
+    before = (g.graphs[0].stamps.launches, g.graphs[1].stamps.launches)
+    assert engine.run_batch(3).blocks is not None
+    assert (g.graphs[0].stamps.launches, g.graphs[1].stamps.launches) == (before[0] + 3, before[1] + 3)
 
 
 def test_run_batch_over_devices_launches_each_devices_graph_k_times_in_frame_order_without_a_sync(engine, api):
@@ -431,6 +492,20 @@ def test_a_trace_has_a_track_per_device(api, tmp_path):
         assert {"device 0", "device 1"} <= tracks
         slices = [ev for ev in events if ev.get("cat") == "device"]
         assert len(slices) == 6 and {ev["name"].split(":")[0] for ev in slices} == {"device 0", "device 1"}
+    finally:
+        e.close()
+
+
+def test_a_trace_of_per_block_timings_says_each_blocks_device(api, tmp_path):
+    e = rxcuda.Engine(devices=[0, 1], profile="per_block", driver=api)
+    try:
+        two_stage(e)
+        with e.trace(tmp_path / "trace.json") as trace:
+            for _ in range(2):
+                e.tick()
+        blocks = [ev for ev in trace.events() if ev.get("cat") == "block"]
+        assert {(ev["name"], ev["args"]["device"]) for ev in blocks} == {("vector_add", 0), ("scalar_mul", 1)}
+        assert len([ev for ev in trace.events() if ev.get("cat") == "device"]) == 4  # and the tracks per device
     finally:
         e.close()
 
