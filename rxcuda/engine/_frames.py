@@ -24,6 +24,7 @@ from ..model._events import ProfileChanged, merge_tiers
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
 from ._batch import Batches
+from ._devices import DeviceGraphs
 from ._io import DataIO
 from ._profile import Phases, Profiler, stamps_for
 from ._records import Diagnostic, Frame
@@ -225,8 +226,10 @@ class FrameRunner:
             slot = prof.begin(stream) if prof.level != "none" else -1
             if batch is not None:
                 batch.launch(k, stream)
-            elif err := g.launch_frames(stream, k):
-                self.fast.raise_for(err, "cuGraphLaunch")
+            else:
+                assert isinstance(g, DeviceGraphs)
+                if err := g.launch_frames(stream, k):
+                    self.fast.raise_for(err, "cuGraphLaunch")
             if slot >= 0:
                 prof.record_end(stream, slot)
             if io.taps:

@@ -39,7 +39,7 @@ def add_stamps(gp: GraphPlan, desc: PipelineDescription, per: str) -> GraphPlan:
     unit_of: dict[int, object] = {}  # node id -> unit key
     units: dict[object, list[int]] = {}  # unit key -> its nodes, in order
     names: dict[object, str] = {}
-    blocks: dict[object, int] = {}
+    blocks: dict[object, int | None] = {}  # None: a copy from another device
     known = {b.id for b in desc.blocks}
     for n in gp.nodes:
         if n.id in parents or not isinstance(n, KernelNodePlan | CallNodePlan | RegionNodePlan | PeerCopyNodePlan):
