@@ -25,7 +25,7 @@ import attrs
 from ..cuda._device import Device
 from ..cuda._fast import FastDriver
 from ..cuda._graph import CompiledGraph
-from ..cuda._memory import BufferPool, copy_dtod_async
+from ..cuda._memory import BufferPool, PoolStats, copy_dtod_async
 from ..cuda._modules import ModuleCache
 from ..cuda._peer import ROUTES, lost, route
 from ..cuda._stream import destroy_event, destroy_stream, synchronize, wait_event
@@ -35,6 +35,7 @@ from ..model._graphplan import (
     GraphPlan,
     KernelNodePlan,
 )
+from ..plan._liveness import BufferStats, buffer_stats
 from ..plan._placement import DeviceSplit
 from ._records import Diagnostic
 
@@ -497,7 +498,9 @@ class DeviceReport:
     ``latency``: how many frames the outputs of the last device trail the inputs of the first (0 unless
     pipelined; known once the pipeline is built), which positions the last rebuild made anew, and with a
     profiling level (``Engine(timing=True)``, ``engine.profile = "summary"``) each device's GPU time in the
-    last frame (``gpu_us``, microseconds; None until that frame's part is done).
+    last frame (``gpu_us``, microseconds; None until that frame's part is done). Each position's memory:
+    ``memory``, its pool's statistics (as ``engine.memory``, which sums them), and ``buffers``, what its
+    graph's buffers take, the replicas of other devices' buffers included (as ``engine.stats``, the sum).
 
     >>> import numpy as np, rxcuda
     >>> from rxcuda.cuda import NullDriver
@@ -519,15 +522,48 @@ class DeviceReport:
     latency: int
     rebuilt: tuple[int, ...]
     gpu_us: tuple[float | None, ...] = ()  # profiled: each device's GPU time in the last frame
+    memory: tuple[PoolStats, ...] = ()  # each position's memory pool (engine.memory: their totals)
+    buffers: tuple[BufferStats, ...] = ()  # each position's graph buffers (engine.stats: their totals)
 
 
 def report(rt) -> DeviceReport:
     """What ``engine.devices`` says (one device when the engine was not given several)."""
     devs: Devices | None = rt.devices
     if devs is None:
-        return DeviceReport((rt.device.ordinal,), (rt.device.name,), {}, False, 0, (), ())
+        return DeviceReport((rt.device.ordinal,), (rt.device.name,), {}, False, 0, (), (),
+                            (attrs.evolve(rt.pool.stats),), (buffers(rt),))
     g = rt.graph
     lanes = devs.lanes
     return DeviceReport(tuple(lane.device.ordinal for lane in lanes), tuple(lane.device.name for lane in lanes),
                         dict(devs.routes), devs.pipelined, g.latency if isinstance(g, DeviceGraphs) else 0,
-                        devs.rebuilt, devs.gpu_us())
+                        devs.rebuilt, devs.gpu_us(), tuple(attrs.evolve(lane.pool.stats) for lane in lanes),
+                        per_device_buffers(rt))
+
+
+def per_device_buffers(rt) -> tuple[BufferStats, ...]:
+    """Each position's graph buffers (zeros before the first build)."""
+    g = rt.graph
+    if isinstance(g, DeviceGraphs):
+        return tuple(buffer_stats(dg.plan) for dg in g.graphs)
+    return tuple(BufferStats() for _ in rt.devices.lanes)
+
+
+def memory(rt) -> PoolStats:
+    """``engine.memory``: the pool's statistics; over several devices, the totals of every position's pool
+    (``peak_bytes``: the sum of each pool's peak)."""
+    if rt.devices is None:
+        return rt.pool.stats
+    total = PoolStats()
+    for lane in rt.devices.lanes:
+        for f in attrs.fields(PoolStats):
+            setattr(total, f.name, getattr(total, f.name) + getattr(lane.pool.stats, f.name))
+    return total
+
+
+def buffers(rt) -> BufferStats:
+    """``engine.stats``: the running graph's buffers; over several devices, every device's together (the
+    replicas a device keeps of another's buffers included)."""
+    if rt.devices is None:
+        return buffer_stats(rt.graph.plan if rt.graph is not None else None)
+    parts = per_device_buffers(rt)
+    return BufferStats(*(sum(getattr(p, f.name) for p in parts) for f in attrs.fields(BufferStats)))

@@ -26,7 +26,7 @@ from ..cuda._memory import resolve_device_array
 from ..model._describe import PipelineDescription, PortRef
 from ..model._errors import CudaError, DeviceLostError, EngineClosedError
 from ..model._events import Tier
-from ..plan._liveness import BufferStats, buffer_stats
+from ..plan._liveness import BufferStats
 from ..plan._plan import GraphPlan
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
@@ -416,8 +416,9 @@ class Engine(EngineStreams):
 
     @property
     def memory(self):
-        """The buffer pool's statistics: allocations, reuses, buffers in use, bytes reserved and at peak."""
-        return self._rt.pool.stats
+        """The buffer pool's statistics: allocations, reuses, buffers in use, bytes reserved and at peak (over
+        several devices, the totals of their pools; ``engine.devices.memory`` has each position's)."""
+        return _devices.memory(self._rt)
 
     @property
     def devices(self) -> _devices.DeviceReport:
@@ -429,11 +430,12 @@ class Engine(EngineStreams):
         """The running graph's buffers: how many, in how many allocations, bytes allocated, bytes they would
         take without memory reuse, and bytes saved (all zero before the first build).
 
+        Over several devices, every device's buffers together (``engine.devices.buffers`` has each's).
+
         >>> print(engine.stats)                                                   # doctest: +SKIP
         101 buffers in 3 allocations (2 shared groups): 12 KiB allocated, 404 KiB without sharing, ...
         """
-        g = self._rt.graph
-        return buffer_stats(g.plan if g else None)
+        return _devices.buffers(self._rt)
 
     @property
     def reuse_memory(self) -> bool:

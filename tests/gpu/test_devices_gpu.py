@@ -253,3 +253,17 @@ def test_per_block_and_per_kernel_profiling_across_devices(devices, rng, kernels
         batch = engine.run_batch(4)
         assert batch.frames == 4 and batch.blocks is not None and set(batch.blocks) == {first.name, second.name}
         np.testing.assert_allclose(engine.read(second["out"]), (a + b) * 3.0, rtol=1e-6)
+
+
+def test_memory_per_device(devices, rng, kernels):
+    n = 1 << 18
+    with rxcuda.Engine(devices=devices) as engine:
+        _first, second, a, b = two_stage(engine, kernels, rng, n)
+        engine.tick()
+        np.testing.assert_allclose(engine.read(second["out"]), (a + b) * 3.0, rtol=1e-6)
+        pools, bufs = engine.devices.memory, engine.devices.buffers
+        assert [p.in_use for p in pools] == [3, 2]  # a, b, out on device 0; its copy of out and out on device 1
+        assert all(p.bytes_reserved >= 2 * n * 4 for p in pools)
+        assert engine.memory.bytes_reserved == sum(p.bytes_reserved for p in pools)
+        assert [x.bytes_allocated for x in bufs] == [3 * n * 4, 2 * n * 4]
+        assert engine.stats.bytes_allocated == 5 * n * 4

@@ -9,8 +9,9 @@ import pytest
 from _pipeline import builder, kcode, mul, ptr, scalar
 
 import rxcuda
-from rxcuda import Block, If, ValidationError
+from rxcuda import Block, BufferStats, If, ValidationError
 from rxcuda.cuda import NullDriver
+from rxcuda.cuda._memory import PoolStats
 from rxcuda.lowlevel import PortRef
 
 N = 1024
@@ -506,6 +507,42 @@ def test_a_trace_of_per_block_timings_says_each_blocks_device(api, tmp_path):
         blocks = [ev for ev in trace.events() if ev.get("cat") == "block"]
         assert {(ev["name"], ev["args"]["device"]) for ev in blocks} == {("vector_add", 0), ("scalar_mul", 1)}
         assert len([ev for ev in trace.events() if ev.get("cat") == "device"]) == 4  # and the tracks per device
+    finally:
+        e.close()
+
+
+def test_memory_per_device_and_the_engines_totals(engine, api):
+    assert engine.devices.memory == (PoolStats(), PoolStats()) and engine.stats == BufferStats()
+    first, second = two_stage(engine)
+    engine.tick()
+    kib4 = N * 4
+    pools = engine.devices.memory
+    assert [p.in_use for p in pools] == [3, 2]  # device 0: a, b, out; device 1: its copy of out, and its out
+    assert all(p.allocations >= 1 and p.bytes_reserved > 0 for p in pools)
+    # each position's pool is its own: device 1's memory is not in device 0's pool
+    assert engine._rt.pool.stats.in_use == 3 and engine.devices.memory[1] is not engine._rt.devices.lanes[1].pool.stats
+    total = engine.memory
+    assert (total.in_use, total.bytes_reserved, total.allocations) == (
+        5, sum(p.bytes_reserved for p in pools), sum(p.allocations for p in pools))
+    assert [(b.buffers, b.bytes_allocated) for b in engine.devices.buffers] == [(3, 3 * kib4), (2, 2 * kib4)]
+    assert (engine.stats.buffers, engine.stats.bytes_allocated) == (5, 5 * kib4)
+    assert "5 buffers in 5 allocations" in str(engine.stats)
+    # a block more on device 1 shows there only
+    third = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, name="third"), device=1)
+    engine.connect(second["out"], third["x"])
+    engine.tick()
+    assert [p.in_use for p in engine.devices.memory] == [3, 3] and engine.memory.in_use == 6
+    assert [b.buffers for b in engine.devices.buffers] == [3, 3]
+
+
+def test_memory_of_an_engine_on_one_device_is_its_pools():
+    e = rxcuda.Engine(driver=NullDriver())
+    try:
+        m = e.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+        e.write(m["x"], np.ones(N, np.float32))
+        e.tick()
+        assert e.memory is e._rt.pool.stats and e.memory.in_use == 2
+        assert e.devices.memory == (e.memory,) and e.devices.buffers == (e.stats,) and e.stats.buffers == 2
     finally:
         e.close()
 
