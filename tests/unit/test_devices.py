@@ -438,8 +438,16 @@ def test_the_live_view_says_the_device_of_each_block(engine):
 
     first, second = two_stage(engine)
     engine.tick()
-    blocks = {b["name"]: b for b in graph_message(engine)["blocks"]}
+    msg = graph_message(engine)
+    blocks = {b["name"]: b for b in msg["blocks"]}
     assert blocks[first.name]["device"] == 0 and blocks[second.name]["device"] == 1
+    assert msg["devices"] == 2  # the page labels each box with its device when there are several
+    one = rxcuda.Engine(driver=NullDriver())
+    try:
+        one.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+        assert graph_message(one)["devices"] == 1
+    finally:
+        one.close()
 
 
 def test_a_composite_is_placed_as_a_whole(engine):
