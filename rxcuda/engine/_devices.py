@@ -293,6 +293,7 @@ class DeviceGraphs:
         self.patches = _Patches(self)
         # profiled per block or per kernel: each device's stamps, read together (None: not stamped)
         self.stamps = _Rings(graphs) if any(g.stamps is not None for g in graphs) else None
+        self.buffer_stats: tuple[BufferStats, ...] | None = None  # each device's buffers (engine.devices.buffers)
         self.exec = graphs[0].exec
         self._consumers: dict[int, list[int]] | None = None
         # pipelined, the readers launch first: each event wait then finds the previous frame's record, so a
@@ -544,7 +545,9 @@ def per_device_buffers(rt) -> tuple[BufferStats, ...]:
     """Each position's graph buffers (zeros before the first build)."""
     g = rt.graph
     if isinstance(g, DeviceGraphs):
-        return tuple(buffer_stats(dg.plan) for dg in g.graphs)
+        if g.buffer_stats is None:  # once per build (engine.devices is read every frame by a trace)
+            g.buffer_stats = tuple(buffer_stats(dg.plan) for dg in g.graphs)
+        return g.buffer_stats
     return tuple(BufferStats() for _ in rt.devices.lanes)
 
 
