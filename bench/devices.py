@@ -12,6 +12,8 @@ Prints one table with the cards' names (``--devices 0 0``, the default on a mach
 * frames per second of a 2-stage and a k-stage chain (k = the devices given, at least 2; each stage
   ``--stage-blocks`` scalar_mul blocks over ``--n`` floats) on one device, over the devices one frame at a
   time, and pipelined (``Engine(devices=..., pipelined=True)``), frames queued with ``tick(sync=False)``;
+* frames per second of ``engine.run_batch`` on the 2-stage chain: one device (the GPU loops its graph)
+  against two devices (each device's graph queued from the host per frame) and pipelined;
 * the host's cost of one frame (``tick()`` of a one-block-per-device pipeline, waited for) against one device.
 
 Targets on a host with several GPUs (issue 22): the connection at >= 90 % of cuMemcpyPeerAsync for large
@@ -144,6 +146,33 @@ def fps_rows(devices, code, ks, per_stage: int, n: int, frames: int) -> list[tup
     return rows
 
 
+def _batch_fps(engine, frames: int) -> float:
+    engine.run_batch(10)
+    t0 = time.perf_counter()
+    engine.run_batch(frames)
+    return frames / (time.perf_counter() - t0)
+
+
+def batch_rows(devices, code, per_stage: int, n: int, frames: int) -> list[tuple[str, str, str, str]]:
+    """``engine.run_batch(frames)`` of the 2-stage chain: one device (a GPU-driven loop of its graph) against
+    two devices (each device's graph queued from the host per frame, no wait between frames) and pipelined."""
+    import rxcuda
+
+    devs = list(devices[:2])
+    with rxcuda.Engine(device=devs[0]) as one:
+        _chain(one, code, 2, per_stage, n, False)
+        f_one = _batch_fps(one, frames)
+    with rxcuda.Engine(devices=devs) as spread:
+        _chain(spread, code, 2, per_stage, n, True)
+        f_spread = _batch_fps(spread, frames)
+    with rxcuda.Engine(devices=devs, pipelined=True) as piped:
+        _chain(piped, code, 2, per_stage, n, True)
+        f_piped = _batch_fps(piped, frames)
+    return [(f"2-stage chain, run_batch({frames}) fps", f"{f_one:,.0f} one device (GPU loop)",
+             f"{f_spread:,.0f} ({f_spread / f_one:.2f}x) over {devs}",
+             f"{f_piped:,.0f} ({f_piped / f_one:.2f}x) pipelined")]
+
+
 def host_rows(devices, code, frames: int) -> list[tuple[str, str, str, str]]:
     import numpy as np
 
@@ -200,6 +229,7 @@ def main(argv=None) -> int:
     rows = bandwidth_rows(devices[:2], code, [MIB, 16 * MIB, 64 * MIB, 256 * MIB])
     ks = sorted({2, len(devices)})
     rows += fps_rows(devices, code, ks, args.stage_blocks, args.n, args.frames)
+    rows += batch_rows(devices, code, args.stage_blocks, args.n, args.frames)
     rows += host_rows(devices[:2], code, max(args.frames, 500))
     names = ", ".join(f"{d}: {next((c['name'] for c in cards if c['ordinal'] == d), '?')}" for d in devices)
     print(f"\nbench/devices.py - devices {devices} ({names})")

@@ -8,9 +8,11 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
+from ..blocks._regions import stamp_code
 from ..cuda._graph import CompiledGraph
 from ..cuda._memory import DeviceBuffer
 from ..cuda._peer import Crossing
+from ..cuda._profile import StampRing
 from ..cuda.nodes import kind_of
 from ..model import _dtypes
 from ..model._describe import KernelSpec, Launch, PipelineDescription, PortRef
@@ -23,6 +25,7 @@ from ..model._graphplan import (
     ScalarArg,
 )
 from ..plan._placement import split
+from ..plan._profile import without_stamps
 from ._devices import DeviceGraphs, Devices, Lane
 
 
@@ -33,7 +36,8 @@ def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool)
     last good graphs running (the caller, ``Builder.build``, reports it)."""
     rt = builder.rt
     devices: Devices = rt.devices
-    s = split(gp, desc, len(devices), devices.ordinals_of())
+    s = split(gp, desc, len(devices), devices.ordinals_of())  # profiled: stamps per device (see split)
+    gp = attrs.evolve(without_stamps(gp), stamps=gp.stamps)  # the whole plan's ids, and whether it is stamped
     lanes = devices.lanes
     acquired: list[tuple[Lane, DeviceBuffer]] = []
     graphs: list[CompiledGraph | None] = [None] * len(lanes)
@@ -102,8 +106,16 @@ def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool)
             crossing = Crossing(d, events, remote,
                                 {src: devices.routes.get((src, d), "local") for src in range(len(lanes))},
                                 contexts)
-            g = CompiledGraph(p, functions, pointers, lane.device.context, capture=builder.capture, fast=lane.fast,
-                              api=lane.api, crossing=crossing)
+            # profiled: this device's stamps write a ring of its own, read by the engine (DeviceGraphs.stamps)
+            ring = StampRing(lane.api, lane.modules.load(stamp_code()).function, len(p.stamps.names)) \
+                if p.stamps is not None else None
+            try:
+                g = CompiledGraph(p, functions, pointers, lane.device.context, capture=builder.capture,
+                                  fast=lane.fast, api=lane.api, crossing=crossing, stamps=ring)
+            except BaseException:
+                if ring is not None:
+                    ring.close()
+                raise
             graphs[d] = g
             g.sources = sources  # type: ignore[attr-defined]  # the other devices' memory its copies read
             g.instantiate()
@@ -174,7 +186,8 @@ def _finish(builder, desc: PipelineDescription, gp: GraphPlan, built: DeviceGrap
     built.refresh_replicas(rt.stream)  # delayed connections into another device: from their frame-0 values
     builder.release_library_state(keep={b.id for b in desc.blocks})
     for d, g in enumerate(built.graphs):
-        rt.devices.lanes[d].modules.prune({n.code_key for n in g.plan.nodes if isinstance(n, KernelNodePlan)})
+        codes = {n.code_key for n in g.plan.nodes if isinstance(n, KernelNodePlan)}
+        rt.devices.lanes[d].modules.prune(codes | ({stamp_code().key} if g.plan.stamps is not None else set()))
     builder.rebuilds += 1
     builder._occupancy_warnings = []  # none measured over several devices
     builder.report_built(gp, {b.id for b in desc.blocks})

@@ -25,7 +25,7 @@ import attrs
 from ..cuda._device import Device
 from ..cuda._fast import FastDriver
 from ..cuda._graph import CompiledGraph
-from ..cuda._memory import BufferPool, copy_dtod_async
+from ..cuda._memory import BufferPool, PoolStats, copy_dtod_async
 from ..cuda._modules import ModuleCache
 from ..cuda._peer import ROUTES, lost, route
 from ..cuda._stream import destroy_event, destroy_stream, synchronize, wait_event
@@ -35,6 +35,7 @@ from ..model._graphplan import (
     GraphPlan,
     KernelNodePlan,
 )
+from ..plan._liveness import BufferStats, buffer_stats
 from ..plan._placement import DeviceSplit
 from ._records import Diagnostic
 
@@ -246,12 +247,36 @@ class _Patches(dict):
         return value
 
 
+class _Rings:
+    """``DeviceGraphs.stamps`` when profiled per block or per kernel: every device's stamp ring, as one ring to
+    the profiler. ``launches`` counts this DeviceGraphs' frames and advances each ring with it (a ring kept
+    from an earlier build goes on from its own count); ``parts(launch)`` gives each device's row."""
+
+    def __init__(self, graphs: list[CompiledGraph]):
+        self._rings = [(d, g.stamps, g.plan.stamps, g.stamps.launches) for d, g in enumerate(graphs)
+                       if g.stamps is not None]
+        self._launches = 0
+
+    @property
+    def launches(self) -> int:
+        return self._launches
+
+    @launches.setter
+    def launches(self, n: int) -> None:
+        for _d, ring, _layout, _base in self._rings:
+            ring.launches += n - self._launches
+        self._launches = n
+
+    def parts(self, launch: int) -> list[tuple[int, object, object]]:
+        """(device position, stamp layout, timestamps) of the ``launch``-th frame on each stamped device."""
+        return [(d, layout, ring.row(base + launch)) for d, ring, layout, base in self._rings]
+
+
 class DeviceGraphs:
     """The running graphs of an engine over several devices, as one graph to the rest of the engine (see the
     module's docstring): ``plan`` and every id are the whole pipeline's; ``graphs[d]`` is device ``d``'s."""
 
     regions = False
-    stamps = None
 
     def __init__(self, plan: GraphPlan, s: DeviceSplit, graphs: list[CompiledGraph], devices: Devices):
         self.plan = plan
@@ -266,6 +291,9 @@ class DeviceGraphs:
         self.nodes = [graphs[d].nodes[local] for d, local in (s.nodes[n.id] for n in plan.nodes)]
         self.pointers = {x: graphs[d].pointers[local] for x, (d, local) in s.buffers.items()}
         self.patches = _Patches(self)
+        # profiled per block or per kernel: each device's stamps, read together (None: not stamped)
+        self.stamps = _Rings(graphs) if any(g.stamps is not None for g in graphs) else None
+        self.buffer_stats: tuple[BufferStats, ...] | None = None  # each device's buffers (engine.devices.buffers)
         self.exec = graphs[0].exec
         self._consumers: dict[int, list[int]] | None = None
         # pipelined, the readers launch first: each event wait then finds the previous frame's record, so a
@@ -303,6 +331,19 @@ class DeviceGraphs:
             if lane.stream_h != stream:
                 lane.fast.record(lane.done_h, lane.stream_h)
                 wait_event(stream, lane.done_h, api=api)
+        return 0
+
+    def launch_frames(self, stream: int, k: int) -> int:
+        """``engine.run_batch(k)`` over several devices: ``k`` frames, each launched as :meth:`launcher`
+        launches one, back to back from the host with no wait between them (the caller waits once, after the
+        last). A GPU-driven loop cannot span devices: a conditional body takes no event record or wait node
+        and runs in one context, so the frames are queued from the host. Every device's graph runs ``k``
+        times, in frame order, ordered by the same events as ``k`` ticks; returns a CUresult as an int."""
+        launcher = self.launcher
+        for _ in range(k):
+            err = launcher(stream)
+            if err:
+                return err
         return 0
 
     def run_eagerly(self, stream, *, check_each: bool = False, around=None) -> None:
@@ -432,11 +473,13 @@ def add_on(engine, rt, block, device):
     return added
 
 
-def check_batch(rt) -> None:
-    """``engine.run_batch`` loops one device's graph on that device; over several devices it is refused."""
-    if rt.devices is not None:
-        raise RuntimeError("run_batch loops one device's graph on the GPU; an engine over several devices has one "
-                           "graph per device, so batches are not available yet: call tick() per frame")
+def check_batch(rt, until) -> None:
+    """``engine.run_batch(k, until=...)`` over several devices: refused. The frames of a batch are queued
+    from the host there (see :meth:`DeviceGraphs.launch_frames`), so nothing reads the flag between them."""
+    if rt.devices is not None and until is not None:
+        raise ValueError("run_batch(until=...) needs a GPU-driven loop, which cannot span devices: over several "
+                         "devices a batch's frames are launched from the host without a wait between them, so no "
+                         "frame can stop the next. Call run_batch(k) without until, or tick() and read the flag")
 
 
 def latency(s: DeviceSplit) -> int:
@@ -456,7 +499,9 @@ class DeviceReport:
     ``latency``: how many frames the outputs of the last device trail the inputs of the first (0 unless
     pipelined; known once the pipeline is built), which positions the last rebuild made anew, and with a
     profiling level (``Engine(timing=True)``, ``engine.profile = "summary"``) each device's GPU time in the
-    last frame (``gpu_us``, microseconds; None until that frame's part is done).
+    last frame (``gpu_us``, microseconds; None until that frame's part is done). Each position's memory:
+    ``memory``, its pool's statistics (as ``engine.memory``, which sums them), and ``buffers``, what its
+    graph's buffers take, the replicas of other devices' buffers included (as ``engine.stats``, the sum).
 
     >>> import numpy as np, rxcuda
     >>> from rxcuda.cuda import NullDriver
@@ -478,15 +523,50 @@ class DeviceReport:
     latency: int
     rebuilt: tuple[int, ...]
     gpu_us: tuple[float | None, ...] = ()  # profiled: each device's GPU time in the last frame
+    memory: tuple[PoolStats, ...] = ()  # each position's memory pool (engine.memory: their totals)
+    buffers: tuple[BufferStats, ...] = ()  # each position's graph buffers (engine.stats: their totals)
 
 
 def report(rt) -> DeviceReport:
     """What ``engine.devices`` says (one device when the engine was not given several)."""
     devs: Devices | None = rt.devices
     if devs is None:
-        return DeviceReport((rt.device.ordinal,), (rt.device.name,), {}, False, 0, (), ())
+        return DeviceReport((rt.device.ordinal,), (rt.device.name,), {}, False, 0, (), (),
+                            (attrs.evolve(rt.pool.stats),), (buffers(rt),))
     g = rt.graph
     lanes = devs.lanes
     return DeviceReport(tuple(lane.device.ordinal for lane in lanes), tuple(lane.device.name for lane in lanes),
                         dict(devs.routes), devs.pipelined, g.latency if isinstance(g, DeviceGraphs) else 0,
-                        devs.rebuilt, devs.gpu_us())
+                        devs.rebuilt, devs.gpu_us(), tuple(attrs.evolve(lane.pool.stats) for lane in lanes),
+                        per_device_buffers(rt))
+
+
+def per_device_buffers(rt) -> tuple[BufferStats, ...]:
+    """Each position's graph buffers (zeros before the first build)."""
+    g = rt.graph
+    if isinstance(g, DeviceGraphs):
+        if g.buffer_stats is None:  # once per build (engine.devices is read every frame by a trace)
+            g.buffer_stats = tuple(buffer_stats(dg.plan) for dg in g.graphs)
+        return g.buffer_stats
+    return tuple(BufferStats() for _ in rt.devices.lanes)
+
+
+def memory(rt) -> PoolStats:
+    """``engine.memory``: the pool's statistics; over several devices, the totals of every position's pool
+    (``peak_bytes``: the sum of each pool's peak)."""
+    if rt.devices is None:
+        return rt.pool.stats
+    total = PoolStats()
+    for lane in rt.devices.lanes:
+        for f in attrs.fields(PoolStats):
+            setattr(total, f.name, getattr(total, f.name) + getattr(lane.pool.stats, f.name))
+    return total
+
+
+def buffers(rt) -> BufferStats:
+    """``engine.stats``: the running graph's buffers; over several devices, every device's together (the
+    replicas a device keeps of another's buffers included)."""
+    if rt.devices is None:
+        return buffer_stats(rt.graph.plan if rt.graph is not None else None)
+    parts = per_device_buffers(rt)
+    return BufferStats(*(sum(getattr(p, f.name) for p in parts) for f in attrs.fields(BufferStats)))

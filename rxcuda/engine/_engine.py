@@ -26,7 +26,7 @@ from ..cuda._memory import resolve_device_array
 from ..model._describe import PipelineDescription, PortRef
 from ..model._errors import CudaError, DeviceLostError, EngineClosedError
 from ..model._events import Tier
-from ..plan._liveness import BufferStats, buffer_stats
+from ..plan._liveness import BufferStats
 from ..plan._plan import GraphPlan
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
@@ -282,7 +282,8 @@ class Engine(EngineStreams):
         fed inputs are read once per batch and ``observe`` delivers the batch's last frame; append counts are
         the last frame's. With ``until`` (a port holding one u32/bool flag, such as a residual check's
         ``converged``), the batch ends after the first frame that leaves the flag nonzero. A batch gives, bit
-        for bit, what ``k`` ticks give.
+        for bit, what ``k`` ticks give. Over several devices the k frames are queued from the host, each
+        device's graph k times with no wait between frames (no GPU loop spans devices), and ``until`` is refused.
 
         >>> frame = engine.run_batch(1000)                       # doctest: +SKIP
         >>> frame = engine.run_batch(500, until=check["done"])   # doctest: +SKIP
@@ -291,7 +292,7 @@ class Engine(EngineStreams):
         """
         self._check_open()
         check_frame_count(k)
-        _devices.check_batch(self._rt)
+        _devices.check_batch(self._rt, until)
         self._runner.check_caller("run_batch")
         return self._runner.run_batch(k, None if until is None else self._ref(until))
 
@@ -415,8 +416,9 @@ class Engine(EngineStreams):
 
     @property
     def memory(self):
-        """The buffer pool's statistics: allocations, reuses, buffers in use, bytes reserved and at peak."""
-        return self._rt.pool.stats
+        """The buffer pool's statistics: allocations, reuses, buffers in use, bytes reserved and at peak (over
+        several devices, the totals of their pools; ``engine.devices.memory`` has each position's)."""
+        return _devices.memory(self._rt)
 
     @property
     def devices(self) -> _devices.DeviceReport:
@@ -428,11 +430,12 @@ class Engine(EngineStreams):
         """The running graph's buffers: how many, in how many allocations, bytes allocated, bytes they would
         take without memory reuse, and bytes saved (all zero before the first build).
 
+        Over several devices, every device's buffers together (``engine.devices.buffers`` has each's).
+
         >>> print(engine.stats)                                                   # doctest: +SKIP
         101 buffers in 3 allocations (2 shared groups): 12 KiB allocated, 404 KiB without sharing, ...
         """
-        g = self._rt.graph
-        return buffer_stats(g.plan if g else None)
+        return _devices.buffers(self._rt)
 
     @property
     def reuse_memory(self) -> bool:

@@ -24,6 +24,7 @@ from ..model._events import ProfileChanged, merge_tiers
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
 from ._batch import Batches
+from ._devices import DeviceGraphs
 from ._io import DataIO
 from ._profile import Phases, Profiler, stamps_for
 from ._records import Diagnostic, Frame
@@ -202,7 +203,8 @@ class FrameRunner:
     # -- k frames, one launch ------------------------------------------------------------------------
     def run_batch(self, k: int, stop_ref) -> Frame:
         """``engine.run_batch(k, until=...)`` (see its docstring): apply what is pending, launch the batch graph
-        once, wait, and publish one Frame for the batch. ``k``: checked by ``check_frame_count``; ``stop_ref``:
+        once (over several devices: each device's graphs k times, queued from the host), wait, and publish one
+        Frame for the batch. ``k``: checked by ``check_frame_count``; ``stop_ref``:
         the PortRef of the stop flag, or None."""
         t0 = _now()
         if _ident() != self.gpu_thread:
@@ -217,17 +219,23 @@ class FrameRunner:
             if g is None:
                 return self.tick(True)
             stop = batches.stop_flag(stop_ref, g) if stop_ref is not None else None
-            batch = batches.prepare(stop)
+            # several devices: no GPU loop spans them, so the frames are queued from the host (launch_frames)
+            batch = batches.prepare(stop) if rt.devices is None else None
             if io.feeds:
                 io.stage_feeds(g)
             slot = prof.begin(stream) if prof.level != "none" else -1
-            batch.launch(k, stream)
+            if batch is not None:
+                batch.launch(k, stream)
+            else:
+                assert isinstance(g, DeviceGraphs)
+                if err := g.launch_frames(stream, k):
+                    self.fast.raise_for(err, "cuGraphLaunch")
             if slot >= 0:
                 prof.record_end(stream, slot)
             if io.taps:
                 io.enqueue_taps(g, rt.frame + k)
             self.fast.wait(stream)
-            frames = batches.frames_run(k)
+            frames = batches.frames_run(k) if batch is not None else k
             times = None
             if slot >= 0:  # the batch's GPU time; per-block timings are the last frame's
                 prof.finish(slot, rt.frame + frames, g, frames)

@@ -57,7 +57,7 @@ def check_level(level) -> str:
 
 class UnitTime(NamedTuple):
     """One block's (or kernel's) timing in a frame: GPU microseconds, and start/end relative to the frame's
-    start."""
+    start (over several devices: to the start of the frame on the unit's device, ``Timings.device``)."""
 
     gpu_us: float
     start_us: float
@@ -68,17 +68,22 @@ class Timings(Mapping[str, UnitTime]):
     """Name -> :class:`UnitTime` for one frame (blocks, or kernels as ``block/kernel``). Built lazily from
     arrays, so recording a frame costs a few array operations whatever the number of blocks.
 
-    >>> t = Timings(("a", "b"), np.array([0.0, 2.0]), np.array([2.0, 5.0]))
-    >>> t["b"].gpu_us, list(t)
-    (3.0, ['a', 'b'])
+    ``devices``: each unit's device position (an engine over several devices), or None (all on position 0):
+    :meth:`device` tells one unit's, :meth:`on_device` keeps one device's units.
+
+    >>> t = Timings(("a", "b"), np.array([0.0, 2.0]), np.array([2.0, 5.0]), np.array([0, 1]))
+    >>> t["b"].gpu_us, list(t), t.device("b"), list(t.on_device(1))
+    (3.0, ['a', 'b'], 1, ['b'])
     """
 
-    __slots__ = ("_names", "_start", "_end", "_index")
+    __slots__ = ("_names", "_start", "_end", "_index", "_devices")
 
-    def __init__(self, names: tuple[str, ...], start_us: np.ndarray, end_us: np.ndarray):
+    def __init__(self, names: tuple[str, ...], start_us: np.ndarray, end_us: np.ndarray,
+                 devices: np.ndarray | None = None):
         self._names = names
         self._start = start_us
         self._end = end_us
+        self._devices = devices
         self._index: dict[str, int] | None = None
 
     def __getitem__(self, name: str) -> UnitTime:
@@ -89,6 +94,19 @@ class Timings(Mapping[str, UnitTime]):
             raise KeyError(f"no timing for {name!r} (timed: {', '.join(self._names) or 'nothing'})")
         s, e = float(self._start[i]), float(self._end[i])
         return UnitTime(max(e - s, 0.0), s, e)
+
+    def device(self, name: str) -> int:
+        """The position of the device ``name`` ran on (0 on an engine of one device)."""
+        self[name]  # a KeyError naming what was timed
+        assert self._index is not None
+        return 0 if self._devices is None else int(self._devices[self._index[name]])
+
+    def on_device(self, position: int) -> Timings:
+        """The units that ran on the device at ``position`` (an engine over several devices)."""
+        keep = [i for i in range(len(self._names))
+                if (0 if self._devices is None else int(self._devices[i])) == position]
+        return Timings(tuple(self._names[i] for i in keep), self._start[keep], self._end[keep],
+                       None if self._devices is None else self._devices[keep])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -146,6 +164,34 @@ def timings_from_row(layout: StampLayout, row: np.ndarray, blocks: Mapping[int, 
     by_block = Timings(tuple(blocks.get(b, str(b)) for b in order), np.array([first[b] for b in order]),
                        np.array([last[b] for b in order]))
     return by_block, units
+
+
+def merged_timings(parts, blocks: Mapping[int, str]) -> tuple:
+    """(blocks, kernels) Timings of a frame over several devices, from ``parts``: (device position, layout,
+    ring row) for each device's stamps. Each unit is tagged with its device, and its start and end are
+    relative to that device's start stamp (the GPUs' timers are not one clock). A copy from another device
+    is a unit of no block: listed with the kernels, never with the blocks."""
+    out: list[tuple[list, list, list, list]] = [([], [], [], []), ([], [], [], [])]
+    per = "block"
+    for d, layout, row in parts:
+        per = layout.per
+        by_block, kernels = timings_from_row(layout, row, blocks)
+        units = [by_block] if per == "block" else [by_block, kernels]
+        for which, t in enumerate(units):
+            names, start, end, devs = out[which]
+            for i, name in enumerate(t._names):
+                if per == "block" and layout.blocks[i + 1] is None:
+                    continue  # a copy in a per-block layout: it times the blocks after it, and is no block
+                names.append(name)
+                start.append(t._start[i])
+                end.append(t._end[i])
+                devs.append(d)
+
+    def timings(names, start, end, devs) -> Timings:
+        return Timings(tuple(names), np.array(start, dtype=np.float64), np.array(end, dtype=np.float64),
+                       np.array(devs, dtype=np.int64))
+
+    return timings(*out[0]), (timings(*out[1]) if per == "kernel" else None)
 
 
 class Profiler:
@@ -214,10 +260,13 @@ class Profiler:
             self._pending.popleft()
             gpu_us = self.fast.elapsed_us(self._events[slot][2], hb)
             blocks = kernels = None
-            layout = graph.plan.stamps
-            if layout is not None and graph.stamps is not None and launch >= 0:
+            layout, ring = graph.plan.stamps, graph.stamps
+            if layout is not None and ring is not None and launch >= 0:
                 names = {bid: blk.name for bid, blk in self.rt.blocks.items()} if layout.per == "kernel" else {}
-                blocks, kernels = timings_from_row(layout, graph.stamps.row(launch), names)
+                if hasattr(ring, "parts"):  # several devices: each device's ring (rxcuda.engine._devices)
+                    blocks, kernels = merged_timings(ring.parts(launch), names)
+                else:
+                    blocks, kernels = timings_from_row(layout, ring.row(launch), names)
             newest = FrameTimes(frame, gpu_us, blocks, kernels)
             self._note(newest)
             self._emit(newest)

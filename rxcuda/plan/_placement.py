@@ -54,9 +54,9 @@ from ..model._graphplan import (
     NodePlan,
     PeerCopyNodePlan,
     RegionNodePlan,
-    StampNodePlan,
 )
 from ._order import Report, ordered
+from ._profile import add_stamps, has_units, without_stamps
 
 __all__ = ["DeviceSplit", "Link", "check_placement", "device_of", "split"]
 
@@ -168,12 +168,13 @@ def split(gp: GraphPlan, desc: PipelineDescription, devices: int,
           ordinals: Sequence[int] | None = None) -> DeviceSplit:
     """One plan per device for ``gp``, the plan of the whole pipeline ``desc`` (see the module's docstring).
     Raises one ValidationError naming what cannot be split (with the placement's own problems; ``ordinals``:
-    the positions' GPUs, see :func:`check_placement`)."""
+    the positions' GPUs, see :func:`check_placement`). A profiled ``gp`` (stamps per block or per kernel,
+    ``rxcuda.plan._profile``) is split without its stamps, and each device's plan that runs a unit gets its
+    own: a device's stamps are timed on that device, from its own start stamp."""
+    per = gp.stamps.per if gp.stamps is not None else None
+    gp = without_stamps(gp)
     report = check_placement(desc, devices, ordinals=ordinals)
     placement = desc.placement
-    if gp.stamps is not None or any(isinstance(n, StampNodePlan) for n in gp.nodes):
-        report.error("profiling per block or per kernel is not available over several devices yet; use "
-                     "profile='summary' (a frame's GPU time) or place every block on one device", "profiling")
     report.raise_errors()
     node_dev = [device_of(n, gp.buffers, placement) for n in gp.nodes]
     home = [_home(b, placement) for b in gp.buffers]
@@ -228,7 +229,10 @@ def split(gp: GraphPlan, desc: PipelineDescription, devices: int,
                      "launch one after another each frame, so copies must flow one way: place the blocks so "
                      "that no device feeds a device that feeds it", "placement")
         report.raise_errors()
-    return _Splitter(gp, devices, node_dev, home, writers, wanted, delayed, placement).run(tuple(order))
+    s = _Splitter(gp, devices, node_dev, home, writers, wanted, delayed, placement).run(tuple(order))
+    if per is not None:  # profiled: each device times its own units
+        s = attrs.evolve(s, plans=tuple(add_stamps(p, desc, per) if has_units(p) else p for p in s.plans))
+    return s
 
 
 class _Splitter:

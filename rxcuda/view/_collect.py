@@ -188,8 +188,8 @@ def _round(v):
 
 # -- whole-engine messages (the server's thread, on a change or about once a second) ------------------------
 def graph_message(engine: Engine) -> dict:
-    """The ``graph`` message: blocks (state, message, region, composite, ports, parameters), links and a
-    layered layout (see PROTOCOL.md)."""
+    """The ``graph`` message: blocks (state, message, region, composite, device, ports, parameters), links, a
+    layered layout and how many devices the engine has (see PROTOCOL.md)."""
     parts = _engine_parts(engine)
     desc = parts["desc"]
     pipe = _Pipeline(desc, states=parts["states"], messages=parts["messages"], composites=parts["composites"],
@@ -234,7 +234,8 @@ def graph_message(engine: Engine) -> dict:
     edges = [(names[c.src.block], names[c.dst.block]) for c in desc.connections
              if not c.delay and c.src.block in names and c.dst.block in names]
     layout, width, height = layered_layout([e.desc.name for e in desc.blocks], edges)
-    return {"type": "graph", "blocks": blocks, "links": links, "layout": layout, "width": width, "height": height}
+    return {"type": "graph", "blocks": blocks, "links": links, "layout": layout, "width": width, "height": height,
+            "devices": len(engine.devices.ordinals)}
 
 
 def _limit(params, spec, key: str):

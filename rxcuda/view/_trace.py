@@ -343,6 +343,9 @@ def build_events(t0: int, frames: Iterable, updates: Iterable = (), diagnostics:
                 at += dur
         units = [(str(k), *_unit(v)) for k, v in (blocks or {}).items()]
         k_units = [(str(k), *_unit(v)) for k, v in (kernels or {}).items()]
+        # several devices: each unit says its device (its start is from that device's own start of the frame)
+        where = {(kind, str(k)): {"device": t.device(k)} for kind, t in (("block", blocks), ("kernel", kernels))
+                 if devices and hasattr(t, "device") for k in t}
         gpu_ns = _ns(gpu_us) if gpu_us is not None else None
         span = gpu_ns if gpu_ns is not None else max(
             [_ns(value) + _ns(rel or 0) for _, value, rel in units + k_units], default=0)
@@ -361,14 +364,16 @@ def build_events(t0: int, frames: Iterable, updates: Iterable = (), diagnostics:
         for name, value, rel in units:
             tid = gpu_track("block", name)
             at, dur = top(tid, gpu_start + _ns(rel) if rel is not None else seq, _ns(value))
-            slice_(name, "block", GPU, tid, at, dur, {"index": f.index, "us": _num(value)})
+            slice_(name, "block", GPU, tid, at, dur, {"index": f.index, "us": _num(value),
+                                                      **where.get(("block", name), {})})
             block_at[name], seq = at, at + dur
         for name, value, rel in k_units:
             owner = name.rpartition("/")[0]
             tid = gpu_track("kernel", name)
             guess = kernel_at.get(owner, block_at.get(owner, gpu_start))
             at, dur = top(tid, gpu_start + _ns(rel) if rel is not None else guess, _ns(value))
-            slice_(name, "kernel", GPU, tid, at, dur, {"index": f.index, "us": _num(value)})
+            slice_(name, "kernel", GPU, tid, at, dur, {"index": f.index, "us": _num(value),
+                                                       **where.get(("kernel", name), {})})
             kernel_at[owner] = at + dur
 
     for arrived, u in updates:

@@ -267,3 +267,24 @@ def test_the_page_reconnects_when_the_socket_closes(page, scripted):
     assert [m["type"] for m in scripted.got].count("hello") == 2, "the page did not say hello again"
     expect(page.locator("#conn")).to_have_attribute("data-state", "open")
     expect(page.locator('#graph [data-block="src"]')).to_have_count(1)
+
+
+def test_each_block_says_its_device_when_the_engine_has_several(page):
+    import copy
+
+    graph = copy.deepcopy(GRAPH)
+    for b, device in zip(graph["blocks"], (0, 1, 1, 1), strict=True):
+        b["device"] = device
+    graph["devices"] = 2
+    open_page(page, Scripted(answers=[graph]))
+    page.wait_for_selector('#graph [data-block="src"]')
+    assert page.text_content('#graph .block[data-block="src"] text.device') == "device 0"
+    assert page.text_content(f"#graph .block[data-block={q(HOSTILE)}] text.device") == "device 1"
+    assert "device 1" in page.text_content('#graph .group.region[data-block="loop"]')  # a region as a whole
+    page.locator('#graph [data-block="src"]').click()
+    assert "on device 0" in page.text_content("#block-state")
+    # a graph of one device: no labels (the same blocks, "devices": 1)
+    graph["devices"] = 1
+    open_page(page, Scripted(answers=[graph]))
+    page.wait_for_selector('#graph [data-block="src"]')
+    assert page.locator("#graph text.device").count() == 0

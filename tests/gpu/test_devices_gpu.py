@@ -187,3 +187,83 @@ def test_the_two_gpus_example_runs(tmp_path):
     if _gpus() < 2:
         assert proc.stdout.startswith("one GPU here (")
     assert list(tmp_path.iterdir()) == []
+
+
+def _accumulating(engine, kernels, rng, n):
+    """Device 0 scales x; device 1 adds it to its own previous output (a delayed self-connection): after k
+    frames its output is k * 2.5 * x, so the frame count shows in the numbers."""
+    mul = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=n, scale=2.5, name="mul"))
+    acc = engine.add(Block.from_kernel(kernels / "vector_add.ptx", size=n, name="acc"), device=1)
+    engine.connect(mul["out"], acc["b"])
+    engine.connect(acc["out"], acc["a"], delay=1)
+    x = rand(rng, n)
+    engine.write(mul["x"], x)
+    return acc, x
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-frame-at-a-time", "pipelined"])
+def test_run_batch_across_devices_is_k_ticks(devices, rng, kernels, pipelined):
+    n, k = 10_007, 7
+    with rxcuda.Engine(devices=devices, pipelined=pipelined) as batched, \
+            rxcuda.Engine(devices=devices, pipelined=pipelined) as ticked:
+        acc_b, x = _accumulating(batched, kernels, rng, n)
+        acc_t, _ = _accumulating(ticked, kernels, rng, n)
+        ticked.write(ticked.blocks[0]["x"], x)  # the same input in both
+        frame = batched.run_batch(k)
+        assert frame.frames == k and batched.frame == k
+        for _ in range(k):
+            ticked.tick()
+        got, want = batched.read(acc_b["out"]), ticked.read(acc_t["out"])
+        np.testing.assert_array_equal(got, want)  # bit for bit what k ticks give
+        lag = 1 if pipelined else 0  # pipelined, device 1's first frame reads the pipeline's zeros
+        expect = np.zeros(n, np.float32)
+        for _ in range(k - lag):
+            expect = expect + np.float32(2.5) * x
+        np.testing.assert_allclose(got, expect, rtol=1e-5)
+        # a second batch goes on from there, after a parameter change on device 0
+        batched.blocks[0].set(scale=-1.0)
+        batched.run_batch(3)
+        after = expect.copy()
+        for t in range(3):
+            after = after + (np.float32(-1.0) if t >= lag else np.float32(2.5)) * x
+        np.testing.assert_allclose(batched.read(acc_b["out"]), after, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("level", ["per_block", "per_kernel"])
+def test_per_block_and_per_kernel_profiling_across_devices(devices, rng, kernels, level):
+    n = 1 << 20
+    with rxcuda.Engine(devices=devices, profile=level) as engine:
+        first, second, a, b = two_stage(engine, kernels, rng, n)
+        engine.tick()
+        frame = engine.tick()
+        np.testing.assert_allclose(engine.read(second["out"]), (a + b) * 3.0, rtol=1e-6)
+        assert frame.blocks is not None and list(frame.blocks) == [first.name, second.name]
+        assert [frame.blocks.device(x) for x in frame.blocks] == [0, 1]
+        for x in frame.blocks:  # each timed on its own device's timer, from that device's start of the frame
+            t = frame.blocks[x]
+            assert t.gpu_us > 0 and 0 <= t.start_us <= t.end_us
+        copy = f"{first.name}.out -> device 1"
+        if level == "per_kernel":
+            assert frame.kernels is not None and frame.kernels.device(copy) == 1
+            # device 1's kernel is timed from the end of the copy it waits for
+            assert frame.kernels[f"{second.name}/scalar_mul"].start_us >= frame.kernels[copy].end_us
+        else:
+            assert copy not in frame.blocks and frame.kernels is None
+        # a batch over the devices, profiled: the last frame's timings, the numbers still right
+        batch = engine.run_batch(4)
+        assert batch.frames == 4 and batch.blocks is not None and set(batch.blocks) == {first.name, second.name}
+        np.testing.assert_allclose(engine.read(second["out"]), (a + b) * 3.0, rtol=1e-6)
+
+
+def test_memory_per_device(devices, rng, kernels):
+    n = 1 << 18
+    with rxcuda.Engine(devices=devices) as engine:
+        _first, second, a, b = two_stage(engine, kernels, rng, n)
+        engine.tick()
+        np.testing.assert_allclose(engine.read(second["out"]), (a + b) * 3.0, rtol=1e-6)
+        pools, bufs = engine.devices.memory, engine.devices.buffers
+        assert [p.in_use for p in pools] == [3, 2]  # a, b, out on device 0; its copy of out and out on device 1
+        assert all(p.bytes_reserved >= 2 * n * 4 for p in pools)
+        assert engine.memory.bytes_reserved == sum(p.bytes_reserved for p in pools)
+        assert [x.bytes_allocated for x in bufs] == [3 * n * 4, 2 * n * 4]
+        assert engine.stats.bytes_allocated == 5 * n * 4

@@ -9,8 +9,9 @@ import pytest
 from _pipeline import builder, kcode, mul, ptr, scalar
 
 import rxcuda
-from rxcuda import Block, If, ValidationError
+from rxcuda import Block, BufferStats, If, ValidationError
 from rxcuda.cuda import NullDriver
+from rxcuda.cuda._memory import PoolStats
 from rxcuda.lowlevel import PortRef
 
 N = 1024
@@ -231,21 +232,118 @@ def test_a_library_call_on_another_gpu_is_refused_naming_both(engine, api):
         engine.rebuild()
 
 
-def test_per_block_profiling_over_devices_is_refused_and_the_last_graphs_keep_running(engine, api):
-    two_stage(engine)
+def _stamp(graph, d, row):
+    """What device ``d``'s stamp kernels would write in the next frame (ns), written ahead into its ring."""
+    ring = graph.graphs[d].stamps
+    ring.rows[ring.launches % len(ring.rows)] = row
+
+
+def test_per_kernel_profiling_over_devices_stamps_each_devices_graph_and_tags_each_unit(api):
+    e = rxcuda.Engine(devices=[0, 1], profile="per_kernel", driver=api)
+    try:
+        first, second = two_stage(e)
+        e.tick()
+        g = e._rt.graph
+        layouts = [gg.plan.stamps for gg in g.graphs]
+        assert layouts[0].names == ("frame", "vector_add/vector_add")
+        # device 1 times the copy from device 0 too: its kernel starts when the copy ends, not at its frame start
+        assert layouts[1].names == ("frame", "vector_add.out -> device 1", "scalar_mul/scalar_mul")
+        assert layouts[1].preds == ((), (0,), (1,)) and layouts[1].blocks == (None, None, second.id)
+        assert g.graphs[0].stamps is not g.graphs[1].stamps  # a ring each, in its own device's context
+        _stamp(g, 0, [1_000, 6_000])
+        _stamp(g, 1, [50_000, 53_000, 57_000])  # another GPU's timer: times are relative to its own start
+        frame = e.tick()
+        assert dict(frame.blocks) == {"vector_add": (5.0, 0.0, 5.0), "scalar_mul": (4.0, 3.0, 7.0)}
+        assert [frame.blocks.device(n) for n in frame.blocks] == [0, 1]
+        assert frame.kernels["vector_add.out -> device 1"] == (3.0, 0.0, 3.0)
+        assert frame.kernels.device("vector_add.out -> device 1") == frame.kernels.device("scalar_mul/scalar_mul") == 1
+        assert list(frame.blocks.on_device(1)) == ["scalar_mul"]
+        assert "last GPU time" in str(second)
+        # a parameter change keeps both graphs, rings and counts: the next frame's rows are read alike
+        second.set(scale=2.0)
+        _stamp(g, 0, [0, 2_000])
+        _stamp(g, 1, [0, 1_000, 9_000])
+        frame = e.tick()
+        assert frame.tiers == ("parameters",) and frame.blocks["scalar_mul"].gpu_us == 8.0
+    finally:
+        e.close()
+    assert api.leaks() == {}
+
+
+def test_per_block_profiling_over_devices_lists_blocks_only_and_a_rebuild_keeps_the_untouched_ring(engine, api):
+    first, second = two_stage(engine)
     engine.tick()
     engine.profile = "per_block"
     frame = engine.tick()
-    assert frame.launched
-    assert any("profiling per block or per kernel is not available over several devices yet" in d.message
-               for d in engine.diagnostic_log if d.severity == "error")
+    assert frame.tiers == ("structure",) and frame.state == "ok"
+    g = engine._rt.graph
+    assert [gg.plan.stamps.names for gg in g.graphs] == [("frame", "vector_add"),
+                                                         ("frame", "vector_add.out -> device 1", "scalar_mul")]
+    _stamp(g, 0, [0, 4_000])
+    _stamp(g, 1, [0, 2_000, 3_500])
+    frame = engine.tick()
+    assert dict(frame.blocks) == {"vector_add": (4.0, 0.0, 4.0), "scalar_mul": (1.5, 2.0, 3.5)}
+    assert frame.kernels is None
+    # a block more on device 1: device 0's graph and its ring stay, device 1's are made anew
+    ring0 = g.graphs[0].stamps
+    third = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, name="third"), device=1)
+    engine.connect(second["out"], third["x"])
+    engine.tick()
+    g = engine._rt.graph
+    assert engine.devices.rebuilt == (1,) and g.graphs[0].stamps is ring0
+    _stamp(g, 0, [0, 1_000])
+    _stamp(g, 1, [0, 500, 1_500, 2_500])
+    frame = engine.tick()
+    assert dict(frame.blocks) == {"vector_add": (1.0, 0.0, 1.0), "scalar_mul": (1.0, 0.5, 1.5),
+                                  "third": (1.0, 1.5, 2.5)}
+    assert [frame.blocks.device(n) for n in frame.blocks] == [0, 1, 1]
+    # and run_batch: the last frame's rows, each ring advanced by the batch's frames
+    before = (g.graphs[0].stamps.launches, g.graphs[1].stamps.launches)
+    assert engine.run_batch(3).blocks is not None
+    assert (g.graphs[0].stamps.launches, g.graphs[1].stamps.launches) == (before[0] + 3, before[1] + 3)
 
 
-def test_run_batch_over_devices_says_it_is_not_there_yet(engine, api):
+def test_run_batch_over_devices_launches_each_devices_graph_k_times_in_frame_order_without_a_sync(engine, api):
     two_stage(engine)
     engine.tick()
-    with pytest.raises(RuntimeError, match=r"run_batch .* one device's graph .* call tick\(\) per frame"):
-        engine.run_batch(4)
+    mark = len(api.calls)
+    engine.tick()
+    one = api.since(mark)[:-1]  # one frame's launches, without the wait tick(sync=True) adds
+    assert "cuStreamSynchronize" not in one
+    mark = len(api.calls)
+    before = engine.frame
+    frame = engine.run_batch(5)
+    assert frame.frames == 5 and frame.index == before + 5 == engine.frame and frame.launched
+    # the frames queued from the host, each as a tick launches it, then the one wait for the batch
+    assert api.since(mark) == one * 5 + ["cuStreamSynchronize"]
+    launches = [a for n, a in api.calls[mark:] if n == "cuGraphLaunch"]
+    g = engine._rt.graph
+    assert [a[0] for a in launches] == [int(g.graphs[0].exec), int(g.graphs[1].exec)] * 5  # producers first, each frame
+
+
+def test_run_batch_over_pipelined_devices_launches_the_readers_first_each_frame(api):
+    e = rxcuda.Engine(devices=[0, 1], pipelined=True, driver=api)
+    try:
+        two_stage(e)
+        e.tick()
+        mark = len(api.calls)
+        assert e.run_batch(3).frames == 3
+        g = e._rt.graph
+        launches = [a[0] for n, a in api.calls[mark:] if n == "cuGraphLaunch"]
+        assert launches == [int(g.graphs[1].exec), int(g.graphs[0].exec)] * 3
+        assert api.since(mark).count("cuStreamSynchronize") == 1
+    finally:
+        e.close()
+
+
+def test_run_batch_until_over_devices_is_refused_naming_the_fix(engine, api):
+    first, second = two_stage(engine)
+    engine.tick()
+    mark = len(api.calls)
+    with pytest.raises(ValueError, match=r"run_batch\(until=...\) needs a GPU-driven loop, which cannot span "
+                                         r"devices.*run_batch\(k\) without until"):
+        engine.run_batch(4, until=second["out"])
+    assert "cuGraphLaunch" not in api.since(mark)
 
 
 def test_a_fault_on_device_1_names_it_and_the_engine_closes_cleanly(api):
@@ -340,8 +438,16 @@ def test_the_live_view_says_the_device_of_each_block(engine):
 
     first, second = two_stage(engine)
     engine.tick()
-    blocks = {b["name"]: b for b in graph_message(engine)["blocks"]}
+    msg = graph_message(engine)
+    blocks = {b["name"]: b for b in msg["blocks"]}
     assert blocks[first.name]["device"] == 0 and blocks[second.name]["device"] == 1
+    assert msg["devices"] == 2  # the page labels each box with its device when there are several
+    one = rxcuda.Engine(driver=NullDriver())
+    try:
+        one.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+        assert graph_message(one)["devices"] == 1
+    finally:
+        one.close()
 
 
 def test_a_composite_is_placed_as_a_whole(engine):
@@ -395,6 +501,56 @@ def test_a_trace_has_a_track_per_device(api, tmp_path):
         assert {"device 0", "device 1"} <= tracks
         slices = [ev for ev in events if ev.get("cat") == "device"]
         assert len(slices) == 6 and {ev["name"].split(":")[0] for ev in slices} == {"device 0", "device 1"}
+    finally:
+        e.close()
+
+
+def test_a_trace_of_per_block_timings_says_each_blocks_device(api, tmp_path):
+    e = rxcuda.Engine(devices=[0, 1], profile="per_block", driver=api)
+    try:
+        two_stage(e)
+        with e.trace(tmp_path / "trace.json") as trace:
+            for _ in range(2):
+                e.tick()
+        blocks = [ev for ev in trace.events() if ev.get("cat") == "block"]
+        assert {(ev["name"], ev["args"]["device"]) for ev in blocks} == {("vector_add", 0), ("scalar_mul", 1)}
+        assert len([ev for ev in trace.events() if ev.get("cat") == "device"]) == 4  # and the tracks per device
+    finally:
+        e.close()
+
+
+def test_memory_per_device_and_the_engines_totals(engine, api):
+    assert engine.devices.memory == (PoolStats(), PoolStats()) and engine.stats == BufferStats()
+    first, second = two_stage(engine)
+    engine.tick()
+    kib4 = N * 4
+    pools = engine.devices.memory
+    assert [p.in_use for p in pools] == [3, 2]  # device 0: a, b, out; device 1: its copy of out, and its out
+    assert all(p.allocations >= 1 and p.bytes_reserved > 0 for p in pools)
+    # each position's pool is its own: device 1's memory is not in device 0's pool
+    assert engine._rt.pool.stats.in_use == 3 and engine.devices.memory[1] is not engine._rt.devices.lanes[1].pool.stats
+    total = engine.memory
+    assert (total.in_use, total.bytes_reserved, total.allocations) == (
+        5, sum(p.bytes_reserved for p in pools), sum(p.allocations for p in pools))
+    assert [(b.buffers, b.bytes_allocated) for b in engine.devices.buffers] == [(3, 3 * kib4), (2, 2 * kib4)]
+    assert (engine.stats.buffers, engine.stats.bytes_allocated) == (5, 5 * kib4)
+    assert "5 buffers in 5 allocations" in str(engine.stats)
+    # a block more on device 1 shows there only
+    third = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N, name="third"), device=1)
+    engine.connect(second["out"], third["x"])
+    engine.tick()
+    assert [p.in_use for p in engine.devices.memory] == [3, 3] and engine.memory.in_use == 6
+    assert [b.buffers for b in engine.devices.buffers] == [3, 3]
+
+
+def test_memory_of_an_engine_on_one_device_is_its_pools():
+    e = rxcuda.Engine(driver=NullDriver())
+    try:
+        m = e.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
+        e.write(m["x"], np.ones(N, np.float32))
+        e.tick()
+        assert e.memory is e._rt.pool.stats and e.memory.in_use == 2
+        assert e.devices.memory == (e.memory,) and e.devices.buffers == (e.stats,) and e.stats.buffers == 2
     finally:
         e.close()
 

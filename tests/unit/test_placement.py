@@ -149,14 +149,27 @@ def test_a_reader_before_a_rewrite_on_the_other_device_is_refused():
         split(plan(desc, reuse_memory=False), desc, 2)
 
 
-def test_profiling_stamps_over_several_devices_are_refused_with_the_way_out():
+def test_a_profiled_plan_is_split_with_stamps_per_device():
+    from rxcuda.lowlevel import StampNodePlan
     from rxcuda.plan._profile import add_stamps
 
     a, b = mul(name="a"), mul(name="b")
     desc = chain_desc(a, b, placement={1: 1})
-    gp = add_stamps(plan(desc, reuse_memory=False), desc, "block")
-    with pytest.raises(ValidationError, match=r"not available over several devices yet; use profile='summary'"):
-        split(gp, desc, 2)
+    gp = plan(desc, reuse_memory=False)
+    s = split(add_stamps(gp, desc, "block"), desc, 2)
+    assert s.nodes == split(gp, desc, 2).nodes  # the whole plan's nodes go where they went unprofiled
+    for p in s.plans:  # each device's plan: its own start stamp (column 0) and a stamp per unit, last
+        stamps = [n for n in p.nodes if isinstance(n, StampNodePlan)]
+        assert stamps[0].column == 0 and [n.column for n in stamps] == list(range(len(p.stamps.names)))
+        assert p.nodes[-len(stamps):] == tuple(stamps)
+    assert s.plans[0].stamps.names == ("frame", "a")
+    copy = next(n for n in s.plans[1].nodes if isinstance(n, PeerCopyNodePlan))
+    assert s.plans[1].stamps.names == ("frame", copy.label, "b") and s.plans[1].stamps.blocks[1] is None
+    assert s.plans[1].stamps.preds[2] == (1,)  # b is timed from the end of the copy it waits for
+    # a device whose plan runs nothing a stamp times gets no stamps
+    one = chain_desc(a, b, placement={})
+    only = split(add_stamps(plan(one, reuse_memory=False), one, "kernel"), one, 2)
+    assert only.plans[1].nodes == () and only.plans[1].stamps is None
 
 
 def test_a_delayed_connection_between_devices_is_copied_after_the_frames_readers():

@@ -27,6 +27,7 @@
     sets: new Map(),      // id -> the control key it set, until its ack or error comes back
     preview: null, previewData: null,
     plotDirty: false, previewDirty: false,
+    devices: 1,           // the engine's device positions (the graph message's "devices")
   };
 
   // -- small DOM helpers ------------------------------------------------------------------------------
@@ -160,12 +161,13 @@
   function onGraph(g) {
     const blocks = Array.isArray(g.blocks) ? g.blocks : [];
     S.blocks = new Map(blocks.map((b) => [b.name, b]));
+    S.devices = Math.max(1, Math.floor(+g.devices) || 1);  // over several devices each box says its device
     for (const b of blocks) for (const p of b.params || []) S.values.set(b.name + "." + p.name, p.value);
     if (S.selected !== null && !S.blocks.has(S.selected)) S.selected = null;
     // the server sends the graph again when only states changed (with diagnostics): then the picture and
     // the controls stay (a slider being dragged keeps its element) and only states, messages and values move
-    const shape = JSON.stringify([blocks.map((b) => [b.name, b.kind, b.region, b.composite, b.ports]), g.links,
-      g.layout]);
+    const shape = JSON.stringify([blocks.map((b) => [b.name, b.kind, b.region, b.composite, b.ports, b.device]),
+      g.links, g.layout, S.devices]);
     if (shape !== S.shape) {
       S.shape = shape;
       drawGraph(g, blocks);
@@ -233,7 +235,8 @@
     const groups = [];
     for (const b of blocks) {
       if (asGroup(b)) groups.push({name: b.name, block: b, members: regionMembers.get(b.name),
-        label: b.name + " \u00b7 " + str(b.region.kind), cls: "group region"});
+        label: b.name + " \u00b7 " + str(b.region.kind) + (deviceOf(b) ? " \u00b7 " + deviceOf(b) : ""),
+        cls: "group region"});
     }
     const comps = new Map();
     for (const b of blocks) {
@@ -331,7 +334,9 @@
       box.right.forEach((p, i) => e.append(sv("circle", {class: "port", cx: box.w, cy: 30 + i * PORT_GAP, r: PORT_R}),
         sv("text", {class: "port-label", x: box.w - 7, y: 33 + i * PORT_GAP, "text-anchor": "end"},
           clip(p.name, 12))));
-      e.appendChild(sv("text", {class: "msg", x: 8, y: box.h - 6}, clip(str(b.message), 27)));
+      const dev = deviceOf(b);  // several devices: the block's own, at the box's bottom right
+      e.appendChild(sv("text", {class: "msg", x: 8, y: box.h - 6}, clip(str(b.message), dev ? 17 : 27)));
+      if (dev) e.appendChild(sv("text", {class: "device", x: box.w - 8, y: box.h - 6, "text-anchor": "end"}, dev));
       const badge = sv("g", {class: "badges", transform: `translate(${box.w - 2},0)`, visibility: "hidden"});
       badge.append(sv("circle", {class: "badge", r: 9}),
         sv("text", {class: "badge-text", "text-anchor": "middle", y: 3.5}, ""), sv("title", {}, ""));
@@ -359,11 +364,16 @@
     return `${str(l.dtype)} ${fmtShape(l.shape)}` + (withDelay && (l.delay || 0) > 0 ? ` \u00b7 delay ${l.delay}` : "");
   }
 
+  function deviceOf(b) {  // "device N" on an engine over several devices, else ""
+    return S.devices > 1 ? "device " + (Math.floor(+b.device) || 0) : "";
+  }
+
   function tooltip(b) {
     const lines = [b.name + (b.kind === "region" && b.region ? ` (${str(b.region.kind)} region)` : ""),
       "state: " + str(b.state)];
     if (b.message) lines.push(str(b.message));
     if (b.composite) lines.push("in " + b.composite);
+    if (deviceOf(b)) lines.push("on " + deviceOf(b));
     return lines.join("\n");
   }
 
@@ -444,6 +454,7 @@
     }
     title.textContent = b.name + (b.kind === "region" && b.region ? ` (${str(b.region.kind)} region)` : "");
     st.textContent = "state: " + str(b.state) + (b.composite ? ` \u00b7 in ${b.composite}` : "") +
+      (deviceOf(b) ? ` \u00b7 on ${deviceOf(b)}` : "") +
       (S.blockTimes && b.name in S.blockTimes ? ` \u00b7 GPU ${fmtUs(S.blockTimes[b.name])}` : "");
     st.dataset.state = str(b.state);
     $("block-message").textContent = str(b.message);
