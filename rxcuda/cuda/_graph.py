@@ -66,11 +66,14 @@ class CompiledGraph:
     """An instantiated CUDA graph built from a plan, with in-place update operations.
 
     Updates are staged (``set_*``) and applied with one exec-node update per touched node (``flush``).
+    ``previous``: the graph built before (running, or retired and not yet closed): the kernel nodes of the
+    plans the two share, leading the plan, take over its argument layout and the words it was built with
+    instead of writing them again (``nodes.ArgStorage``, ``KernelNode.follow``); nothing of it is changed.
     """
 
     def __init__(self, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
                  ctx, capture: Capture | None = None, fast: FastDriver | None = None, api=None, stamps=None,
-                 crossing=None):
+                 crossing=None, previous: CompiledGraph | None = None):
         self.plan = plan
         self.stamps = stamps  # the profiling ring (rxcuda.cuda._profile.StampRing) the stamp nodes write, or None
         self.api = drv = api if api is not None else _drv
@@ -78,6 +81,7 @@ class CompiledGraph:
         self._ctx = ctx
         self._exec_h = 0
         self.pointers = dict(pointers)
+        self.built: Mapping[int, int] = self.pointers.copy()  # the buffers' addresses as built (see ``previous``)
         self.nodes: list = []
         self.graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
         self.exec = None
@@ -85,7 +89,9 @@ class CompiledGraph:
         parents = plan.parents
         kinds = [kind_of(n) for n in plan.nodes]  # the one lookup per node: from here on, the nodes' methods
         self.regions = bool(parents) or any(k.conditional for k in kinds)
-        b = BuildContext(drv, ctx, self.graph, functions, pointers, capture, stamps, crossing)
+        if previous is not None and (previous.graph is None or previous.api is not drv):
+            previous = None
+        b = BuildContext(drv, ctx, self.graph, functions, pointers, capture, stamps, crossing, previous)
         try:
             by_kind: dict[type[GraphNode], list] = {}
             for n, k in zip(plan.nodes, kinds, strict=True):
@@ -112,6 +118,8 @@ class CompiledGraph:
                 node = kind.make(n, b)
                 node.add(drv, target, deps, ctx)
                 self.nodes.append(node)
+            if isinstance(self.args, ArgStorage):
+                self.args.seal()
         except BaseException:
             self._destroy_graphs()
             raise

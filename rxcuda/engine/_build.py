@@ -197,7 +197,7 @@ class Builder:
             if gp.stamps is not None:
                 ring = StampRing(rt.api, rt.modules.load(stamp_code()).function, len(gp.stamps.names))
             new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
-                                api=rt.api, stamps=ring)
+                                api=rt.api, stamps=ring, previous=running)
             ring = None  # the graph owns it now (closes it with itself)
             if rt.stamps == "kernel":
                 self._occupancy(gp, functions)

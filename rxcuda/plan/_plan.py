@@ -310,41 +310,64 @@ class _Planner:
                 or prev.append_users is not None or prev.report.errors):
             return 0
         desc, was = self.desc, prev.desc
-        bindings, fed, old_bindings, old_fed = desc.bindings, desc.fed, was.bindings, was.fed
-        old_sources, old_order = prev.sources, prev.order
+        # the blocks with a port fed differently (source, binding, feeding): found by comparing the mappings in
+        # bulk (set operations on dict views run in C), not port by port
+        touched = {ref.block for ref, _ in sources.items() ^ prev.sources.items()}
+        if desc.bindings or was.bindings:
+            touched.update(ref.block for ref, _ in desc.bindings.items() ^ was.bindings.items())
+        if desc.fed is not was.fed:
+            touched.update(ref.block for ref in desc.fed ^ was.fed)
         k = 0
-        for b, ob in zip(blocks[:len(prev.marks)], old_order, strict=False):
-            if b is not ob and b != ob:
-                break
-            same = True
-            for p in b.desc.ports:
-                ref = PortRef(b.id, p.name)
-                if (p.counter is not None or sources.get(ref) != old_sources.get(ref)
-                        or bindings.get(ref) != old_bindings.get(ref) or (ref in fed) != (ref in old_fed)):
-                    same = False
-                    break
-            if not same:
+        for b, ob in zip(blocks[:len(prev.marks)], prev.order, strict=False):
+            if (b is not ob and b != ob) or b.id in touched:
                 break
             k += 1
         if not k:
             return 0
         n_nodes, n_buffers, n_problems = prev.marks[k - 1]
-        ids = {b.id for b in blocks[:k]}
         self.nodes = prev.nodes[:n_nodes]
         self.buffers = prev.buffers[:n_buffers]
-        self.by_key = {key: i for key, i in prev.by_key.items() if i < n_buffers}
-        self.buffer_args = {i: a for i, a in prev.buffer_args.items() if i < n_buffers}
-        self.port_buffers = {ref: i for ref, i in prev.port_buffers.items() if ref.block in ids}
         # (a block's slot lists are only appended to while it is emitted: shared, never changed again)
-        self.slots = {key: v for key, v in prev.slots.items() if key[0] in ids}
-        self.device_scalars = {key: i for key, i in prev.device_scalars.items() if key[0] in ids}
-        self.recapture = {key: v for key, v in prev.recapture.items() if key[0] in ids}
-        self.kernel_nodes = {key: i for key, i in prev.kernel_nodes.items() if key[0] in ids}
+        dropped = prev.order[k:len(prev.marks)]
+        if len(dropped) * 8 <= k:  # all but a few blocks at the end: copy the maps and take those blocks' out
+            self._take_over_all_but(prev, dropped, n_buffers)
+        else:
+            ids = {b.id for b in blocks[:k]}
+            self.by_key = {key: i for key, i in prev.by_key.items() if i < n_buffers}
+            self.buffer_args = {i: a for i, a in prev.buffer_args.items() if i < n_buffers}
+            self.port_buffers = {ref: i for ref, i in prev.port_buffers.items() if ref.block in ids}
+            self.slots = {key: v for key, v in prev.slots.items() if key[0] in ids}
+            self.device_scalars = {key: i for key, i in prev.device_scalars.items() if key[0] in ids}
+            self.recapture = {key: v for key, v in prev.recapture.items() if key[0] in ids}
+            self.kernel_nodes = {key: i for key, i in prev.kernel_nodes.items() if key[0] in ids}
         # what emitting them found (a clamped count, say), after this plan's own validation problems
         self.report.problems.extend(prev.report.problems[prev.emitted_from:prev.emitted_from + n_problems])
         self.marks = prev.marks[:k]
         self.reused = k
         return k
+
+    def _take_over_all_but(self, prev: _Planner, dropped: tuple[BlockEntry, ...], n_buffers: int) -> None:
+        """``_resume``'s maps when all but the ``dropped`` blocks (few, last in the previous order) are taken
+        over: copies of the previous maps (C-level) without the keys those blocks' emission made (their
+        buffers, ports, scalars and kernels), instead of filtering every key (measured on the null driver,
+        1000 blocks: 0.1 ms against 0.5 ms)."""
+        self.by_key, self.buffer_args = dict(prev.by_key), dict(prev.buffer_args)
+        self.port_buffers, self.slots = dict(prev.port_buffers), dict(prev.slots)
+        self.device_scalars, self.recapture = dict(prev.device_scalars), dict(prev.recapture)
+        self.kernel_nodes = dict(prev.kernel_nodes)
+        for i, bp in enumerate(prev.buffers[n_buffers:], n_buffers):
+            self.by_key.pop(bp.key, None)
+            self.buffer_args.pop(i, None)
+        for b in dropped:
+            bid, d = b.id, b.desc
+            for p in d.ports:
+                self.port_buffers.pop(PortRef(bid, p.name), None)
+            for sc in d.scalars:
+                self.slots.pop((bid, sc.name), None)
+                self.device_scalars.pop((bid, sc.name), None)
+                self.recapture.pop((bid, sc.name), None)
+            for step in d.kernels:
+                self.kernel_nodes.pop((bid, step.name), None)
 
     def emit_block(self, b: BlockEntry, sources: Mapping[PortRef, PortRef]) -> None:
         d, bid, label = b.desc, b.id, b.desc.name

@@ -27,10 +27,11 @@ class BuildContext:
     event nodes), and what the kinds' ``prepare`` steps make (the kernel argument storage,
     the regions' conditional handles)."""
 
-    __slots__ = ("api", "ctx", "graph", "functions", "pointers", "capture", "stamps", "args", "handles", "crossing")
+    __slots__ = ("api", "ctx", "graph", "functions", "pointers", "capture", "stamps", "args", "handles", "crossing",
+                 "previous", "built")
 
     def __init__(self, api, ctx, graph, functions: Mapping[str, object], pointers: Mapping[int, int],
-                 capture: Callable | None = None, stamps=None, crossing=None):
+                 capture: Callable | None = None, stamps=None, crossing=None, previous=None):
         self.api = api
         self.ctx = ctx
         self.graph = graph  # the top-level CUgraph being built
@@ -42,6 +43,10 @@ class BuildContext:
         self.handles: dict[int, object] = {}  # region node id -> conditional handle (RegionNode.prepare)
         # several devices: what this device's graph needs of the others (rxcuda.cuda._peer.Crossing), or None
         self.crossing = crossing
+        # the graph built before (a CompiledGraph, or None), whose nodes of the same plans may be followed
+        # (KernelNode.follow), and the buffers' addresses it was built with
+        self.previous = previous
+        self.built: Mapping[int, int] = previous.built if previous is not None else {}
 
 
 class GraphNode:

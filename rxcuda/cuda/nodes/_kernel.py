@@ -22,23 +22,48 @@ from ._base import STAGED, BuildContext, GraphNode
 class ArgStorage:
     """The arguments of every kernel node of one graph in one native buffer of 8-byte slots, and the
     pointer array the driver reads (``kernelParams`` of each node points into it). Made once per build:
-    a node's slot is then a (typed view of the whole buffer, index) pair, written in place by updates."""
+    a node's slot is then a (typed view of the whole buffer, index) pair, written in place by updates.
 
-    def __init__(self, plans: list[KernelNodePlan]):
+    ``previous``: the storage of the graph built before from a plan that began with the same kernel node
+    plans (the same objects, as the planner's ``Replanner`` reuses them): the layout of those leading nodes
+    is the same, so it is copied, with the words they were built with (``sealed``), and a node whose buffers
+    kept their addresses is then made without writing its arguments again (``KernelNode.follow``)."""
+
+    def __init__(self, plans: list[KernelNodePlan], previous: ArgStorage | None = None):
         starts: dict[int, tuple[int, list[int]]] = {}
         offsets: list[int] = []
+        marks: list[tuple[int, int]] = []  # after each plan: (offsets, words) so far
         words = 0
-        for n in plans:
+        same = 0
+        if previous is not None and previous.sealed is not None:
+            was = previous.plans
+            limit = min(len(plans), len(was))
+            while same < limit and plans[same] is was[same]:
+                same += 1
+            if same:
+                marks = previous.marks[:same]
+                n_offsets, words = marks[-1]
+                offsets = previous.offsets[:n_offsets]
+                starts = {n.id: previous.starts[n.id] for n in plans[:same]}
+        for n in plans[same:]:
             first = len(offsets)
             for a in n.args:
                 offsets.append(words)
                 words += 1 if isinstance(a, BufferArg) else -(-max(a.size, 1) // 8)
             starts[n.id] = (first, offsets[first:])
+            marks.append((len(offsets), words))
         self.words = np.zeros(max(words, 1), dtype=np.uint64)
+        if same:
+            self.words[:marks[same - 1][1]] = previous.sealed[:marks[same - 1][1]]  # type: ignore[union-attr]
         base = self.words.ctypes.data
         self.ptrs = np.asarray(offsets or [0], dtype=np.uint64) * np.uint64(8) + np.uint64(base)
         self.ptrs_base = self.ptrs.ctypes.data
         self.starts = starts
+        self.plans = plans
+        self.offsets = offsets
+        self.marks = marks
+        self.same = same  # leading plans whose layout and built words came from ``previous``
+        self.sealed: np.ndarray | None = None  # the words as built (``seal``): what a later storage copies
         self._typed: dict[np.dtype, np.ndarray] = {np.dtype(np.uint64): self.words}
 
     def typed(self, dt: np.dtype) -> np.ndarray:
@@ -46,6 +71,10 @@ class ArgStorage:
         if view is None:
             view = self._typed[dt] = self.words.view(dt)
         return view
+
+    def seal(self) -> None:
+        """The build wrote every argument: keep a copy of the words as built (updates change ``words``)."""
+        self.sealed = self.words.copy()
 
 
 _BY_SIZE = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
@@ -56,7 +85,7 @@ class KernelNode(GraphNode):
     graph's ArgStorage (``slots[i]``: the (typed view, index) of argument i). ``handle_slots``: argument
     index -> region node id, for each argument that passes a region's conditional handle."""
 
-    __slots__ = ("params", "slots", "buffer_args", "handle_int", "params_ptr", "handle_slots")
+    __slots__ = ("params", "slots", "buffer_args", "handle_int", "params_ptr", "handle_slots", "starts_at")
 
     kind = "kernel"
     eager = True
@@ -101,12 +130,47 @@ class KernelNode(GraphNode):
         self.handle_int = 0
 
     @classmethod
+    def follow(cls, old: KernelNode, function, storage: ArgStorage) -> KernelNode:
+        """The node of ``old``'s plan in a graph whose argument storage copied ``old``'s words as built (its
+        buffers kept their addresses, and it passes no conditional handle): the slots are the same places
+        in the new storage, and nothing is written there."""
+        node = cls.__new__(cls)
+        plan = node.plan = old.plan
+        node.handle = None
+        node.slots = [(storage.typed(view.dtype), idx) for view, idx in old.slots]
+        node.buffer_args = old.buffer_args  # (never changed after a build: shared)
+        node.handle_slots = {}
+        p = drv.CUDA_KERNEL_NODE_PARAMS()
+        p.func = function
+        la = plan.launch
+        p.gridDimX, p.gridDimY, p.gridDimZ = la.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = la.block
+        p.sharedMemBytes = la.shared_mem
+        p.kernelParams = storage.ptrs_base + 8 * storage.starts[plan.id][0] if plan.args else 0
+        node.params = p
+        node.params_ptr = p.getPtr()
+        node.handle_int = 0
+        return node
+
+    @classmethod
     def prepare(cls, plans: list, b: BuildContext) -> None:
-        b.args = ArgStorage(plans)
+        was = b.previous
+        b.args = ArgStorage(plans, was.args if was is not None and isinstance(was.args, ArgStorage) else None)
 
     @classmethod
     def make(cls, plan, b: BuildContext) -> KernelNode:
-        return cls(plan, b.functions[plan.code_key], b.pointers, b.args, b.handles)
+        was = b.previous
+        if was is not None and b.args.same and plan.id < len(was.nodes):
+            old = was.nodes[plan.id]
+            if old.plan is plan and not old.handle_slots and b.args.starts[plan.id] is old.starts_at:
+                built, pointers = b.built, b.pointers
+                if all(pointers[a] == built[a] for a in old.buffer_args):
+                    node = cls.follow(old, b.functions[plan.code_key], b.args)
+                    node.starts_at = old.starts_at
+                    return node
+        node = cls(plan, b.functions[plan.code_key], b.pointers, b.args, b.handles)
+        node.starts_at = b.args.starts[plan.id]
+        return node
 
     def add(self, api, graph, deps: list, ctx) -> None:
         super().add(api, graph, deps, ctx)
