@@ -440,8 +440,13 @@ def runs_code(g: CompiledGraph, nid: int, key: str) -> None:
     was = g.plan.nodes[nid]
     assert isinstance(was, KernelNodePlan)
     node = was._replace(code_key=key)
-    g.nodes[nid].plan = node
     g.plan = attrs.evolve(g.plan, nodes=g.plan.nodes[:nid] + (node,) + g.plan.nodes[nid + 1:])
+    local = getattr(g, "_local", None)
+    if local is not None:  # several devices: the device's graph, its plan and node keep their own ids
+        device_graph, lid = local(nid)
+        runs_code(device_graph, lid, key)
+        return
+    g.nodes[nid].plan = node
 
 
 def write_device_scalar(rt: Runtime, buffer_id: int, value) -> None:

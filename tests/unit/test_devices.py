@@ -188,6 +188,12 @@ def test_code_swap_on_device_1_loads_the_code_there_and_updates_its_graph(engine
     assert new.count("cuModuleLoadData") == 2  # on the engine's first device, then on device 1's context
     updates = [a for n, a in api.calls[mark:] if n == "cuGraphExecKernelNodeSetParams"]
     assert [u[0] for u in updates] == [int(g.graphs[1].exec)]
+    # the whole plan and device 1's own plan and node record the new code, each with its own ids
+    key = first.description.kernels[0].code.key
+    nid = next(n.id for n in g.plan.nodes if getattr(n, "block", None) == first.id)
+    d, local = g.split.nodes[nid]
+    assert d == 1 and g.plan.nodes[nid].code_key == key
+    assert g.graphs[1].plan.nodes[local].code_key == key and g.graphs[1].nodes[local].plan.id == local
 
 
 def test_a_structural_change_rebuilds_only_the_devices_it_touches(engine, api):
