@@ -97,24 +97,24 @@ class Node:
     Ids are interned once per structure when the node is made (a dict lookup).
     """
 
-    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "device", "sid", "leaves", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "device", "sid", "_leaves", "__weakref__")
 
     def __init__(self, op: str, inputs: tuple[Node, ...], attrs: tuple, shape: Shape, dtype: np.dtype,
                  device: str):
         self.op, self.inputs, self.attrs, self.shape, self.dtype, self.device = op, inputs, attrs, shape, dtype, device
         if op == "const":
             key: tuple = ("const", shape, dtype, device, _leaf_layout(attrs[0]))
-            self.leaves: tuple[Node, ...] = (self,)
+            self._leaves: tuple[Node, ...] | None = None  # itself (see ``leaves``): no cycle keeps a leaf alive
         elif op == "full":
             v = attrs[0]
             key = ("full", np.asarray(v).tobytes(), attrs[1:], shape, dtype, device)  # -0.0 and 0.0 differ
-            self.leaves = ()
+            self._leaves = ()
         elif not inputs:  # a node made outside a program (to_host's copy): nothing below it
             key = (op, attrs, shape, dtype, device)
-            self.leaves = ()
+            self._leaves = ()
         elif len(inputs) == 1:
             key = (op, attrs, shape, dtype, device, inputs[0].sid)
-            self.leaves = inputs[0].leaves
+            self._leaves = inputs[0].leaves
         else:
             leaves = list(inputs[0].leaves)
             maps = []
@@ -132,13 +132,19 @@ class Node:
                     m.append(k)
                 maps.append(tuple(m))
             key = (op, attrs, shape, dtype, device, tuple(i.sid for i in inputs), tuple(maps))
-            self.leaves = tuple(leaves)
+            self._leaves = tuple(leaves)
         sid = _SIDS.get(key)
         if sid is None:
             if len(_SIDS) >= SID_LIMIT:
                 _SIDS.clear()
             sid = _SIDS[key] = next(_next_sid)
         self.sid: int = sid
+
+    @property
+    def leaves(self) -> tuple[Node, ...]:
+        """The distinct ``const`` leaves this node reads, in first-use order (a leaf: itself)."""
+        leaves = self._leaves
+        return (self,) if leaves is None else leaves
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {self.shape}, {self.dtype}, {self.device})"
