@@ -408,9 +408,13 @@ class Engine:
         while len(self._inflight) > keep:
             index, active, reports, outs, params, writes = self._inflight.popleft()
             frames: dict = {w: None for w in active}
+            try:  # one wait for the frame's steps (they ran at once); a failed one is found below, worker by worker
+                got = dict(zip(reports, ray.get(list(reports.values())), strict=True))
+            except ray.exceptions.RayError:
+                got = {}
             for w, ref in reports.items():
                 try:
-                    rep = ray.get(ref)
+                    rep = got[w] if w in got else ray.get(ref)
                 except ray.exceptions.RayError as e:
                     with contextlib.suppress(ray.exceptions.RayError):  # its other result failed too: seen here
                         ray.get(outs[w])
