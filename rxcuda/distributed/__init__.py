@@ -3,7 +3,8 @@ rxcuda Engine each), their connections carried every frame, and their streams br
 
 The pipeline is described once as data and each worker builds its fragment (the blocks placed on it).
 Connections between workers go through CUDA IPC between GPU workers of one host (exported device memory and
-interprocess events, no copy through the host) and through Ray's object store otherwise; ``describe()`` and
+interprocess events, no copy through the host; both workers' steps run at once and meet on the link's
+shared-memory board) and through Ray's object store otherwise; ``describe()`` and
 ``to_dot()`` show which. Frames in flight are bounded, parameters cross as their latest value, and a worker
 that dies is restarted by Ray and rebuilds its fragment with the last parameter values. Needs Ray
 (``pip install 'rxcuda[ray]'``); importing this package does not.

@@ -5,10 +5,12 @@ connection and write as a local engine would, and ``describe()`` gives the pipel
 a changed structure is cut into fragments (``_placement.split``) and shipped: each worker builds its own.
 Parameter changes are folded per worker (the latest value wins) and travel with the next frame's step.
 
-A frame is one step per worker, submitted in producer-first order; what a producer's step returns for its
-links is handed to its consumers' steps as Ray object references, so the driver never waits inside a frame.
-At most ``max_in_flight`` frames are outstanding: the driver waits for the oldest before it submits another,
-so a slow worker slows every producer and nothing queues without bound.
+A frame is one step per worker, all submitted at once: over an ``ipc`` link (one host) the consumer's step waits
+for the producer's frame on the link's board (``_board``: shared memory, no Ray call); over a ``host`` link what
+the producer's step returns is handed to the consumer's step as a Ray object reference, so Ray runs it after.
+The driver never waits inside a frame. At most ``max_in_flight`` frames are outstanding: the driver waits for
+the oldest before it submits another, so a slow worker slows every producer and nothing queues without bound
+(and an ``ipc`` slot, ``max_in_flight + 1`` of them, is never written while read).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,20 +37,13 @@ from ..model._errors import EngineClosedError, ValidationError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
-from . import _placement
+from . import _board, _placement
+from ._ray import names_actor as _names
+from ._ray import ray_module as _ray
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
 from ._worker import FragmentHost
 
 RESTART_PATIENCE_S = 120.0  # how long a dead worker may take to be restarted and rebuilt before it is given up
-
-
-def _ray():
-    try:
-        import ray
-    except ImportError as e:
-        raise ImportError("rxcuda.distributed runs on Ray, which is not installed: pip install 'rxcuda[ray]' "
-                          f"({e})") from e
-    return ray
 
 
 class Engine:
@@ -116,6 +112,7 @@ class Engine:
                       self._model.diagnostics.subscribe(lambda d: self._publish("driver", d))]
         self._actors: dict[str, Any] = {}
         self._where: dict[str, dict] = {}
+        self._session = uuid.uuid4().hex[:12]  # names the boards of this engine's ipc links
         try:
             self._start_actors(ray)
         except BaseException:
@@ -131,7 +128,8 @@ class Engine:
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
                 opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-            self._actors[name] = remote.options(name=None, **opts).remote(name, w.null, self.max_in_flight + 1)
+            self._actors[name] = remote.options(name=None, **opts).remote(name, w.null, self.max_in_flight + 1,
+                                                                        self._session)
         refs = {a.where.remote(): name for name, a in self._actors.items()}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self._start_timeout)
         if pending:
@@ -380,14 +378,13 @@ class Engine:
         outs: dict[str, object] = {}
         reports: dict[str, object] = {}
         active = [w for w in split.order if split.fragments[w].description.blocks]  # idle workers are not stepped
+        steps = _placement.frame_steps(split, self._down.keys() | self._gone)
         for w in active:
-            frag = split.fragments[w]
-            producers = sorted({ln.src_worker for ln in frag.imports})
-            if w in self._down or w in self._gone or any(p not in outs for p in producers):
+            if w not in steps:  # restarting, or fed by a worker that is
                 self._requeue(w, params[w], writes[w])
                 continue
             out, rep = self._actors[w].step.options(num_returns=2).remote(
-                index, params[w], writes[w], observed[w], *(outs[p] for p in producers))
+                index, params[w], writes[w], observed[w], *(outs[p] for p in steps[w]))
             outs[w], reports[w] = out, rep
         self._inflight.append((index, active, reports, outs, params, writes))
         self._drain(self.max_in_flight)
@@ -411,9 +408,13 @@ class Engine:
         while len(self._inflight) > keep:
             index, active, reports, outs, params, writes = self._inflight.popleft()
             frames: dict = {w: None for w in active}
+            try:  # one wait for the frame's steps (they ran at once); a failed one is found below, worker by worker
+                got = dict(zip(reports, ray.get(list(reports.values())), strict=True))
+            except ray.exceptions.RayError:
+                got = {}
             for w, ref in reports.items():
                 try:
-                    rep = ray.get(ref)
+                    rep = got[w] if w in got else ray.get(ref)
                 except ray.exceptions.RayError as e:
                     with contextlib.suppress(ray.exceptions.RayError):  # its other result failed too: seen here
                         ray.get(outs[w])
@@ -459,7 +460,8 @@ class Engine:
         values, the last arrays written to its inputs); Ray queues the call until the actor is back."""
         frag = self._split_now().fragments[w]
         writes_w = {r: a for r, a in self._writes.items() if self._placement.get(r.block) == w}
-        self._rebuilding[w] = (self._actors[w].build.remote(frag, writes_w), _placement.structure(frag))
+        self._rebuilding[w] = (self._actors[w].build.remote(frag, writes_w, self._index + 1),
+                               _placement.structure(frag))
 
     def _check_restarts(self) -> None:
         ray = _ray()
@@ -546,7 +548,7 @@ class Engine:
                     continue
                 mine = {b.id for b in frag.description.blocks}
                 writes_w = {r: a for r, a in self._writes.items() if r.block in mine}
-                builds[w] = (key, self._actors[w].build.remote(frag, writes_w))
+                builds[w] = (key, self._actors[w].build.remote(frag, writes_w, self._index + 1))
                 self._pending_params[w] = {}  # the fragment carries the values
                 self._pending_writes[w] = {}
             self._split = split
@@ -614,6 +616,7 @@ class Engine:
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)
         self._actors = {}
+        _board.remove_boards(self._session)  # those a killed worker on this host left
         for s in self._subs:
             s.dispose()
         for subject in self._taps.values():
@@ -641,8 +644,3 @@ class Engine:
         self._publish("driver", Diagnostic("warning", "frames", f"a subscriber raised {type(err).__name__}: {err}; "
                                            "the frames go on", self._index))
 
-
-def _names(err, actor) -> bool:
-    """Whether a Ray error is about ``actor`` (or names no actor)."""
-    aid = getattr(err, "actor_id", None)
-    return aid is None or str(aid) == actor._actor_id.hex()

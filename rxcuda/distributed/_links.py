@@ -4,10 +4,13 @@
 object store) to the consumer, which writes it into its input. Works across hosts and on the null driver.
 
 ``ipc``: the producer copies its output into one of ``depth`` slots of device memory it exported once (CUDA
-IPC) and records that slot's interprocess event, all on its engine's stream; what travels is an
-:class:`IpcToken` of a few hundred bytes. The consumer maps the slot once, makes its engine's stream wait for
-the event (no host wait) and copies the slot into its input. A slot is written again only ``depth`` frames
-later; the distributed engine keeps fewer frames than that in flight, so no slot is overwritten while read.
+IPC) and records that slot's interprocess event, all on its engine's stream, then publishes the frame on the
+link's board (``_board``: shared memory, no Ray call). The consumer, stepped at the same time, waits on the board
+for the frame, maps the slot once (an :class:`IpcToken` built from the board's handles), makes its engine's stream
+wait for the event (no host wait) and copies the slot into its input. A slot is written again only ``depth``
+frames later; the distributed engine keeps fewer frames than that in flight, so no slot is overwritten while read.
+On the null driver (no device memory to export) the slots are the board's own shared memory: the producer's
+output read back to the host, the consumer's input written from it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class IpcSender:
         except BaseException:
             self.close()
             raise
+
+    def handles(self) -> list[tuple[bytes, bytes]]:
+        """Each slot's (memory, event) handles, as the link's board carries them to the consumers."""
+        return [(m.handle, e.handle) for m, e in zip(self._slots, self._events, strict=True)]
 
     def send(self, engine, port, frame: int) -> IpcToken:
         """Queue this frame's copy of ``port`` into its slot (after the frame, on the engine's stream)."""
@@ -118,3 +125,16 @@ def host_send(engine, port) -> np.ndarray:
 def host_receive(engine, port, array) -> None:
     """The consumer's end of a ``host`` link: the producer's array into the input."""
     engine.write(port, array)
+
+
+def bytes_receive(engine, port, raw: np.ndarray) -> None:
+    """The consumer's end of an ``ipc`` link on the null driver: a slot's bytes into the input, as an array of
+    the input's element type and shape (fewer bytes fill its start)."""
+    from ..model import _dtypes
+
+    spec = port.spec
+    like = np.zeros(engine.shape(port), _dtypes.to_numpy(spec.dtype) if spec.dtype else np.uint8)
+    flat = like.reshape(-1).view(np.uint8)
+    n = min(flat.size, raw.size)
+    flat[:n] = raw[:n]
+    engine.write(port, like)

@@ -4,8 +4,10 @@ A distributed pipeline is one :class:`~rxcuda.lowlevel.PipelineDescription` plus
 worker name). :func:`split` cuts it into one :class:`Fragment` per worker (the blocks placed there, the
 connections between them, the inputs the user feeds) and a :class:`RemoteLink` per connection that crosses
 workers, with the transport that carries it every frame: ``"ipc"`` (CUDA IPC: exported device memory and an
-interprocess event, both workers on GPUs of one host) or ``"host"`` (a host copy through Ray's object store:
-across hosts, or where a worker runs the null driver). Nothing here imports Ray or CUDA.
+interprocess event, both workers on GPUs of one host; asked for between two null-driver workers of one host, the
+same handshake with the bytes in shared memory) or ``"host"`` (a host copy through Ray's object store: across
+hosts, or where a worker runs the null driver). :func:`frame_steps` says which workers a frame steps and which
+producers' results each takes as arguments. Nothing here imports Ray or CUDA.
 
 >>> from rxcuda.distributed import Worker
 >>> workers = check_workers({"a": Worker(null=True), "b": Worker(null=True)})
@@ -255,7 +257,7 @@ def _transport(asked: str, src: Worker, dst: Worker, src_node, dst_node) -> tupl
     one_host = (src_node is not None and src_node == dst_node) or (
         src_node is None and dst_node is None and src.node is None and dst.node is None)
     if asked == "ipc":
-        if not gpus:
+        if src.null != dst.null:  # two null-driver workers may: their slots are shared host memory
             return "", "CUDA IPC needs both workers on a GPU, and one runs the null driver; use transport='host'"
         if not one_host:
             return "", "CUDA IPC works between processes of one host, and these workers run on different nodes; " \
@@ -264,6 +266,21 @@ def _transport(asked: str, src: Worker, dst: Worker, src_node, dst_node) -> tupl
     if asked == "host":
         return "host", ""
     return ("ipc" if gpus and one_host else "host"), ""
+
+
+def frame_steps(split: Split, skip=frozenset()) -> dict[str, tuple[str, ...]]:
+    """The workers one frame steps, producers first, each with the producers whose step's results it takes as
+    arguments: those over ``host`` links (Ray runs its step after theirs). Producers over ``ipc`` links are
+    stepped alongside it: the link's board orders the two. A worker holding no block is not stepped, nor one in
+    ``skip`` (restarting), nor one fed by a worker this frame does not step.
+    """
+    steps: dict[str, tuple[str, ...]] = {}
+    for w in split.order:
+        frag = split.fragments[w]
+        if not frag.description.blocks or w in skip or any(ln.src_worker not in steps for ln in frag.imports):
+            continue
+        steps[w] = tuple(sorted({ln.src_worker for ln in frag.imports if ln.transport != "ipc"}))
+    return steps
 
 
 def _order(workers: list[str], links: list[RemoteLink]) -> tuple[tuple[str, ...], list[str]]:

@@ -15,6 +15,7 @@ import logging
 import os
 import statistics
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -25,12 +26,13 @@ from ..cuda._stream import synchronize
 from ..engine._engine import Diagnostic, Engine, Frame
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError
-from . import _links
-from ._placement import Fragment
+from . import _board, _links
+from ._placement import Fragment, RemoteLink
 
 log = logging.getLogger("rxcuda")
 
 EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost (EX_SOFTWARE)
+LINK_TIMEOUT_S = 10.0  # how long a consumer waits for its producer's frame on an ipc link before it skips it
 
 
 @attrs.frozen
@@ -48,12 +50,20 @@ class StepReport:
 
 
 class FragmentHost:
-    """One worker's engine and fragment. ``null``: the null driver (no GPU)."""
+    """One worker's engine and fragment. ``null``: the null driver (no GPU). ``depth``: slots per ``ipc`` link.
+    ``session``: names the boards of this distributed engine's ``ipc`` links (one per exported port, shared by
+    producer and consumers on one host). ``device_slots``: whether an ``ipc`` link's slots are exported device
+    memory (CUDA IPC; the default on a GPU) or the board's shared memory (the default on the null driver, which has
+    no memory to export; True there runs the CUDA IPC calls, recorded, with no bytes moving: tests)."""
 
-    def __init__(self, name: str, null: bool, depth: int = 3):
+    def __init__(self, name: str, null: bool, depth: int = 3, session: str | None = None,
+                 device_slots: bool | None = None):
         self.name = name
         self.null = null
+        self.device_slots = not null if device_slots is None else device_slots
         self.depth = depth
+        self.session = session or uuid.uuid4().hex[:12]
+        self.link_timeout = LINK_TIMEOUT_S
         self.pid = os.getpid()
         self.engine: Engine | None = None
         self.fragment: Fragment | None = None
@@ -61,6 +71,9 @@ class FragmentHost:
         self._diagnostics: list[Diagnostic] = []
         self._senders: dict[PortRef, _links.IpcSender] = {}
         self._receivers: dict[PortRef, _links.IpcReceiver] = {}
+        self._boards: dict[PortRef, _board.LinkBoard] = {}  # exported port -> the board its ipc links publish on
+        self._readers: dict[PortRef, _board.BoardReader] = {}  # input fed by an ipc link -> its producer's board
+        self.skipped: dict[str, int] = {}  # link label -> frames its producer did not deliver (restarting, late)
         self._delay = 0.0  # seconds added to each step (throttle: a slow worker, for drills and tests)
         self.received: dict[str, int] = {}  # link label -> frames it brought in
         self._link_us: collections.deque[float] = collections.deque(maxlen=1000)  # host time in link ends a frame
@@ -81,10 +94,11 @@ class FragmentHost:
         return {"node": node, "pid": self.pid, "gpus": gpus}
 
     # -- the fragment ------------------------------------------------------------------------------------
-    def build(self, fragment: Fragment, writes: Mapping[PortRef, object]) -> dict:
+    def build(self, fragment: Fragment, writes: Mapping[PortRef, object], since: int = 1) -> dict:
         """Build ``fragment`` in a new engine (the old one, if any, is closed): its blocks with their values and
         launches, the connections between them, the inputs links feed, and the arrays last written to its
-        inputs (``writes``); then its graph, raising what the planner or the driver refuses. Returns
+        inputs (``writes``); then its graph, raising what the planner or the driver refuses. Its ``ipc`` exports
+        serve frames from ``since`` on (the consumers skip older ones, its predecessor's). Returns
         :meth:`where`, with how many blocks were built."""
         self._close_engine()
         engine = Engine(driver=_null_driver() if self.null else None)
@@ -115,14 +129,26 @@ class FragmentHost:
                 engine.write(self.port(ref), _zeros(self.port(ref)))
         for ref, shape in desc.shapes.items():
             engine.resize(self.port(ref), shape)
+        engine.rebuild()  # built now: a fragment that cannot be built raises here, where the driver ships it
         for ln in fragment.exports:
-            if ln.transport == "ipc":
-                self._senders[ln.src] = _links.IpcSender(engine, ln.nbytes, self.depth, self.pid)
+            if ln.transport == "ipc" and ln.src not in self._boards:
+                self._boards[ln.src] = self._export(engine, ln, since)
         for ln in fragment.imports:
             if ln.transport == "ipc":
-                self._receivers[ln.dst] = _links.IpcReceiver(engine)
-        engine.rebuild()  # built now: a fragment that cannot be built raises here, where the driver ships it
+                self._readers[ln.dst] = _board.BoardReader(_board.board_path(self.session, ln.src.block, ln.src.port))
+                if self.device_slots:
+                    self._receivers[ln.dst] = _links.IpcReceiver(engine)
         return {**self.where(), "blocks": len(blocks)}
+
+    def _export(self, engine: Engine, ln: RemoteLink, since: int) -> _board.LinkBoard:
+        """The board an exported port's ipc links publish on: its slots in device memory (exported once, their
+        handles on the board), or on the null driver the board's own shared memory."""
+        path = _board.board_path(self.session, ln.src.block, ln.src.port)
+        if not self.device_slots:
+            return _board.LinkBoard.create(path, depth=self.depth, nbytes=ln.nbytes, data=True, since=since)
+        sender = self._senders[ln.src] = _links.IpcSender(engine, ln.nbytes, self.depth, self.pid)
+        return _board.LinkBoard.create(path, depth=self.depth, nbytes=ln.nbytes, data=False, since=since,
+                                       handles=sender.handles())
 
     def retune(self, fragment: Fragment) -> list[str]:
         """Take a fragment that differs from the one built only in kernels' code or launches: each change is
@@ -155,8 +181,18 @@ class FragmentHost:
     def step(self, index: int, params: Mapping[int, Mapping[str, object]], writes: Mapping[PortRef, object],
              observed: Mapping[PortRef, int], *payloads) -> tuple[dict, StepReport]:
         """One distributed frame: parameters (latest values, coalesced by the driver), host writes, what the
-        producers sent (``payloads``: one dict src port -> data per producer; a producer that skipped this
-        frame sent None), then a tick, then what this worker's exports carry on. Returns (exports, report)."""
+        links bring (``payloads``: one dict src port -> data per producer over a ``host`` link, None from one
+        that skipped the frame; an ``ipc`` link's frame is waited for on its board), then a tick, then what this
+        worker's exports carry on. Returns (what its ``host`` exports carry, report). A step that fails tells the
+        consumers of its ``ipc`` exports that this frame will not come."""
+        try:
+            return self._step(index, params, writes, observed, payloads)
+        except BaseException:
+            for board in self._boards.values():
+                board.skip(index)
+            raise
+
+    def _step(self, index: int, params, writes, observed, payloads) -> tuple[dict, StepReport]:
         engine = self._engine()
         if self._delay:
             time.sleep(self._delay)
@@ -177,16 +213,23 @@ class FragmentHost:
                 incoming.update(p)
         assert self.fragment is not None
         t0 = time.perf_counter()
+        waited = 0.0
         for ln in self.fragment.imports:
-            data = incoming.get(ln.src)
-            if data is None:  # its producer skipped the frame (restarting): the input keeps its last value
-                continue
             if ln.transport == "ipc":
-                self._receivers[ln.dst].receive(engine, self.port(ln.dst), data)
+                w0 = time.perf_counter()
+                status = self._readers[ln.dst].wait(index, self.link_timeout)
+                waited += time.perf_counter() - w0
+                if status != _board.READY:
+                    self._missed(ln, index, status)
+                    continue
+                self._receive_board(engine, ln, index)
             else:
+                data = incoming.get(ln.src)
+                if data is None:  # its producer skipped the frame (restarting): the input keeps its last value
+                    continue
                 _links.host_receive(engine, self.port(ln.dst), data)
             self.received[ln.label] = self.received.get(ln.label, 0) + 1
-        link_s = time.perf_counter() - t0
+        link_s = time.perf_counter() - t0 - waited
         try:
             frame = engine.tick()
         except DeviceLostError as e:
@@ -194,17 +237,41 @@ class FragmentHost:
         t0 = time.perf_counter()
         out: dict[PortRef, object] = {}
         for ln in self.fragment.exports:
-            if ln.src in out:
-                continue
             if ln.transport == "ipc":
-                out[ln.src] = self._senders[ln.src].send(engine, self.port(ln.src), index)
-            else:
+                continue
+            if ln.src not in out:
                 out[ln.src] = _links.host_send(engine, self.port(ln.src))
+        for src, board in self._boards.items():
+            if not self.device_slots:
+                board.put(index, engine.read(self.port(src)))
+            else:
+                board.publish(index, self._senders[src].send(engine, self.port(src), index).nbytes)
         if self.fragment.imports or self.fragment.exports:
             self._link_us.append((link_s + time.perf_counter() - t0) * 1e6)
         seen = {ref: engine.read(self.port(ref)) for ref, every in observed.items() if index % every == 0}
         diags, self._diagnostics = tuple(self._diagnostics), []
         return out, StepReport(self.name, index, frame, seen, diags, self.pid)
+
+    def _receive_board(self, engine: Engine, ln: RemoteLink, index: int) -> None:
+        """An ipc link's frame, published on its board: the slot's bytes into the input (null driver), or the
+        consumer's stream made to wait for the slot's event and copy it (CUDA IPC)."""
+        reader = self._readers[ln.dst]
+        if not self.device_slots:
+            _links.bytes_receive(engine, self.port(ln.dst), reader.read(index))
+            return
+        board = reader.board
+        assert board is not None
+        memory, event = reader.handles(index)
+        token = _links.IpcToken(index % board.depth, memory, event, board.length(index), board.pid)
+        self._receivers[ln.dst].receive(engine, self.port(ln.dst), token)
+
+    def _missed(self, ln: RemoteLink, index: int, status: str) -> None:
+        """An ipc link's producer did not deliver frame ``index``: the input keeps its last value."""
+        self.skipped[ln.label] = self.skipped.get(ln.label, 0) + 1
+        if status == _board.LATE:
+            self._diagnostics.append(Diagnostic(
+                "warning", ln.label, f"worker '{self.name}': the producer of {ln.label} published no frame {index} "
+                f"within {self.link_timeout:g} s; this frame's input keeps its last value", index, None))
 
     def read(self, ref: PortRef):
         """A port's value now (waits for the frames in flight)."""
@@ -218,10 +285,13 @@ class FragmentHost:
         return self._engine().describe()
 
     def stats(self) -> dict:
-        """What the worker has done: frames, rebuilds, frames each link brought in, the median host time a frame
-        spends in the ends of its links (``link_us``, the last 1000 frames), its process."""
+        """What the worker has done: frames, rebuilds, frames each link brought in and each skipped, how many of
+        its ipc inputs' frames were not published yet when its step asked (``waited``: its producer's step ran
+        alongside), the median host time a frame spends in the ends of its links besides such waits (``link_us``,
+        the last 1000 frames), its process."""
         e = self._engine()
         return {"frame": e.frame, "rebuilds": e.rebuilds, "pid": self.pid, "received": dict(self.received),
+                "skipped": dict(self.skipped), "waited": sum(r.waited for r in self._readers.values()),
                 "link_us": statistics.median(self._link_us) if self._link_us else None,
                 "state": e.last_frame.state if e.last_frame else "not built"}
 
@@ -261,9 +331,13 @@ class FragmentHost:
                 pass
         for r in self._receivers.values():
             r.close()
+        for reader in self._readers.values():
+            reader.close()
+        for board in self._boards.values():
+            board.close(unlink=True)  # retired first: a consumer holding it looks for the next one
         for s in self._senders.values():
             s.close()
-        self._receivers, self._senders = {}, {}
+        self._receivers, self._senders, self._readers, self._boards = {}, {}, {}, {}
         engine.close()
         self.engine = None
 

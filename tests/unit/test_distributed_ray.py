@@ -73,9 +73,8 @@ def test_placement_errors_name_the_block_the_worker_and_the_fix(dist):
     with pytest.raises(rxcuda.ValidationError, match=r"first.out -> second.x: a delayed connection lives in one "
                                                       r"graph, and these blocks run on workers 'a' and 'b'"):
         engine.connect(first["out"], second["x"], delay=1)
-    with pytest.raises(rxcuda.ValidationError, match=r"CUDA IPC needs both workers on a GPU, and one runs the null "
-                                                      r"driver; use transport='host'"):
-        engine.connect(first["out"], second["x"], transport="ipc")
+    with pytest.raises(rxcuda.ValidationError, match=r"transport must be one of auto, ipc, host \(got 'tcp'\)"):
+        engine.connect(first["out"], second["x"], transport="tcp")
     assert [b.name for b in engine._model.blocks] == ["first", "second"]  # nothing changed
 
 
@@ -193,6 +192,41 @@ def test_feed_streams_arrays_to_a_remote_input(dist):
     assert "first.x" in str(diags[0])
 
 
+def test_an_ipc_link_steps_producer_and_consumer_at_once_and_meets_on_its_board():
+    engine = _two()
+    try:
+        first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
+        second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
+        engine.connect(first["out"], second["x"], transport="ipc")  # null workers: the slots are shared memory
+        engine.write(first["x"], np.ones(N, np.float32))
+        assert engine.describe().transports() == {"first.out -> second.x": "ipc"}
+        assert "ipc (2 KiB a frame)" in engine.to_dot()
+        engine.tick()
+        ray.get(engine.actor("a").throttle.remote(0.3))  # the producer's step takes 0.3 s
+        for _ in range(3):
+            assert engine.tick().complete
+        ray.get(engine.actor("a").throttle.remote(0))
+        stats = ray.get(engine.actor("b").stats.remote())
+        assert stats["received"] == {"first.out -> second.x": 4} and stats["skipped"] == {}
+        # the consumer's step was running before its producer's had published: the two were in flight together
+        assert stats["waited"] >= 1
+        extra = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="extra"), on="a")
+        engine.write(extra["x"], np.ones(N, np.float32))  # a's fragment is rebuilt: a new board; b's is not
+        for _ in range(2):
+            assert engine.tick().complete
+        stats = ray.get(engine.actor("b").stats.remote())
+        assert stats["received"] == {"first.out -> second.x": 6} and stats["skipped"] == {}
+    finally:
+        engine.close()
+    assert not [n for n in os.listdir(_board_dir()) if n.startswith(f"rxcuda-{engine._session}-")]
+
+
+def _board_dir() -> str:
+    from rxcuda.distributed._board import board_dir
+
+    return board_dir()
+
+
 def test_a_slow_worker_slows_its_producer_and_frames_in_flight_stay_bounded(dist):
     engine, first, second = dist
     engine.tick()
@@ -252,12 +286,13 @@ def test_a_killed_worker_is_a_diagnostic_restarts_and_rebuilds_with_the_last_val
         engine.close()
 
 
-def test_when_a_producer_dies_only_it_is_reported_and_its_consumer_skips_until_it_is_back():
+@pytest.mark.parametrize("transport", ["host", "ipc"])
+def test_when_a_producer_dies_only_it_is_reported_and_its_consumer_skips_until_it_is_back(transport):
     engine = _two()
     try:
         first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
         second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
-        engine.connect(first["out"], second["x"])
+        engine.connect(first["out"], second["x"], transport=transport)
         engine.write(first["x"], np.ones(N, np.float32))
         engine.tick()
         b_pid = engine.where("b")["pid"]
@@ -274,6 +309,11 @@ def test_when_a_producer_dies_only_it_is_reported_and_its_consumer_skips_until_i
         # b was never reported dead
         assert {d.worker for d in diags if d.severity == "error"} == {"a"}, [str(d) for d in diags]
         assert engine.where("b")["pid"] == b_pid  # and never restarted
+        received = ray.get(engine.actor("b").stats.remote())["received"]["first.out -> second.x"]
+        for _ in range(3):
+            assert engine.tick().complete
+        # the link carries frames again: from the restarted producer (over ipc: its new board)
+        assert ray.get(engine.actor("b").stats.remote())["received"]["first.out -> second.x"] == received + 3
     finally:
         engine.close()
 

@@ -5,6 +5,8 @@ makes), and a clean close."""
 from __future__ import annotations
 
 import ctypes
+import threading
+import uuid
 
 import numpy as np
 import pytest
@@ -13,7 +15,6 @@ import rxcuda
 from rxcuda.cuda import NullDriver
 from rxcuda.distributed import Worker, split
 from rxcuda.distributed import _worker as worker_module
-from rxcuda.distributed._links import IpcToken
 from rxcuda.distributed._placement import check_workers
 from rxcuda.distributed._worker import FragmentHost
 from rxcuda.lowlevel import PortRef
@@ -23,15 +24,23 @@ N = 256
 
 
 class RecordingDriver(NullDriver):
-    """The null driver, keeping the bytes of every host-to-device copy (what reached the device)."""
+    """The null driver, keeping the bytes of every host-to-device copy (what reached the device); a read of
+    ``len(device_bytes)`` bytes back from the device gives ``device_bytes`` (what a GPU would have computed)."""
 
     def __init__(self):
         super().__init__()
         self.uploads: list[bytes] = []
+        self.device_bytes: bytes | None = None
 
     def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
         self.uploads.append(ctypes.string_at(int(src), int(nbytes)))
         return super().cuMemcpyHtoDAsync(dst, src, nbytes, stream)
+
+    def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
+        result = super().cuMemcpyDtoHAsync(dst, src, nbytes, stream)
+        if self.device_bytes is not None and int(nbytes) == len(self.device_bytes):
+            ctypes.memmove(int(dst), self.device_bytes, int(nbytes))
+        return result
 
 
 @pytest.fixture
@@ -46,7 +55,7 @@ def drivers(monkeypatch):
     return made
 
 
-def _pipeline(gpus: bool):
+def _pipeline(gpus: bool, transport: str = "auto"):
     """first (worker a) -> second (worker b), as a model engine describes it, cut in two."""
     model = rxcuda.Engine(driver=NullDriver())
     first = model.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"))
@@ -56,7 +65,8 @@ def _pipeline(gpus: bool):
     second.params["scale"].value = 5.0
     spec = Worker(num_gpus=0.5) if gpus else Worker(null=True)
     s = split(model.describe(), {first.id: "a", second.id: "b"}, check_workers({"a": spec, "b": spec}),
-              nodes={"a": "n1", "b": "n1"})
+              nodes={"a": "n1", "b": "n1"},
+              transports={(PortRef(first.id, "out"), PortRef(second.id, "x")): transport})
     model.close()
     return s, first, second
 
@@ -117,47 +127,166 @@ def test_a_host_link_carries_the_producers_array_into_the_consumers_input(driver
     a.close(), b.close()
 
 
+def _hosts(s, *, device_slots: bool, depth: int = 3):
+    """Producer a and consumer b of one link, built in this process, sharing a fresh board name."""
+    session = uuid.uuid4().hex[:12]
+    a = FragmentHost("a", null=True, depth=depth, session=session, device_slots=device_slots)
+    b = FragmentHost("b", null=True, depth=depth, session=session, device_slots=device_slots)
+    a.build(s.fragments["a"], {})
+    b.build(s.fragments["b"], {})
+    return a, b
+
+
+def _step_in_thread(host, index):
+    """Start ``host``'s step of frame ``index`` on a thread (it waits on the link's board); returns a join()."""
+    got: dict = {}
+
+    def run():
+        try:
+            got["result"] = host.step(index, {}, {}, {})
+        except BaseException as e:  # handed to the test
+            got["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    def join():
+        t.join(30)
+        assert not t.is_alive(), "the consumer's step never returned"
+        if "error" in got:
+            raise got["error"]
+        return got["result"]
+
+    return join
+
+
 def test_an_ipc_link_exports_slots_once_and_orders_the_consumers_copy_after_the_producers_event(drivers):
     s, first, second = _pipeline(gpus=True)
     (link,) = s.links
     assert link.transport == "ipc"
-    a, b = FragmentHost("a", null=True, depth=3), FragmentHost("b", null=True)
-    a.build(s.fragments["a"], {})
-    b.build(s.fragments["b"], {})
+    a, b = _hosts(s, device_slots=True)
     api_a, api_b = a.engine.device.api, b.engine.device.api
     assert api_a.count("cuIpcGetMemHandle") == 3 and api_a.count("cuIpcGetEventHandle") == 3
-    tokens = []
     for index in (1, 2, 3, 4):
         out, _ = a.step(index, {}, {}, {})
-        token = out[PortRef(first.id, "out")]
-        assert isinstance(token, IpcToken) and token.slot == index % 3 and token.nbytes == N * 4
-        tokens.append(token)
+        assert out == {}  # nothing travels through Ray: the frame is published on the link's board
         mark = len(api_b.calls)
-        b.step(index, {}, {}, {}, out)
+        b.step(index, {}, {}, {})
         calls = api_b.since(mark)
         # the wait on the producer's event and the copy come before the frame's launch, on the engine's stream
         assert calls.index("cuStreamWaitEvent") < calls.index("cuMemcpyDtoDAsync") < calls.index("cuGraphLaunch")
     assert api_a.count("cuEventRecord") >= 4
     assert api_b.count("cuIpcOpenMemHandle") == 3 and api_b.count("cuIpcOpenEventHandle") == 3  # once per slot
-    assert tokens[0].memory == tokens[3].memory and tokens[0].memory != tokens[1].memory
-    assert b.stats()["received"] == {"first.out -> second.x": 4}
+    # the slot of frame 4 is frame 1's: the same mapped memory and the same event, waited on again
+    waits = [args for name, args in api_b.calls if name == "cuStreamWaitEvent"]
+    assert waits[0][1] == waits[3][1] and waits[0][1] != waits[1][1]
+    assert b.stats()["received"] == {"first.out -> second.x": 4} and b.stats()["skipped"] == {}
     b.close()
     a.close()
     assert api_a.leaks() == {} and api_b.leaks() == {}  # slots, events and mappings all released
 
 
-def test_a_restarted_producer_is_mapped_again(drivers):
+def test_a_consumer_stepped_before_its_producer_waits_for_the_producers_event_record(drivers):
+    s, first, second = _pipeline(gpus=True)
+    a, b = _hosts(s, device_slots=True)
+    api_a, api_b = a.engine.device.api, b.engine.device.api
+    order: list[str] = []
+    for api, who in ((api_a, "producer"), (api_b, "consumer")):
+        real_record, real_wait = api.cuEventRecord, api.cuStreamWaitEvent
+        api.cuEventRecord = lambda ev, st, r=real_record, w=who: (order.append(f"{w} record"), r(ev, st))[1]
+        api.cuStreamWaitEvent = lambda st, ev, f, r=real_wait, w=who: (order.append(f"{w} wait"), r(st, ev, f))[1]
+    for index in (1, 2, 3):
+        order.clear()
+        join = _step_in_thread(b, index)  # as the driver submits it: alongside the producer's, not after
+        a.step(index, {}, {}, {})
+        _, report = join()
+        assert report.frame.launched
+        assert order.index("producer record") < order.index("consumer wait"), order
+    assert b.stats()["received"] == {"first.out -> second.x": 3}
+    b.close(), a.close()
+
+
+def test_an_ipc_link_on_the_null_driver_carries_each_frames_bytes_in_shared_memory(drivers):
+    s, first, second = _pipeline(gpus=False, transport="ipc")
+    a, b = _hosts(s, device_slots=False)
+    api_a = a.engine.device.api
+    rng = np.random.default_rng(7)
+    frames = {}
+    for index in range(1, 9):
+        x = rng.standard_normal(N).astype(np.float32)  # what the producer's GPU would have computed this frame
+        frames[index] = x
+        api_a.device_bytes = x.tobytes()
+        if index % 2:  # the consumer asks first and waits; or the producer is a frame ahead
+            join = _step_in_thread(b, index)
+            a.step(index, {}, {}, {})
+            join()
+        else:
+            a.step(index, {}, {}, {})
+            b.step(index, {}, {}, {})
+        np.testing.assert_array_equal(np.frombuffer(drivers[-1].uploads[-1], np.float32), x)
+    assert b.stats()["received"] == {"first.out -> second.x": 8}
+    assert b.stats()["waited"] >= 1  # the consumer's step ran before its producer's at least once
+    b.close(), a.close()
+
+
+def test_a_producer_a_frame_ahead_never_overwrites_the_slot_its_consumer_reads(drivers):
+    s, first, second = _pipeline(gpus=False, transport="ipc")
+    a, b = _hosts(s, device_slots=False, depth=3)
+    api_a = a.engine.device.api
+    rng = np.random.default_rng(8)
+    xs = {}
+    for index in (1, 2, 3):  # the driver's bound: at most depth - 1 frames ahead of the consumer... and one more
+        xs[index] = rng.standard_normal(N).astype(np.float32)
+        api_a.device_bytes = xs[index].tobytes()
+        a.step(index, {}, {}, {})
+    for index in (1, 2, 3):
+        b.step(index, {}, {}, {})
+        np.testing.assert_array_equal(np.frombuffer(drivers[-1].uploads[-1], np.float32), xs[index])
+    b.close(), a.close()
+
+
+def test_a_failed_producer_step_lets_its_consumer_go_on_with_its_last_input(drivers):
+    s, first, second = _pipeline(gpus=False, transport="ipc")
+    a, b = _hosts(s, device_slots=False)
+    a.step(1, {}, {}, {})
+    b.step(1, {}, {}, {})
+    join = _step_in_thread(b, 2)
+    with pytest.raises(KeyError, match="worker 'a' holds no block"):  # a step that fails before its tick
+        a.step(2, {}, {PortRef(second.id, "x"): np.ones(N, np.float32)}, {})
+    _, report = join()  # not held until the timeout: the board says frame 2 will not come
+    assert report.frame.launched
+    stats = b.stats()
+    assert stats["received"] == {"first.out -> second.x": 1} and stats["skipped"] == {"first.out -> second.x": 1}
+    b.close(), a.close()
+
+
+def test_a_consumer_whose_producer_publishes_nothing_skips_the_frame_with_a_warning(drivers):
+    s, first, second = _pipeline(gpus=False, transport="ipc")
+    a, b = _hosts(s, device_slots=False)
+    b.link_timeout = 0.05
+    _, report = b.step(1, {}, {}, {})
+    assert report.frame.launched
+    (d,) = report.diagnostics
+    assert d.severity == "warning" and d.subject == "first.out -> second.x"
+    assert "worker 'b': the producer of first.out -> second.x published no frame 1 within 0.05 s" in d.message
+    assert b.stats()["skipped"] == {"first.out -> second.x": 1}
+    b.close(), a.close()
+
+
+def test_a_restarted_producer_is_mapped_again_and_its_predecessors_frames_are_skipped(drivers):
     s, first, _second = _pipeline(gpus=True)
-    a, b = FragmentHost("a", null=True), FragmentHost("b", null=True)
-    a.build(s.fragments["a"], {})
-    b.build(s.fragments["b"], {})
-    out, _ = a.step(1, {}, {}, {})
-    b.step(1, {}, {}, {}, out)
-    a.build(s.fragments["a"], {})  # as after a restart: new slots, new handles
-    out, _ = a.step(4, {}, {}, {})  # the same slot index as frame 1
+    a, b = _hosts(s, device_slots=True)
+    a.step(1, {}, {}, {})
+    b.step(1, {}, {}, {})
+    a.close()  # as a restart: the producer's board is retired, a new one (new slots, new handles) serves frame 4 on
+    a.build(s.fragments["a"], {}, since=4)
     api_b = b.engine.device.api
-    b.step(2, {}, {}, {}, out)
+    _, report = b.step(3, {}, {}, {})  # a frame of the old producer, still in flight: skipped, not waited for
+    assert report.frame.launched and b.stats()["skipped"] == {"first.out -> second.x": 1}
+    a.step(4, {}, {}, {})  # the same slot index as frame 1
+    b.step(4, {}, {}, {})
     assert api_b.count("cuIpcOpenMemHandle") == 2 and api_b.count("cuIpcCloseMemHandle") == 1
+    assert b.stats()["received"] == {"first.out -> second.x": 2}
     b.close(), a.close()
 
 
