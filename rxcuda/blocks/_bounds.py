@@ -127,11 +127,28 @@ def check_launch(block, kernel: str, launch: Launch) -> None:
             block=block.name, parameter="threads", port=port, capacity=cap, value=launch.threads)
 
 
+_UNTIED: dict[tuple[int, int], tuple[object, object, list[str]]] = {}  # (kernels, scalars) ids -> the answer
+
+
 def untied_kernels(block) -> list[str]:
     """The kernels of ``block`` loaded from a kernel file that take buffers but have no scalar tied to one:
     their bounds are the user's to keep (the engine says so once, in an "info" diagnostic, when the block is
-    added). Generated kernels (composed, tensor) are left out: rxcuda writes their guards itself."""
+    added). Generated kernels (composed, tensor) are left out: rxcuda writes their guards itself. Decided once
+    per kernels and scalars (the blocks made from one kernel share theirs, whatever their names)."""
     desc = block.description
+    kernels, scalars = desc.kernels, desc.scalars
+    key = (id(kernels), id(scalars))
+    seen = _UNTIED.get(key)
+    if seen is not None and seen[0] is kernels and seen[1] is scalars:
+        return seen[2]
+    if len(_UNTIED) >= 4096:
+        _UNTIED.clear()
+    out = _untied(desc)
+    _UNTIED[key] = (kernels, scalars, out)  # both held: their ids are not reused while the entry stands
+    return out
+
+
+def _untied(desc) -> list[str]:
     out = []
     for st in desc.kernels:
         if not isinstance(st, KernelSpec):

@@ -377,6 +377,7 @@ class _Planner:
         shaped = self.resolved.blocks.get(bid) if self.resolved.blocks else None
         # (kernel, parameter index) -> buffer id or scalar name; plain tuples hash faster than Pins
         pin_buffer: dict[tuple[str, int], int] = {}
+        by_name: dict[str, int] = {}
         for p in d.ports:
             ref = PortRef(bid, p.name)
             src = sources.get(ref) if p.direction == "in" else None
@@ -391,13 +392,13 @@ class _Planner:
                                     or p.counter is not None else "zeros")
                 count = p.extent if shaped is None else shaped.counts.get(p.name, p.extent)
                 buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, count, kind)
-            port_buffers[ref] = buf
+            port_buffers[ref] = by_name[p.name] = buf
             for pin in p.pins:
                 pin_buffer[pin.kernel, pin.param] = buf
             if p.counter is not None:  # one counter per append buffer, reset once (see _appends)
                 _appends.emit_counter(self, bid, label, p, ref, src, pin_buffer)
         # ports and internal buffers some count parameter counts -> their buffer (checked below)
-        tied = {c: port_buffers.get(PortRef(bid, c)) for s in d.scalars for c in s.counts}
+        tied = {c: by_name.get(c) for s in d.scalars for c in s.counts}
         for ib in d.internals:
             count = ib.count if shaped is None else shaped.internals.get(ib.name, ib.count)
             iid = self.buffer(("internal", bid, ib.name), f"{label}/{ib.name}", ib.dtype, count, "internal")

@@ -177,7 +177,10 @@ class KernelNode(GraphNode):
         self.handle_int = int(self.handle)  # type: ignore[call-overload]
 
     def add_copy(self, api, graph, deps: list, ctx, what: str):
-        return check(api.cuGraphAddKernelNode(graph, deps, len(deps), self.params), f"cuGraphAddKernelNode ({what})")
+        result = api.cuGraphAddKernelNode(graph, deps, len(deps), self.params)
+        if result[0]:  # the message is formatted only for an error (a build adds a node per kernel)
+            check(result, f"cuGraphAddKernelNode ({what})")
+        return result[1]
 
     def mirror(self, api, graph, deps: list, ctx, batch) -> object:
         # a condition kernel passes its region's handle, which belongs to the graph: the copy gets its own
