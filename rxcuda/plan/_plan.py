@@ -407,10 +407,7 @@ class _Planner:
             if ib.name in tied:
                 tied[ib.name] = iid
         clamped = _check_counts(self, b, shaped, tied) if tied else None
-        scalar_of: dict[tuple[str, int], str] = {}
-        for s in d.scalars:
-            for pin in s.pins:
-                scalar_of[pin.kernel, pin.param] = s.name
+        scalar_of = _scalar_pins(d.scalars)
         for step in d.kernels:
             call = step if isinstance(step, CallSpec) else None
             params = call.params if call is not None else step.code.signature.params  # type: ignore[union-attr]
@@ -530,6 +527,22 @@ def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
     ``reuse_memory``: let intermediate buffers whose lifetimes never overlap share memory (``GraphPlan.shared``,
     see ``rxcuda.plan._liveness``); False gives every buffer its own."""
     return _Planner(desc, reuse_memory).run()
+
+
+_PINS: dict[int, tuple[tuple, dict[tuple[str, int], str]]] = {}
+
+
+def _scalar_pins(scalars: tuple) -> dict[tuple[str, int], str]:
+    """(kernel, parameter index) -> the block scalar passed there; made once per ``scalars`` tuple (the blocks
+    made from one kernel share theirs). Read only."""
+    seen = _PINS.get(id(scalars))
+    if seen is not None and seen[0] is scalars:
+        return seen[1]
+    if len(_PINS) >= 4096:
+        _PINS.clear()
+    out = {(pin.kernel, pin.param): s.name for s in scalars for pin in s.pins}
+    _PINS[id(scalars)] = (scalars, out)  # the tuple is held: its id is not reused while the entry stands
+    return out
 
 
 def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> dict[str, int]:
