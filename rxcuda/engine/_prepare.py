@@ -98,8 +98,8 @@ class Preparer:
 
     The frame thread reads ``rt.preparing`` once per frame (set while a preparation is in flight); everything
     else here runs on the frame thread except ``Builder.prepare`` and the old graph's release, on the worker.
-    ``swaps``: preparations swapped in; ``last_swap_us``: the frame thread's time for the last swap;
-    ``last_prepare_ms``: the worker's time for the last preparation.
+    ``swaps``: preparations swapped in; ``last_swap_us``: the frame thread's time for the last swap (the
+    worker's time for the last preparation is the builder's ``last_build_ms``).
     """
 
     def __init__(self, rt, builder):
@@ -117,7 +117,6 @@ class Preparer:
         self._retire_errors: list[BaseException] = []
         self.swaps = 0
         self.last_swap_us: float | None = None
-        self.last_prepare_ms: float | None = None
 
     # -- the frame thread ----------------------------------------------------------------------------
     def request(self, up: UpdatePlan) -> None:
@@ -227,7 +226,7 @@ class Preparer:
                 return None
             with _nvtx.range("prepare structure"):  # (a range under Nsight; nothing otherwise)
                 job = self.builder.prepare(desc, background=True)
-            self.last_prepare_ms = self.builder.last_build_ms = (time.perf_counter() - t0) * 1e3
+            self.builder.last_build_ms = (time.perf_counter() - t0) * 1e3
             return job
         finally:
             if paused:

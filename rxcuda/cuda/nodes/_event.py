@@ -16,21 +16,34 @@ def _event_of(plan, b: BuildContext):
     return b.crossing.event(plan.event)
 
 
-class EventRecordNode(GraphNode):
-    """Records an event once its dependencies are done (another device's graph waits for it)."""
+class _EventNode(GraphNode):
+    """An event node: what record and wait share (the event, how it is made); each kind names its calls."""
 
     __slots__ = ("event",)
 
-    kind = "event record"
     eager = True
+    verb = ""  # "record" or "wait for", in the node's description
 
-    def __init__(self, plan: EventRecordNodePlan, event):
+    def __init__(self, plan: EventRecordNodePlan | EventWaitNodePlan, event):
         super().__init__(plan)
         self.event = event
 
     @classmethod
-    def make(cls, plan, b: BuildContext) -> EventRecordNode:
+    def make(cls, plan, b: BuildContext) -> _EventNode:
         return cls(plan, _event_of(plan, b))
+
+    @classmethod
+    def describe(cls, plan, buffers) -> tuple[str, str]:
+        return plan.label, f"{cls.verb} event {plan.event}"
+
+
+class EventRecordNode(_EventNode):
+    """Records an event once its dependencies are done (another device's graph waits for it)."""
+
+    __slots__ = ()
+
+    kind = "event record"
+    verb = "record"
 
     def add_copy(self, api, graph, deps: list, ctx, what: str):
         return check(api.cuGraphAddEventRecordNode(graph, deps, len(deps), self.event),
@@ -39,26 +52,14 @@ class EventRecordNode(GraphNode):
     def run(self, api, stream) -> None:
         check(api.cuEventRecord(self.event, stream), f"cuEventRecord ({self.plan.label})")
 
-    @classmethod
-    def describe(cls, plan, buffers) -> tuple[str, str]:
-        return plan.label, f"record event {plan.event}"
 
-
-class EventWaitNode(GraphNode):
+class EventWaitNode(_EventNode):
     """Waits for an event another device's graph records, before the nodes that depend on it."""
 
-    __slots__ = ("event",)
+    __slots__ = ()
 
     kind = "event wait"
-    eager = True
-
-    def __init__(self, plan: EventWaitNodePlan, event):
-        super().__init__(plan)
-        self.event = event
-
-    @classmethod
-    def make(cls, plan, b: BuildContext) -> EventWaitNode:
-        return cls(plan, _event_of(plan, b))
+    verb = "wait for"
 
     def add_copy(self, api, graph, deps: list, ctx, what: str):
         return check(api.cuGraphAddEventWaitNode(graph, deps, len(deps), self.event),
@@ -66,7 +67,3 @@ class EventWaitNode(GraphNode):
 
     def run(self, api, stream) -> None:
         check(api.cuStreamWaitEvent(stream, self.event, 0), f"cuStreamWaitEvent ({self.plan.label})")
-
-    @classmethod
-    def describe(cls, plan, buffers) -> tuple[str, str]:
-        return plan.label, f"wait for event {plan.event}"
