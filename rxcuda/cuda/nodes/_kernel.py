@@ -118,16 +118,7 @@ class KernelNode(GraphNode):
                 view[idx] = a.value
                 slots.append((view, idx))
         self.slots = slots
-        p = drv.CUDA_KERNEL_NODE_PARAMS()
-        p.func = function
-        la = plan.launch
-        p.gridDimX, p.gridDimY, p.gridDimZ = la.grid
-        p.blockDimX, p.blockDimY, p.blockDimZ = la.block
-        p.sharedMemBytes = la.shared_mem
-        p.kernelParams = storage.ptrs_base + 8 * first if plan.args else 0
-        self.params = p
-        self.params_ptr = p.getPtr()  # the struct's address, for the GIL-keeping exec-node update
-        self.handle_int = 0
+        self._set_params(function, storage.ptrs_base + 8 * first if plan.args else 0)
 
     @classmethod
     def follow(cls, old: KernelNode, function, storage: ArgStorage) -> KernelNode:
@@ -140,17 +131,21 @@ class KernelNode(GraphNode):
         node.slots = [(storage.typed(view.dtype), idx) for view, idx in old.slots]
         node.buffer_args = old.buffer_args  # (never changed after a build: shared)
         node.handle_slots = {}
+        node._set_params(function, storage.ptrs_base + 8 * storage.starts[plan.id][0] if plan.args else 0)
+        return node
+
+    def _set_params(self, function, kernel_params: int) -> None:
+        """The node's CUDA_KERNEL_NODE_PARAMS: its function, its plan's launch, its arguments' address."""
         p = drv.CUDA_KERNEL_NODE_PARAMS()
         p.func = function
-        la = plan.launch
+        la = self.plan.launch
         p.gridDimX, p.gridDimY, p.gridDimZ = la.grid
         p.blockDimX, p.blockDimY, p.blockDimZ = la.block
         p.sharedMemBytes = la.shared_mem
-        p.kernelParams = storage.ptrs_base + 8 * storage.starts[plan.id][0] if plan.args else 0
-        node.params = p
-        node.params_ptr = p.getPtr()
-        node.handle_int = 0
-        return node
+        p.kernelParams = kernel_params
+        self.params = p
+        self.params_ptr = p.getPtr()  # the struct's address, for the GIL-keeping exec-node update
+        self.handle_int = 0
 
     @classmethod
     def prepare(cls, plans: list, b: BuildContext) -> None:
