@@ -32,11 +32,10 @@ only tunes them:
 
 Arithmetic is NumPy's: ``add.rn``/``mul.rn`` (never contracted into an FMA), IEEE division and ``sqrt.rn``,
 NaN-propagating maximum/minimum, integer results wrapped to their width. float32 ``a / b`` is computed in
-float64 and rounded once, which gives exactly ``div.rn.f32``'s result (:func:`divf`). ``exp`` (float32) is a
-range reduction (x = j ln2 + r, ln2 in two parts) with a degree-6 polynomial and an exact two-step scaling by
-2**j (max 1 ulp, denormal results included); ``log`` and ``tanh`` (float32) are the sequences of CUDA's own
-``logf`` and ``tanhf`` (libdevice). Ops without a PTX form here (``pow``, ``sin``, ``cos``, float64
-``exp``/``log``/``tanh``) raise Unsupported.
+float64 and rounded once, which gives exactly ``div.rn.f32``'s result (:func:`divf`). ``exp``, ``log`` and
+``tanh`` (float32) are the sequences of CUDA's own ``expf``, ``logf`` and ``tanhf`` (libdevice; exp is one
+``ex2.approx`` of the fraction of x log2 e, reduced with log2 e in two parts, times 2**k: 2 ulp). Ops without a
+PTX form here (``pow``, ``sin``, ``cos``, float64 ``exp``/``log``/``tanh``) raise Unsupported.
 
 >>> ir = (("elementwise", (4,), None, (("array", (4,), "<f4", (1,)), ("scalar", "<f4")),
 ...        (("mul", (), (4,), "<f4", (("i", 0), ("i", 1))),), (0,)))

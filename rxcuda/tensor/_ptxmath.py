@@ -2,10 +2,11 @@
 PTX instruction sequences, each written into a kernel being emitted (``fn.reg(cls)`` gives a register,
 ``fn.op(text)`` appends an instruction) and returning the register of its result.
 
-exp is a range reduction and a polynomial with an exact two-step scaling (denormal results stay right; never
-``ex2.approx`` alone), log and tanh are the sequences of CUDA's own ``logf``/``tanhf``, and the division goes
+exp, log and tanh are the sequences of CUDA's own ``expf``/``logf``/``tanhf`` (exp: ``ex2.approx`` of an
+accurately reduced fraction, scaled by 2**k; never ``ex2.approx`` of x log2 e alone), and the division goes
 through float64 and rounds once (``div.rn.f32``'s slow-path subroutine alone costs ptxas 6-10 ms). The unit
-tests run these sequences in a NumPy PTX interpreter: exp and log within 1 ulp, division bit-exact.
+tests run these sequences in a NumPy PTX interpreter (approximate instructions exact there): exp and log within
+1 ulp, division bit-exact.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ class _Fn(Protocol):
 
     def op(self, text: str) -> None: ...
 
-_EXP_POLY = (0x3AB50836, 0x3C0922EA, 0x3D2AAC9F, 0x3E2AAA41, 0x3EFFFFFE, 0x3F800000)  # (e^r - 1) / r, high first
 _LOG_POLY = (0xBE055027, 0x3E1039F6, 0xBDF8CDCC, 0x3E0F2955, 0xBE2AD8B9, 0x3E4CED0B, 0xBE7FFF22, 0x3EAAAA78,
              0xBF000000)  # CUDA's logf: (log1p(f) - f) / f^2 on [-1/3, 1/3]
 _TANH_POLY = (0x3C80F082, 0xBD563CAE, 0x3E085941, 0xBEAAA9ED, 0x00000000)  # CUDA's tanhf for |x| < 0.6
@@ -41,34 +41,38 @@ def _bits(bits: int) -> str:
 
 
 def expf(fn: _Fn, x: str) -> str:
-    """e**x for a float32 register: x clamped to [-104, 89] (beyond them the result is 0 or inf), j = rint(x
-    log2 e), r = x - j ln2 with ln2 in two parts (the first product exact), e**r = 1 + r q(r) with q a
-    degree-5 minimax polynomial, then two exact scalings by 2**(j/2): max 1 ulp, denormal results included."""
-    t, j, r, q, e, nan = (fn.reg("f") for _ in range(6))
-    fn.op(f"max.f32 {t}, {x}, {f32(-104.0)}")
-    fn.op(f"min.f32 {t}, {t}, {f32(89.0)}")
-    fn.op(f"mul.rn.f32 {j}, {t}, {_bits(0x3FB8AA3B)}")
-    fn.op(f"cvt.rni.f32.f32 {j}, {j}")
-    fn.op(f"fma.rn.f32 {r}, {j}, {_bits(0xBF317200)}, {t}")
-    fn.op(f"fma.rn.f32 {r}, {j}, {_bits(0xB5BFBE8E)}, {r}")
-    fn.op(f"fma.rn.f32 {q}, {_bits(_EXP_POLY[0])}, {r}, {_bits(_EXP_POLY[1])}")
-    for c in _EXP_POLY[2:]:
-        fn.op(f"fma.rn.f32 {q}, {q}, {r}, {_bits(c)}")
-    fn.op(f"fma.rn.f32 {e}, {q}, {r}, {_bits(0x3F800000)}")
-    ji, j1, j2 = fn.reg("r"), fn.reg("r"), fn.reg("r")
-    fn.op(f"cvt.rzi.s32.f32 {ji}, {j}")
-    fn.op(f"shr.s32 {j1}, {ji}, 1")
-    fn.op(f"sub.s32 {j2}, {ji}, {j1}")
-    for half in (j1, j2):
-        b, s = fn.reg("r"), fn.reg("f")
-        fn.op(f"add.s32 {b}, {half}, 127")
-        fn.op(f"shl.b32 {b}, {b}, 23")
-        fn.op(f"mov.b32 {s}, {b}")
-        fn.op(f"mul.rn.f32 {e}, {e}, {s}")
-    p, d = fn.reg("p"), fn.reg("f")
-    fn.op(f"setp.nan.f32 {p}, {x}, {x}")
-    fn.op(f"add.rn.f32 {nan}, {x}, {x}")
-    fn.op(f"selp.f32 {d}, {nan}, {e}, {p}")
+    """e**x for a float32 register the way CUDA's ``expf`` (libdevice ``__nv_expf``) computes it, in eight
+    machine instructions: 2**(x log2 e) as 2**k (exponent bits) times ``ex2.approx.ftz`` of the fraction
+    f = x log2 e - k.
+
+    - k = floor(x log2 e) clamped to [-126, 127], found without a conversion: t = sat(x * C + B) with C the
+      float32 nearest log2(e) / 253 (0x3BBADACC) and B the one nearest 126 / 253 (0x3EFEFCF7) puts
+      x log2 e + 126 in [0, 253] as 253 t; ``fma.rm`` of 253 t + M, M = 0x4B400001 = 1.5 * 2**23 + 1, rounds
+      down to an integer (the float spacing there is 1): j = M + 126 + k. t's rounding and B's (at most
+      253 * 2**-25 together) can move k by one next to an integer, so f lies in (-2**-16, 1 + 2**-16), which
+      ex2 does not mind. j - (M + 126) = k exactly, and j's bits shifted left by 23 leave (k + 127) << 23: the
+      float 2**k. (CUDA clamps k at 126 instead: its f reaches 2 just below overflow, where it loses an ulp.)
+    - f = x * L_hi - k + x * L_lo, L_hi = 0x3FB8AA3B (log2 e rounded to float32), L_lo = 0x32A57060 (the
+      float32 nearest log2 e - L_hi): two fmas rounding once each, so while the result is a normal float f is
+      off by at most 2**-25 + 2**-25, plus |x| 2**-48 from L_lo's own rounding: 2**-24 ln 2 relative in the
+      result, under 0.7 ulp. With an exact ex2 (the unit tests' interpreter) the result is within 1 ulp of e**x
+      everywhere; the GPU's ``ex2.approx.ftz`` adds its own error (about 2**-22.5 relative on [0, 1)), which
+      is CUDA's documented 2 ulp for ``expf`` (the GPU test checks 2 ulp over a million values).
+    - Below x = -87.34 k stays at -126 and f carries the rest: 2**f * 2**-126 rounds once into the denormals
+      (0 below about -103.97); past x = 88.72 the product overflows to inf. x = inf: f = inf, the result inf;
+      x = -inf: f = -inf, 2**f = 0; NaN: sat gives t = 0, f is NaN and so is the result."""
+    t, j, k, f, e, s, d = (fn.reg("f") for _ in range(7))
+    b = fn.reg("r")
+    fn.op(f"fma.rn.sat.f32 {t}, {x}, {_bits(0x3BBADACC)}, {_bits(0x3EFEFCF7)}")
+    fn.op(f"fma.rm.f32 {j}, {t}, {_bits(0x437D0000)}, {_bits(0x4B400001)}")
+    fn.op(f"sub.rn.f32 {k}, {_bits(0x4B40007F)}, {j}")  # (M + 126) - j = -k, exact
+    fn.op(f"fma.rn.f32 {f}, {x}, {_bits(0x3FB8AA3B)}, {k}")
+    fn.op(f"fma.rn.f32 {f}, {x}, {_bits(0x32A57060)}, {f}")
+    fn.op(f"ex2.approx.ftz.f32 {e}, {f}")
+    fn.op(f"mov.b32 {b}, {j}")
+    fn.op(f"shl.b32 {b}, {b}, 23")
+    fn.op(f"mov.b32 {s}, {b}")
+    fn.op(f"mul.rn.f32 {d}, {e}, {s}")
     return d
 
 

@@ -77,17 +77,17 @@ def _fma(a: float, b: float, c: float) -> float:
     return float(exact)  # correctly rounded to float64 (float32 FMAs round once more: see _round)
 
 
-def _fma32(a: float, b: float, c: float) -> float:
-    """A float32 FMA: the exact a * b + c rounded once to float32."""
+def _fma32(a: float, b: float, c: float, down: bool = False) -> float:
+    """A float32 FMA: the exact a * b + c rounded once to float32 (to nearest, or toward -inf: ``fma.rm``)."""
     if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
         return a * b + c
     exact = Fraction(a) * Fraction(b) + Fraction(c)
     if exact == 0:
         return _fma(a, b, c)
-    return _fraction_to_f32(exact)
+    return _fraction_to_f32(exact, down)
 
 
-def _fraction_to_f32(x: Fraction) -> float:
+def _fraction_to_f32(x: Fraction, down: bool = False) -> float:
     sign = -1 if x < 0 else 1
     x = abs(x)
     e = x.numerator.bit_length() - x.denominator.bit_length()
@@ -100,7 +100,9 @@ def _fraction_to_f32(x: Fraction) -> float:
     k = x / ulp
     n = k.numerator // k.denominator
     rem = k - n
-    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2):
+    if down:
+        n += 1 if sign < 0 and rem else 0  # toward -inf: a negative value's magnitude rounds up
+    elif rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2):
         n += 1
     v = n * ulp
     return sign * (math.inf if v >= Fraction(2) ** 128 else float(v))
@@ -397,7 +399,9 @@ def _float(op: str, parts: list[str], ty: str, a: list) -> int:
             else:
                 r = _ieee(op, x[0], x[1])
         elif op == "fma":
-            r = _fma32(*x) if ty == "f32" else _fma(*x)
+            r = _fma32(*x, down="rm" in parts) if ty == "f32" else _fma(*x)
+            if "sat" in parts:  # clamped to [0, 1], NaN to 0
+                r = 0.0 if math.isnan(r) else min(max(r, 0.0), 1.0)
         elif op in ("max", "min"):
             if math.isnan(x[0]) or math.isnan(x[1]):
                 r = x[1] if math.isnan(x[0]) else x[0]
@@ -415,7 +419,7 @@ def _float(op: str, parts: list[str], ty: str, a: list) -> int:
             v = 0.0 if "ftz" in parts and abs(x[0]) < 1.1754943508222875e-38 else x[0]
             r = math.copysign(math.inf, v) if v == 0 else 1.0 / v
         elif op == "ex2":
-            r = 2.0 ** x[0] if x[0] < 1024 else math.inf
+            r = x[0] if math.isnan(x[0]) else 2.0 ** x[0] if x[0] < 1024 else math.inf
         else:
             raise NotImplementedError(f"float op {'.'.join(parts)}")
     return _bits(r, ty)

@@ -162,9 +162,16 @@ def test_arithmetic_is_not_contracted_and_division_and_sqrt_are_ieee():
     assert "div.rn.f64" in text
 
 
-def test_exp_is_a_polynomial_not_an_approximate_exp2():
+def test_exp_is_cudas_short_sequence_one_ex2_of_a_reduced_fraction():
+    """CUDA's expf shape (8 instructions where the old polynomial took 24): the fraction reduced with two fmas
+    (log2 e in two parts), one ex2.approx.ftz, one scaling by 2**k; no conversion, no polynomial."""
     text = _ptx.emit(_one(rt.exp(data(8))))
-    assert "ex2.approx" not in text and text.count("fma.rn.f32") >= 8
+    assert text.count("ex2.approx.ftz.f32") == 1 and "fma.rn.sat.f32" in text and "fma.rm.f32" in text
+    assert "0f3FB8AA3B" in text and "0f32A57060" in text and "cvt.rni" not in text
+    ir = _one(rt.exp(data(8)))
+    fn = _ptxwriter._Fn(ir, _ir.Layout(ir))
+    _ptxmath.expf(fn, fn.reg("f"))
+    assert len(fn.lines) == 10  # 8 SASS: two movs between float and integer registers are free
 
 
 def test_an_unrolled_elementwise_kernel_loads_every_element_before_computing():
@@ -345,6 +352,14 @@ def interpret(lines: list[str], regs: dict, n: int) -> dict:
                 out = (f[0] + f[1]).astype(F32)
             elif opcode == "fma.rn.f32":
                 out = _fma(f[0], f[1], f[2])
+            elif opcode == "fma.rn.sat.f32":  # clamped to [0, 1], NaN to 0 (PTX's .sat)
+                out = np.nan_to_num(np.clip(_fma(f[0], f[1], f[2]), 0, 1), nan=0.0)
+            elif opcode == "fma.rm.f32":  # rounded down: the float64 sum (exact for exp's use), then toward -inf
+                wide = f[0].astype(np.float64) * f[1].astype(np.float64) + f[2].astype(np.float64)
+                near = wide.astype(F32)
+                out = np.where(near.astype(np.float64) > wide, np.nextafter(near, F32(-np.inf)), near)
+            elif opcode == "sub.rn.f32":
+                out = (f[0] - f[1]).astype(F32)
             elif opcode == "cvt.rni.f32.f32":
                 out = np.rint(f[0])
             elif opcode == "cvt.rzi.s32.f32":
@@ -453,10 +468,12 @@ def test_exp_f32_is_within_one_ulp(lo, hi):
 
 
 def test_exp_f32_special_values_and_a_sweep_of_every_binade():
-    _check("expf", np.exp, SPECIAL, 0)
+    _check("expf", np.exp, SPECIAL, 1)  # 88.72283 (just below overflow) is 1 ulp off, the rest exact
     _check("expf", np.exp, _every_kth_float(), 1)
     got = run_math("expf", SPECIAL)
-    assert got[3] == 0 and got[2] == np.inf and np.isnan(got[4]) and got[0] == 1
+    assert got[3] == 0 and got[2] == np.inf and np.isnan(got[4]) and np.isnan(got[5]) and got[0] == got[1] == 1
+    assert got[8] == got[9] == got[10] == got[11] == 1 and got[13] == got[14] == got[15] == got[21] == np.inf
+    assert got[17] == np.float32(1e-45) and got[18] == got[19] == got[20] == 0  # the last denormal, then 0
 
 
 @pytest.mark.parametrize("lo, hi", [(0.0, 10.0), (0.5, 2.0), (0.9, 1.1), (0.0, 1e-37), (1e30, 3e38)])
