@@ -253,6 +253,7 @@ class BoardReader:
     def __init__(self, path: str):
         self.path = path
         self.board: LinkBoard | None = None
+        self.generation = 0  # boards mapped so far: a new one (a replaced producer) has new slots and handles
         self.waited = 0  # frames that were not published yet when asked for
 
     def _attach(self) -> LinkBoard | None:
@@ -260,6 +261,7 @@ class BoardReader:
         if opened is None:
             return None
         self.board = LinkBoard(self.path, *opened)
+        self.generation += 1
         return self.board
 
     def _drop(self) -> None:

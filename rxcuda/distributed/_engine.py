@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -38,15 +37,15 @@ from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
 from . import _board, _placement
-from ._ray import names_actor as _names
+from ._faults import Restarts
 from ._ray import ray_module as _ray
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
 from ._worker import FragmentHost
 
-RESTART_PATIENCE_S = 120.0  # how long a dead worker may take to be restarted and rebuilt before it is given up
+_EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
 
 
-class Engine:
+class Engine(Restarts):
     """A pipeline whose blocks run on several workers: Ray actors holding one rxcuda Engine each, on a GPU (or a
     share of one) or on the null driver. Its verbs are a local engine's: ``add`` (with ``on=``, the worker),
     ``connect``, ``set``/``bind``, ``write``/``read``, ``feed``/``observe``, ``tick``/``run``, ``close``.
@@ -97,6 +96,7 @@ class Engine:
         self._taps: dict[PortRef, Subject] = {}
         self._built: dict[str, tuple] = {}  # worker -> the structure its fragment was built from
         self._split: _placement.Split | None = None
+        self._plan: tuple | None = None  # (split, workers down) -> how a frame steps each worker (_frame_plan)
         self._dirty = True
         self._inflight: deque = deque()
         self._index = 0
@@ -179,10 +179,12 @@ class Engine:
         with self._lock:
             self._model.remove(block)
             w = self._placement.pop(block.id, None)
-            tables: list[dict] = [self._writes, *self._pending_writes.values(), *self._observed.values()]
+            tables: list[dict] = [self._writes, *self._pending_writes.values()]
             for table in tables:
                 for ref in [r for r in table if r.block == block.id]:
                     del table[ref]
+            for ow, table in self._observed.items():  # replaced, never changed: a frame may be sending the old one
+                self._observed[ow] = {r: e for r, e in table.items() if r.block != block.id}
             if w is not None:
                 self._pending_params[w].pop(block.id, None)
             for ref in [r for r in self._taps if r.block == block.id]:
@@ -303,7 +305,7 @@ class Engine:
         ref = PortRef(port.block.id, port.name)
         with self._lock:
             self._model.keep(port)
-            self._observed[w][ref] = every
+            self._observed[w] = {**self._observed[w], ref: every}  # replaced: a frame may be sending the old one
             subject = self._taps.setdefault(ref, Subject())
 
         def subscribe(observer, scheduler=None):
@@ -365,30 +367,46 @@ class Engine:
     def _submit_locked(self) -> int:
         self._ship()
         self._check_restarts()
+        steps, skipped = self._frame_plan()
         with self._lock:
             self._index += 1
             index = self._index
-            split = self._split
-            assert split is not None
-            params = {w: self._pending_params[w] for w in self._workers}
-            writes = {w: self._pending_writes[w] for w in self._workers}
-            for w in self._workers:
-                self._pending_params[w], self._pending_writes[w] = {}, {}
-            observed = {w: dict(o) for w, o in self._observed.items()}
+            pending_params, pending_writes = self._pending_params, self._pending_writes
+            params = {w: p for w, p in pending_params.items() if p}  # taken: the next frame's start empty
+            writes = {w: d for w, d in pending_writes.items() if d}
+            for w in params:
+                pending_params[w] = {}
+            for w in writes:
+                pending_writes[w] = {}
+            observed = self._observed  # its dicts are replaced, never changed, when a port is observed
         outs: dict[str, object] = {}
         reports: dict[str, object] = {}
-        active = [w for w in split.order if split.fragments[w].description.blocks]  # idle workers are not stepped
-        steps = _placement.frame_steps(split, self._down.keys() | self._gone)
-        for w in active:
-            if w not in steps:  # restarting, or fed by a worker that is
-                self._requeue(w, params[w], writes[w])
-                continue
-            out, rep = self._actors[w].step.options(num_returns=2).remote(
-                index, params[w], writes[w], observed[w], *(outs[p] for p in steps[w]))
-            outs[w], reports[w] = out, rep
-        self._inflight.append((index, active, reports, outs, params, writes))
+        for w in skipped:  # restarting, or fed by a worker that is: what it was to get waits for its next frame
+            if w in params or w in writes:
+                self._requeue(w, params.get(w, {}), writes.get(w, {}))
+        for w, method, producers, pair in steps:
+            got = method.remote(index, params.get(w, _EMPTY), writes.get(w, _EMPTY), observed[w],
+                                *(outs[p] for p in producers))
+            if pair:  # (what its host exports carry, report): consumers over host links take the first
+                outs[w], reports[w] = got
+            else:  # one object, (out, report): fewer objects for Ray to track
+                reports[w] = got
+        self._inflight.append((index, steps, reports, outs, params, writes))
         self._drain(self.max_in_flight)
         return index
+
+    def _frame_plan(self) -> tuple[tuple, tuple[str, ...]]:
+        """``_placement.frame_plan`` with each step's Ray method, made again only when the fragments or the
+        workers down change: ((worker, method, producers, two results), ...), and the workers not stepped."""
+        split = self._split
+        assert split is not None
+        down = frozenset(self._down) | frozenset(self._gone)
+        if self._plan is None or self._plan[0] is not split or self._plan[1] != down:
+            steps, skipped = _placement.frame_plan(split, down)
+            made = tuple((w, self._actors[w].step.options(num_returns=2) if pair else self._actors[w].step,
+                          producers, pair) for w, producers, pair in steps)
+            self._plan = (split, down, (made, skipped))
+        return self._plan[2]
 
     def _requeue(self, w: str, params: dict, writes: dict) -> None:
         """A worker skipped a frame: what it was to get waits for its next one (newer values win)."""
@@ -406,8 +424,8 @@ class Engine:
         ray = _ray()
         done = {}
         while len(self._inflight) > keep:
-            index, active, reports, outs, params, writes = self._inflight.popleft()
-            frames: dict = {w: None for w in active}
+            index, steps, reports, outs, params, writes = self._inflight.popleft()
+            frames: dict = {w: None for w, *_ in steps}
             try:  # one wait for the frame's steps (they ran at once); a failed one is found below, worker by worker
                 got = dict(zip(reports, ray.get(list(reports.values())), strict=True))
             except ray.exceptions.RayError:
@@ -416,10 +434,13 @@ class Engine:
                 try:
                     rep = got[w] if w in got else ray.get(ref)
                 except ray.exceptions.RayError as e:
-                    with contextlib.suppress(ray.exceptions.RayError):  # its other result failed too: seen here
-                        ray.get(outs[w])
-                    self._step_failed(w, e, params[w], writes[w])
+                    if w in outs:
+                        with contextlib.suppress(ray.exceptions.RayError):  # its other result failed too: seen here
+                            ray.get(outs[w])
+                    self._step_failed(w, e, params.get(w, {}), writes.get(w, {}))
                     continue
+                if w not in outs:
+                    rep = rep[1]  # a step returned as one object: (out, report)
                 frames[w] = rep.frame
                 for d in rep.diagnostics:
                     self._publish(w, d)
@@ -435,66 +456,6 @@ class Engine:
                                                                f"{type(e).__name__}: {e}; the frames go on", index))
             done[index] = DistributedFrame(index, frames)
         return done
-
-    # -- faults ----------------------------------------------------------------------------------------
-    def _step_failed(self, w: str, err: Exception, params: dict, writes: dict) -> None:
-        ray = _ray()
-        died = isinstance(err, ray.exceptions.RayActorError) and _names(err, self._actors[w])
-        self._requeue(w, params, writes)
-        if not died:
-            if isinstance(err, ray.exceptions.RayActorError):
-                return  # a producer of this worker died in this frame: that one is reported
-            self._publish(w, Diagnostic("error", w, f"worker '{w}' failed a frame: {err}", self._index))
-            return
-        if w in self._down or w in self._gone:
-            return
-        self._down[w] = time.perf_counter()
-        restarts = self._workers[w].max_restarts
-        self._publish(w, Diagnostic("error", w, f"worker '{w}' died ({type(err).__name__}); Ray restarts it (at most "
-                                    f"{restarts} restarts) and it rebuilds its fragment from the description with "
-                                    "the last parameter values; the other workers keep running", self._index))
-        self._rebuild(w)
-
-    def _rebuild(self, w: str) -> None:
-        """Ask a restarting worker to build its fragment as the description holds it now (its last parameter
-        values, the last arrays written to its inputs); Ray queues the call until the actor is back."""
-        frag = self._split_now().fragments[w]
-        writes_w = {r: a for r, a in self._writes.items() if self._placement.get(r.block) == w}
-        self._rebuilding[w] = (self._actors[w].build.remote(frag, writes_w, self._index + 1),
-                               _placement.structure(frag))
-
-    def _check_restarts(self) -> None:
-        ray = _ray()
-        for w, (ref, key) in list(self._rebuilding.items()):
-            ready, _ = ray.wait([ref], timeout=0)
-            if not ready:
-                continue
-            del self._rebuilding[w]
-            since = self._down[w]
-            try:
-                where = ray.get(ref)
-            except ray.exceptions.ActorUnavailableError:
-                # the call reached the actor while Ray was still restarting it: ask again, for a while
-                if time.perf_counter() - since < RESTART_PATIENCE_S:
-                    self._rebuild(w)
-                    continue
-                self._down.pop(w)
-                self._gone.add(w)
-                self._publish(w, Diagnostic("error", w, f"worker '{w}' was not back within {RESTART_PATIENCE_S:g} s; "
-                                            "its blocks stay down until the engine is made again", self._index))
-                continue
-            except ray.exceptions.RayError as e:
-                self._down.pop(w)
-                self._gone.add(w)
-                self._publish(w, Diagnostic("error", w, f"worker '{w}' could not be restarted ({e}); its blocks "
-                                            "stay down until the engine is made again", self._index))
-                continue
-            self._down.pop(w)
-            self._built[w] = key
-            self._where[w] = {k: where[k] for k in ("node", "pid", "gpus")}
-            self._publish(w, Diagnostic("info", w, f"worker '{w}' is back after {time.perf_counter() - since:.1f} s "
-                                        f"(process {where['pid']}): its fragment was rebuilt with the last "
-                                        "parameter values", self._index))
 
     # -- shipping the structure ----------------------------------------------------------------------------
     def _split_now(self) -> _placement.Split:

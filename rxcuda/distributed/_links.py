@@ -6,8 +6,9 @@ object store) to the consumer, which writes it into its input. Works across host
 ``ipc``: the producer copies its output into one of ``depth`` slots of device memory it exported once (CUDA
 IPC) and records that slot's interprocess event, all on its engine's stream, then publishes the frame on the
 link's board (``_board``: shared memory, no Ray call). The consumer, stepped at the same time, waits on the board
-for the frame, maps the slot once (an :class:`IpcToken` built from the board's handles), makes its engine's stream
-wait for the event (no host wait) and copies the slot into its input. A slot is written again only ``depth``
+for the frame, maps the slot once (from the board's handles), makes its engine's stream wait for the event (no host
+wait) and copies the slot into its input. Both ends read their port's device pointer once per graph the engine
+builds (:class:`PortPointer`), not every frame. A slot is written again only ``depth``
 frames later; the distributed engine keeps fewer frames than that in flight, so no slot is overwritten while read.
 On the null driver (no device memory to export) the slots are the board's own shared memory: the producer's
 output read back to the host, the consumer's input written from it.
@@ -15,22 +16,10 @@ output read back to the host, the consumer's input written from it.
 
 from __future__ import annotations
 
-import attrs
 import numpy as np
 
 from ..cuda import _ipc
-
-
-@attrs.frozen
-class IpcToken:
-    """What an ``ipc`` link sends each frame: which slot holds the frame, the slot's memory and event handles
-    (bytes, opened once by the consumer) and how many bytes the frame has."""
-
-    slot: int
-    memory: bytes = attrs.field(repr=False)
-    event: bytes = attrs.field(repr=False)
-    nbytes: int
-    pid: int  # the producer's process: a restarted producer exports new slots
+from . import _board
 
 
 def device_pointer(engine, port) -> tuple[int, int]:
@@ -39,14 +28,37 @@ def device_pointer(engine, port) -> tuple[int, int]:
     return int(view.data.ptr), int(view.nbytes)
 
 
-class IpcSender:
-    """The producer's end of an ``ipc`` link: ``depth`` exported slots, each with an interprocess event."""
+class PortPointer:
+    """A port's device buffer in an engine's running graph, as (pointer, bytes). Read through ``engine.array``
+    (which applies what is pending and builds a CuPy view) only when the engine built a graph since the last look
+    or has a change pending that may move the buffer (``engine.settled_build()``); otherwise the pointer read
+    before, at no cost."""
 
-    def __init__(self, engine, nbytes: int, depth: int, pid: int):
+    def __init__(self, engine, port):
+        self._engine, self._port = engine, port
+        self._build: int | None = None  # the engine's settled build when the pointer was read
+        self._ptr, self._nbytes = 0, 0
+
+    def get(self) -> tuple[int, int]:
+        engine = self._engine
+        build = engine.settled_build()
+        if build is None or build != self._build:
+            self._ptr, self._nbytes = device_pointer(engine, self._port)
+            self._build = engine.settled_build()  # after the read, which applied what was pending
+        return self._ptr, self._nbytes
+
+
+class IpcSender:
+    """The producer's end of an ``ipc`` link: ``depth`` exported slots, each with an interprocess event, fed from
+    one port of one engine."""
+
+    def __init__(self, engine, port, nbytes: int, depth: int):
         engine.device.make_current()
         api = engine.device.api
         self._api = api
-        self._pid = pid
+        self._device = engine.device
+        self._stream = int(engine.stream)  # an engine's stream lives as long as it does
+        self._src = PortPointer(engine, port)
         self.nbytes = int(nbytes)
         self._slots: list[_ipc.ExportedMemory] = []
         self._events: list[_ipc.ExportedEvent] = []
@@ -57,64 +69,87 @@ class IpcSender:
         except BaseException:
             self.close()
             raise
+        self._ptrs = [m.ptr for m in self._slots]
 
     def handles(self) -> list[tuple[bytes, bytes]]:
         """Each slot's (memory, event) handles, as the link's board carries them to the consumers."""
         return [(m.handle, e.handle) for m, e in zip(self._slots, self._events, strict=True)]
 
-    def send(self, engine, port, frame: int) -> IpcToken:
-        """Queue this frame's copy of ``port`` into its slot (after the frame, on the engine's stream)."""
-        engine.device.make_current()
-        src, nbytes = device_pointer(engine, port)
+    def send(self, frame: int) -> int:
+        """Queue this frame's copy of the port into its slot and record the slot's event (after the frame, on
+        the engine's stream); returns the bytes copied."""
+        self._device.make_current()
+        src, nbytes = self._src.get()
         nbytes = min(nbytes, self.nbytes)
-        s = frame % len(self._slots)
-        stream = int(engine.stream)
-        _ipc.copy_after(self._api, stream, None, self._slots[s].ptr, src, nbytes)
-        self._events[s].record(stream)
-        return IpcToken(s, self._slots[s].handle, self._events[s].handle, nbytes, self._pid)
+        s = frame % len(self._ptrs)
+        _ipc.copy_after(self._api, self._stream, None, self._ptrs[s], src, nbytes)
+        self._events[s].record(self._stream)
+        return nbytes
 
     def close(self) -> None:
         for ev in self._events:
             ev.close()
         for mem in self._slots:
             mem.close()
-        self._events, self._slots = [], []
+        self._events, self._slots, self._ptrs = [], [], []
 
 
 class IpcReceiver:
-    """The consumer's end of an ``ipc`` link: the producer's slots mapped once (again after the producer
-    restarted), its events opened once."""
+    """The consumer's end of an ``ipc`` link into one port of one engine: each of the producer's slots mapped
+    and its event opened when first used (again for a board that replaced it: a restarted producer)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, port):
         self._api = engine.device.api
-        self._memory: dict[int, tuple[bytes, int]] = {}  # slot -> (handle, mapped pointer)
-        self._events: dict[int, tuple[bytes, object]] = {}
+        self._device = engine.device
+        self._stream = int(engine.stream)
+        self._dst = PortPointer(engine, port)
+        # slot -> (the reader's board generation, memory handle, mapped pointer, event handle, opened event)
+        self._slots: dict[int, tuple[int, bytes, int, bytes, object]] = {}
         self.received = 0
 
-    def receive(self, engine, port, token: IpcToken) -> None:
-        """Queue the copy of the token's slot into ``port``, after the producer's event, on the engine's stream."""
-        engine.device.make_current()
-        api = self._api
-        mem = self._memory.get(token.slot)
-        if mem is None or mem[0] != token.memory:
-            if mem is not None:
-                _ipc.close_memory(api, mem[1])
-            mem = self._memory[token.slot] = (token.memory, _ipc.open_memory(api, token.memory))
-        ev = self._events.get(token.slot)
-        if ev is None or ev[0] != token.event:
-            if ev is not None:
-                _ipc.destroy_event(api, ev[1])
-            ev = self._events[token.slot] = (token.event, _ipc.open_event(api, token.event))
-        dst, room = device_pointer(engine, port)
-        _ipc.copy_after(api, int(engine.stream), ev[1], dst, mem[1], min(room, token.nbytes))
+    def receive(self, reader: _board.BoardReader, frame: int) -> None:
+        """Queue the copy of the slot holding ``frame`` (on ``reader``'s board: waited for, READY) into the port,
+        after the producer's event, on the engine's stream."""
+        self._device.make_current()
+        board = reader.board
+        assert board is not None, "receive() follows a wait() that returned READY"
+        s = frame % board.depth
+        got = self._slots.get(s)
+        if got is None or got[0] != reader.generation:
+            got = self._slots[s] = self._map(s, reader.generation, *board.handles(s), got)
+        dst, room = self._dst.get()
+        _ipc.copy_after(self._api, self._stream, got[4], dst, got[2], min(room, board.length(frame)))
         self.received += 1
 
+    def _map(self, slot: int, generation: int, memory: bytes, event: bytes, old):
+        """A slot's memory mapped and its event opened, keeping what the old mapping shares with the new."""
+        api = self._api
+        ptr = ev = None
+        if old is not None:
+            if old[1] == memory:
+                ptr = old[2]
+            else:
+                _ipc.close_memory(api, old[2])
+            if old[3] == event:
+                ev = old[4]
+            else:
+                _ipc.destroy_event(api, old[4])
+            del self._slots[slot]
+        if ptr is None:
+            ptr = _ipc.open_memory(api, memory)
+        if ev is None:
+            try:
+                ev = _ipc.open_event(api, event)
+            except BaseException:
+                _ipc.close_memory(api, ptr)
+                raise
+        return generation, memory, ptr, event, ev
+
     def close(self) -> None:
-        for _handle, ptr in self._memory.values():
+        for _gen, _memory, ptr, _event, ev in self._slots.values():
             _ipc.close_memory(self._api, ptr)
-        for _handle, ev in self._events.values():
             _ipc.destroy_event(self._api, ev)
-        self._memory, self._events = {}, {}
+        self._slots = {}
 
 
 def host_send(engine, port) -> np.ndarray:

@@ -283,6 +283,17 @@ def frame_steps(split: Split, skip=frozenset()) -> dict[str, tuple[str, ...]]:
     return steps
 
 
+def frame_plan(split: Split, skip=frozenset()) -> tuple[tuple[tuple[str, tuple[str, ...], bool], ...], tuple[str, ...]]:
+    """:func:`frame_steps` as a frame submits them, made once per split and set of workers down: ((worker, the
+    producers whose results it takes, whether its results are taken: its step returns two objects), ...) in
+    order, and the workers holding blocks that this frame does not step."""
+    steps = frame_steps(split, skip)
+    takers = {p for producers in steps.values() for p in producers}
+    active = [w for w in split.order if split.fragments[w].description.blocks]
+    return (tuple((w, steps[w], w in takers) for w in active if w in steps),
+            tuple(w for w in active if w not in steps))
+
+
 def _order(workers: list[str], links: list[RemoteLink]) -> tuple[tuple[str, ...], list[str]]:
     """Workers with producers first (Kahn's algorithm, stable in the given order); a circle found, if any."""
     succ: dict[str, set[str]] = {w: set() for w in workers}

@@ -137,7 +137,7 @@ class FragmentHost:
             if ln.transport == "ipc":
                 self._readers[ln.dst] = _board.BoardReader(_board.board_path(self.session, ln.src.block, ln.src.port))
                 if self.device_slots:
-                    self._receivers[ln.dst] = _links.IpcReceiver(engine)
+                    self._receivers[ln.dst] = _links.IpcReceiver(engine, self.port(ln.dst))
         return {**self.where(), "blocks": len(blocks)}
 
     def _export(self, engine: Engine, ln: RemoteLink, since: int) -> _board.LinkBoard:
@@ -146,7 +146,7 @@ class FragmentHost:
         path = _board.board_path(self.session, ln.src.block, ln.src.port)
         if not self.device_slots:
             return _board.LinkBoard.create(path, depth=self.depth, nbytes=ln.nbytes, data=True, since=since)
-        sender = self._senders[ln.src] = _links.IpcSender(engine, ln.nbytes, self.depth, self.pid)
+        sender = self._senders[ln.src] = _links.IpcSender(engine, self.port(ln.src), ln.nbytes, self.depth)
         return _board.LinkBoard.create(path, depth=self.depth, nbytes=ln.nbytes, data=False, since=since,
                                        handles=sender.handles())
 
@@ -245,7 +245,7 @@ class FragmentHost:
             if not self.device_slots:
                 board.put(index, engine.read(self.port(src)))
             else:
-                board.publish(index, self._senders[src].send(engine, self.port(src), index).nbytes)
+                board.publish(index, self._senders[src].send(index))
         if self.fragment.imports or self.fragment.exports:
             self._link_us.append((link_s + time.perf_counter() - t0) * 1e6)
         seen = {ref: engine.read(self.port(ref)) for ref, every in observed.items() if index % every == 0}
@@ -259,11 +259,7 @@ class FragmentHost:
         if not self.device_slots:
             _links.bytes_receive(engine, self.port(ln.dst), reader.read(index))
             return
-        board = reader.board
-        assert board is not None
-        memory, event = reader.handles(index)
-        token = _links.IpcToken(index % board.depth, memory, event, board.length(index), board.pid)
-        self._receivers[ln.dst].receive(engine, self.port(ln.dst), token)
+        self._receivers[ln.dst].receive(reader, index)
 
     def _missed(self, ln: RemoteLink, index: int, status: str) -> None:
         """An ipc link's producer did not deliver frame ``index``: the input keeps its last value."""

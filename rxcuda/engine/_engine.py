@@ -455,6 +455,13 @@ class Engine(EngineStreams):
         """Successful Structure-tier rebuilds so far."""
         return self._builder.rebuilds
 
+    def settled_build(self) -> int | None:
+        """The running graph's build (its :attr:`rebuilds` count) while nothing but parameter values waits to be
+        applied; None while a change that may move buffers is pending, a graph is being prepared, or none runs.
+        A port's device pointer read through :meth:`array` stays valid while this returns the same number."""
+        rt = self._rt
+        return None if rt.pending.others or rt.preparing or rt.graph is None else self._builder.rebuilds
+
     @property
     def recaptures(self) -> int:
         """Library call nodes captured again in place so far."""

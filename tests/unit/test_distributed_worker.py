@@ -186,6 +186,50 @@ def test_an_ipc_link_exports_slots_once_and_orders_the_consumers_copy_after_the_
     assert api_a.leaks() == {} and api_b.leaks() == {}  # slots, events and mappings all released
 
 
+def test_ipc_link_ends_read_their_ports_pointer_once_per_graph_and_again_after_a_rebuild_moves_it(drivers, monkeypatch):
+    from rxcuda.distributed import _links
+
+    device_pointer = _links.device_pointer
+    looks: list[str] = []
+    monkeypatch.setattr(_links, "device_pointer", lambda e, p: (looks.append(p.block.name), device_pointer(e, p))[1])
+    s, first, second = _pipeline(gpus=True)
+    a, b = _hosts(s, device_slots=True)
+    api_a, api_b = a.engine.device.api, b.engine.device.api
+    src_port, dst_port = a.port(PortRef(first.id, "out")), b.port(PortRef(second.id, "x"))
+
+    def copies(api, mark):  # (dst, src, nbytes) of each device-to-device copy since ``mark``
+        return [tuple(int(v) for v in args[:3]) for name, args in api.calls[mark:] if name == "cuMemcpyDtoDAsync"]
+
+    for index in (1, 2, 3):
+        a.step(index, {}, {}, {})
+        b.step(index, {second.id: {"scale": 2.0 + index}}, {}, {})  # a parameter moves no buffer
+    assert looks == ["first", "second"]  # each end read its pointer once in three frames
+    looks.clear()
+    old_src, old_dst = device_pointer(a.engine, src_port)[0], device_pointer(b.engine, dst_port)[0]
+    mark_a, mark_b = len(api_a.calls), len(api_b.calls)
+    a.step(4, {}, {}, {})
+    b.step(4, {}, {}, {})
+    assert looks == []  # the graphs stayed: the pointers read before
+    assert copies(api_a, mark_a)[0][1] == old_src and copies(api_b, mark_b)[0][0] == old_dst
+    # a structure change on each side: a larger input moves the buffers (a new pool size class), a rebuild
+    rebuilds = a.engine.rebuilds, b.engine.rebuilds
+    a.engine.resize(a.port(PortRef(first.id, "x")), (8 * N,))
+    b.engine.resize(dst_port, (8 * N,))
+    mark_a, mark_b = len(api_a.calls), len(api_b.calls)
+    a.step(5, {}, {}, {})
+    b.step(5, {}, {}, {})
+    assert (a.engine.rebuilds, b.engine.rebuilds) > rebuilds
+    assert looks.count("first") >= 1 and looks.count("second") >= 1  # read again after the rebuild
+    new_src, new_dst = device_pointer(a.engine, src_port)[0], device_pointer(b.engine, dst_port)[0]
+    assert new_src != old_src and new_dst != old_dst  # the buffers moved
+    (copy_a,), (copy_b,) = copies(api_a, mark_a), copies(api_b, mark_b)
+    assert copy_a[1] == new_src and copy_a[2] == N * 4  # the slot holds the link's bytes, no more
+    assert copy_b[0] == new_dst  # the consumer's copy lands in the moved input, not the old one
+    assert b.stats()["received"] == {"first.out -> second.x": 5}
+    b.close(), a.close()
+    assert api_a.leaks() == {} and api_b.leaks() == {}
+
+
 def test_a_consumer_stepped_before_its_producer_waits_for_the_producers_event_record(drivers):
     s, first, second = _pipeline(gpus=True)
     a, b = _hosts(s, device_slots=True)
