@@ -201,10 +201,12 @@ def order_blocks(desc: PipelineDescription) -> tuple[BlockEntry, ...]:
 
 
 class _Planner:
-    def __init__(self, desc: PipelineDescription, reuse_memory: bool = False, previous: _Planner | None = None):
+    def __init__(self, desc: PipelineDescription, reuse_memory: bool = False, previous: _Planner | None = None,
+                 resumable: bool = False):
         self.desc = desc
         self.reuse_memory = reuse_memory
         self.previous = previous  # the last plan's planner: its leading blocks' work is reused (see _resume)
+        self.resumable = resumable  # keep the marks a later plan resumes from (Replanner); plan() needs none
         self.order: tuple[BlockEntry, ...] = ()  # the blocks in the order emitted, and the plain connections
         self.sources: Mapping[PortRef, PortRef] = {}
         # after each block emitted in order (flat pipelines): (nodes, buffers, problems found while emitting) so far
@@ -270,9 +272,13 @@ class _Planner:
             start = self._resume(blocks, sources)  # (replaces the lists below when it takes work over)
             marks, nodes, buffers, problems, first = self.marks, self.nodes, self.buffers, report.problems, \
                 self.emitted_from
-            for b in blocks[start:]:
-                self.emit_block(b, sources)
-                marks.append((len(nodes), len(buffers), len(problems) - first))
+            if self.resumable:
+                for b in blocks[start:]:
+                    self.emit_block(b, sources)
+                    marks.append((len(nodes), len(buffers), len(problems) - first))
+            else:
+                for b in blocks[start:]:
+                    self.emit_block(b, sources)
         # delayed outputs: a copy node each, after every other node (so after the producer and every reader)
         delays = _delays.emit_copies(self.delayed, self.port_buffers, self.by_key, self.buffers,
                                      self.nodes) if self.delayed else {}
@@ -398,15 +404,31 @@ class _Planner:
             if p.counter is not None:  # one counter per append buffer, reset once (see _appends)
                 _appends.emit_counter(self, bid, label, p, ref, src, pin_buffer)
         # ports and internal buffers some count parameter counts -> their buffer (checked below)
-        tied = {c: by_name.get(c) for s in d.scalars for c in s.counts}
+        counted = _count_scalars(d.scalars)
+        tied = {c: by_name.get(c) for _name, counts in counted for c in counts} if counted else None
         for ib in d.internals:
             count = ib.count if shaped is None else shaped.internals.get(ib.name, ib.count)
             iid = self.buffer(("internal", bid, ib.name), f"{label}/{ib.name}", ib.dtype, count, "internal")
             for pin in (ib.writer, *ib.readers):
                 pin_buffer[pin.kernel, pin.param] = iid
-            if ib.name in tied:
+            if tied is not None and ib.name in tied:
                 tied[ib.name] = iid
-        clamped = _check_counts(self, b, shaped, tied) if tied else None
+        clamped = None
+        if tied is not None and not self.report.errors:  # a plan refused already would only repeat its error
+            buffers = self.buffers
+            for counter, counts in counted:
+                value = values[counter] if counter in values else b.value(counter)
+                if shaped is not None and counter in shaped.values:
+                    value = shaped.values[counter]
+                if type(value) is int and value >= 0:  # fits every buffer it counts: the common case, no message
+                    for c in counts:
+                        i = tied[c]
+                        if i is not None and value > buffers[i].count:
+                            break
+                    else:
+                        continue
+                clamped = _check_counts(self, b, shaped, tied)  # the whole check, with its messages
+                break
         scalar_of = _scalar_pins(d.scalars)
         for step in d.kernels:
             call = step if isinstance(step, CallSpec) else None
@@ -505,7 +527,7 @@ class Replanner:
 
     def plan(self, desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
         """As :func:`plan` (same result, same errors)."""
-        planner = _Planner(desc, reuse_memory, self._last)
+        planner = _Planner(desc, reuse_memory, self._last, resumable=True)
         self._last = None
         gp, report = planner._run()
         planner.previous = None  # (keep one planner alive, not a chain of them)
@@ -530,6 +552,20 @@ def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
 
 
 _PINS: dict[int, tuple[tuple, dict[tuple[str, int], str]]] = {}
+_COUNTED: dict[int, tuple[tuple, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
+
+
+def _count_scalars(scalars: tuple) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(name, the ports and internals it counts) of each count parameter (``ScalarSpec.counts``), once per
+    ``scalars`` tuple."""
+    seen = _COUNTED.get(id(scalars))
+    if seen is not None and seen[0] is scalars:
+        return seen[1]
+    if len(_COUNTED) >= 4096:
+        _COUNTED.clear()
+    out = tuple((s.name, tuple(s.counts)) for s in scalars if s.counts)
+    _COUNTED[id(scalars)] = (scalars, out)
+    return out
 
 
 def _scalar_pins(scalars: tuple) -> dict[tuple[str, int], str]:
