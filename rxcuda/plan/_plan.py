@@ -66,7 +66,7 @@ def _validate_blocks(desc: PipelineDescription, report: Report) -> tuple[BlockEn
             repeated = True
             continue
         ids.add(b.id)
-        other = names.setdefault(b.label(), b.id)
+        other = names.setdefault(b.desc.name, b.id)  # (b.label(), without the call: once per block and plan)
         if other != b.id:
             report.error(f"two blocks are named '{b.label()}' (ids {other} and {b.id}); give each block its own "
                          "name (Block.from_kernel(..., name=...)); an engine renames a repeated name itself",
@@ -404,8 +404,8 @@ class _Planner:
             if p.counter is not None:  # one counter per append buffer, reset once (see _appends)
                 _appends.emit_counter(self, bid, label, p, ref, src, pin_buffer)
         # ports and internal buffers some count parameter counts -> their buffer (checked below)
-        counted = _count_scalars(d.scalars)
-        tied = {c: by_name.get(c) for _name, counts in counted for c in counts} if counted else None
+        scalar_of, counted, counted_names = _scalar_info(d.scalars)
+        tied = dict(zip(counted_names, map(by_name.get, counted_names), strict=True)) if counted else None
         for ib in d.internals:
             count = ib.count if shaped is None else shaped.internals.get(ib.name, ib.count)
             iid = self.buffer(("internal", bid, ib.name), f"{label}/{ib.name}", ib.dtype, count, "internal")
@@ -429,7 +429,6 @@ class _Planner:
                         continue
                 clamped = _check_counts(self, b, shaped, tied)  # the whole check, with its messages
                 break
-        scalar_of = _scalar_pins(d.scalars)
         for step in d.kernels:
             call = step if isinstance(step, CallSpec) else None
             params = call.params if call is not None else step.code.signature.params  # type: ignore[union-attr]
@@ -551,34 +550,25 @@ def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
     return _Planner(desc, reuse_memory).run()
 
 
-_PINS: dict[int, tuple[tuple, dict[tuple[str, int], str]]] = {}
-_COUNTED: dict[int, tuple[tuple, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
+_SCALARS: dict[int, tuple[tuple, dict[tuple[str, int], str], tuple[tuple[str, tuple[str, ...]], ...],
+                          tuple[str, ...]]] = {}
 
 
-def _count_scalars(scalars: tuple) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """(name, the ports and internals it counts) of each count parameter (``ScalarSpec.counts``), once per
-    ``scalars`` tuple."""
-    seen = _COUNTED.get(id(scalars))
+def _scalar_info(scalars: tuple) -> tuple[dict[tuple[str, int], str], tuple[tuple[str, tuple[str, ...]], ...],
+                                          tuple[str, ...]]:
+    """What emitting a block needs of its scalars, worked out once per ``scalars`` tuple (the blocks made from
+    one kernel share it; read only): (kernel, parameter index) -> the block scalar passed there; (name, what
+    it counts) of each count parameter (``ScalarSpec.counts``); and every port or internal some scalar counts."""
+    seen = _SCALARS.get(id(scalars))
     if seen is not None and seen[0] is scalars:
-        return seen[1]
-    if len(_COUNTED) >= 4096:
-        _COUNTED.clear()
-    out = tuple((s.name, tuple(s.counts)) for s in scalars if s.counts)
-    _COUNTED[id(scalars)] = (scalars, out)
-    return out
-
-
-def _scalar_pins(scalars: tuple) -> dict[tuple[str, int], str]:
-    """(kernel, parameter index) -> the block scalar passed there; made once per ``scalars`` tuple (the blocks
-    made from one kernel share theirs). Read only."""
-    seen = _PINS.get(id(scalars))
-    if seen is not None and seen[0] is scalars:
-        return seen[1]
-    if len(_PINS) >= 4096:
-        _PINS.clear()
-    out = {(pin.kernel, pin.param): s.name for s in scalars for pin in s.pins}
-    _PINS[id(scalars)] = (scalars, out)  # the tuple is held: its id is not reused while the entry stands
-    return out
+        return seen[1], seen[2], seen[3]
+    if len(_SCALARS) >= 4096:
+        _SCALARS.clear()
+    pins = {(pin.kernel, pin.param): s.name for s in scalars for pin in s.pins}
+    counted = tuple((s.name, tuple(s.counts)) for s in scalars if s.counts)
+    names = tuple(dict.fromkeys(c for _, counts in counted for c in counts))
+    _SCALARS[id(scalars)] = (scalars, pins, counted, names)  # the tuple is held: its id is not reused meanwhile
+    return pins, counted, names
 
 
 def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> dict[str, int]:
