@@ -125,7 +125,7 @@ def main() -> None:
             ray.kill(dist.actor("b"), no_restart=False)  # asynchronous: a frame or two may still run in `killed`
             t0 = time.perf_counter()
             while True:  # b's next frame from a new process (where() names it once b is back)
-                if dist.tick().fragments["b"] is not None and dist.where("b")["pid"] != killed:
+                if dist.tick().fragments.get("b") is not None and dist.where("b")["pid"] != killed:
                     break
             restart_s = time.perf_counter() - t0
     finally:
