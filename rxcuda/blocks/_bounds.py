@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from ..model._bounds import count_problem
 from ..model._describe import KernelSpec, Launch, PortRef
 from ..model._errors import BoundsError
+from ..model._memo import by_identity
 
 
 def capacities(block, names: Iterable[str]) -> dict[str, int]:
@@ -127,39 +128,30 @@ def check_launch(block, kernel: str, launch: Launch) -> None:
             block=block.name, parameter="threads", port=port, capacity=cap, value=launch.threads)
 
 
-_UNTIED: dict[tuple[int, int], tuple[object, object, list[str]]] = {}  # (kernels, scalars) ids -> the answer
-
-
 def untied_kernels(block) -> list[str]:
     """The kernels of ``block`` loaded from a kernel file that take buffers but have no scalar tied to one:
     their bounds are the user's to keep (the engine says so once, in an "info" diagnostic, when the block is
     added). Generated kernels (composed, tensor) are left out: rxcuda writes their guards itself. Decided once
     per kernels and scalars (the blocks made from one kernel share theirs, whatever their names)."""
     desc = block.description
-    kernels, scalars = desc.kernels, desc.scalars
-    key = (id(kernels), id(scalars))
-    seen = _UNTIED.get(key)
-    if seen is not None and seen[0] is kernels and seen[1] is scalars:
-        return seen[2]
-    if len(_UNTIED) >= 4096:
-        _UNTIED.clear()
-    out = _untied(desc)
-    _UNTIED[key] = (kernels, scalars, out)  # both held: their ids are not reused while the entry stands
-    return out
+    return _UNTIED(desc.kernels, desc.scalars)
 
 
-def _untied(desc) -> list[str]:
+def _untied(kernels: tuple, scalars: tuple) -> list[str]:
     out = []
-    for st in desc.kernels:
+    for st in kernels:
         if not isinstance(st, KernelSpec):
             continue
-        if any(s.counts and any(p.kernel == st.name for p in s.pins) for s in desc.scalars):
+        if any(s.counts and any(p.kernel == st.name for p in s.pins) for s in scalars):
             continue  # tied: the common case, decided without touching the file system
         if not any(p.is_pointer and p.direction != "counter" for p in st.code.signature.params):
             continue
         if _is_file(st.code.origin):
             out.append(st.name)
     return out
+
+
+_UNTIED = by_identity(_untied, parts=2)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -33,6 +33,7 @@ from ..model._graphplan import (
     NodePlan,
     ScalarArg,
 )
+from ..model._memo import by_identity
 from . import _appends, _delays, _liveness, _regions, _shapes
 from ._order import Report, hazard_deps, ordered_blocks
 
@@ -550,25 +551,18 @@ def plan(desc: PipelineDescription, *, reuse_memory: bool = True) -> GraphPlan:
     return _Planner(desc, reuse_memory).run()
 
 
-_SCALARS: dict[int, tuple[tuple, dict[tuple[str, int], str], tuple[tuple[str, tuple[str, ...]], ...],
-                          tuple[str, ...]]] = {}
-
-
-def _scalar_info(scalars: tuple) -> tuple[dict[tuple[str, int], str], tuple[tuple[str, tuple[str, ...]], ...],
-                                          tuple[str, ...]]:
-    """What emitting a block needs of its scalars, worked out once per ``scalars`` tuple (the blocks made from
-    one kernel share it; read only): (kernel, parameter index) -> the block scalar passed there; (name, what
-    it counts) of each count parameter (``ScalarSpec.counts``); and every port or internal some scalar counts."""
-    seen = _SCALARS.get(id(scalars))
-    if seen is not None and seen[0] is scalars:
-        return seen[1], seen[2], seen[3]
-    if len(_SCALARS) >= 4096:
-        _SCALARS.clear()
+def _scalar_facts(scalars: tuple) -> tuple[dict[tuple[str, int], str], tuple[tuple[str, tuple[str, ...]], ...],
+                                           tuple[str, ...]]:
+    """What emitting a block needs of its scalars (read only): (kernel, parameter index) -> the block scalar
+    passed there; (name, what it counts) of each count parameter (``ScalarSpec.counts``); and every port or
+    internal some scalar counts."""
     pins = {(pin.kernel, pin.param): s.name for s in scalars for pin in s.pins}
     counted = tuple((s.name, tuple(s.counts)) for s in scalars if s.counts)
     names = tuple(dict.fromkeys(c for _, counts in counted for c in counts))
-    _SCALARS[id(scalars)] = (scalars, pins, counted, names)  # the tuple is held: its id is not reused meanwhile
     return pins, counted, names
+
+
+_scalar_info = by_identity(_scalar_facts)  # once per ``scalars`` tuple: the blocks made from one kernel share it
 
 
 def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> dict[str, int]:
