@@ -571,9 +571,7 @@ def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]
     plan is refused and the last good graph keeps running instead of a kernel indexing past a buffer. A count
     that follows a size (``ScalarSpec.size_of``: a ``"size"`` default) and was set above what its buffers hold
     now (set while they were larger, then resized back) shrinks with them instead: returns those values."""
-    clamped: dict[str, int] = {}
-    if planner.report.errors:
-        return clamped  # the plan is refused already (a shape error, say): its sizes would only repeat it
+    clamped: dict[str, int] = {}  # (emit_block calls this only while the plan has no error: see there)
     d = b.desc
     buffers = planner.buffers
     for s in d.scalars:
