@@ -39,6 +39,7 @@ _C_NAMES = {
     "u64": "unsigned long long", "c64": "float2", "c128": "double2", "bf16": "__nv_bfloat16",
 }
 TYPE_NAMES: tuple[str, ...] = tuple(_BY_NAME)
+_SIZES: dict[str, int] = {name: d.itemsize for name, d in _BY_NAME.items()}
 
 
 def dtype_name(dtype) -> str:
@@ -85,6 +86,10 @@ def is_float(dtype) -> bool:
 
 
 def itemsize(dtype) -> int:
+    if type(dtype) is str:  # the common case (planning, building): a canonical name, one lookup
+        size = _SIZES.get(dtype)
+        if size is not None:
+            return size
     return to_numpy(dtype).itemsize
 
 

@@ -186,7 +186,7 @@ def shared_groups(gp: GraphPlan, desc: PipelineDescription) -> tuple[tuple[int, 
                     uses[b] = [at]
                 elif used[-1] != at:
                     used.append(at)
-        if top[nid] == nid and _writes_whole(n):
+        if top[nid] == nid and not hasattr(n, "bodies"):  # its writes are definite (see _writes_whole)
             for b in writes:
                 if (b not in reads and clean.get(b, at) >= at
                         and (not isinstance(n, MemsetNodePlan) or _covers(n, buffers[b]))):
@@ -279,7 +279,7 @@ def _top_order(nodes: tuple[NodePlan, ...], deps: tuple[tuple[int, ...], ...], t
     level = [n.id for n in nodes if top[n.id] == n.id]
     seen: set[int] = set()
     for nid in level:
-        if any(d not in seen for d in deps[nid]):
+        if not seen.issuperset(deps[nid]):
             break
         seen.add(nid)
     else:

@@ -150,19 +150,24 @@ def hazard_deps(nodes: list[NodePlan]) -> tuple[tuple[int, ...], ...]:
     readers: dict[int, list[int]] = {}
     deps: list[tuple[int, ...]] = []
     for n in nodes:
-        d: set[int] = set()
-        for buf in n.reads:
-            if buf in last_writer:
-                d.add(last_writer[buf])
-        for buf in n.writes:
-            if buf in last_writer:
-                d.add(last_writer[buf])
-            d.update(readers.get(buf, ()))
-        d.discard(n.id)
-        deps.append(tuple(sorted(d)))
-        for buf in n.reads:
-            readers.setdefault(buf, []).append(n.id)
-        for buf in n.writes:
-            last_writer[buf] = n.id
+        nid, reads, writes = n.id, n.reads, n.writes
+        d = {last_writer[buf] for buf in reads if buf in last_writer}
+        for buf in writes:
+            w = last_writer.get(buf)
+            if w is not None:
+                d.add(w)
+            r = readers.get(buf)
+            if r:
+                d.update(r)
+        d.discard(nid)
+        deps.append(tuple(sorted(d)) if len(d) > 1 else tuple(d))
+        for buf in reads:
+            r = readers.get(buf)
+            if r is None:
+                readers[buf] = [nid]
+            else:
+                r.append(nid)
+        for buf in writes:
+            last_writer[buf] = nid
             readers[buf] = []
     return tuple(deps)
