@@ -34,7 +34,8 @@ only launch contract: callers launch exactly that), and both come from one plan 
 These numbers are the defaults of :class:`Tuning` (threads, units and vectors, elements a thread holds, rows a
 block, occupancy, cache hints); ``bench/kernel_sweep.py`` times the alternatives on a GPU.
 
-Math stays precise (``expf``, ``logf``, ``sqrtf``, IEEE division; no fast-math), and f32 kernels stay in f32:
+Math stays precise (``expf``, ``logf``, ``sqrtf``, IEEE division; no fast-math; a division by a scalar multiplies by
+the scalar's correctly rounded reciprocal, as XLA and TorchInductor divide by a constant), and f32 kernels stay in f32:
 literals are cast to the kernel's type and float functions take their ``f`` names.
 
 A group the generator cannot express (a dtype without a CUDA C type, an operand read at coordinates other than
@@ -75,6 +76,16 @@ from ._tuning import (  # noqa: F401 - Tuning, set_tuning, launch_shape, _planne
 
 _HINTS = {"plain": None, "ldg": "__ldg", "ldcs": "__ldcs", "stcs": "__stcs"}
 _FIELDS = "xyzw"
+
+_DIV_S = """\
+// a / s for a scalar s (one value for the whole launch): a times s's correctly rounded reciprocal, as XLA and
+// TorchInductor divide by a constant (within 1.5 ulp of a / s; the reciprocal is computed once a thread). Where 1 / s
+// is not a normal number (|s| below 2^-126 or above 2^126) it is IEEE division.
+__device__ __forceinline__ float rx_div_s(float a, float s)
+{ return (fabsf(s) > 1.17549435e-38f && fabsf(s) < 8.50705917e37f) ? a * __frcp_rn(s) : a / s; }
+__device__ __forceinline__ double rx_div_s(double a, double s)
+{ return (fabs(s) > 2.2250738585072014e-308 && fabs(s) < 4.49423283715579e307) ? a * __drcp_rn(s) : a / s; }
+"""  # (only in kernels that divide by a scalar)
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -122,7 +133,10 @@ def _combine(op: str, a: str, b: str) -> str:
     return {"sum": f"({a} + {b})", "mean": f"({a} + {b})", "max": f"rx_max({a}, {b})", "min": f"rx_min({a}, {b})"}[op]
 
 
-def _expr(op: str, attrs: tuple, dtype: np.dtype, args: list[str], arg_dtypes: list[np.dtype]) -> str:
+def _expr(op: str, attrs: tuple, dtype: np.dtype, args: list[str], arg_dtypes: list[np.dtype],
+          scalar_divisor: bool = False) -> str:
+    """The C++ expression of one op; ``scalar_divisor``: a ``div`` whose divisor is a scalar input (see
+    ``rx_div_s`` in the prelude)."""
     t = ctype(dtype)
     if op in ("reshape", "broadcast_to"):
         return args[0]
@@ -134,6 +148,8 @@ def _expr(op: str, attrs: tuple, dtype: np.dtype, args: list[str], arg_dtypes: l
     if op == "where":
         return f"(({args[0]}) ? ({t})({args[1]}) : ({t})({args[2]}))"
     a = [f"({t})({x})" for x in args]
+    if op == "div" and scalar_divisor and t in ("float", "double"):
+        return f"rx_div_s({a[0]}, {a[1]})"
     if op in _BINARY:
         return f"({a[0]} {_BINARY[op]} {a[1]})"
     if op == "neg":
@@ -401,9 +417,10 @@ def generate(ir: tuple) -> str:
     bounds = f"{shape.threads}"
     if shape.mode == "rows" and shape.tuning.row_occupancy >= 2 * shape.threads:
         bounds += f", {shape.tuning.row_occupancy // shape.threads}"
-    return (_PRELUDE + f"// tuning: {shape.tuning.changes()}\n"
+    text = "\n".join(body)
+    return (_PRELUDE + (_DIV_S if "rx_div_s(" in text else "") + f"// tuning: {shape.tuning.changes()}\n"
             + f'\nextern "C" __global__ void __launch_bounds__({bounds}) {ENTRY}('
-            + ", ".join(params) + ")\n{\n" + "\n".join(body) + "\n}\n")
+            + ", ".join(params) + ")\n{\n" + text + "\n}\n")
 
 
 def _operand(lay: Layout, j: int, k: int) -> str:
@@ -424,7 +441,8 @@ def _node_expr(lay: Layout, j: int, operand) -> str:
     args = [operand(k) for k in range(len(refs))]
     arg_dtypes = [np.dtype(lay.inputs[r][-2] if lay.inputs[r][0] == "array" else lay.inputs[r][1]) if s == "i"
                   else np.dtype(lay.nodes[r][3]) for s, r in refs]
-    return _expr(op, attrs, np.dtype(dt), args, arg_dtypes)
+    by_scalar = op == "div" and refs[1][0] == "i" and lay.inputs[refs[1][1]][0] == "scalar"
+    return _expr(op, attrs, np.dtype(dt), args, arg_dtypes, by_scalar)
 
 
 def _node_line(lay: Layout, j: int, indent: str, operand=None) -> str:

@@ -151,7 +151,9 @@ def _planned(ir: tuple) -> tuple[Layout, _Shape, RowPlan | None]:
     size = math.prod(lay.space)
     if lay.kind != "reduce" and _heavy(lay):
         # libdevice's sin/cos/pow (and float64 exp/log/tanh) are long: unrolled and vectorized they make NVRTC
-        # take ~0.5 s per kernel, and such a kernel is compute-bound anyway: one element a thread, no vectors
+        # take ~0.5 s per kernel, and such a kernel is compute-bound anyway: one element a thread, no vectors.
+        # So is a body of many float32 math ops: the 100-op chain of bench/tensor.py (67 exp/log/sqrt/div) took
+        # 710 us with 4 vectors a thread and 534 us with one element a thread (H200, 2^24 float32)
         tuning = dataclasses.replace(tuning, ew_unroll=1, ew_vector=False)
     if lay.kind != "reduce":
         vec = _ew_vector(lay, tuning)[1]
@@ -170,9 +172,18 @@ def _planned(ir: tuple) -> tuple[Layout, _Shape, RowPlan | None]:
 _HEAVY = frozenset({"sin", "cos", "pow"})
 
 
+_COMPUTE_BOUND = 8  # float32 math functions and divisions from which an elementwise body is compute-bound
+
+
 def _heavy(lay: Layout) -> bool:
-    """Whether ``lay`` calls a long libdevice function (see :func:`_planned`)."""
-    return any(op in _HEAVY or (op in _MATH and dt[-1] == "8") for op, _, _, dt, _ in lay.nodes)
+    """Whether ``lay`` calls a long libdevice function, or enough float32 math (``exp``, ``log``, ``sqrt``...
+    and divisions: ~10-27 instructions each) to be compute-bound on any GPU (see :func:`_planned`)."""
+    math_ops = 0
+    for op, _, _, dt, _ in lay.nodes:
+        if op in _HEAVY or (op in _MATH and dt[-1] == "8"):
+            return True
+        math_ops += op in _MATH or op == "div"
+    return math_ops >= _COMPUTE_BOUND
 
 
 def _ew_vector(lay: Layout, tuning: Tuning) -> tuple[list[tuple], int]:

@@ -259,6 +259,30 @@ def test_tanh_f32_is_cudas(monkeypatch, rng):
     assert ulps(ptx, nvrtc).max() <= 1  # the same sequence as CUDA's tanhf
 
 
+@pytest.mark.parametrize("divisor", [3.0, 1.0001, -7.3, 0.1, 1e-3, 2.0 ** -120, 1e30, 1e35])
+def test_nvrtc_divides_by_a_scalar_within_one_step_of_ieee(monkeypatch, rng, divisor):
+    """The C++ kernels divide by a scalar as ``x * RN(1/s)`` (``rx_div_s``): within one float32 step of NumPy's
+    correctly rounded ``x / s`` over a million values of every binade, infinities and NaNs where NumPy has them."""
+    x = np.concatenate([floats(rng, 1_000_000, F32), rng.integers(1, 0x7F800000, 200_000, dtype=np.uint32).view(F32),
+                        SPECIAL])
+    (got,), factory = evaluate(monkeypatch, lambda: dev(x) / divisor, False)
+    assert factory.nvrtc_misses == factory.misses == 1
+    with np.errstate(all="ignore"):
+        want = x / F32(divisor)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.isinf(got), np.isinf(want))
+    u = ulps(got, want)
+    assert u.max() <= 1, f"{x[np.argmax(u)]!r} / {divisor} = {got[np.argmax(u)]!r}, want {want[np.argmax(u)]!r}"
+
+
+@pytest.mark.parametrize("divisor", [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, 3e38, -2e38])
+def test_nvrtc_divides_by_a_scalar_whose_reciprocal_is_not_normal_as_ieee(monkeypatch, rng, divisor):
+    x = np.concatenate([floats(rng, 100_000, F32), SPECIAL])
+    (got,), _ = evaluate(monkeypatch, lambda: dev(x) / divisor, False)
+    with np.errstate(all="ignore"):
+        want = x / F32(divisor)
+    exact(got, want)
+
+
 def test_exp_log_tanh_in_a_chain(monkeypatch, rng):
     a, b = floats(rng, (64, 500), F32), floats(rng, (500,), F32)
 

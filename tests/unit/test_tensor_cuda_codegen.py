@@ -80,6 +80,36 @@ def test_elementwise_reads_contiguous_inputs_at_the_linear_index_with_32_bit_ind
     compiled(ir)
 
 
+def test_a_division_by_a_scalar_multiplies_by_its_reciprocal_and_by_an_array_stays_ieee():
+    x, y = data(64, 33), data(64, 33)
+    ((_, ir),) = irs(x / 3.0 + x / y)
+    src = cg.generate(ir)
+    assert "rx_div_s((float)(w0.x), (float)(s1))" in src and "rx_div_s((float)(in0[i]), (float)(s1))" in src
+    assert "__frcp_rn(s)" in src and "a / s" in src  # the reciprocal, and IEEE division where 1/s is not normal
+    assert "((float)(w0.x) / (float)(w1.x))" in src and "((float)(in0[i]) / (float)(in2[i]))" in src  # x / y: IEEE
+    compiled(ir)
+    ((_, ir),) = irs(data(8, dtype=np.float64) / 3.0)
+    assert "rx_div_s((double)(" in cg.generate(ir)
+    compiled(ir)
+    ((_, ir),) = irs(x * 2.0 + y)
+    assert "rx_div_s" not in cg.generate(ir)  # no helper where nothing divides by a scalar
+
+
+def test_a_compute_bound_body_gets_one_element_a_thread():
+    x = data(1 << 16)
+    light = rt.exp(x) * 2.0 + rt.sqrt(x)  # two math ops: memory-bound, vectors and 4 units a thread
+    heavy = x
+    for _ in range(4):  # 4 x (exp, log): 8 math ops, the threshold
+        heavy = rt.log(rt.exp(heavy) + 1.0)
+    ((_, ir_light),) = irs(light)
+    ((_, ir_heavy),) = irs(heavy)
+    assert cg._planned(ir_light)[1].vec == 4 and cg._planned(ir_light)[1].tuning.ew_unroll == 4
+    shape = cg._planned(ir_heavy)[1]
+    assert (shape.vec, shape.tuning.ew_unroll, shape.tuning.ew_vector) == (1, 1, False)
+    assert cg.launch_shape(ir_heavy) == ((1 << 16) // 256, 256)
+    compiled(ir_heavy)
+
+
 def test_elementwise_indices_are_64_bit_past_2_to_the_31():
     big = 5 << 30
     ir = ("elementwise", (big,), None, (("array", (big,), "<f4", (1,)),),
