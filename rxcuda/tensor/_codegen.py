@@ -57,6 +57,7 @@ import math
 import numpy as np
 
 from ..model._shapes import c_strides
+from ._divide import DIV_S, split_scalar_divisions
 from ._ir import ENTRY, REDUCE, Layout, Unsupported, ctype, element_closure, levels
 from ._tuning import (  # noqa: F401 - Tuning, set_tuning, launch_shape, _planned: the generator's knobs, from here
     _MATH,
@@ -76,16 +77,6 @@ from ._tuning import (  # noqa: F401 - Tuning, set_tuning, launch_shape, _planne
 
 _HINTS = {"plain": None, "ldg": "__ldg", "ldcs": "__ldcs", "stcs": "__stcs"}
 _FIELDS = "xyzw"
-
-_DIV_S = """\
-// a / s for a scalar s (one value for the whole launch): a times s's correctly rounded reciprocal, as XLA and
-// TorchInductor divide by a constant (within 1.5 ulp of a / s; the reciprocal is computed once a thread). Where 1 / s
-// is not a normal number (|s| below 2^-126 or above 2^126) it is IEEE division.
-__device__ __forceinline__ float rx_div_s(float a, float s)
-{ return (fabsf(s) > 1.17549435e-38f && fabsf(s) < 8.50705917e37f) ? a * __frcp_rn(s) : a / s; }
-__device__ __forceinline__ double rx_div_s(double a, double s)
-{ return (fabs(s) > 2.2250738585072014e-308 && fabs(s) < 4.49423283715579e307) ? a * __drcp_rn(s) : a / s; }
-"""  # (only in kernels that divide by a scalar)
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -417,8 +408,8 @@ def generate(ir: tuple) -> str:
     bounds = f"{shape.threads}"
     if shape.mode == "rows" and shape.tuning.row_occupancy >= 2 * shape.threads:
         bounds += f", {shape.tuning.row_occupancy // shape.threads}"
-    text = "\n".join(body)
-    return (_PRELUDE + (_DIV_S if "rx_div_s(" in text else "") + f"// tuning: {shape.tuning.changes()}\n"
+    text = split_scalar_divisions("\n".join(body))
+    return (_PRELUDE + (DIV_S if "rx_div_" in text else "") + f"// tuning: {shape.tuning.changes()}\n"
             + f'\nextern "C" __global__ void __launch_bounds__({bounds}) {ENTRY}('
             + ", ".join(params) + ")\n{\n" + text + "\n}\n")
 

@@ -84,12 +84,18 @@ def test_a_division_by_a_scalar_multiplies_by_its_reciprocal_and_by_an_array_sta
     x, y = data(64, 33), data(64, 33)
     ((_, ir),) = irs(x / 3.0 + x / y)
     src = cg.generate(ir)
-    assert "rx_div_s((float)(w0.x), (float)(s1))" in src and "rx_div_s((float)(in0[i]), (float)(s1))" in src
-    assert "__frcp_rn(s)" in src and "a / s" in src  # the reciprocal, and IEEE division where 1/s is not normal
+    # two copies of the body under one test: times the reciprocal, and IEEE division where 1/s is not normal
+    assert "if (rx_rcp_ok(s1)) {" in src and "__frcp_rn(s)" in src
+    assert src.count("rx_div_r((float)(w0.x), (float)(s1))") == src.count("rx_div_ieee((float)(w0.x), (float)(s1))") == 1
+    assert "rx_div_r((float)(in0[i]), (float)(s1))" in src and "rx_div_ieee((float)(in0[i]), (float)(s1))" in src
+    assert "rx_div_s((" not in src  # no per-element choice
     assert "((float)(w0.x) / (float)(w1.x))" in src and "((float)(in0[i]) / (float)(in2[i]))" in src  # x / y: IEEE
     compiled(ir)
     ((_, ir),) = irs(data(8, dtype=np.float64) / 3.0)
-    assert "rx_div_s((double)(" in cg.generate(ir)
+    assert "rx_div_r((double)(" in cg.generate(ir)
+    compiled(ir)
+    ((kind, ir),) = irs(rt.softmax(data(64, 4096), axis=-1) / 3.0)  # shared memory: the per-element choice
+    assert kind == "reduce" and "rx_div_s((float)(" in cg.generate(ir) and "if (rx_rcp_ok(s" not in cg.generate(ir)
     compiled(ir)
     ((_, ir),) = irs(x * 2.0 + y)
     assert "rx_div_s" not in cg.generate(ir)  # no helper where nothing divides by a scalar
