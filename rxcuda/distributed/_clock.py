@@ -185,6 +185,7 @@ class ClockHand:
         self._posted: queue.SimpleQueue = queue.SimpleQueue()
         self._applied = 0
         self.more: dict[int, object] = {}  # frame -> what collect() gives for it
+        self.frames = 0  # frames stepped through this clock
         self._go = os.open(go_path, os.O_RDONLY)  # the driver holds it open: no wait
         self._done = os.open(done_path, os.O_WRONLY)
         self.thread = threading.Thread(target=self._run, name=f"rxcuda-clock-{generation}", daemon=True)
@@ -214,6 +215,7 @@ class ClockHand:
             try:
                 self._take(upto)
                 frame, extra = self._step(index)  # extra: (observed values, diagnostics) or None
+                self.frames += 1
                 status, more = DONE, (frame, *extra, None) if extra is not None else None
             except BaseException as e:  # the answer says so; the error is collected
                 frame, status, more = None, FAILED, (None, {}, (), f"{type(e).__name__}: {e}")

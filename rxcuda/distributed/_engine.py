@@ -46,7 +46,7 @@ from ._worker import FragmentHost
 _EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
 
 
-class Engine(ClockSteps, Restarts):
+class Engine(Restarts, ClockSteps):
     """A pipeline whose blocks run on several workers: Ray actors holding one rxcuda Engine each, on a GPU (or a
     share of one) or on the null driver. Its verbs are a local engine's: ``add`` (with ``on=``, the worker),
     ``connect``, ``set``/``bind``, ``write``/``read``, ``feed``/``observe``, ``tick``/``run``, ``close``.

@@ -38,7 +38,7 @@ class ClockSteps:
         raise NotImplementedError
 
     def _step_failed(self, w: str, err: Exception, params: dict, writes: dict, died: bool | None = None) -> None:
-        raise NotImplementedError
+        raise NotImplementedError  # Restarts's, before this class in the engine's bases
 
     def _clock_applies(self, split: _placement.Split) -> bool:
         """Whether frames step through clocks: stepping "auto", every worker on the driver's host, and no ``host``
