@@ -198,7 +198,11 @@ class ClockHand:
         messages = []
         deadline = time.monotonic() + POST_TIMEOUT_S
         while self._applied < upto:
-            seq, m = self._posted.get(timeout=max(deadline - time.monotonic(), 1e-3))
+            try:
+                seq, m = self._posted.get(timeout=max(deadline - time.monotonic(), 1e-3))
+            except queue.Empty:
+                raise RuntimeError(f"control message {upto} of clock {self.generation} did not arrive within "
+                                   f"{POST_TIMEOUT_S:g} s (message {self._applied} did)") from None
             self._applied = seq
             messages.append(m)
         if messages:

@@ -5,7 +5,9 @@ connection and write as a local engine would, and ``describe()`` gives the pipel
 a changed structure is cut into fragments (``_placement.split``) and shipped: each worker builds its own.
 Parameter changes are folded per worker (the latest value wins) and travel with the next frame's step.
 
-A frame is one step per worker, all submitted at once: over an ``ipc`` link (one host) the consumer's step waits
+A frame is one step per worker, all started at once: through each worker's clock (``_clock``: named pipes, no
+Ray call per frame) when every worker runs on the driver's host and no link is ``host``, else a Ray call each
+(``_stepping``). Over an ``ipc`` link (one host) the consumer's step waits
 for the producer's frame on the link's board (``_board``: shared memory, no Ray call); over a ``host`` link what
 the producer's step returns is handed to the consumer's step as a Ray object reference, so Ray runs it after.
 The driver never waits inside a frame. At most ``max_in_flight`` frames are outstanding: the driver waits for

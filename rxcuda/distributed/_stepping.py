@@ -5,6 +5,7 @@ small."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..engine._engine import Diagnostic
@@ -43,7 +44,7 @@ class ClockSteps:
     def _clock_applies(self, split: _placement.Split) -> bool:
         """Whether frames step through clocks: stepping "auto", every worker on the driver's host, and no ``host``
         link (its producer's result is handed to its consumer's Ray step)."""
-        if self._stepping != "auto" or self._driver_node is None:
+        if self._stepping != "auto" or self._driver_node is None or not hasattr(os, "mkfifo"):
             return False
         if any(ln.transport == "host" for ln in split.links):
             return False
