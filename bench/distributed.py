@@ -2,11 +2,12 @@
 actor round trip; frames per second of a 2-fragment pipeline against the same pipeline in one engine; and the
 time from a worker's death to its fragment producing frames again.
 
-    python bench/distributed.py [--frames 200] [--mib 4]
+    python bench/distributed.py [--frames 200] [--mib 4] [--stepping auto|ray]
 
 Rows (each a median over ``--frames`` frames of ``tick()``, every frame waited for):
 - one engine, in this process: two ``scalar_mul`` blocks connected (the local connection);
-- one worker: the same two blocks in one Ray actor (the Ray step per frame, no link);
+- one worker: the same two blocks in one Ray actor (its step per frame, no link: through its clock, named pipes
+  and no Ray call, since every worker runs on this host; ``--stepping ray``: a Ray call per worker and frame);
 - two workers, ``ipc``: one block each, the connection carried by CUDA IPC, both workers' steps in flight at once
   and meeting on the link's shared-memory board (on the null driver: the same handshake, the bytes in the board);
 - two workers, ``host``: the same through Ray's object store (the consumer's step after the producer's);
@@ -20,6 +21,7 @@ frames per second under ``run()`` (frames in flight overlap the workers), and th
 ``ray.kill`` of the consumer to its first frame from the restarted process (``ray.kill`` is asynchronous: the
 killed process may still run a frame submitted right after it, which does not count).
 Without a GPU everything runs on the null driver (the table says so): Ray's and the host's costs, no GPU work.
+Last, a clock's round trip alone: a record to another process and its answer back through the pipes.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("--mib", type=float, default=4.0, help="size of the connection's buffer")
+    ap.add_argument("--stepping", choices=("auto", "ray"), default="auto",
+                    help="auto: same-host workers stepped through their clocks; ray: a Ray call per worker and frame")
     args = ap.parse_args()
     try:
         import ray
@@ -68,7 +72,11 @@ def main() -> None:
 
     import rxcuda
     from rxcuda.cuda import NullDriver
-    from rxcuda.distributed import Engine, Worker
+    from rxcuda.distributed import Engine as DistEngine
+    from rxcuda.distributed import Worker
+
+    def Engine(workers):  # noqa: N802  (the distributed engine, stepped as asked)
+        return DistEngine(workers, stepping=args.stepping)
 
     gpu, why = rxcuda.probe()
     n = int(args.mib * (1 << 20)) // 4
@@ -86,7 +94,8 @@ def main() -> None:
         with Engine({"a": spec}) as dist:
             _pipeline(dist, rxcuda, np, n, ("a", "a"))
             one_worker = _median_us(dist.tick, args.frames)
-            rows.append(("one worker, both blocks (Ray step, no link)", one_worker))
+            step = dist.describe().stepping["a"]
+            rows.append((f"one worker, both blocks ({step} step, no link)", one_worker))
         transports = ["ipc", "host"]  # ipc on the null driver: the board's shared memory carries the bytes
         link_cost = {}
         for transport in transports:
@@ -99,6 +108,7 @@ def main() -> None:
                 rows.append((f"  of which the {transport} link's two ends (host time in the workers)", sum(ends)))
         rows.append(("plain Ray actor call (GPU reduction + readback)" if gpu else "plain Ray actor call",
                      _actor_round_trip(ray, gpu, args.frames)))
+        clock_us = _clock_round_trip(ray, args.frames)
 
         spec_fps = {}
         for label, where in (("one worker", ("a", "a")), ("two workers", ("a", "b"))):
@@ -145,6 +155,8 @@ def main() -> None:
     print(f"frames per second under run(): one worker {spec_fps['one worker']:.0f}, two workers "
           f"{spec_fps['two workers']:.0f} (frames in flight overlap the workers)")
     print(f"from a worker's death to its fragment's next frame: {restart_s:.2f} s")
+    print(f"a clock's round trip (a record to another process and its answer, through named pipes): {clock_us:.1f} us; "
+          f"frames stepped by {'clocks on one host' if args.stepping == 'auto' else 'Ray calls (--stepping ray)'}")
 
 
 def _actor_round_trip(ray, gpu: bool, frames: int) -> float:
@@ -163,6 +175,39 @@ def _actor_round_trip(ray, gpu: bool, frames: int) -> float:
     try:
         return _median_us(lambda: ray.get(actor.reduce.remote()), frames)
     finally:
+        ray.kill(actor)
+
+
+def _clock_round_trip(ray, frames: int) -> float:
+    """Median time of one record through a clock's pipes to a Ray actor's frame thread (a step that does nothing)
+    and its answer back: the wake-up cost both ways, without Ray."""
+    from rxcuda.distributed import _clock
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def start(self, go, done, generation):
+            import os
+
+            from rxcuda.engine._records import Frame
+
+            frame = Frame(0, 0.0, (), "ok", False, None, 1)
+            self.hand = _clock.ClockHand(go, done, generation, lambda i: (frame, None), lambda messages: None)
+            return os.getpid()
+
+    actor = Echo.remote()
+    clock = _clock.Clock("bench", "echo", 0)
+    try:
+        clock.pid = ray.get(actor.start.remote(clock.go_path, clock.done_path, clock.generation))
+        index = [0]
+
+        def trip() -> None:
+            index[0] += 1
+            clock.step(index[0])
+            _clock.wait({"echo": clock}, index[0])
+
+        return _median_us(trip, frames)
+    finally:
+        clock.close()
         ray.kill(actor)
 
 

@@ -5,7 +5,9 @@ connection and write as a local engine would, and ``describe()`` gives the pipel
 a changed structure is cut into fragments (``_placement.split``) and shipped: each worker builds its own.
 Parameter changes are folded per worker (the latest value wins) and travel with the next frame's step.
 
-A frame is one step per worker, all submitted at once: over an ``ipc`` link (one host) the consumer's step waits
+A frame is one step per worker, all started at once: through each worker's clock (``_clock``: named pipes, no
+Ray call per frame) when every worker runs on the driver's host and no link is ``host``, else a Ray call each
+(``_stepping``). Over an ``ipc`` link (one host) the consumer's step waits
 for the producer's frame on the link's board (``_board``: shared memory, no Ray call); over a ``host`` link what
 the producer's step returns is handed to the consumer's step as a Ray object reference, so Ray runs it after.
 The driver never waits inside a frame. At most ``max_in_flight`` frames are outstanding: the driver waits for
@@ -40,12 +42,13 @@ from . import _board, _placement
 from ._faults import Restarts
 from ._ray import ray_module as _ray
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
+from ._stepping import STEPPINGS, ClockSteps
 from ._worker import FragmentHost
 
 _EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
 
 
-class Engine(Restarts):
+class Engine(Restarts, ClockSteps):
     """A pipeline whose blocks run on several workers: Ray actors holding one rxcuda Engine each, on a GPU (or a
     share of one) or on the null driver. Its verbs are a local engine's: ``add`` (with ``on=``, the worker),
     ``connect``, ``set``/``bind``, ``write``/``read``, ``feed``/``observe``, ``tick``/``run``, ``close``.
@@ -67,16 +70,21 @@ class Engine(Restarts):
     join when Ray is not initialised yet (None: ``RAY_ADDRESS`` or a new local cluster; a cluster this engine
     started is shut down by ``close()``). ``max_in_flight``: frames submitted and not yet finished.
     ``start_timeout``: seconds to wait for Ray to place every worker (a worker asking for more than the cluster
-    has would wait forever).
+    has would wait forever). ``stepping``: ``"auto"`` steps the frames of workers all on the driver's host through
+    their clocks (named pipes, no Ray call per frame) and otherwise by a Ray call per worker and frame; ``"ray"``
+    always by Ray calls.
     """
 
     def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2,
-                 start_timeout: float = 120.0):
+                 start_timeout: float = 120.0, stepping: str = "auto"):
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"'max_in_flight' must be a positive int (got {max_in_flight!r})")
         if isinstance(start_timeout, bool) or not isinstance(start_timeout, int | float) or start_timeout <= 0:
             raise ValueError(f"'start_timeout' must be a positive number of seconds (got {start_timeout!r})")
+        if stepping not in STEPPINGS:
+            raise ValueError(f"'stepping' must be one of {', '.join(STEPPINGS)} (got {stepping!r})")
         self._start_timeout = float(start_timeout)
+        self._stepping = stepping
         self._workers = _placement.check_workers(workers)
         ray = _ray()
         self._owns_ray = False
@@ -112,7 +120,10 @@ class Engine(Restarts):
                       self._model.diagnostics.subscribe(lambda d: self._publish("driver", d))]
         self._actors: dict[str, Any] = {}
         self._where: dict[str, dict] = {}
-        self._session = uuid.uuid4().hex[:12]  # names the boards of this engine's ipc links
+        self._session = uuid.uuid4().hex[:12]  # names the boards of this engine's ipc links and its clocks
+        self._clocks: dict = {}  # worker -> its clock, when frames step through clocks
+        self._silent: set = set()
+        self._driver_node = ray.get_runtime_context().get_node_id()
         try:
             self._start_actors(ray)
         except BaseException:
@@ -385,6 +396,10 @@ class Engine(Restarts):
             if w in params or w in writes:
                 self._requeue(w, params.get(w, {}), writes.get(w, {}))
         for w, method, producers, pair in steps:
+            if method is None:
+                self._clock_step(w, index, params.get(w, _EMPTY), writes.get(w, _EMPTY), observed[w])
+                reports[w] = None
+                continue
             got = method.remote(index, params.get(w, _EMPTY), writes.get(w, _EMPTY), observed[w],
                                 *(outs[p] for p in producers))
             if pair:  # (what its host exports carry, report): consumers over host links take the first
@@ -403,8 +418,13 @@ class Engine(Restarts):
         down = frozenset(self._down) | frozenset(self._gone)
         if self._plan is None or self._plan[0] is not split or self._plan[1] != down:
             steps, skipped = _placement.frame_plan(split, down)
-            made = tuple((w, self._actors[w].step.options(num_returns=2) if pair else self._actors[w].step,
-                          producers, pair) for w, producers, pair in steps)
+            clocked = self._clock_applies(split)
+            if clocked:  # a step's method None: through the worker's clock
+                self._clock_ready([w for w, *_ in steps])
+            else:
+                self._clocks_close()
+            made = tuple((w, None if clocked else self._actors[w].step.options(num_returns=2) if pair
+                          else self._actors[w].step, producers, pair) for w, producers, pair in steps)
             self._plan = (split, down, (made, skipped))
         return self._plan[2]
 
@@ -426,11 +446,21 @@ class Engine(Restarts):
         while len(self._inflight) > keep:
             index, steps, reports, outs, params, writes = self._inflight.popleft()
             frames: dict = {w: None for w, *_ in steps}
+            refs = {w: ref for w, ref in reports.items() if ref is not None}
             try:  # one wait for the frame's steps (they ran at once); a failed one is found below, worker by worker
-                got = dict(zip(reports, ray.get(list(reports.values())), strict=True))
+                got = dict(zip(refs, ray.get(list(refs.values())), strict=True))
             except ray.exceptions.RayError:
                 got = {}
+            if len(refs) < len(reports):
+                got.update(self._clock_wait(index, [w for w in reports if w not in refs]))
             for w, ref in reports.items():
+                if ref is None:
+                    rep = got[w]
+                    if isinstance(rep, tuple):  # (error, whether the worker died)
+                        self._step_failed(w, rep[0], params.get(w, {}), writes.get(w, {}), rep[1])
+                        continue
+                    self._report(w, index, rep, frames)
+                    continue
                 try:
                     rep = got[w] if w in got else ray.get(ref)
                 except ray.exceptions.RayError as e:
@@ -439,23 +469,25 @@ class Engine(Restarts):
                             ray.get(outs[w])
                     self._step_failed(w, e, params.get(w, {}), writes.get(w, {}))
                     continue
-                if w not in outs:
-                    rep = rep[1]  # a step returned as one object: (out, report)
-                frames[w] = rep.frame
-                for d in rep.diagnostics:
-                    self._publish(w, d)
-                if rep.frame is not None and self._frames.observers:
-                    self._frames.emit(FragmentFrame(w, index, rep.frame))
-                for pref, value in rep.observed.items():
-                    subject = self._taps.get(pref)
-                    if subject is not None:
-                        try:
-                            subject.on_next(value)
-                        except Exception as e:  # a subscriber's error: reported, the frames go on
-                            self._publish("driver", Diagnostic("warning", "observe", f"a subscriber raised "
-                                                               f"{type(e).__name__}: {e}; the frames go on", index))
+                self._report(w, index, rep if w in outs else rep[1], frames)  # one object: (out, report)
             done[index] = DistributedFrame(index, frames)
         return done
+
+    def _report(self, w: str, index: int, rep, frames: dict) -> None:
+        """Publish what worker ``w`` reported of frame ``index``: its frame, diagnostics and observed values."""
+        frames[w] = rep.frame
+        for d in rep.diagnostics:
+            self._publish(w, d)
+        if rep.frame is not None and self._frames.observers:
+            self._frames.emit(FragmentFrame(w, index, rep.frame))
+        for pref, value in rep.observed.items():
+            subject = self._taps.get(pref)
+            if subject is not None:
+                try:
+                    subject.on_next(value)
+                except Exception as e:  # a subscriber's error: reported, the frames go on
+                    self._publish("driver", Diagnostic("warning", "observe", f"a subscriber raised "
+                                                       f"{type(e).__name__}: {e}; the frames go on", index))
 
     # -- shipping the structure ----------------------------------------------------------------------------
     def _split_now(self) -> _placement.Split:
@@ -530,7 +562,7 @@ class Engine(Restarts):
         """The pipeline as data, where each block runs and each link's transport."""
         split = self._split_now() if self._placement else None
         return DistributedDescription(self._model.describe(), dict(self._placement), dict(self._workers),
-                                      split.links if split else ())
+                                      split.links if split else (), self._steppings(split))
 
     def to_dot(self) -> str:
         """A picture of the pipeline (DOT text): a cluster per worker, links drawn bold with their transport."""
@@ -565,6 +597,7 @@ class Engine(Restarts):
             with contextlib.suppress(Exception):
                 self._stop_run()
         self._inflight.clear()
+        self._clocks_close()  # each frame thread told to end, the pipes removed
         split = self._split
         order = list(reversed(split.order)) if split else list(self._actors)
         for w in order:  # consumers first: they unmap what producers exported

@@ -39,9 +39,11 @@ class Restarts:
     def _split_now(self) -> _placement.Split:
         raise NotImplementedError
 
-    def _step_failed(self, w: str, err: Exception, params: dict, writes: dict) -> None:
+    def _step_failed(self, w: str, err: Exception, params: dict, writes: dict, died: bool | None = None) -> None:
+        """``died``: whether the worker's process ended (None: as the Ray error says)."""
         ray = _ray()
-        died = isinstance(err, ray.exceptions.RayActorError) and _names(err, self._actors[w])
+        if died is None:
+            died = isinstance(err, ray.exceptions.RayActorError) and _names(err, self._actors[w])
         self._requeue(w, params, writes)
         if not died:
             if isinstance(err, ray.exceptions.RayActorError):

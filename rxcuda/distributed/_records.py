@@ -59,12 +59,15 @@ class DistributedFrame:
 @attrs.frozen
 class DistributedDescription:
     """The pipeline as data (``pipeline``: what ``rxcuda.plan`` takes), where each block runs (``placement``:
-    block id -> worker), the workers, and the links between them with the transport each one uses."""
+    block id -> worker), the workers, the links between them with the transport each one uses, and how each
+    worker's frames are stepped (``stepping``: ``"clock"``, through named pipes on the driver's host, or ``"ray"``,
+    a Ray call per frame)."""
 
     pipeline: PipelineDescription
     placement: Mapping[int, str]
     workers: Mapping[str, Worker]
     links: tuple[RemoteLink, ...]
+    stepping: Mapping[str, str] = attrs.field(factory=dict)
 
     def transports(self) -> dict[str, str]:
         """Each link's transport by its label: ``{"first.out -> second.x": "ipc"}``."""

@@ -11,13 +11,15 @@ class, and the tests run it in-process as well.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, cast
 
 import attrs
 
@@ -26,12 +28,13 @@ from ..cuda._stream import synchronize
 from ..engine._engine import Diagnostic, Engine, Frame
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError
-from . import _board, _links
+from . import _board, _clock, _links
 from ._placement import Fragment, RemoteLink
 
 log = logging.getLogger("rxcuda")
 
 EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost (EX_SOFTWARE)
+_F = TypeVar("_F", bound=Any)
 LINK_TIMEOUT_S = 10.0  # how long a consumer waits for its producer's frame on an ipc link before it skips it
 
 
@@ -47,6 +50,18 @@ class StepReport:
     observed: Mapping[PortRef, object]
     diagnostics: tuple[Diagnostic, ...]
     pid: int
+
+
+def _locked(method: _F) -> _F:
+    """A worker's method run holding its lock: a Ray call and the clock's frame thread never touch its engine at
+    once."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return cast(_F, run)
 
 
 class FragmentHost:
@@ -77,6 +92,10 @@ class FragmentHost:
         self._delay = 0.0  # seconds added to each step (throttle: a slow worker, for drills and tests)
         self.received: dict[str, int] = {}  # link label -> frames it brought in
         self._link_us: collections.deque[float] = collections.deque(maxlen=1000)  # host time in link ends a frame
+        self._lock = threading.RLock()  # a step (the clock's frame thread) against Ray's calls (build, read, ...)
+        self._clock: _clock.ClockHand | None = None
+        self._next: tuple[dict, dict] = ({}, {})  # the clock's posted parameters and writes for the next step
+        self._observed_now: Mapping[PortRef, int] = {}  # the observed ports, as last posted
 
     # -- where it runs -------------------------------------------------------------------------------------
     def where(self) -> dict:
@@ -94,6 +113,7 @@ class FragmentHost:
         return {"node": node, "pid": self.pid, "gpus": gpus}
 
     # -- the fragment ------------------------------------------------------------------------------------
+    @_locked
     def build(self, fragment: Fragment, writes: Mapping[PortRef, object], since: int = 1) -> dict:
         """Build ``fragment`` in a new engine (the old one, if any, is closed): its blocks with their values and
         launches, the connections between them, the inputs links feed, and the arrays last written to its
@@ -150,6 +170,7 @@ class FragmentHost:
         return _board.LinkBoard.create(path, depth=self.depth, nbytes=ln.nbytes, data=False, since=since,
                                        handles=sender.handles())
 
+    @_locked
     def retune(self, fragment: Fragment) -> list[str]:
         """Take a fragment that differs from the one built only in kernels' code or launches: each change is
         made in place on its block (a code swap, a launch update: the Code and Parameters tiers at the next
@@ -178,6 +199,7 @@ class FragmentHost:
                            f"{', '.join(b.name for b in self.blocks.values()) or 'none'})") from None
 
     # -- frames ----------------------------------------------------------------------------------------
+    @_locked
     def step(self, index: int, params: Mapping[int, Mapping[str, object]], writes: Mapping[PortRef, object],
              observed: Mapping[PortRef, int], *payloads) -> tuple[dict, StepReport]:
         """One distributed frame: parameters (latest values, coalesced by the driver), host writes, what the
@@ -269,26 +291,31 @@ class FragmentHost:
                 "warning", ln.label, f"worker '{self.name}': the producer of {ln.label} published no frame {index} "
                 f"within {self.link_timeout:g} s; this frame's input keeps its last value", index, None))
 
+    @_locked
     def read(self, ref: PortRef):
         """A port's value now (waits for the frames in flight)."""
         return self._engine().read(self.port(ref))
 
+    @_locked
     def write(self, ref: PortRef, data) -> None:
         self._engine().write(self.port(ref), data)
 
+    @_locked
     def describe(self):
         """The fragment as the engine here holds it (its own block ids)."""
         return self._engine().describe()
 
+    @_locked
     def stats(self) -> dict:
         """What the worker has done: frames, rebuilds, frames each link brought in and each skipped, how many of
         its ipc inputs' frames were not published yet when its step asked (``waited``: its producer's step ran
         alongside), the median host time a frame spends in the ends of its links besides such waits (``link_us``,
-        the last 1000 frames), its process."""
+        the last 1000 frames), the frames its current clock stepped (``clock_frames``), its process."""
         e = self._engine()
         return {"frame": e.frame, "rebuilds": e.rebuilds, "pid": self.pid, "received": dict(self.received),
                 "skipped": dict(self.skipped), "waited": sum(r.waited for r in self._readers.values()),
                 "link_us": statistics.median(self._link_us) if self._link_us else None,
+                "clock_frames": self._clock.frames if self._clock is not None else 0,
                 "state": e.last_frame.state if e.last_frame else "not built"}
 
     def throttle(self, seconds: float) -> None:
@@ -306,8 +333,51 @@ class FragmentHost:
         """End this worker's process at once, as a fault would (fault drills, tests)."""
         os._exit(1)
 
+    @_locked
     def close(self) -> None:
+        self.stop_clock()
         self._close_engine()
+
+    # -- the clock: frames stepped through pipes (same host), not a Ray call each ----------------------------------
+    def start_clock(self, go: str, done: str, generation: int) -> int:
+        """Take frames from the driver's pipes ``go`` / ``done`` (see ``_clock``) on a frame thread; returns the
+        process id (the driver checks it while it waits)."""
+        self.stop_clock()
+        self._next, self._observed_now = ({}, {}), {}
+        self._clock = _clock.ClockHand(go, done, generation, self._clock_step, self._clock_apply)
+        return self.pid
+
+    def post(self, generation: int, seq: int, params: Mapping, writes: Mapping, observed: Mapping | None) -> None:
+        """Control message ``seq`` of clock ``generation``: parameters, writes and (when they changed) the observed
+        ports, applied before the frame whose request names it. One for an older clock is dropped."""
+        hand = self._clock
+        if hand is not None and hand.generation == generation:
+            hand.post(seq, (params, writes, observed))
+
+    def collect(self, index: int):
+        """What frame ``index``'s answer did not hold: (frame, observed values, diagnostics, error)."""
+        hand = self._clock
+        return hand.more.pop(index, None) if hand is not None else None
+
+    def stop_clock(self) -> None:
+        hand, self._clock = self._clock, None
+        if hand is not None:
+            hand.stop()
+
+    def _clock_apply(self, messages: list) -> None:
+        params, writes = self._next
+        for p, w, observed in messages:
+            for bid, values in p.items():
+                params[bid] = {**params.get(bid, {}), **values}
+            writes.update(w)
+            if observed is not None:
+                self._observed_now = observed
+
+    def _clock_step(self, index: int):
+        with self._lock:
+            (params, writes), self._next = self._next, ({}, {})
+            _out, rep = self.step(index, params, writes, self._observed_now)
+        return rep.frame, (rep.observed, rep.diagnostics) if rep.observed or rep.diagnostics else None
 
     def _engine(self) -> Engine:
         if self.engine is None:

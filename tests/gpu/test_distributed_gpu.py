@@ -42,6 +42,7 @@ def pair(cluster, kernels, rng):
 def test_two_workers_on_one_gpu_exchange_frames_through_cuda_ipc(pair, rng):
     dist, first, second, s1, s2 = pair
     assert dist.describe().transports() == {LINK: "ipc"}
+    assert dist.describe().stepping == {"a": "clock", "b": "clock"}  # one host: frames through the clocks' pipes
     assert dist.where("a")["pid"] != dist.where("b")["pid"]  # two processes
     got: list[np.ndarray] = []
     dist.observe(second["out"]).subscribe(got.append)
@@ -58,6 +59,26 @@ def test_two_workers_on_one_gpu_exchange_frames_through_cuda_ipc(pair, rng):
     np.testing.assert_allclose(dist.read(second["out"]), inputs[-1] * np.float32(s1) * np.float32(s2),
                                rtol=1e-6, atol=1e-6)
     assert ray.get(dist.actor("b").stats.remote())["received"][LINK] == 4
+    assert all(ray.get(dist.actor(w).stats.remote())["clock_frames"] >= 4 for w in ("a", "b"))
+
+
+def test_frames_stepped_by_ray_calls_give_the_same_numbers(cluster, kernels, rng):
+    s1, s2 = (float(v) for v in rng.uniform(0.5, 3.0, 2))
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}, stepping="ray") as dist:
+        first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="first", scale=s1), on="a")
+        second = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="second", scale=s2),
+                          on="b")
+        dist.connect(first["out"], second["x"])
+        assert dist.describe().stepping == {"a": "ray", "b": "ray"}
+        got: list[np.ndarray] = []
+        dist.observe(second["out"]).subscribe(got.append)
+        inputs = [rng.standard_normal(N).astype(np.float32) for _ in range(6)]
+        for x in inputs:
+            dist.write(first["x"], x)
+            assert dist.tick().complete
+        for i, (x, out) in enumerate(zip(inputs, got, strict=True)):
+            np.testing.assert_array_equal(out, (x * np.float32(s1)) * np.float32(s2), err_msg=f"frame {i}")
+        assert ray.get(dist.actor("a").stats.remote())["clock_frames"] == 0
 
 
 def test_a_parameter_change_on_a_remote_block_is_a_hot_update_of_its_graph(pair, rng):

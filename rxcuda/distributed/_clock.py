@@ -1,0 +1,253 @@
+"""Frames of same-host workers stepped through named pipes, not a Ray call each: a worker's *clock*.
+
+When every worker of a distributed engine runs on the driver's host, the driver steps each one by writing a small
+fixed record, "step frame *i* once the control messages up to *n* are applied", into the worker's **go** pipe (a
+FIFO in ``/dev/shm``), and a frame thread in the worker, blocked reading that pipe, runs the step and writes back
+"frame *i* done: state, tiers, host time, whether there is more" into its **done** pipe, which the driver polls
+for all its workers at once. A pipe both wakes the other process (a blocking read, no spinning) and carries the
+record (a write of at most ``PIPE_BUF`` bytes arrives whole), so there is no shared-memory block to order.
+
+What does not fit a fixed record crosses by Ray, and only when there is some: parameters, writes and the observed
+ports go with a ``post(generation, seq, ...)`` call the driver does not wait for (the frame's record names the
+``seq`` the worker must have applied first, so a change made between two frames lands in the next one); observed
+values, diagnostics, a profiled frame or a step's error come back through ``collect(index)`` when the record says
+so. A worker's death is its done pipe hanging up (or, polled every ``CHECK_S``, its process gone): the driver
+never blocks on a dead worker. A restarted worker gets a new clock (new pipes, a new generation).
+
+Nothing here imports Ray or CUDA.
+
+>>> rec = encode(7, DONE, 0, _frame(3, 12.5, ("parameters",), "ok", True, None, 1))
+>>> decode(rec)[:3], decode(rec)[3].tiers
+((7, 'done', 0), ('parameters',))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import queue
+import select
+import struct
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from ..engine._records import Frame
+from ..model._events import Tier
+from ._board import _alive, board_dir
+
+REQUEST = struct.Struct("<qq")  # frame index (STOP: end the frame thread), control messages to apply first
+RECORD = struct.Struct("<qqqqqqdd")  # index, status, flags, engine frame, tiers, state | launched << 8 | frames << 16,
+#                                      host_us, gpu_us (nan: none)
+STOP = -1
+DONE, FAILED = 0, 1
+STATUS = {DONE: "done", FAILED: "failed"}
+MORE = 1  # flag: collect() has more for this frame (observed values, diagnostics, a profiled frame, an error)
+CHECK_S = 0.2  # the driver checks a silent worker's process this often
+POST_TIMEOUT_S = 30.0  # how long a frame waits for the control messages its record names
+_TIERS = (Tier.STRUCTURE, Tier.CODE, Tier.RECAPTURE, Tier.PARAMETERS)
+_STATES = ("ok", "error", "idle")
+_count = itertools.count()
+
+
+def _frame(index, host_us, tiers, state, launched, gpu_us, frames) -> Frame:
+    return Frame(index, host_us, tuple(Tier(t) for t in tiers), state, launched, gpu_us, frames)
+
+
+def encode(index: int, status: int, flags: int, frame: Frame | None) -> bytes:
+    """One worker's answer for frame ``index``; a frame that does not fit (profiling, an unknown state) sets
+    ``MORE`` and travels whole through ``collect``."""
+    if frame is None:
+        return RECORD.pack(index, status, flags | MORE, 0, 0, 0, 0.0, math.nan)
+    tiers = 0
+    for k, t in enumerate(frame.tiers):
+        tiers |= (_TIERS.index(t) + 1) << (4 * k)
+    fits = frame.state in _STATES and len(frame.tiers) <= 8 and frame.blocks is None and frame.kernels is None \
+        and frame.phases is None
+    state = (_STATES.index(frame.state) if frame.state in _STATES else 0) | int(frame.launched) << 8 | \
+        frame.frames << 16
+    return RECORD.pack(index, status, flags | (0 if fits else MORE), frame.index, tiers, state, frame.host_us,
+                       math.nan if frame.gpu_us is None else frame.gpu_us)
+
+
+def decode(raw: bytes) -> tuple[int, str, int, Frame]:
+    """(index, status, flags, the frame as far as the record holds it)."""
+    index, status, flags, fidx, tiers, state, host_us, gpu_us = RECORD.unpack(raw)
+    ts = []
+    while tiers:
+        ts.append(_TIERS[(tiers & 15) - 1])
+        tiers >>= 4
+    frame = Frame(fidx, host_us, tuple(ts), _STATES[state & 255], bool(state >> 8 & 255), None if math.isnan(gpu_us)
+                  else gpu_us, state >> 16)
+    return index, STATUS[status], flags, frame
+
+
+# -- the driver's end --------------------------------------------------------------------------------------------
+class Clock:
+    """The driver's end of one worker's clock: its two pipes, made here (``/dev/shm``, named after the engine's
+    session), and the control messages posted so far."""
+
+    def __init__(self, session: str, worker: str, pid: int):
+        self.worker, self.pid = worker, pid
+        self.generation = next(_count)
+        base = os.path.join(board_dir(), f"rxcuda-{session}-clock-{os.getpid()}-{self.generation}")
+        self.go_path, self.done_path = f"{base}-go", f"{base}-done"
+        self.go = self.done = -1
+        self.seq = 0  # control messages posted
+        self.observed: object = None  # the observed-ports table last posted (tables are replaced, never changed)
+        try:
+            os.mkfifo(self.go_path, 0o600)
+            os.mkfifo(self.done_path, 0o600)
+            self.go = os.open(self.go_path, os.O_RDWR)  # never blocks, and a dead reader is no EPIPE here
+            self.done = os.open(self.done_path, os.O_RDONLY | os.O_NONBLOCK)  # hangs up when the worker's end dies
+        except BaseException:
+            self.close()
+            raise
+
+    def step(self, index: int) -> None:
+        os.write(self.go, REQUEST.pack(index, self.seq))
+
+    def close(self) -> None:
+        """Tell the frame thread to end, close the pipes and remove them."""
+        if self.go >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self.go, REQUEST.pack(STOP, 0))
+        for fd in (self.go, self.done):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.go = self.done = -1
+        for p in (self.go_path, self.done_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+
+
+def wait(clocks: Mapping[str, Clock], index: int, on_silence: Callable[[str, float], None] | None = None
+         ) -> dict[str, tuple | str]:
+    """Each clock's answer for frame ``index``: (status, flags, frame) as :func:`decode` gives them, or "dead"
+    (its pipe hung up, or its process is gone). Waits as long as a worker lives; ``on_silence(worker, seconds)``
+    is called each ``CHECK_S`` a live worker stays silent."""
+    got: dict[str, tuple | str] = {}
+    left = {c.done: (w, c) for w, c in clocks.items()}
+    poller = select.poll()
+    for fd in left:
+        poller.register(fd, select.POLLIN)
+    start = time.monotonic()
+    while left:
+        events = poller.poll(CHECK_S * 1000)
+        for fd, ev in events:
+            w, c = left[fd]
+            answer = _read(fd, index) if ev & select.POLLIN else None
+            if answer is None and not ev & select.POLLHUP:
+                continue  # an older frame's answer, read and dropped
+            got[w] = answer if answer is not None else "dead"
+            poller.unregister(fd)
+            del left[fd]
+        if not events:
+            for fd, (w, c) in list(left.items()):
+                if not _alive(c.pid):
+                    got[w] = "dead"
+                    poller.unregister(fd)
+                    del left[fd]
+                elif on_silence is not None:
+                    on_silence(w, time.monotonic() - start)
+    return got
+
+
+def _read(fd: int, index: int) -> tuple | None:
+    """The answer for frame ``index`` from a done pipe, dropping older ones; None if it is not there yet."""
+    while True:
+        try:
+            raw = os.read(fd, RECORD.size)
+        except BlockingIOError:
+            return None
+        if len(raw) < RECORD.size:
+            return None  # hung up (nothing), or a writer died mid-record: the caller sees the hang-up
+        i, status, flags, frame = decode(raw)
+        if i == index:
+            return status, flags, frame
+        if i > index:
+            raise RuntimeError(f"clock pipe {fd}: frame {i} answered while frame {index} was awaited")
+
+
+# -- the worker's end --------------------------------------------------------------------------------------------
+class ClockHand:
+    """The worker's end: a daemon thread that reads the go pipe, applies the control messages the request names
+    (``apply(messages)``), runs ``step(index)`` and writes the answer. ``step`` returns (frame, (observed values,
+    diagnostics) or None when there are none); it raising is a FAILED answer. What does not fit the answer waits in
+    ``more[index]`` as (frame, observed values, diagnostics, error) for the driver's ``collect``."""
+
+    def __init__(self, go_path: str, done_path: str, generation: int, step: Callable, apply: Callable):
+        self.generation = generation
+        self._step, self._apply = step, apply
+        self._posted: queue.SimpleQueue = queue.SimpleQueue()
+        self._applied = 0
+        self.more: dict[int, object] = {}  # frame -> what collect() gives for it
+        self.frames = 0  # frames stepped through this clock
+        self._go = os.open(go_path, os.O_RDONLY)  # the driver holds it open: no wait
+        self._done = os.open(done_path, os.O_WRONLY)
+        self.thread = threading.Thread(target=self._run, name=f"rxcuda-clock-{generation}", daemon=True)
+        self.thread.start()
+
+    def post(self, seq: int, message) -> None:
+        self._posted.put((seq, message))
+
+    def _take(self, upto: int) -> None:
+        messages = []
+        deadline = time.monotonic() + POST_TIMEOUT_S
+        while self._applied < upto:
+            try:
+                seq, m = self._posted.get(timeout=max(deadline - time.monotonic(), 1e-3))
+            except queue.Empty:
+                raise RuntimeError(f"control message {upto} of clock {self.generation} did not arrive within "
+                                   f"{POST_TIMEOUT_S:g} s (message {self._applied} did)") from None
+            self._applied = seq
+            messages.append(m)
+        if messages:
+            self._apply(messages)
+
+    def _run(self) -> None:
+        while True:
+            raw = _read_exact(self._go, REQUEST.size)
+            if raw is None:
+                break  # the driver's end is gone
+            index, upto = REQUEST.unpack(raw)
+            if index == STOP:
+                break
+            try:
+                self._take(upto)
+                frame, extra = self._step(index)  # extra: (observed values, diagnostics) or None
+                self.frames += 1
+                status, more = DONE, (frame, *extra, None) if extra is not None else None
+            except BaseException as e:  # the answer says so; the error is collected
+                frame, status, more = None, FAILED, (None, {}, (), f"{type(e).__name__}: {e}")
+            rec = encode(index, status, MORE if more is not None else 0, frame)
+            if RECORD.unpack(rec)[2] & MORE:
+                self.more[index] = more if more is not None else (frame, {}, (), None)
+                for old in [i for i in self.more if i < index - 64]:  # never collected: the driver is gone
+                    del self.more[old]
+            try:
+                os.write(self._done, rec)
+            except OSError:
+                break
+        for fd in (self._go, self._done):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.thread.join(timeout)
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        try:
+            part = os.read(fd, n - len(buf))
+        except OSError:
+            return None
+        if not part:
+            return None
+        buf += part
+    return buf

@@ -1,0 +1,132 @@
+"""How a distributed engine steps its workers each frame: a Ray call per worker (``ray``: across hosts, or
+asked for), or, when every worker runs on the driver's host, their clocks (``clock``: ``_clock``'s pipes, no Ray
+call per frame). A part of :class:`~rxcuda.distributed.Engine` (its base class), kept apart to keep each module
+small."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..engine._engine import Diagnostic
+from . import _clock, _placement
+from ._ray import ray_module as _ray
+from ._worker import StepReport
+
+STEPPINGS = ("auto", "ray")
+SILENCE_S = 60.0  # a live worker silent this long on a frame is a warning (then waited for on)
+START_TIMEOUT_S = 60.0  # how long a worker may take to start its clock
+
+
+class WorkerGone(RuntimeError):
+    """A worker's process ended while the driver waited for its frame (its clock's pipe hung up)."""
+
+
+class ClockSteps:
+    """The clock side of the distributed engine (its state, declared here for the type checker)."""
+
+    _actors: dict[str, Any]
+    _where: dict[str, dict]
+    _workers: dict[str, _placement.Worker]
+    _session: str
+    _stepping: str
+    _driver_node: str | None
+    _clocks: dict[str, _clock.Clock]
+    _silent: set
+    _index: int
+
+    def _publish(self, worker: str, d: Diagnostic) -> None:
+        raise NotImplementedError
+
+    def _step_failed(self, w: str, err: Exception, params: dict, writes: dict, died: bool | None = None) -> None:
+        raise NotImplementedError  # Restarts's, before this class in the engine's bases
+
+    def _clock_applies(self, split: _placement.Split) -> bool:
+        """Whether frames step through clocks: stepping "auto", every worker on the driver's host, and no ``host``
+        link (its producer's result is handed to its consumer's Ray step)."""
+        if self._stepping != "auto" or self._driver_node is None or not hasattr(os, "mkfifo"):
+            return False
+        if any(ln.transport == "host" for ln in split.links):
+            return False
+        return all(self._where.get(w, {}).get("node") == self._driver_node for w in self._workers)
+
+    def _steppings(self, split: _placement.Split | None) -> dict[str, str]:
+        mode = "clock" if split is not None and self._clock_applies(split) else "ray"
+        return {w: mode for w in self._workers}
+
+    def _clock_ready(self, workers) -> None:
+        """A clock for each of ``workers`` (made again for a restarted one: a new process, new pipes)."""
+        ray = _ray()
+        for w in workers:
+            pid = self._where[w]["pid"]
+            c = self._clocks.get(w)
+            if c is not None and c.pid == pid:
+                continue
+            self._clock_drop(w)
+            c = _clock.Clock(self._session, w, pid)
+            try:
+                ray.get(self._actors[w].start_clock.remote(c.go_path, c.done_path, c.generation),
+                        timeout=START_TIMEOUT_S)
+            except ray.exceptions.RayError as e:
+                c.close()
+                self._step_failed(w, e, {}, {})
+                continue
+            self._clocks[w] = c
+
+    def _clock_drop(self, w: str) -> None:
+        c = self._clocks.pop(w, None)
+        if c is not None:
+            c.close()
+
+    def _clocks_close(self) -> None:
+        for w in list(self._clocks):
+            self._clock_drop(w)
+
+    def _clock_step(self, w: str, index: int, params: dict, writes: dict, observed: dict) -> None:
+        """Step ``w`` through its clock: what changed since the last frame first, by a Ray call not waited for."""
+        c = self._clocks.get(w)
+        if c is None:
+            return  # gone: its answer is "dead"
+        if params or writes or observed is not c.observed:
+            c.seq += 1
+            self._actors[w].post.remote(c.generation, c.seq, params, writes,
+                                        None if observed is c.observed else observed)
+            c.observed = observed
+        c.step(index)
+
+    def _clock_wait(self, index: int, workers: list[str]) -> dict[str, StepReport | tuple[Exception, bool | None]]:
+        """Each worker's report of frame ``index`` from its clock, or (the error, whether the worker died)."""
+        ray = _ray()
+        clocks = {w: self._clocks[w] for w in workers if w in self._clocks}
+
+        def silent(w: str, seconds: float) -> None:
+            if seconds >= SILENCE_S and (w, index) not in self._silent:
+                self._silent.add((w, index))
+                self._publish(w, Diagnostic("warning", w, f"worker '{w}' (process {clocks[w].pid}) is alive and has "
+                                            f"not finished frame {index} for {seconds:.0f} s; still waiting", index))
+
+        answers = _clock.wait(clocks, index, silent)
+        out: dict[str, StepReport | tuple[Exception, bool | None]] = {}
+        for w in workers:
+            a = answers.get(w, "dead")
+            if isinstance(a, str):
+                pid = clocks[w].pid if w in clocks else self._where[w]["pid"]
+                self._clock_drop(w)
+                out[w] = (WorkerGone(f"process {pid} ended"), True)
+                continue
+            status, flags, frame = a
+            seen, diags, err = {}, (), None
+            if flags & _clock.MORE:
+                try:
+                    more = ray.get(self._actors[w].collect.remote(index))
+                except ray.exceptions.RayError as e:
+                    out[w] = (e, None)
+                    continue
+                if more is not None:
+                    full, seen, diags, err = more
+                    frame = full or frame
+            if status == "failed":
+                out[w] = (RuntimeError(err or "its step failed"), False)
+                continue
+            out[w] = StepReport(w, index, frame, seen, diags, clocks[w].pid)
+        return out

@@ -1,0 +1,154 @@
+"""A worker's clock in-process (no Ray): the record each way, the control messages a frame waits for, a failed step,
+a worker whose end hangs up or whose process is gone, the pipes removed on close; and a worker's engine stepped
+through its clock."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import threading
+import uuid
+
+import numpy as np
+
+import rxcuda
+from rxcuda.cuda import NullDriver
+from rxcuda.distributed import Worker, _clock, split
+from rxcuda.distributed._placement import check_workers
+from rxcuda.distributed._worker import FragmentHost
+from rxcuda.engine._records import Frame
+from rxcuda.lowlevel import PortRef
+from rxcuda.model._events import Tier
+
+
+def test_a_frame_crosses_in_one_record_and_one_that_does_not_fit_asks_for_more():
+    frame = Frame(41, 17.25, (Tier.CODE, Tier.PARAMETERS), "error", False, 3.5, 4)
+    index, status, flags, back = _clock.decode(_clock.encode(9, _clock.DONE, 0, frame))
+    assert (index, status, flags) == (9, "done", 0)
+    assert back == frame and back.tiers == ("code", "parameters")
+    assert _clock.decode(_clock.encode(9, _clock.DONE, 0, frame._replace(gpu_us=None)))[3].gpu_us is None
+    profiled = frame._replace(blocks={"first": 1.0})
+    assert _clock.decode(_clock.encode(9, _clock.DONE, 0, profiled))[2] & _clock.MORE
+    assert _clock.decode(_clock.encode(9, _clock.FAILED, 0, None))[1:3] == ("failed", _clock.MORE)
+
+
+class _Hand:
+    """A clock with both ends in this process: the steps it ran and the messages it applied, in order."""
+
+    def __init__(self, step=None):
+        self.log: list = []
+        self.clock = _clock.Clock(uuid.uuid4().hex[:12], "w", os.getpid())
+
+        def default(index):
+            self.log.append(("step", index))
+            return Frame(index, 1.0, (), "ok", True, None, 1), None
+
+        self.hand = _clock.ClockHand(self.clock.go_path, self.clock.done_path, self.clock.generation,
+                                     step or default, lambda ms: self.log.append(("apply", ms)))
+
+    def post(self, message) -> None:
+        self.clock.seq += 1
+        self.hand.post(self.clock.seq, message)
+
+    def close(self) -> None:
+        self.clock.close()
+        self.hand.stop()
+
+
+def test_a_frame_waits_for_the_control_messages_its_request_names():
+    h = _Hand()
+    try:
+        h.clock.step(1)
+        assert h.clock.seq == 0 and _clock.wait({"w": h.clock}, 1)["w"][0] == "done"
+        h.clock.seq = 2  # two messages posted before frame 2, the second after its request reached the worker
+        h.clock.step(2)
+        h.hand.post(1, "first")
+        threading.Timer(0.05, h.hand.post, (2, "second")).start()
+        status, flags, frame = _clock.wait({"w": h.clock}, 2)["w"]
+        assert status == "done" and flags == 0 and frame.index == 2
+        assert h.log == [("step", 1), ("apply", ["first", "second"]), ("step", 2)]
+        assert h.hand.frames == 2
+    finally:
+        h.close()
+
+
+def test_frames_in_flight_are_answered_in_order_and_an_older_answer_is_dropped():
+    h = _Hand()
+    try:
+        for i in (1, 2, 3):
+            h.clock.step(i)
+        assert _clock.wait({"w": h.clock}, 2)["w"][2].index == 2  # frame 1's answer read and dropped
+        assert _clock.wait({"w": h.clock}, 3)["w"][2].index == 3
+    finally:
+        h.close()
+
+
+def test_a_failed_step_is_answered_and_its_error_waits_to_be_collected():
+    def broken(index):
+        raise ZeroDivisionError("oops")
+
+    h = _Hand(broken)
+    try:
+        h.clock.step(5)
+        status, flags, _ = _clock.wait({"w": h.clock}, 5)["w"]
+        assert status == "failed" and flags & _clock.MORE
+        assert h.hand.more.pop(5) == (None, {}, (), "ZeroDivisionError: oops")
+    finally:
+        h.close()
+
+
+def test_a_worker_whose_end_hangs_up_or_whose_process_is_gone_is_dead_not_waited_for():
+    h = _Hand()
+    h.clock.step(_clock.STOP)  # the frame thread ends and closes its end of the pipes
+    h.hand.stop()
+    assert not h.hand.thread.is_alive()
+    h.clock.step(1)
+    assert _clock.wait({"w": h.clock}, 1) == {"w": "dead"}
+    h.clock.close()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    silent = _clock.Clock(uuid.uuid4().hex[:12], "s", int(gone.stdout))
+    try:
+        fd = os.open(silent.done_path, os.O_WRONLY)  # a writer that never answers, in a process that has ended
+        silent.step(1)
+        assert _clock.wait({"s": silent}, 1) == {"s": "dead"}
+        os.close(fd)
+    finally:
+        silent.close()
+
+
+def test_close_removes_the_pipes():
+    h = _Hand()
+    paths = [h.clock.go_path, h.clock.done_path]
+    assert all(stat.S_ISFIFO(os.stat(p).st_mode) for p in paths)
+    h.close()
+    assert not any(os.path.exists(p) for p in paths) and not h.hand.thread.is_alive()
+
+
+def test_a_worker_steps_its_fragment_through_its_clock_with_the_posted_values():
+    model = rxcuda.Engine(driver=NullDriver())
+    first = model.add(rxcuda.Block.from_kernel("scalar_mul", size=64, name="first"))
+    model.write(first["x"], np.zeros(64, np.float32))
+    s = split(model.describe(), {first.id: "a"}, check_workers({"a": Worker(null=True)}))
+    model.close()
+    host = FragmentHost("a", null=True)
+    host.build(s.fragments["a"], {})
+    clock = _clock.Clock(host.session, "a", os.getpid())
+    try:
+        host.start_clock(clock.go_path, clock.done_path, clock.generation)
+        ref = PortRef(first.id, "out")
+        clock.seq = 1
+        host.post(clock.generation, 1, {first.id: {"scale": 4.0}}, {}, {ref: 1})
+        host.post(clock.generation + 1, 1, {first.id: {"scale": 99.0}}, {}, None)  # an older clock's: dropped
+        clock.step(1)
+        status, flags, frame = _clock.wait({"a": clock}, 1)["a"]
+        assert status == "done" and frame.tiers == ("parameters",) and flags & _clock.MORE  # an observed port
+        full, seen, diags, err = host.collect(1)
+        assert err is None and seen[ref].shape == (64,) and host.collect(1) is None
+        assert host.describe().blocks[0].values["scale"] == 4.0
+        assert host.stats()["clock_frames"] == 1
+    finally:
+        clock.close()
+        host.close()
+    assert host._clock is None
