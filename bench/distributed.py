@@ -8,6 +8,8 @@ Rows (each a median over ``--frames`` frames of ``tick()``, every frame waited f
 - one engine, in this process: two ``scalar_mul`` blocks connected (the local connection);
 - one worker: the same two blocks in one Ray actor (its step per frame, no link: through its clock, named pipes
   and no Ray call, since every worker runs on this host; ``--stepping ray``: a Ray call per worker and frame);
+- two workers, not connected: the same two blocks, one per worker, each with its own input (what a second
+  worker costs without a link: on one GPU, two processes' contexts take turns);
 - two workers, ``ipc``: one block each, the connection carried by CUDA IPC, both workers' steps in flight at once
   and meeting on the link's shared-memory board (on the null driver: the same handshake, the bytes in the board);
 - two workers, ``host``: the same through Ray's object store (the consumer's step after the producer's);
@@ -96,6 +98,12 @@ def main() -> None:
             one_worker = _median_us(dist.tick, args.frames)
             step = dist.describe().stepping["a"]
             rows.append((f"one worker, both blocks ({step} step, no link)", one_worker))
+        with Engine({"a": spec, "b": spec}) as dist:  # the same two workers and blocks, no connection
+            for block, w, scale in (("first", "a", 1.5), ("second", "b", 0.5)):
+                blk = dist.add(rxcuda.Block.from_kernel(KERNEL, size=n, name=block, scale=scale), on=w)
+                dist.write(blk["x"], np.random.default_rng().standard_normal(n).astype(np.float32))
+            unlinked = _median_us(dist.tick, args.frames)
+            rows.append(("two workers, a block each, not connected", unlinked))
         transports = ["ipc", "host"]  # ipc on the null driver: the board's shared memory carries the bytes
         link_cost = {}
         for transport in transports:
@@ -152,6 +160,8 @@ def main() -> None:
         target = " (target <= 100 us for 4 MiB)" if transport == "ipc" and gpu else ""
         what = " through shared memory, null driver" if transport == "ipc" and not gpu else ""
         print(f"a cross-worker {transport} link{what} adds {us:.1f} us a frame (two workers minus one){target}")
+        print(f"  the connection itself: {us + one_worker - unlinked:.1f} us a frame (two connected workers minus the "
+              "same two not connected)")
     print(f"frames per second under run(): one worker {spec_fps['one worker']:.0f}, two workers "
           f"{spec_fps['two workers']:.0f} (frames in flight overlap the workers)")
     print(f"from a worker's death to its fragment's next frame: {restart_s:.2f} s")
