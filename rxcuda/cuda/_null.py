@@ -60,6 +60,9 @@ class NullDriver:
         self.current = 0  # the context made current last
         self._contexts: dict[int, tuple] = {}  # device -> (primary context, references)
         self._peers: set[tuple[int, int]] = set()  # (context, peer context) with peer access enabled
+        # graph -> its kernel nodes: node -> (the nodes it depends on, the params struct it was added with: the
+        # layer's own object, not a copy); what a test compares between a graph grown in place and a fresh one
+        self.kernel_nodes: dict[int, dict[int, tuple[tuple[int, ...], object]]] = {}
 
     # -- recording, failures ---------------------------------------------------------------------------
     def fail(self, name: str, error="CUDA_ERROR_UNKNOWN", times: int = 1) -> None:
@@ -362,10 +365,32 @@ class NullDriver:
 
     def cuGraphDestroy(self, graph):
         self._drop("graph", graph)
+        self.kernel_nodes.pop(int(graph), None)
         return self._call("cuGraphDestroy", (int(graph),))
 
     def cuGraphAddKernelNode(self, graph, deps, n, params):
-        return self._call("cuGraphAddKernelNode", (int(graph), n), lambda: (self._new("node", _real.CUgraphNode),))
+        result = self._call("cuGraphAddKernelNode", (int(graph), n), lambda: (self._new("node", _real.CUgraphNode),))
+        if not result[0]:
+            self.kernel_nodes.setdefault(int(graph), {})[int(result[1])] = (tuple(int(d) for d in deps[:n]), params)
+        return result
+
+    def cuGraphKernelNodeSetParams(self, node, params):
+        h = int(node)
+        for nodes in self.kernel_nodes.values():
+            if h in nodes:
+                nodes[h] = (nodes[h][0], params)
+                break
+        return self._call("cuGraphKernelNodeSetParams", (h,))
+
+    def cuGraphDestroyNode(self, node):
+        h = int(node)
+        for nodes in self.kernel_nodes.values():
+            if nodes.pop(h, None) is not None:
+                for other, (deps, params) in list(nodes.items()):  # its edges go with it
+                    if h in deps:
+                        nodes[other] = (tuple(d for d in deps if d != h), params)
+                break
+        return self._call("cuGraphDestroyNode", (h,))
 
     def cuGraphAddMemsetNode(self, graph, deps, n, params, ctx):
         return self._call("cuGraphAddMemsetNode", (int(graph), n), lambda: (self._new("node", _real.CUgraphNode),))

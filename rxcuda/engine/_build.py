@@ -83,6 +83,7 @@ class Builder:
         self.last_build_ms: float | None = None  # how long the last successful rebuild took
         self._occupancy_warnings: list = []
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
+        self.grown = 0  # builds that grew the running graph's template in place (CompiledGraph.grow)
         self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
         self._capturing = threading.Lock()  # the capture stream and library handles: one capture at a time
@@ -196,12 +197,21 @@ class Builder:
                 rt.pool.zero(acquired, rt.stream)
             if gp.stamps is not None:
                 ring = StampRing(rt.api, rt.modules.load(stamp_code()).function, len(gp.stamps.names))
-            new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
-                                api=rt.api, stamps=ring, previous=running)
+            if not background and running is not None and ring is None and running.api is rt.api:
+                # nodes added after, or removed from, the end: the running graph's template grows in place
+                new = CompiledGraph.grow(running, gp, functions, pointers, {b.id for b in desc.blocks},
+                                         capture=self.capture)
+                if new is not None:
+                    self.grown += 1
+            if new is None:
+                new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
+                                    api=rt.api, stamps=ring, previous=running)
             ring = None  # the graph owns it now (closes it with itself)
             if rt.stamps == "kernel":
                 self._occupancy(gp, functions)
-            if background or running is None or not new.adopt_exec(running):
+            if new.exec is not None:
+                pass  # grown: instantiated already
+            elif background or running is None or not new.adopt_exec(running):
                 new.instantiate()
                 if background:  # its first launch, on the frame thread, then finds it on the device
                     new.upload(rt.stream)
