@@ -35,7 +35,7 @@ from ..model._graphplan import (
 )
 from ..model._memo import by_identity
 from . import _appends, _delays, _liveness, _regions, _shapes
-from ._order import Report, hazard_deps, ordered_blocks
+from ._order import Report, hazard_deps, hazard_deps_after, ordered_blocks
 
 # The plan's named tuples made in the per-block loop are built as ``_new(Cls, (fields...))``: the same tuple
 # without the Python-level ``__new__`` a named tuple's call goes through (0.1 us each, ~7 per block: plan() of
@@ -219,6 +219,8 @@ class _Planner:
         self.marks: list[tuple[int, int, int]] = []
         self.emitted_from = 0  # problems before the first block was emitted (those of the validation)
         self.reused = 0  # leading blocks whose nodes and buffers came from ``previous``
+        self.deps: tuple[tuple[int, ...], ...] = ()  # the plan's dependencies (flat pipelines: see _hazards)
+        self.kept_deps: tuple[tuple[int, ...], ...] = ()  # those of the nodes taken over from ``previous``
         self.buffers: list[BufferPlan] = []
         self.by_key: dict[tuple, int] = {}
         self.nodes: list[NodePlan] = []
@@ -294,7 +296,7 @@ class _Planner:
             nodes=tuple(self.nodes),
             deps=(_regions.region_deps(self.nodes, self.parents, self.region_setters, self.region_steps)
                   if desc.regions
-                  else hazard_deps(self.nodes)),
+                  else self._hazards()),
             buffers=tuple(self.buffers),
             port_buffers=self.port_buffers,
             counters=self.counters,
@@ -308,6 +310,16 @@ class _Planner:
             warnings=tuple(report.problems),  # no errors: all of them are warnings
         )
         return (_liveness.share_memory(gp, desc) if self.reuse_memory else gp), report
+
+    def _hazards(self) -> tuple[tuple[int, ...], ...]:
+        """The dependencies of a flat pipeline's nodes: those of the nodes taken over are the previous plan's
+        (a node's come from the nodes before it alone), the rest worked out after them."""
+        nodes, kept = self.nodes, self.kept_deps
+        if kept:
+            self.deps = kept if len(kept) == len(nodes) else hazard_deps_after(nodes, len(kept), kept)
+        else:
+            self.deps = hazard_deps(nodes)
+        return self.deps
 
     def _resume(self, blocks: tuple[BlockEntry, ...], sources: Mapping[PortRef, PortRef]) -> int:
         """Take over the previous plan's work for the leading blocks that are as they were: the same entry
@@ -339,6 +351,7 @@ class _Planner:
         n_nodes, n_buffers, n_problems = prev.marks[k - 1]
         self.nodes = prev.nodes[:n_nodes]
         self.buffers = prev.buffers[:n_buffers]
+        self.kept_deps = prev.deps[:n_nodes] if len(prev.deps) >= n_nodes else ()
         # (a block's slot lists are only appended to while it is emitted: shared, never changed again)
         dropped = prev.order[k:len(prev.marks)]
         if len(dropped) * 8 <= k:  # all but a few blocks at the end: copy the maps and take those blocks' out

@@ -253,3 +253,21 @@ def test_a_retired_graph_is_freed_at_once_not_by_the_cycle_collector(engine):
     finally:
         if enabled:
             gc.enable()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_hazard_deps_after_kept_nodes_equal_the_whole_pass(seed):
+    """The dependencies of the nodes after a kept prefix, worked out from the prefix's hazard state read
+    backwards, are those of one pass over every node: random reads and writes over a few buffers."""
+    from rxcuda.model._graphplan import KernelNodePlan
+    from rxcuda.plan._order import hazard_deps, hazard_deps_after
+
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(40):
+        reads = frozenset(rng.sample(range(6), rng.randint(0, 3)))
+        writes = frozenset(rng.sample(range(6), rng.randint(0, 2)))
+        nodes.append(KernelNodePlan(i, 1, "k", "c", None, (), reads, writes, f"k{i}"))
+    whole = hazard_deps(nodes)
+    for start in (0, 1, 7, 20, 39, 40):
+        assert hazard_deps_after(nodes, start, hazard_deps(nodes[:start])) == whole
