@@ -34,7 +34,7 @@ from ..model._graphplan import (
     ScalarArg,
 )
 from ..model._memo import by_identity
-from . import _appends, _delays, _liveness, _regions, _shapes
+from . import _appends, _delays, _liveness, _liveshare, _regions, _shapes
 from ._order import Report, hazard_deps, hazard_deps_after, ordered_blocks
 
 # The plan's named tuples made in the per-block loop are built as ``_new(Cls, (fields...))``: the same tuple
@@ -221,6 +221,7 @@ class _Planner:
         self.reused = 0  # leading blocks whose nodes and buffers came from ``previous``
         self.deps: tuple[tuple[int, ...], ...] = ()  # the plan's dependencies (flat pipelines: see _hazards)
         self.kept_deps: tuple[tuple[int, ...], ...] = ()  # those of the nodes taken over from ``previous``
+        self.sharing: _liveshare.Sharing | None = None  # memory reuse's work, for the next re-plan (_liveshare)
         self.buffers: list[BufferPlan] = []
         self.by_key: dict[tuple, int] = {}
         self.nodes: list[NodePlan] = []
@@ -309,7 +310,13 @@ class _Planner:
             shapes=self.resolved.shapes,
             warnings=tuple(report.problems),  # no errors: all of them are warnings
         )
-        return (_liveness.share_memory(gp, desc) if self.reuse_memory else gp), report
+        if not self.reuse_memory:
+            return gp, report
+        if not self.resumable:
+            return _liveness.share_memory(gp, desc), report
+        prev = self.previous.sharing if self.previous is not None else None
+        gp, self.sharing = _liveshare.share(gp, desc, prev, len(self.kept_deps) if prev is not None else 0)
+        return gp, report
 
     def _hazards(self) -> tuple[tuple[int, ...], ...]:
         """The dependencies of a flat pipeline's nodes: those of the nodes taken over are the previous plan's
