@@ -9,6 +9,7 @@ raised together as one :class:`ValidationError` (``.problems``) once the pass is
 from __future__ import annotations
 
 from collections.abc import Container, Mapping
+from typing import NamedTuple
 
 from ..model import _dtypes
 from ..model._bounds import count_problem
@@ -150,16 +151,44 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
     return ok
 
 
-def _validate_connections(desc: PipelineDescription, report: Report) -> bool:
-    """Check every connection; True when one joins different (compatible) declared shapes."""
+def _validate_connections(desc: PipelineDescription, report: Report, previous: _Checked | None = None
+                          ) -> tuple[bool, _Checked | None]:
+    """Check every connection; True when one joins different (compatible) declared shapes. ``previous``: a
+    Replanner's last check that found nothing wrong: its leading connections, between the same descriptions
+    and bindings, are not checked again. Returns, with the flag, what a later check may take over."""
     blocks = {b.id: b.desc for b in desc.blocks}
-    sources: dict[PortRef, PortRef] = {}
     bindings = desc.bindings
+    conns = desc.connections
+    start = 0
+    sources: dict[PortRef, PortRef] = {}
+    if previous is not None and (bindings is previous.bindings or bindings == previous.bindings):
+        was = previous.connections
+        start = min(len(conns), len(was))
+        ends, get = previous.ends, blocks.get
+        if conns[:start] != was[:start] or any(get(c.src.block) is not ends.get(c.src.block)
+                                               or get(c.dst.block) is not ends.get(c.dst.block) for c in conns[:start]):
+            start = 0
+        else:
+            sources = dict(previous.sources)
+            for c in was[start:]:  # connections dropped at the end
+                sources.pop(c.dst, None)
+    problems = len(report.problems)
     reshaped: list = []
-    for c in desc.connections:
+    for c in conns[start:]:
         if _check_connection(c, blocks, sources, bindings, report, reshaped):
             sources[c.dst] = c.src
-    return bool(reshaped)
+    if reshaped or len(report.problems) != problems:
+        return bool(reshaped), None
+    return False, _Checked(conns, bindings, blocks, sources)
+
+
+class _Checked(NamedTuple):
+    """Connections found in order (``_validate_connections``), for the next check."""
+
+    connections: tuple
+    bindings: Mapping
+    ends: Mapping  # block id -> its description
+    sources: Mapping  # connected input -> its source
 
 
 def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], report: Report) -> None:
@@ -221,6 +250,7 @@ class _Planner:
         self.reused = 0  # leading blocks whose nodes and buffers came from ``previous``
         self.deps: tuple[tuple[int, ...], ...] = ()  # the plan's dependencies (flat pipelines: see _hazards)
         self.kept_deps: tuple[tuple[int, ...], ...] = ()  # those of the nodes taken over from ``previous``
+        self.checked: _Checked | None = None  # the connections found in order, for the next re-plan
         self.sharing: _liveshare.Sharing | None = None  # memory reuse's work, for the next re-plan (_liveshare)
         self.buffers: list[BufferPlan] = []
         self.by_key: dict[tuple, int] = {}
@@ -262,7 +292,8 @@ class _Planner:
     def _run(self) -> tuple[GraphPlan | None, Report]:
         desc, report = self.desc, self.report
         unique = _validate_blocks(desc, report)
-        reshaped = _validate_connections(desc, report)
+        reshaped, self.checked = _validate_connections(
+            desc, report, self.previous.checked if self.previous is not None and self.resumable else None)
         blocks = ordered_blocks(desc, report)
         _validate_inputs(desc, unique, report)
         sources, self.delayed = _delays.split_sources(desc.connections)
@@ -319,14 +350,12 @@ class _Planner:
         return gp, report
 
     def _hazards(self) -> tuple[tuple[int, ...], ...]:
-        """The dependencies of a flat pipeline's nodes: those of the nodes taken over are the previous plan's
-        (a node's come from the nodes before it alone), the rest worked out after them."""
+        """A flat pipeline's dependencies: the previous plan's for the nodes taken over, then the rest's."""
         nodes, kept = self.nodes, self.kept_deps
-        if kept:
-            self.deps = kept if len(kept) == len(nodes) else hazard_deps_after(nodes, len(kept), kept)
-        else:
-            self.deps = hazard_deps(nodes)
-        return self.deps
+        deps = (kept if len(kept) == len(nodes) else hazard_deps_after(nodes, len(kept), kept)) if kept \
+            else hazard_deps(nodes)
+        self.deps = deps
+        return deps
 
     def _resume(self, blocks: tuple[BlockEntry, ...], sources: Mapping[PortRef, PortRef]) -> int:
         """Take over the previous plan's work for the leading blocks that are as they were: the same entry
