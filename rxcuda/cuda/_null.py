@@ -60,9 +60,9 @@ class NullDriver:
         self.current = 0  # the context made current last
         self._contexts: dict[int, tuple] = {}  # device -> (primary context, references)
         self._peers: set[tuple[int, int]] = set()  # (context, peer context) with peer access enabled
-        # graph -> its kernel nodes: node -> (the nodes it depends on, the params struct it was added with: the
-        # layer's own object, not a copy); what a test compares between a graph grown in place and a fresh one
-        self.kernel_nodes: dict[int, dict[int, tuple[tuple[int, ...], object]]] = {}
+        # graph -> its kernel nodes: node -> (the nodes it depends on, the params struct it was added with, both
+        # the layer's own objects, not copies); what a test compares between a grown graph and a fresh one
+        self.kernel_nodes: dict[int, dict[int, tuple[object, object]]] = {}
 
     # -- recording, failures ---------------------------------------------------------------------------
     def fail(self, name: str, error="CUDA_ERROR_UNKNOWN", times: int = 1) -> None:
@@ -369,10 +369,20 @@ class NullDriver:
         return self._call("cuGraphDestroy", (int(graph),))
 
     def cuGraphAddKernelNode(self, graph, deps, n, params):
-        result = self._call("cuGraphAddKernelNode", (int(graph), n), lambda: (self._new("node", _real.CUgraphNode),))
-        if not result[0]:
-            self.kernel_nodes.setdefault(int(graph), {})[int(result[1])] = (tuple(int(d) for d in deps[:n]), params)
+        g = int(graph)
+        result = self._call("cuGraphAddKernelNode", (g, n), lambda: (self._new("node", _real.CUgraphNode),))
+        if not result[0]:  # (the handles as given: kernel_edges turns them into ints when a test asks)
+            nodes = self.kernel_nodes.get(g)
+            if nodes is None:
+                nodes = self.kernel_nodes[g] = {}
+            nodes[int(result[1])] = (deps, params)
         return result
+
+    def kernel_edges(self, graph) -> dict[int, tuple[tuple[int, ...], object]]:
+        """The kernel nodes of ``graph`` as this driver holds them: node -> (the nodes it depends on, the
+        params struct it was added or last set with)."""
+        return {h: (tuple(int(d) for d in deps), params)
+                for h, (deps, params) in self.kernel_nodes.get(int(graph), {}).items()}
 
     def cuGraphKernelNodeSetParams(self, node, params):
         h = int(node)
@@ -387,8 +397,8 @@ class NullDriver:
         for nodes in self.kernel_nodes.values():
             if nodes.pop(h, None) is not None:
                 for other, (deps, params) in list(nodes.items()):  # its edges go with it
-                    if h in deps:
-                        nodes[other] = (tuple(d for d in deps if d != h), params)
+                    if any(int(d) == h for d in deps):
+                        nodes[other] = ([d for d in deps if int(d) != h], params)
                 break
         return self._call("cuGraphDestroyNode", (h,))
 

@@ -57,15 +57,12 @@ def share(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept: 
     state and ``kept``: how many leading nodes of ``gp`` are the previous plan's (the same objects with the
     same dependencies), 0 for a pass over everything."""
     nodes = gp.nodes
-    if gp.parents or len(nodes) > MAX_NODES or any(hasattr(n, "bodies") for n in nodes[kept:]):
+    if gp.parents or desc.regions or len(nodes) > MAX_NODES or (nodes and nodes[-1].id != len(nodes) - 1):
         return share_memory(gp, desc), None
-    deps = gp.deps
+    # (a flat plan's dependencies come from buffer hazards in node order: each names earlier nodes, so the
+    # positions of the whole pass are the node ids)
     if prev is None or not 0 < kept <= len(prev.nodes) or prev.nodes[kept - 1] is not nodes[kept - 1]:
         kept = 0
-    for nid in range(kept, len(nodes)):  # positions are the plan's order: every dependency comes earlier
-        dn = deps[nid]
-        if nodes[nid].id != nid or (dn and max(dn) >= nid):
-            return share_memory(gp, desc), None
     groups, state = _groups(gp, desc, prev if kept else None, kept)
     if not groups:
         return gp, state

@@ -47,7 +47,7 @@ def _args(g: CompiledGraph) -> list:
 def _template(g: CompiledGraph) -> dict:
     """The graph's template as the null driver holds it: plan node id -> (the plan ids of the nodes it depends
     on, the parameters struct it was added or last set with)."""
-    held = g.api.kernel_nodes[int(g.graph)]
+    held = g.api.kernel_edges(g.graph)
     ids = {node.handle_int: node.plan.id for node in g.nodes}
     assert set(held) == set(ids)  # every node of the plan, and no other (none left over from an earlier graph)
     return {ids[h]: (sorted(ids[d] for d in deps), params) for h, (deps, params) in held.items()}
