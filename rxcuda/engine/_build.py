@@ -11,6 +11,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any, cast
 
 import attrs
@@ -84,6 +85,7 @@ class Builder:
         self._occupancy_warnings: list = []
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
         self.grown = 0  # builds that grew the running graph's template in place (CompiledGraph.grow)
+        self._group_bytes: dict[tuple, tuple] = {}  # the last build's shared groups -> (their buffers, bytes)
         self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
         self._capturing = threading.Lock()  # the capture stream and library handles: one capture at a time
@@ -170,8 +172,12 @@ class Builder:
                         raise _BlockFailure(n.block, e) from e
             pointers, buffers = {}, {}
             storage = gp.storage
+            sizes, self._group_bytes = self._group_bytes, {}
             for group in gp.shared:  # memory reuse: one allocation per group, sized for its largest member
-                nbytes = max(gp.buffers[m].nbytes for m in group)
+                members = itemgetter(*group)(gp.buffers)  # (groups have two members or more: a tuple)
+                was = sizes.get(group)  # a re-plan's groups are mostly the last ones, of the same buffers
+                nbytes = was[1] if was is not None and was[0] == members else max(m.nbytes for m in members)
+                self._group_bytes[group] = (members, nbytes)
                 key = (("shared", gp.buffers[group[0]].key), nbytes)  # never a buffer's own key
                 buf = self.buffers.get(key)
                 if buf is None:

@@ -156,17 +156,14 @@ def _validate_connections(desc: PipelineDescription, report: Report, previous: _
     """Check every connection; True when one joins different (compatible) declared shapes. ``previous``: a
     Replanner's last check that found nothing wrong: its leading connections, between the same descriptions
     and bindings, are not checked again. Returns, with the flag, what a later check may take over."""
-    blocks = {b.id: b.desc for b in desc.blocks}
-    bindings = desc.bindings
-    conns = desc.connections
-    start = 0
-    sources: dict[PortRef, PortRef] = {}
+    blocks, bindings, conns = {b.id: b.desc for b in desc.blocks}, desc.bindings, desc.connections
+    start, sources = 0, {}
     if previous is not None and (bindings is previous.bindings or bindings == previous.bindings):
         was = previous.connections
         start = min(len(conns), len(was))
-        ends, get = previous.ends, blocks.get
-        if conns[:start] != was[:start] or any(get(c.src.block) is not ends.get(c.src.block)
-                                               or get(c.dst.block) is not ends.get(c.dst.block) for c in conns[:start]):
+        ends = previous.ends
+        moved = {i for i, d in blocks.items() if ends.get(i) is not d}  # blocks new, or with a new description
+        if conns[:start] != was[:start] or not moved.isdisjoint(previous.touching):
             start = 0
         else:
             sources = dict(previous.sources)
@@ -179,7 +176,9 @@ def _validate_connections(desc: PipelineDescription, report: Report, previous: _
             sources[c.dst] = c.src
     if reshaped or len(report.problems) != problems:
         return bool(reshaped), None
-    return False, _Checked(conns, bindings, blocks, sources)
+    touching = (previous.touching if start else frozenset()).union(  # type: ignore[union-attr]
+        i for c in conns[start:] for i in (c.src.block, c.dst.block))
+    return False, _Checked(conns, bindings, blocks, sources, touching)
 
 
 class _Checked(NamedTuple):
@@ -189,6 +188,7 @@ class _Checked(NamedTuple):
     bindings: Mapping
     ends: Mapping  # block id -> its description
     sources: Mapping  # connected input -> its source
+    touching: frozenset  # the blocks its connections join (and maybe some dropped connections joined)
 
 
 def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], report: Report) -> None:

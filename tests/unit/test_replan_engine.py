@@ -68,6 +68,11 @@ def _check(engine) -> None:
     (nodes, dependencies, parameters) a fresh build's, whether it was built anew or grown in place."""
     g = engine._rt.graph
     assert g.plan == rxcuda.plan(engine.describe())
+    for group in () if engine._builder.last_in_place else g.plan.shared:  # one allocation per group, of its
+        # largest member's size (a resize taken in place keeps the larger allocations that still fit)
+        nbytes = max(g.plan.buffers[m].nbytes for m in group)
+        buf = engine._builder.buffers[(("shared", g.plan.buffers[group[0]].key), nbytes)]
+        assert all(g.built[m] == buf.ptr for m in group)
     fresh = _fresh(g)
     try:
         assert _args(g) == _args(fresh)
