@@ -161,9 +161,9 @@ def _validate_connections(desc: PipelineDescription, report: Report, previous: _
     if previous is not None and (bindings is previous.bindings or bindings == previous.bindings):
         was = previous.connections
         start = min(len(conns), len(was))
-        ends = previous.ends
-        moved = {i for i, d in blocks.items() if ends.get(i) is not d}  # blocks new, or with a new description
-        if conns[:start] != was[:start] or not moved.isdisjoint(previous.touching):
+        ends = previous.ends  # (its connections join its blocks alone: a block added since joins none of them)
+        if conns[:start] != was[:start] or not ends.keys() <= blocks.keys() or any(
+                ends.get(i, d) is not d for i, d in blocks.items()):  # a block gone, or with a new description
             start = 0
         else:
             sources = dict(previous.sources)
@@ -176,9 +176,7 @@ def _validate_connections(desc: PipelineDescription, report: Report, previous: _
             sources[c.dst] = c.src
     if reshaped or len(report.problems) != problems:
         return bool(reshaped), None
-    touching = (previous.touching if start else frozenset()).union(  # type: ignore[union-attr]
-        i for c in conns[start:] for i in (c.src.block, c.dst.block))
-    return False, _Checked(conns, bindings, blocks, sources, touching)
+    return False, _Checked(conns, bindings, blocks, sources)
 
 
 class _Checked(NamedTuple):
@@ -188,7 +186,6 @@ class _Checked(NamedTuple):
     bindings: Mapping
     ends: Mapping  # block id -> its description
     sources: Mapping  # connected input -> its source
-    touching: frozenset  # the blocks its connections join (and maybe some dropped connections joined)
 
 
 def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], report: Report) -> None:

@@ -341,3 +341,20 @@ def test_memory_reuse_after_a_replan_equals_the_whole_pass(seed):
     finally:
         _liveshare._groups = real
     assert sum(1 for k in calls if k > 100) >= 20  # most re-plans continued the previous plan's work
+
+
+def test_a_connection_left_to_a_removed_block_is_found_after_a_replan():
+    """The Replanner's connection check takes the last check's leading connections over only between the same
+    blocks: a block removed while a connection still names it (a description made by hand) is refused as
+    plan() refuses it, and a block whose description changed has its connections checked again."""
+    entries = chain(5)
+    planner = Replanner()
+    planner.plan(_desc(entries))
+    d = _desc(entries)
+    dangling = PipelineDescription(d.blocks[:-1], d.connections, fed=d.fed)
+    assert _outcome(planner.plan, dangling) == _outcome(plan, dangling)
+    assert _outcome(plan, dangling)[0] == "error"
+    planner.plan(_desc(entries))
+    other = BlockEntry(entries[2].id, Block.from_kernel("scalar_mul", size=2 * N, scale=2.0, name="m3").description)
+    resized = _desc(entries[:2] + [other] + entries[3:])
+    assert _outcome(planner.plan, resized) == _outcome(plan, resized)  # (its shape flows on: checked again)
