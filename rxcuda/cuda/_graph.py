@@ -86,6 +86,12 @@ class CompiledGraph:
         self.graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
         self.exec = None
         self._dirty: set[int] = set()
+        self.functions = functions  # the loaded functions by code key it was built with (see ``grow``)
+        self.held: tuple = ()  # argument storages of nodes taken over from an earlier graph (``grow``)
+        # grow: whether the template still matches the exec (False with regions, stamps, another device's
+        # crossing, or after a failed grow), and the nodes changed in the exec only since the build
+        self.growable = crossing is None and stamps is None
+        self.touched: set[int] = set()
         parents = plan.parents
         kinds = [kind_of(n) for n in plan.nodes]  # the one lookup per node: from here on, the nodes' methods
         self.regions = bool(parents) or any(k.conditional for k in kinds)
@@ -149,6 +155,8 @@ class CompiledGraph:
         if self._consumers is None:
             consumers: dict[int, list[int]] = {}
             for node in self.nodes:
+                if node.handle is None:
+                    continue  # taken out of the template by a grow that failed (see ``grow``)
                 for b in node.buffers():
                     consumers.setdefault(b, []).append(node.plan.id)
             self._consumers = consumers
@@ -174,6 +182,131 @@ class CompiledGraph:
         self.launcher = self.fast.launcher(self._exec_h)
         self.patches = _Table(self)
 
+    @classmethod
+    def grow(cls, old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
+             present: frozenset | set, capture: Capture | None = None) -> CompiledGraph | None:
+        """``plan``'s graph made from ``old``'s template graph in place, or None where that does not apply.
+
+        For the common live edit, nodes added after or removed from the end of a plan that begins with
+        ``old``'s nodes (the same node plans: the planner's ``Replanner`` keeps them): the leading nodes stay
+        in ``old``'s template graph as they are (a node whose buffers moved, as an output that became an
+        intermediate and now shares memory, gets its new pointers there: ``cuGraphKernelNodeSetParams``),
+        the new nodes are added after their dependencies, the old trailing nodes are destroyed
+        (``cuGraphDestroyNode``), and the template is instantiated anew; ``old``'s executable graph is
+        independent of its template once instantiated and keeps running until it is retired. The template,
+        and the nodes kept, are the new graph's from then on (``old.close`` leaves them).
+
+        Applies only on the thread that runs ``old`` (its template is touched; a CUgraph is not thread-safe),
+        to flat graphs of kernel nodes without regions or stamps whose executable graph still matches the
+        template (``growable``, ``touched``), whose functions are the same objects, and where every node
+        removed belongs to a block no longer in the pipeline (``present``: the ids of those that are), so
+        that nothing will update it in ``old``'s executable graph again. On failure, the nodes added are
+        destroyed, the kept nodes' arguments are restored and ``old`` keeps running (it takes no more grows).
+        """
+        k = cls._kept(old, plan, functions, pointers, present)
+        if k is None:
+            return None
+        drv, graph, ctx = old.api, old.graph, old._ctx
+        g = cls.__new__(cls)
+        g.plan, g.stamps, g.api, g.fast, g._ctx, g._exec_h = plan, None, drv, old.fast, ctx, 0
+        g.pointers = dict(pointers)
+        g.built = g.pointers.copy()
+        g.exec, g._dirty, g.functions, g.regions = None, set(), functions, False
+        g.growable, g.touched = True, set()
+        g.patches, g._consumers = _Table(g), None
+        kept = old.nodes[:k]
+        gone = old.nodes[k:]
+        tail = plan.nodes[k:]
+        kinds = [kind_of(n) for n in tail]
+        b = BuildContext(drv, ctx, graph, functions, pointers, capture)
+        by_kind: dict[type[GraphNode], list] = {}
+        for n, kd in zip(tail, kinds, strict=True):
+            by_kind.setdefault(kd, []).append(n)
+        for kd, plans in by_kind.items():
+            kd.prepare(plans, b)
+        g.args = b.args
+        held = old.held + ((old.args,) if old.args is not None else ())
+        if len(held) > 4:  # keep only the storages some kept node points into
+            live = {id(n.storage) for n in kept}
+            held = tuple(st for st in held if id(st) in live)
+        g.held = held
+        # kept nodes whose buffers moved: the new pointers in their arguments and in the template's node
+        moved = {bid for bid, ptr in pointers.items() if old.built.get(bid, ptr) != ptr}
+        saved: list = []  # (node, [(view, index, old word)]) to restore on failure
+        nodes = list(kept)
+        added: list = []
+        try:
+            if moved:
+                for node in kept:
+                    if moved.isdisjoint(node.buffer_args):
+                        continue
+                    words = []
+                    for bid in moved.intersection(node.buffer_args):
+                        for i in node.buffer_args[bid]:
+                            view, idx = node.slots[i]
+                            words.append((view, idx, int(view[idx])))
+                            view[idx] = pointers[bid]
+                    saved.append((node, words))
+                    node.set_template(drv)
+            for n, kd in zip(tail, kinds, strict=True):
+                node = kd.make(n, b)
+                node.add(drv, graph, [nodes[d].handle for d in plan.deps[n.id]], ctx)
+                nodes.append(node)
+                added.append(node)
+            if isinstance(g.args, ArgStorage):
+                g.args.seal()
+            for node in gone:
+                node.remove(drv)
+            g.exec = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        except BaseException:
+            for node in added:
+                drv.cuGraphDestroyNode(node.handle)  # (an undo: its own error would hide the first)
+                node.release(drv)
+            for node, words in saved:
+                for view, idx, word in words:
+                    view[idx] = word
+                drv.cuGraphKernelNodeSetParams(node.handle, node.params)
+            if any(node.handle is None for node in gone):
+                old.growable = False  # its template lost nodes its executable graph still runs
+                old._consumers = None
+            raise
+        g.nodes = nodes
+        old.graph = None  # the template is the new graph's now
+        g.graph = graph
+        g._exec_h = int(g.exec)
+        g._arm()
+        return g
+
+    @staticmethod
+    def _kept(old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
+              present: frozenset | set) -> int | None:
+        """How many leading nodes ``grow`` keeps of ``old``'s (None: it does not apply; see there)."""
+        if (old.exec is None or old.graph is None or not old.growable or old.regions or plan.parents
+                or plan.stamps is not None or old.plan.stamps is not None):
+            return None
+        was, now = old.plan.nodes, plan.nodes
+        limit = min(len(was), len(now))
+        k = 0
+        while k < limit and now[k] is was[k]:
+            k += 1
+        if not k or (k == len(was) and k == len(now)) or plan.deps[:k] != old.plan.deps[:k]:
+            return None  # nothing kept, or nothing changed (the exec update's case)
+        touched = old.touched
+        for i, node in enumerate(old.nodes[:k]):
+            if type(node) is not KernelNode or node.handle_slots or i in touched:
+                return None
+        for node in old.nodes[k:]:
+            if type(node) is not KernelNode or node.plan.block in present:
+                return None
+        for n in now[k:]:
+            kd = kind_of(n)
+            if kd.conditional or kd.starts_frame(n):
+                return None
+        for key, f in old.functions.items():
+            if functions.get(key, f) is not f:
+                return None
+        return k
+
     def adopt_exec(self, old: CompiledGraph) -> bool:
         """Take over ``old``'s executable graph through cuGraphExecUpdate when the topology is the same.
 
@@ -192,6 +325,7 @@ class CompiledGraph:
         check(drv.cuGraphDestroy(self.graph), "cuGraphDestroy")
         self.graph, old.graph = old.graph, None
         self.exec, old.exec = old.exec, None
+        self.growable = False  # the template's nodes hold old's parameters, the executable graph this one's
         self._exec_h = int(self.exec)
         self._arm()
         return True
@@ -206,6 +340,7 @@ class CompiledGraph:
         self.pointers[buffer_id] = ptr
         calls = []
         for nid in self.consumers.get(buffer_id, ()):
+            self.touched.add(nid)
             node = self.nodes[nid]
             how = node.rebind(buffer_id, ptr)
             if how is STAGED:
@@ -219,14 +354,17 @@ class CompiledGraph:
     def set_copy_bytes(self, node_id: int, nbytes: int) -> None:
         """Make copy node ``node_id`` copy ``nbytes`` from now on (applied to the executable graph at once)."""
         node = self.nodes[node_id]
+        self.touched.add(node_id)
         node.set_bytes(nbytes)
         node.apply(self.api, self.exec, node.handle, self._ctx)
 
     def set_launch(self, node_id: int, launch: Launch) -> None:
+        self.touched.add(node_id)
         self.nodes[node_id].set_launch(launch)
         self._dirty.add(node_id)
 
     def set_function(self, node_id: int, function) -> None:
+        self.touched.add(node_id)
         self.nodes[node_id].set_function(function)
         self._dirty.add(node_id)
 
@@ -250,6 +388,7 @@ class CompiledGraph:
 
     def recapture(self, node_id: int, capture: Capture) -> None:
         """The Recapture tier: capture a library call node again and swap it into the executable graph."""
+        self.touched.add(node_id)
         self.nodes[node_id].recapture(self.api, self.exec, capture, self.pointers)
 
     # -- the same work, eagerly --------------------------------------------------------------------------

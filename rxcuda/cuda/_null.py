@@ -60,6 +60,9 @@ class NullDriver:
         self.current = 0  # the context made current last
         self._contexts: dict[int, tuple] = {}  # device -> (primary context, references)
         self._peers: set[tuple[int, int]] = set()  # (context, peer context) with peer access enabled
+        # graph -> its kernel nodes: node -> (the nodes it depends on, the params struct it was added with, both
+        # the layer's own objects, not copies); what a test compares between a grown graph and a fresh one
+        self.kernel_nodes: dict[int, dict[int, tuple[object, object]]] = {}
 
     # -- recording, failures ---------------------------------------------------------------------------
     def fail(self, name: str, error="CUDA_ERROR_UNKNOWN", times: int = 1) -> None:
@@ -362,10 +365,42 @@ class NullDriver:
 
     def cuGraphDestroy(self, graph):
         self._drop("graph", graph)
+        self.kernel_nodes.pop(int(graph), None)
         return self._call("cuGraphDestroy", (int(graph),))
 
     def cuGraphAddKernelNode(self, graph, deps, n, params):
-        return self._call("cuGraphAddKernelNode", (int(graph), n), lambda: (self._new("node", _real.CUgraphNode),))
+        g = int(graph)
+        result = self._call("cuGraphAddKernelNode", (g, n), lambda: (self._new("node", _real.CUgraphNode),))
+        if not result[0]:  # (the handles as given: kernel_edges turns them into ints when a test asks)
+            nodes = self.kernel_nodes.get(g)
+            if nodes is None:
+                nodes = self.kernel_nodes[g] = {}
+            nodes[int(result[1])] = (deps, params)
+        return result
+
+    def kernel_edges(self, graph) -> dict[int, tuple[tuple[int, ...], object]]:
+        """The kernel nodes of ``graph`` as this driver holds them: node -> (the nodes it depends on, the
+        params struct it was added or last set with)."""
+        return {h: (tuple(int(d) for d in deps), params)
+                for h, (deps, params) in self.kernel_nodes.get(int(graph), {}).items()}
+
+    def cuGraphKernelNodeSetParams(self, node, params):
+        h = int(node)
+        for nodes in self.kernel_nodes.values():
+            if h in nodes:
+                nodes[h] = (nodes[h][0], params)
+                break
+        return self._call("cuGraphKernelNodeSetParams", (h,))
+
+    def cuGraphDestroyNode(self, node):
+        h = int(node)
+        for nodes in self.kernel_nodes.values():
+            if nodes.pop(h, None) is not None:
+                for other, (deps, params) in list(nodes.items()):  # its edges go with it
+                    if any(int(d) == h for d in deps):
+                        nodes[other] = ([d for d in deps if int(d) != h], params)
+                break
+        return self._call("cuGraphDestroyNode", (h,))
 
     def cuGraphAddMemsetNode(self, graph, deps, n, params, ctx):
         return self._call("cuGraphAddMemsetNode", (int(graph), n), lambda: (self._new("node", _real.CUgraphNode),))

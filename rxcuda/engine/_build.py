@@ -11,6 +11,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any, cast
 
 import attrs
@@ -83,6 +84,8 @@ class Builder:
         self.last_build_ms: float | None = None  # how long the last successful rebuild took
         self._occupancy_warnings: list = []
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
+        self.grown = 0  # builds that grew the running graph's template in place (CompiledGraph.grow)
+        self._group_bytes: dict[tuple, tuple] = {}  # the last build's shared groups -> (their buffers, bytes)
         self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
         self._capturing = threading.Lock()  # the capture stream and library handles: one capture at a time
@@ -169,8 +172,12 @@ class Builder:
                         raise _BlockFailure(n.block, e) from e
             pointers, buffers = {}, {}
             storage = gp.storage
+            sizes, self._group_bytes = self._group_bytes, {}
             for group in gp.shared:  # memory reuse: one allocation per group, sized for its largest member
-                nbytes = max(gp.buffers[m].nbytes for m in group)
+                members = itemgetter(*group)(gp.buffers)  # (groups have two members or more: a tuple)
+                was = sizes.get(group)  # a re-plan's groups are mostly the last ones, of the same buffers
+                nbytes = was[1] if was is not None and was[0] == members else max(m.nbytes for m in members)
+                self._group_bytes[group] = (members, nbytes)
                 key = (("shared", gp.buffers[group[0]].key), nbytes)  # never a buffer's own key
                 buf = self.buffers.get(key)
                 if buf is None:
@@ -196,12 +203,21 @@ class Builder:
                 rt.pool.zero(acquired, rt.stream)
             if gp.stamps is not None:
                 ring = StampRing(rt.api, rt.modules.load(stamp_code()).function, len(gp.stamps.names))
-            new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
-                                api=rt.api, stamps=ring, previous=running)
+            if not background and running is not None and ring is None and running.api is rt.api:
+                # nodes added after, or removed from, the end: the running graph's template grows in place
+                new = CompiledGraph.grow(running, gp, functions, pointers, {b.id for b in desc.blocks},
+                                         capture=self.capture)
+                if new is not None:
+                    self.grown += 1
+            if new is None:
+                new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
+                                    api=rt.api, stamps=ring, previous=running)
             ring = None  # the graph owns it now (closes it with itself)
             if rt.stamps == "kernel":
                 self._occupancy(gp, functions)
-            if background or running is None or not new.adopt_exec(running):
+            if new.exec is not None:
+                pass  # grown: instantiated already
+            elif background or running is None or not new.adopt_exec(running):
                 new.instantiate()
                 if background:  # its first launch, on the frame thread, then finds it on the device
                     new.upload(rt.stream)

@@ -171,3 +171,57 @@ def hazard_deps(nodes: list[NodePlan]) -> tuple[tuple[int, ...], ...]:
             last_writer[buf] = nid
             readers[buf] = []
     return tuple(deps)
+
+
+def hazard_deps_after(nodes: list[NodePlan], start: int, before: tuple[tuple[int, ...], ...]
+                      ) -> tuple[tuple[int, ...], ...]:
+    """:func:`hazard_deps` of ``nodes`` when ``before`` holds those of ``nodes[:start]`` already (the leading
+    nodes a re-plan kept: a node's dependencies come from the nodes before it alone): only the nodes from
+    ``start`` on are looked at, after the hazard state they start from is read off the kept nodes backwards,
+    for the buffers they use alone (a chain's new block finds its one producer at once). Equal to
+    ``hazard_deps(nodes)``.
+
+    >>> from rxcuda.model._graphplan import KernelNodePlan
+    >>> def k(i, r, w):
+    ...     return KernelNodePlan(i, 1, "k", "c", None, (), frozenset(r), frozenset(w), "k")
+    >>> nodes = [k(0, [], [1]), k(1, [1], [2]), k(2, [2], [1]), k(3, [1, 2], [3])]
+    >>> hazard_deps_after(nodes, 2, hazard_deps(nodes[:2])) == hazard_deps(nodes)
+    True
+    """
+    tail = nodes[start:]
+    pending: set[int] = set()
+    for n in tail:
+        pending.update(n.reads)
+        pending.update(n.writes)
+    last_writer: dict[int, int] = {}
+    readers: dict[int, list[int]] = {b: [] for b in pending}
+    i = start - 1
+    while pending and i >= 0:  # backwards: each buffer's last writer, and its readers after that write
+        n = nodes[i]
+        for buf in n.writes:
+            if buf in pending:
+                last_writer[buf] = n.id
+                pending.discard(buf)
+        for buf in n.reads:
+            if buf in pending:
+                readers[buf].append(n.id)
+        i -= 1
+    for r in readers.values():
+        r.reverse()
+    deps = list(before[:start])
+    for n in tail:
+        nid, reads, writes = n.id, n.reads, n.writes
+        d = {last_writer[buf] for buf in reads if buf in last_writer}
+        for buf in writes:
+            w = last_writer.get(buf)
+            if w is not None:
+                d.add(w)
+            d.update(readers[buf])
+        d.discard(nid)
+        deps.append(tuple(sorted(d)) if len(d) > 1 else tuple(d))
+        for buf in reads:
+            readers[buf].append(nid)
+        for buf in writes:
+            last_writer[buf] = nid
+            readers[buf] = []
+    return tuple(deps)

@@ -9,6 +9,7 @@ raised together as one :class:`ValidationError` (``.problems``) once the pass is
 from __future__ import annotations
 
 from collections.abc import Container, Mapping
+from typing import NamedTuple
 
 from ..model import _dtypes
 from ..model._bounds import count_problem
@@ -34,8 +35,8 @@ from ..model._graphplan import (
     ScalarArg,
 )
 from ..model._memo import by_identity
-from . import _appends, _delays, _liveness, _regions, _shapes
-from ._order import Report, hazard_deps, ordered_blocks
+from . import _appends, _delays, _liveness, _liveshare, _regions, _shapes
+from ._order import Report, hazard_deps, hazard_deps_after, ordered_blocks
 
 # The plan's named tuples made in the per-block loop are built as ``_new(Cls, (fields...))``: the same tuple
 # without the Python-level ``__new__`` a named tuple's call goes through (0.1 us each, ~7 per block: plan() of
@@ -150,16 +151,41 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
     return ok
 
 
-def _validate_connections(desc: PipelineDescription, report: Report) -> bool:
-    """Check every connection; True when one joins different (compatible) declared shapes."""
-    blocks = {b.id: b.desc for b in desc.blocks}
-    sources: dict[PortRef, PortRef] = {}
-    bindings = desc.bindings
+def _validate_connections(desc: PipelineDescription, report: Report, previous: _Checked | None = None
+                          ) -> tuple[bool, _Checked | None]:
+    """Check every connection; True when one joins different (compatible) declared shapes. ``previous``: a
+    Replanner's last check that found nothing wrong: its leading connections, between the same descriptions
+    and bindings, are not checked again. Returns, with the flag, what a later check may take over."""
+    blocks, bindings, conns = {b.id: b.desc for b in desc.blocks}, desc.bindings, desc.connections
+    start, sources = 0, {}
+    if previous is not None and (bindings is previous.bindings or bindings == previous.bindings):
+        was = previous.connections
+        start = min(len(conns), len(was))
+        ends = previous.ends  # (its connections join its blocks alone: a block added since joins none of them)
+        if conns[:start] != was[:start] or not ends.keys() <= blocks.keys() or any(
+                ends.get(i, d) is not d for i, d in blocks.items()):  # a block gone, or with a new description
+            start = 0
+        else:
+            sources = dict(previous.sources)
+            for c in was[start:]:  # connections dropped at the end
+                sources.pop(c.dst, None)
+    problems = len(report.problems)
     reshaped: list = []
-    for c in desc.connections:
+    for c in conns[start:]:
         if _check_connection(c, blocks, sources, bindings, report, reshaped):
             sources[c.dst] = c.src
-    return bool(reshaped)
+    if reshaped or len(report.problems) != problems:
+        return bool(reshaped), None
+    return False, _Checked(conns, bindings, blocks, sources)
+
+
+class _Checked(NamedTuple):
+    """Connections found in order (``_validate_connections``), for the next check."""
+
+    connections: tuple
+    bindings: Mapping
+    ends: Mapping  # block id -> its description
+    sources: Mapping  # connected input -> its source
 
 
 def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], report: Report) -> None:
@@ -219,6 +245,10 @@ class _Planner:
         self.marks: list[tuple[int, int, int]] = []
         self.emitted_from = 0  # problems before the first block was emitted (those of the validation)
         self.reused = 0  # leading blocks whose nodes and buffers came from ``previous``
+        self.deps: tuple[tuple[int, ...], ...] = ()  # the plan's dependencies (flat pipelines: see _hazards)
+        self.kept_deps: tuple[tuple[int, ...], ...] = ()  # those of the nodes taken over from ``previous``
+        self.checked: _Checked | None = None  # the connections found in order, for the next re-plan
+        self.sharing: _liveshare.Sharing | None = None  # memory reuse's work, for the next re-plan (_liveshare)
         self.buffers: list[BufferPlan] = []
         self.by_key: dict[tuple, int] = {}
         self.nodes: list[NodePlan] = []
@@ -259,7 +289,8 @@ class _Planner:
     def _run(self) -> tuple[GraphPlan | None, Report]:
         desc, report = self.desc, self.report
         unique = _validate_blocks(desc, report)
-        reshaped = _validate_connections(desc, report)
+        reshaped, self.checked = _validate_connections(
+            desc, report, self.previous.checked if self.previous is not None and self.resumable else None)
         blocks = ordered_blocks(desc, report)
         _validate_inputs(desc, unique, report)
         sources, self.delayed = _delays.split_sources(desc.connections)
@@ -294,7 +325,7 @@ class _Planner:
             nodes=tuple(self.nodes),
             deps=(_regions.region_deps(self.nodes, self.parents, self.region_setters, self.region_steps)
                   if desc.regions
-                  else hazard_deps(self.nodes)),
+                  else self._hazards()),
             buffers=tuple(self.buffers),
             port_buffers=self.port_buffers,
             counters=self.counters,
@@ -307,7 +338,21 @@ class _Planner:
             shapes=self.resolved.shapes,
             warnings=tuple(report.problems),  # no errors: all of them are warnings
         )
-        return (_liveness.share_memory(gp, desc) if self.reuse_memory else gp), report
+        if not self.reuse_memory:
+            return gp, report
+        if not self.resumable:
+            return _liveness.share_memory(gp, desc), report
+        prev = self.previous.sharing if self.previous is not None else None
+        gp, self.sharing = _liveshare.share(gp, desc, prev, len(self.kept_deps) if prev is not None else 0)
+        return gp, report
+
+    def _hazards(self) -> tuple[tuple[int, ...], ...]:
+        """A flat pipeline's dependencies: the previous plan's for the nodes taken over, then the rest's."""
+        nodes, kept = self.nodes, self.kept_deps
+        deps = (kept if len(kept) == len(nodes) else hazard_deps_after(nodes, len(kept), kept)) if kept \
+            else hazard_deps(nodes)
+        self.deps = deps
+        return deps
 
     def _resume(self, blocks: tuple[BlockEntry, ...], sources: Mapping[PortRef, PortRef]) -> int:
         """Take over the previous plan's work for the leading blocks that are as they were: the same entry
@@ -339,6 +384,7 @@ class _Planner:
         n_nodes, n_buffers, n_problems = prev.marks[k - 1]
         self.nodes = prev.nodes[:n_nodes]
         self.buffers = prev.buffers[:n_buffers]
+        self.kept_deps = prev.deps[:n_nodes] if len(prev.deps) >= n_nodes else ()
         # (a block's slot lists are only appended to while it is emitted: shared, never changed again)
         dropped = prev.order[k:len(prev.marks)]
         if len(dropped) * 8 <= k:  # all but a few blocks at the end: copy the maps and take those blocks' out

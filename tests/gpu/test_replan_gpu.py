@@ -105,3 +105,39 @@ def test_an_engine_starts_no_thread_beside_its_first_build(kernels):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=gpu_subprocess_env(),
                          timeout=120)
     assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr
+
+
+def test_blocks_added_and_removed_at_the_end_twenty_times_grow_the_graph_in_place(engine, rng, kernels):
+    """The common live edit: each block added after, or removed from, the end of the chain is built by growing
+    the running graph's template in place (``CompiledGraph.grow``), and the chain computes what NumPy does
+    after every edit, on a fresh input each time (the kept nodes' pointers moved when their output became
+    an intermediate that shares memory, and back)."""
+    chain, scales = [], []
+    for i in range(64):
+        b, s = _mul(kernels, rng, f"m{i}")
+        chain.append(engine.add(b))
+        scales.append(s)
+        if i:
+            engine.connect(chain[-2]["out"], chain[-1]["x"])
+    x = rand(rng, N)
+    engine.write(chain[0]["x"], x)
+    _check(engine, chain, scales, x)
+    builder = engine._builder
+    grown = builder.grown
+    for step in range(20):
+        if step % 3 != 2:  # two added, one removed: the chain grows and shrinks at its end
+            b, s = _mul(kernels, rng, f"end{step}")
+            engine.add(b)
+            engine.connect(chain[-1]["out"], b["x"])
+            chain.append(b)
+            scales.append(s)
+        else:
+            engine.remove(chain.pop())
+            scales.pop()
+        x = rand(rng, N)
+        engine.write(chain[0]["x"], x)
+        _check(engine, chain, scales, x)
+        assert builder.grown == grown + step + 1, "the edit was built anew instead of grown in place"
+    chain[3].set(scale=0.75)  # a value changed in the grown graph's exec reaches it
+    scales[3] = 0.75
+    _check(engine, chain, scales, x)

@@ -4,6 +4,8 @@ whatever the rebuild took over from the graph before (rxcuda.plan._plan.Replanne
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 import rxcuda
@@ -37,22 +39,52 @@ def _args(g: CompiledGraph) -> list:
         if not isinstance(node, KernelNode):
             continue
         p = node.params
-        base = g.args.ptrs_base
         out.append((node.plan.id, [view[idx].item() for view, idx in node.slots],
-                    (p.gridDimX, p.blockDimX, p.sharedMemBytes), int(p.kernelParams) - base if node.plan.args else 0))
+                    (p.gridDimX, p.blockDimX, p.sharedMemBytes), _reads_slots(node)))
     return out
 
 
+def _template(g: CompiledGraph) -> dict:
+    """The graph's template as the null driver holds it: plan node id -> (the plan ids of the nodes it depends
+    on, the parameters struct it was added or last set with)."""
+    held = g.api.kernel_edges(g.graph)
+    ids = {node.handle_int: node.plan.id for node in g.nodes}
+    assert set(held) == set(ids)  # every node of the plan, and no other (none left over from an earlier graph)
+    return {ids[h]: (sorted(ids[d] for d in deps), params) for h, (deps, params) in held.items()}
+
+
+def _reads_slots(node: KernelNode) -> bool:
+    """Whether the node's kernelParams (what the driver reads) point at its slots, argument by argument (a
+    graph grown in place keeps its earlier nodes' arguments in an earlier graph's storage)."""
+    n = len(node.plan.args)
+    if not n:
+        return True
+    pointers = np.frombuffer(ctypes.string_at(int(node.params.kernelParams), 8 * n), dtype=np.uint64)
+    return [int(x) for x in pointers] == [view.ctypes.data + idx * view.itemsize for view, idx in node.slots]
+
+
 def _check(engine) -> None:
-    """The running plan is a fresh plan's, and its kernel nodes' arguments a fresh build's."""
+    """The running plan is a fresh plan's, its kernel nodes' arguments a fresh build's, and its template graph
+    (nodes, dependencies, parameters) a fresh build's, whether it was built anew or grown in place."""
     g = engine._rt.graph
     assert g.plan == rxcuda.plan(engine.describe())
+    for group in () if engine._builder.last_in_place else g.plan.shared:  # one allocation per group, of its
+        # largest member's size (a resize taken in place keeps the larger allocations that still fit)
+        nbytes = max(g.plan.buffers[m].nbytes for m in group)
+        buf = engine._builder.buffers[(("shared", g.plan.buffers[group[0]].key), nbytes)]
+        assert all(g.built[m] == buf.ptr for m in group)
     fresh = _fresh(g)
     try:
         assert _args(g) == _args(fresh)
-        assert np.array_equal(g.args.words, fresh.args.words)
-        if not engine._builder.last_in_place:  # (a resize taken in place changed the words, not the build's)
-            assert np.array_equal(g.args.sealed, fresh.args.words)
+        mine, theirs = _template(g), _template(fresh)
+        assert {i: deps for i, (deps, _) in mine.items()} == {i: deps for i, (deps, _) in theirs.items()}
+        assert {i: sorted(g.plan.deps[i]) for i in mine} == {i: deps for i, (deps, _) in mine.items()}
+        if g.growable:  # (an exec update took the template over: its nodes hold the parameters before)
+            assert all(params is g.nodes[i].params for i, (_, params) in mine.items())
+        if not g.held:  # (grown in place: the kept nodes' words are in the earlier graphs' storages)
+            assert np.array_equal(g.args.words, fresh.args.words)
+            if not engine._builder.last_in_place:  # (a resize taken in place changed the words, not the build's)
+                assert np.array_equal(g.args.sealed, fresh.args.words)
     finally:
         fresh.close()
 
@@ -62,14 +94,19 @@ def test_adds_removes_middle_connects_and_resizes_plan_and_build_as_from_scratch
     engine.tick()
     _check(engine)
     builder = engine._builder
+    was = engine._rt.graph
+    template = int(was.graph)
     extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=3.0, name="extra"))
     engine.connect(blocks[-1]["out"], extra["x"])
     assert engine.tick().tiers == ("structure",)
     assert builder.planner.reused == 12
-    assert engine._rt.graph.args.same == 12  # the chain's kernel nodes took their arguments over
+    g = engine._rt.graph
+    assert builder.grown == 1 and int(g.graph) == template and was.graph is None  # grown by one node, in place
+    assert g.nodes[:12] == was.nodes[:12]  # the chain's kernel nodes were kept as they were
     _check(engine)
     engine.remove(extra)
     engine.tick()
+    assert builder.grown == 2
     _check(engine)
     # a block put in the middle: the chain re-planned from there, its head taken over
     mid = engine.add(Block.from_kernel("scalar_mul", size=N, scale=0.5, name="mid"))
@@ -143,3 +180,55 @@ def test_unchanged_blocks_keep_their_snapshot_entries(engine):
     blocks[2].set_launch(threads=128)
     fourth = engine.describe()
     assert fourth.blocks[2] is not first.blocks[2] and fourth.blocks[2].launches == blocks[2].launches() != {}
+
+
+def test_a_grow_that_fails_to_instantiate_keeps_the_last_good_graph_and_its_template(engine):
+    blocks = _chain(engine, 6)
+    engine.tick()
+    builder, api = engine._builder, engine._rt.api
+    good = engine._rt.graph
+    before = _template(good)
+    extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=3.0, name="extra"))
+    engine.connect(blocks[-1]["out"], extra["x"])
+    api.fail("cuGraphInstantiate", "CUDA_ERROR_OUT_OF_MEMORY")
+    assert engine.tick().launched  # the last good graph ran
+    assert engine._rt.graph is good and builder.grown == 0
+    assert api.count("cuGraphDestroyNode") == 1  # grown in place (one node added), undone
+    assert good.growable and _template(good) == before  # the node added was taken out again, pointers restored
+    assert _args(good) == _args(_fresh(good))
+    blocks[1].params["scale"].value = 9.0  # the running graph still takes values
+    assert engine.tick().tiers == ("parameters",)
+    engine.remove(extra)
+    engine.add(extra2 := Block.from_kernel("scalar_mul", size=N, scale=2.0, name="extra2"))
+    engine.connect(blocks[-1]["out"], extra2["x"])
+    engine.tick()  # re-planned from the changed block: built anew, then checked
+    _check(engine)
+    # a removal whose instantiate fails: the node is gone from the template, so that graph grows no more
+    g = engine._rt.graph
+    engine.remove(extra2)
+    api.fail("cuGraphInstantiate", "CUDA_ERROR_OUT_OF_MEMORY")
+    assert engine.tick().launched
+    assert engine._rt.graph is g
+    if builder.grown:
+        assert not g.growable
+    engine.remove(blocks[-1])
+    engine.tick()  # the next build succeeds (built anew)
+    _check(engine)
+
+
+def test_grown_graphs_hold_only_the_storages_their_kept_nodes_use(engine):
+    blocks = _chain(engine, 5)
+    engine.tick()
+    builder = engine._builder
+    for i in range(12):
+        extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0 + i, name=f"e{i}"))
+        engine.connect(blocks[-1]["out"], extra["x"])
+        engine.tick()
+        _check(engine)
+        engine.remove(extra)
+        engine.tick()
+        _check(engine)
+    assert builder.grown == 24
+    g = engine._rt.graph
+    assert len(g.held) <= 5
+    assert {id(n.storage) for n in g.nodes} <= {id(s) for s in (*g.held, g.args)}

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from ...model._graphplan import KernelNodePlan
+from .._driver import check
 
 # what ``rebind`` tells the graph to do after a node took a buffer's new pointer
 STAGED = "staged"  # written into the node's parameters: the graph applies them with the next flush
@@ -100,6 +101,13 @@ class GraphNode:
         """For a region's condition kernel (it passes the region's conditional handle), that region node's id;
         None for every other node."""
         return None
+
+    def remove(self, api) -> None:
+        """Take the node out of the graph it was added to (``cuGraphDestroyNode``: its edges go with it) and
+        free what it owns; ``handle`` is None from then on."""
+        check(api.cuGraphDestroyNode(self.handle), f"cuGraphDestroyNode ({self.plan.label})")
+        self.handle = None
+        self.release(api)
 
     def adopt(self, handle) -> None:
         """Take the handle of the equal node of the graph whose executable this graph took over."""

@@ -85,7 +85,7 @@ class KernelNode(GraphNode):
     graph's ArgStorage (``slots[i]``: the (typed view, index) of argument i). ``handle_slots``: argument
     index -> region node id, for each argument that passes a region's conditional handle."""
 
-    __slots__ = ("params", "slots", "buffer_args", "handle_int", "params_ptr", "handle_slots", "starts_at")
+    __slots__ = ("params", "slots", "buffer_args", "handle_int", "params_ptr", "handle_slots", "starts_at", "storage")
 
     kind = "kernel"
     eager = True
@@ -94,6 +94,7 @@ class KernelNode(GraphNode):
     def __init__(self, plan: KernelNodePlan, function, pointers: Mapping[int, int], storage: ArgStorage,
                  handles: Mapping[int, object] | None = None):
         super().__init__(plan)
+        self.storage = storage  # the ArgStorage its kernelParams point into (kept alive with the node)
         first, offsets = storage.starts[plan.id]
         u64 = storage.words
         slots = []
@@ -131,6 +132,7 @@ class KernelNode(GraphNode):
         node.slots = [(storage.typed(view.dtype), idx) for view, idx in old.slots]
         node.buffer_args = old.buffer_args  # (never changed after a build: shared)
         node.handle_slots = {}
+        node.storage = storage
         node._set_params(function, storage.ptrs_base + 8 * storage.starts[plan.id][0] if plan.args else 0)
         return node
 
@@ -170,6 +172,16 @@ class KernelNode(GraphNode):
     def add(self, api, graph, deps: list, ctx) -> None:
         super().add(api, graph, deps, ctx)
         self.handle_int = int(self.handle)  # type: ignore[call-overload]
+
+    def remove(self, api) -> None:
+        super().remove(api)
+        self.handle_int = 0
+
+    def set_template(self, api) -> None:
+        """Give the node in its (not executable) graph the current parameters (``cuGraphKernelNodeSetParams``):
+        what a graph instantiated from it later starts with."""
+        check(api.cuGraphKernelNodeSetParams(self.handle, self.params),
+              f"cuGraphKernelNodeSetParams ({self.plan.label})")
 
     def add_copy(self, api, graph, deps: list, ctx, what: str):
         result = api.cuGraphAddKernelNode(graph, deps, len(deps), self.params)
