@@ -118,18 +118,28 @@ class _FileCache:
         self.misses = 0
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple, tuple] = OrderedDict()
+        self._where: dict[tuple[str, str], tuple[str, str]] = {}  # (cwd or "", path as given) -> (file, sidecar)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._where.clear()
             self.hits = self.misses = 0
 
     def load(self, path: str | Path, entry: str | None) -> KernelCode:
         given = os.fspath(path)
         if not isinstance(given, str) or os.path.splitext(given)[1].lower() not in _FORMATS:
             return _load_kernel_file(path, entry)  # the loader's message for an unsupported type
-        full = os.path.abspath(given)
-        side = os.path.splitext(full)[0] + ".json"
+        # the absolute paths, worked out once per path as given and working folder (abspath and splitext cost more
+        # than a dict lookup: 1000 blocks declared from one file ~2 ms)
+        where = ("" if os.path.isabs(given) else os.getcwd(), given)
+        found_where = self._where.get(where)
+        if found_where is None:
+            if len(self._where) >= 4096:
+                self._where.clear()
+            full = os.path.abspath(given)
+            found_where = self._where[where] = (full, os.path.splitext(full)[0] + ".json")
+        full, side = found_where
         key = (given, full, entry)
         checked = time.time_ns()
         stamp, side_stamp = _stamp(full), _stamp(side)

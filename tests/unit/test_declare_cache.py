@@ -256,3 +256,22 @@ def test_an_edited_kernel_file_gives_blocks_its_new_code(tmp_path):
     after = Block.from_kernel(ptx, size=64, scale=2.0)
     assert b"add.f32" in after.description.kernels[0].code.image
     assert b"mul.f32" in before.description.kernels[0].code.image
+
+
+def test_a_relative_path_names_the_file_in_the_current_folder(tmp_path, monkeypatch):
+    """The cache remembers a relative path's absolute one per working folder: after a chdir the same relative
+    path is the other folder's file."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    _copy(one, "scalar_mul")
+    _copy(two, "vector_add")
+    shutil.copy(two / "vector_add.ptx", two / "scalar_mul.ptx")  # the same relative name, another kernel
+    shutil.copy(two / "vector_add.json", two / "scalar_mul.json")
+    monkeypatch.chdir(one)
+    first = rxcuda.load_kernel_file("scalar_mul.ptx")
+    monkeypatch.chdir(two)
+    second = rxcuda.load_kernel_file("scalar_mul.ptx")
+    assert first.entry == "scalar_mul" and second.entry == "vector_add"
+    monkeypatch.chdir(one)
+    assert rxcuda.load_kernel_file("scalar_mul.ptx") is first
