@@ -132,9 +132,14 @@ class PendingPlan:
         self._params[key] = value
         self.count += 1
         lock.release()
-        changes = self._changes
-        if changes.observers:
-            changes.emit(_tuple_new(ParameterChanged, (key[0], key[1], value)))
+        observers = self._changes.observers
+        if observers:  # Broadcast.emit, inline
+            event = _tuple_new(ParameterChanged, (key[0], key[1], value))
+            for observer in observers:
+                try:
+                    observer.on_next(event)
+                except Exception as e:
+                    self._changes.failed(e, event)
 
     def add(self, event) -> None:
         with self._lock:
