@@ -2,6 +2,7 @@
 
     python bench/frame.py [--frames 2000] [--sizes 1 10 100 1000]
     python bench/frame.py --null      # the parameter rows' host cost on the null driver (no GPU)
+    python bench/frame.py --null --chain 100   # the same, a parameter of the middle block of a 100-block chain
 
 Prints one table with the card's name: tick() with sync for chains of N small kernels, side by side with
 (a) a raw cuda.bindings graph of the same kernels, (b) eager cuLaunchKernel, (c) CuPy eager launches;
@@ -65,7 +66,7 @@ def _call_paths(engine, drv, stream, frames: int) -> list[tuple[str, float]]:
     return [(label, _median_us(fn, frames)) for label, fn in calls.items()]
 
 
-def _parameter_rows_null(frames: int) -> int:
+def _parameter_rows_null(frames: int, chain: int = 1) -> int:
     """The parameter rows on the null driver with its per-frame calls made free: what is left is the host's
     own cost of one change (setter, fold, drain, hot table, argument write), with and without a live view's
     subscribers. Runs anywhere; compare two checkouts with PYTHONPATH=<checkout>."""
@@ -88,9 +89,13 @@ def _parameter_rows_null(frames: int) -> int:
     _ok = (api.CUresult.CUDA_SUCCESS,)
     rows = []
     with rxcuda.Engine(driver=api) as engine:
-        mul = engine.add(rxcuda.Block.from_kernel(rxcuda.load_kernel_file(ROOT / "kernels" / "scalar_mul.ptx"),
-                                                  size=1024, scale=1.0001, name="m0"))
-        engine.write(mul["x"], np.ones(1024, np.float32))
+        code = rxcuda.load_kernel_file(ROOT / "kernels" / "scalar_mul.ptx")
+        blocks = [engine.add(rxcuda.Block.from_kernel(code, size=1024, scale=1.0001, name=f"m{i}"))
+                  for i in range(chain)]
+        for a, b in zip(blocks, blocks[1:], strict=False):
+            engine.connect(a["out"], b["x"])
+        engine.write(blocks[0]["x"], np.ones(1024, np.float32))
+        mul = blocks[chain // 2]  # the parameter changed: the middle block's
         engine.tick()
         apply_pending = engine._updater.apply_pending
         values = iter(np.linspace(1.0, 1.0002, 50_000_000).tolist())
@@ -117,7 +122,7 @@ def _parameter_rows_null(frames: int) -> int:
         for sub in subs:
             sub.dispose()
     print(f"\nbench/frame.py --null — one parameter change on the null driver, its driver calls free (host cost "
-          f"only; {rxcuda.__file__})\n")
+          f"only; a chain of {chain} block(s); {rxcuda.__file__})\n")
     hdr = f"{'subscribers':>24} | {'set+apply us':>12} | {'set+apply, count us':>19} | {'set+tick - tick us':>18}"
     print(hdr)
     print("-" * len(hdr))
@@ -133,9 +138,12 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=1024, help="elements per kernel")
     ap.add_argument("--null", action="store_true",
                     help="only the parameter rows, on the null driver with free driver calls (no GPU needed)")
+    ap.add_argument("--chain", type=int, default=1, help="--null: blocks in the chain (the middle one's parameter)")
     args = ap.parse_args(argv)
+    if args.chain < 1:
+        ap.error(f"--chain takes a number of blocks >= 1 (got {args.chain})")
     if args.null:
-        return _parameter_rows_null(args.frames * 10)
+        return _parameter_rows_null(args.frames * 10, args.chain)
 
     import cupy as cp
     import numpy as np
