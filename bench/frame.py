@@ -7,7 +7,8 @@
 Prints one table with the card's name: tick() with sync for chains of N small kernels, side by side with
 (a) a raw cuda.bindings graph of the same kernels, (b) eager cuLaunchKernel, (c) CuPy eager launches;
 plus the cost one parameter change adds to a frame, from the setter to its exec-node update at the next
-tick, with subscribers attached to engine.changes, engine.updates and engine.frames (as a live view would).
+tick, with subscribers attached to engine.changes, engine.updates and engine.frames (as a live view would);
+--null adds a row with the live view's own subscribers (rxcuda.view's Collector).
 """
 
 from __future__ import annotations
@@ -113,21 +114,26 @@ def _parameter_rows_null(frames: int, chain: int = 1) -> int:
             p.value = next(values)
             engine.tick()
 
-        for label in ("none", "changes, updates, frames"):
-            if label != "none":
+        from rxcuda.view._collect import Collector
+
+        for label in ("none", "changes, updates, frames", "the live view's Collector"):
+            if label == "changes, updates, frames":
                 subs = [engine.changes.subscribe(lambda e: None), engine.updates.subscribe(lambda u: None),
                         engine.frames.subscribe(lambda f: None)]
+            elif label != "none":  # what rxcuda.view subscribes (parameter and structure changes, updates, frames, ...)
+                for sub in subs:
+                    sub.dispose()
+                view = Collector(engine, lambda: None)
             t_hot, t_tick = _paired_us(set_tick, engine.tick, frames)
             rows.append((label, _median_us(set_apply, frames), _median_us(set_apply_count, frames), t_hot - t_tick))
-        for sub in subs:
-            sub.dispose()
+        view.dispose()
     print(f"\nbench/frame.py --null — one parameter change on the null driver, its driver calls free (host cost "
           f"only; a chain of {chain} block(s); {rxcuda.__file__})\n")
-    hdr = f"{'subscribers':>24} | {'set+apply us':>12} | {'set+apply, count us':>19} | {'set+tick - tick us':>18}"
+    hdr = f"{'subscribers':>25} | {'set+apply us':>12} | {'set+apply, count us':>19} | {'set+tick - tick us':>18}"
     print(hdr)
     print("-" * len(hdr))
     for label, a, c, h in rows:
-        print(f"{label:>24} | {a:>12.3f} | {c:>19.3f} | {h:>18.3f}")
+        print(f"{label:>25} | {a:>12.3f} | {c:>19.3f} | {h:>18.3f}")
     return 0
 
 
