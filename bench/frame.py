@@ -2,11 +2,13 @@
 
     python bench/frame.py [--frames 2000] [--sizes 1 10 100 1000]
     python bench/frame.py --null      # the parameter rows' host cost on the null driver (no GPU)
+    python bench/frame.py --null --chain 100   # the same, a parameter of the middle block of a 100-block chain
 
 Prints one table with the card's name: tick() with sync for chains of N small kernels, side by side with
 (a) a raw cuda.bindings graph of the same kernels, (b) eager cuLaunchKernel, (c) CuPy eager launches;
 plus the cost one parameter change adds to a frame, from the setter to its exec-node update at the next
-tick, with subscribers attached to engine.changes, engine.updates and engine.frames (as a live view would).
+tick, with subscribers attached to engine.changes, engine.updates and engine.frames (as a live view would);
+--null adds a row with the live view's own subscribers (rxcuda.view's Collector).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def _call_paths(engine, drv, stream, frames: int) -> list[tuple[str, float]]:
     return [(label, _median_us(fn, frames)) for label, fn in calls.items()]
 
 
-def _parameter_rows_null(frames: int) -> int:
+def _parameter_rows_null(frames: int, chain: int = 1) -> int:
     """The parameter rows on the null driver with its per-frame calls made free: what is left is the host's
     own cost of one change (setter, fold, drain, hot table, argument write), with and without a live view's
     subscribers. Runs anywhere; compare two checkouts with PYTHONPATH=<checkout>."""
@@ -88,9 +90,13 @@ def _parameter_rows_null(frames: int) -> int:
     _ok = (api.CUresult.CUDA_SUCCESS,)
     rows = []
     with rxcuda.Engine(driver=api) as engine:
-        mul = engine.add(rxcuda.Block.from_kernel(rxcuda.load_kernel_file(ROOT / "kernels" / "scalar_mul.ptx"),
-                                                  size=1024, scale=1.0001, name="m0"))
-        engine.write(mul["x"], np.ones(1024, np.float32))
+        code = rxcuda.load_kernel_file(ROOT / "kernels" / "scalar_mul.ptx")
+        blocks = [engine.add(rxcuda.Block.from_kernel(code, size=1024, scale=1.0001, name=f"m{i}"))
+                  for i in range(chain)]
+        for a, b in zip(blocks, blocks[1:], strict=False):
+            engine.connect(a["out"], b["x"])
+        engine.write(blocks[0]["x"], np.ones(1024, np.float32))
+        mul = blocks[chain // 2]  # the parameter changed: the middle block's
         engine.tick()
         apply_pending = engine._updater.apply_pending
         values = iter(np.linspace(1.0, 1.0002, 50_000_000).tolist())
@@ -108,21 +114,26 @@ def _parameter_rows_null(frames: int) -> int:
             p.value = next(values)
             engine.tick()
 
-        for label in ("none", "changes, updates, frames"):
-            if label != "none":
+        from rxcuda.view._collect import Collector
+
+        for label in ("none", "changes, updates, frames", "the live view's Collector"):
+            if label == "changes, updates, frames":
                 subs = [engine.changes.subscribe(lambda e: None), engine.updates.subscribe(lambda u: None),
                         engine.frames.subscribe(lambda f: None)]
+            elif label != "none":  # what rxcuda.view subscribes (parameter and structure changes, updates, frames, ...)
+                for sub in subs:
+                    sub.dispose()
+                view = Collector(engine, lambda: None)
             t_hot, t_tick = _paired_us(set_tick, engine.tick, frames)
             rows.append((label, _median_us(set_apply, frames), _median_us(set_apply_count, frames), t_hot - t_tick))
-        for sub in subs:
-            sub.dispose()
+        view.dispose()
     print(f"\nbench/frame.py --null — one parameter change on the null driver, its driver calls free (host cost "
-          f"only; {rxcuda.__file__})\n")
-    hdr = f"{'subscribers':>24} | {'set+apply us':>12} | {'set+apply, count us':>19} | {'set+tick - tick us':>18}"
+          f"only; a chain of {chain} block(s); {rxcuda.__file__})\n")
+    hdr = f"{'subscribers':>25} | {'set+apply us':>12} | {'set+apply, count us':>19} | {'set+tick - tick us':>18}"
     print(hdr)
     print("-" * len(hdr))
     for label, a, c, h in rows:
-        print(f"{label:>24} | {a:>12.3f} | {c:>19.3f} | {h:>18.3f}")
+        print(f"{label:>25} | {a:>12.3f} | {c:>19.3f} | {h:>18.3f}")
     return 0
 
 
@@ -133,9 +144,12 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=1024, help="elements per kernel")
     ap.add_argument("--null", action="store_true",
                     help="only the parameter rows, on the null driver with free driver calls (no GPU needed)")
+    ap.add_argument("--chain", type=int, default=1, help="--null: blocks in the chain (the middle one's parameter)")
     args = ap.parse_args(argv)
+    if args.chain < 1:
+        ap.error(f"--chain takes a number of blocks >= 1 (got {args.chain})")
     if args.null:
-        return _parameter_rows_null(args.frames * 10)
+        return _parameter_rows_null(args.frames * 10, args.chain)
 
     import cupy as cp
     import numpy as np

@@ -63,9 +63,11 @@ def bounded(param, check: Callable, counts: tuple[str, ...]) -> Callable:
     against the running plan's limit (``rxcuda.engine._update``'s hot table)."""
     block = param._block
     cached: list = [None, 0]  # [description, smallest declared count]: a description is immutable
+    plain, lo, hi = param._plain, param._lo, param._hi  # the type's fast test (see Parameter.value), inline
 
     def check_count(v):
-        v = check(v)
+        if type(v) is not plain or not lo <= v <= hi:
+            v = check(v)
         desc = block._desc
         if cached[0] is not desc:
             cached[0], cached[1] = desc, min(_declared(desc, counts).values(), default=-1)

@@ -74,6 +74,31 @@ def _value_check(param: Parameter, dtype: str):
     return check_int
 
 
+def _fast_test(dtype: str, lo, hi) -> tuple:
+    """(type, low, high): the values of that exact Python type within [low, high] pass the check of a parameter
+    of ``dtype`` declared with range [lo, hi] (None: unbounded) unchanged -- a float for a float type, an int for
+    an integer type (bool is neither). (None, 0, 0) where there is no such shortcut."""
+    t: type
+    tlo: float
+    thi: float
+    if dtype in _FLOAT_MAX:
+        t, tlo, thi = float, -_FLOAT_MAX[dtype], _FLOAT_MAX[dtype]
+    else:
+        try:
+            np_type = _dtypes.to_numpy(dtype)
+        except Exception:  # (not a scalar type: the full check says why)
+            return None, 0, 0
+        if np_type.kind not in "iu":
+            return None, 0, 0
+        info = np.iinfo(np_type)
+        t, tlo, thi = int, int(info.min), int(info.max)
+    if lo is not None:
+        tlo = max(tlo, lo)
+    if hi is not None:
+        thi = min(thi, hi)
+    return t, tlo, thi
+
+
 def _in_range(param: Parameter, check, lo, hi):
     """``check`` followed by the parameter's declared range ``[lo, hi]`` (either may be None)."""
     def check_range(v):
@@ -114,7 +139,7 @@ engine.resize(scalar_mul['x'], shape)
     TypeError: scalar_mul.scale (f32) takes a number: a Python or NumPy int or float (got '2.5', a str)
     """
 
-    __slots__ = ("name", "dtype", "_value", "_block", "_check", "_min", "_max", "_step")
+    __slots__ = ("name", "dtype", "_value", "_block", "_check", "_min", "_max", "_step", "_plain", "_lo", "_hi")
 
     def __init__(self, block: Any, name: str, dtype: str, value, min=None, max=None, step=None,
                  counts: tuple[str, ...] = ()):
@@ -124,10 +149,15 @@ engine.resize(scalar_mul['x'], shape)
         self._min, self._max, self._step = min, max, step  # the declared range (None: unbounded) and control step
         check = _value_check(self, dtype)
         self._check = check if min is None and max is None else _in_range(self, check, min, max)
+        # the setter's fast test: a value of exactly this Python type within [_lo, _hi] (the type's range and the
+        # declared one) is what the full check would return unchanged; anything else takes the full check, which
+        # converts it or raises. A count parameter always takes the full check (its bound moves with resizes).
+        self._plain, self._lo, self._hi = _fast_test(dtype, min, max)
         if counts:  # a count parameter: never past the buffers it counts (see rxcuda.engine._bounds)
             from ._bounds import bounded
 
             self._check = bounded(self, self._check, counts)
+            self._plain = None
         self._value = self._check(value)
 
     # The range is part of the declaration (it is checked by every setter, shown by the live page's controls and
@@ -173,7 +203,9 @@ engine.resize(scalar_mul['x'], shape)
 
     @value.setter
     def value(self, v) -> None:
-        v = self._check(v)
+        # the hottest call a user makes: the full check only for what the fast test cannot pass as it is
+        if type(v) is not self._plain or not self._lo <= v <= self._hi:
+            v = self._check(v)
         self._value = v
         block = self._block
         sink = block._sink

@@ -45,6 +45,37 @@ class _HotTable(dict):
         return value
 
 
+def _hot_apply(targets: tuple, limit: int | None, raise_for):
+    """The hot path's ``apply(value) -> bool`` for a parameter that kernel nodes alone read (see
+    ``Updater._hot_entry``): ``targets`` their ((typed view of the argument storage, index, bound exec-node
+    update), ...); ``limit`` a count parameter's smallest buffer in the running plan (a value outside
+    [0, limit] is left to the general path, which reports it), None for any other parameter."""
+    if len(targets) == 1 and limit is None:  # the common case: one kernel node reads it
+        ((view, idx, update),) = targets
+
+        def one(value) -> bool:
+            view[idx] = value
+            err = update()
+            if err:
+                raise_for(err)
+            return True
+
+        return one
+    lo, hi = (0, limit) if limit is not None else (-math.inf, math.inf)
+
+    def each(value) -> bool:
+        if not lo <= value <= hi:
+            return False
+        for view, idx, update in targets:
+            view[idx] = value
+            err = update()
+            if err:
+                raise_for(err)
+        return True
+
+    return each
+
+
 class Updater:
     """Applies what is pending before a frame. ``updates`` publishes one AppliedUpdate per applied plan."""
 
@@ -73,7 +104,7 @@ class Updater:
     def apply_pending(self, raise_errors: bool = False, background: bool = False) -> tuple[Tier, ...]:
         """Apply everything pending. Values alone (the common case) skip the plan object, and one value that
         kernel nodes alone read goes straight through the hot table (:meth:`_hot_entry`) to its nodes' exec
-        updates: a dict lookup, one chained comparison (its count limit), the writes and the driver calls.
+        updates: a dict lookup and one call that checks a count's limit, writes and updates.
 
         ``background`` (``engine.run``'s frames): a structural change is prepared off this thread and swapped
         in by a later call once ready (rxcuda.engine._prepare); otherwise it is applied before this returns."""
@@ -90,23 +121,30 @@ class Updater:
             self._rearm(g)
         observed = self.updates.observers
         t0 = _now() if observed else 0
+        # the drain of values alone, inline (PendingPlan.take_parameters; the call was a tenth of the path); one
+        # value is popped (its dict stays: no new one made and the old one freed, half the cost of a swap)
+        lock = pending._lock
+        lock.acquire()  # (nothing between can raise)
+        params = pending._params
         events = pending.count
-        params = pending.take_parameters()
+        pending.count = pending.others  # 0 unless a change of another kind just arrived (drained next time)
         if len(params) == 1:  # the hot path
-            ((key, value),) = params.items()
-            targets, lo, hi = self._hot[key]
-            if targets is not None and lo <= value <= hi:
-                for view, idx, update in targets:
-                    view[idx] = value
-                    err = update()
-                    if err:
-                        g.fast.raise_for(err)
-                if observed:
-                    block = rt.blocks.get(key[0])
-                    names = (block.name,) if block is not None else (f"#{key[0]}",)
-                    self.updates.emit(_tuple_new(AppliedUpdate, (rt.frame + 1, _PARAMETERS, names,
-                                                                 (_now() - t0) / 1e9, events)))
+            key, value = params.popitem()
+            lock.release()
+            apply, names = self._hot[key]
+            if apply is not None and apply(value):
+                if observed:  # Broadcast.emit, inline
+                    done = _tuple_new(AppliedUpdate, (rt.frame + 1, _PARAMETERS, names, (_now() - t0) / 1e9, events))
+                    for observer in observed:
+                        try:
+                            observer.on_next(done)
+                        except Exception as e:
+                            self.updates.failed(e, done)
                 return _PARAMETERS
+            params = {key: value}
+        else:
+            pending._params = {}
+            lock.release()
         limits = self._limits
         if limits:  # count parameters: the last check before a value reaches the GPU (rxcuda.engine._bounds)
             params = self._within(params, limits)
@@ -261,15 +299,22 @@ class Updater:
         self._hot = _HotTable(self._hot_entry)
 
     def _hot_entry(self, key: tuple[int, str]) -> tuple:
-        """(block id, parameter) -> (targets, lo, hi) for the hot path: ``targets`` the ((typed view, index,
-        bound exec-node update), ...) of the kernel nodes that read the value, or None when the value also
-        goes elsewhere (device memory, a recapture: the general path); ``[lo, hi]`` the values it may take
-        without a look at the count rule (a count parameter: 0 to its smallest buffer; else any)."""
+        """(block id, parameter) -> (apply, names) for the hot path. ``apply(value)`` writes the value into the
+        argument storage of the kernel nodes that read it and makes their exec-node updates, True when it did;
+        False, having done nothing, for a count value past its smallest buffer in the running plan (the general
+        path reports it). None instead of ``apply`` when the value also goes elsewhere (device memory, a
+        recapture: the general path). ``names``: the AppliedUpdate's blocks. Made once per parameter and
+        graph, with everything it needs bound (views, indices, the bound updates, the count limit), so a
+        change costs one call."""
         g = self._hot_graph
         targets, plain = g.patches[key]  # type: ignore[attr-defined]
+        block = self.rt.blocks.get(key[0])
+        names = (block.name,) if block is not None else (f"#{key[0]}",)
+        if not plain:
+            return None, names
         limit = self._limits.get(key)
-        lo, hi = (0, limit[0]) if limit is not None else (-math.inf, math.inf)
-        return (tuple((view, idx, update) for _nid, view, idx, update in targets) if plain else None), lo, hi
+        return _hot_apply(tuple((view, idx, update) for _nid, view, idx, update in targets),
+                          limit[0] if limit is not None else None, g.fast.raise_for), names  # type: ignore[attr-defined]
 
     # -- count parameters ------------------------------------------------------------------------------
     def _count_limits(self, g) -> dict:

@@ -55,14 +55,22 @@ class Broadcast:
         return Disposable(dispose)
 
     def emit(self, item: Any) -> None:
-        """Hand ``item`` to every observer, on the calling thread."""
+        """Hand ``item`` to every observer, on the calling thread.
+
+        The parameter path (a setter's change, the hot path's AppliedUpdate) runs this loop inline over
+        ``observers`` and calls :meth:`failed` from its ``except``: one Python call less per item."""
         for observer in self.observers:
             try:
                 observer.on_next(item)
             except Exception as e:  # one subscriber's error must not stop the publisher
-                if self._on_error is None:
-                    raise
-                self._on_error(e, item)
+                self.failed(e, item)
+
+    def failed(self, err: Exception, item: Any) -> None:
+        """An observer raised ``err`` on ``item``: hand it to ``on_error``, or re-raise it where there is none
+        (called from an ``except`` block)."""
+        if self._on_error is None:
+            raise err
+        self._on_error(err, item)
 
     def close(self) -> None:
         """Complete every observer (the Rx grammar: an engine's streams end when it closes)."""

@@ -97,6 +97,11 @@ class PendingPlan:
         # on_subscriber_error(err, event): where a failing subscriber of ``changes`` is reported (the
         # change itself is folded first, so it is never lost); None lets the error reach the producer
         self._changes = Broadcast(on_error=on_subscriber_error)
+        # what ``of_type`` subscribers hear, split by kind so that a parameter change reaches only those who asked
+        # for parameter changes (the live view subscribes to parameter and structure changes: before the split
+        # both Rx filters ran on every parameter change)
+        self._values = Broadcast(on_error=on_subscriber_error)  # ParameterChanged
+        self._others = Broadcast(on_error=on_subscriber_error)  # every other change event
         self._reset()
 
     def _reset(self) -> None:
@@ -132,24 +137,35 @@ class PendingPlan:
         self._params[key] = value
         self.count += 1
         lock.release()
-        changes = self._changes
-        if changes.observers:
-            changes.emit(_tuple_new(ParameterChanged, (key[0], key[1], value)))
+        every, values = self._changes.observers, self._values.observers
+        if every or values:  # Broadcast.emit of both, inline
+            event = _tuple_new(ParameterChanged, (key[0], key[1], value))
+            for observer in every + values:
+                try:
+                    observer.on_next(event)
+                except Exception as e:
+                    self._changes.failed(e, event)
 
     def add(self, event) -> None:
         with self._lock:
             self._fold(event)
-        if self._changes.observers:
-            self._changes.emit(event)
+        self._publish(event)
 
     def add_all(self, events: Iterable) -> None:
         events = list(events)
         with self._lock:
             for ev in events:
                 self._fold(ev)
+        for ev in events:
+            self._publish(ev)
+
+    def _publish(self, event) -> None:
+        """Hand a folded ``event`` to ``changes`` and to the ``of_type`` subscribers of its kind."""
         if self._changes.observers:
-            for ev in events:
-                self._changes.emit(ev)
+            self._changes.emit(event)
+        kind = self._values if isinstance(event, ParameterChanged) else self._others
+        if kind.observers:
+            kind.emit(event)
 
     def _fold(self, ev) -> None:
         self.count += 1
@@ -209,7 +225,24 @@ class PendingPlan:
         return self._changes.observable
 
     def of_type(self, *types) -> Observable:
-        return self._changes.observable.pipe(ops.filter(lambda e: isinstance(e, types)))
+        """The change events of ``types``, as ``changes`` hands them (the same thread, the same order). Parameter
+        changes alone are a plain stream of their own: a parameter change calls no filter of another kind's
+        subscribers (nor a filter of its own).
+
+        >>> from rxcuda.model._events import BlockAdded, ParameterChanged
+        >>> pending, seen = PendingPlan(), []
+        >>> subs = [pending.of_type(ParameterChanged).subscribe(seen.append),
+        ...         pending.of_type(BlockAdded).subscribe(seen.append)]
+        >>> pending.set_parameter(1, "gain", 0.5); pending.add(BlockAdded(2, "mix"))
+        >>> seen
+        [ParameterChanged(block=1, name='gain', value=0.5), BlockAdded(block=2, name='mix')]
+        """
+        if types == (ParameterChanged,):
+            return self._values.observable
+        source = self._others if ParameterChanged not in types else self._changes
+        return source.observable.pipe(ops.filter(lambda e: isinstance(e, types)))
 
     def close(self) -> None:
         self._changes.close()
+        self._values.close()
+        self._others.close()

@@ -51,3 +51,22 @@ def test_after_a_rebuild_values_reach_the_new_graph(engine, rng, kernels):
         first.set(scale=b)  # one value alone: the hot path
         assert engine.tick().tiers == ("parameters",)
         np.testing.assert_allclose(engine.read(second["out"]), x * np.float32(b) * np.float32(b), rtol=1e-6)
+
+
+def test_one_value_a_frame_from_another_thread_in_every_form_reaches_the_kernel(engine, rng, kernels):
+    """The hot path's one pending value (popped from the pending plan) and the setter's fast test: a Python
+    float takes the fast test, a NumPy float32 and a Python int the full check; all set on another thread."""
+    import threading
+
+    mul = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=N, scale=1.0))
+    x = rng.standard_normal(N).astype(np.float32)
+    engine.write(mul["x"], x)
+    engine.tick()
+    values = [float(rng.uniform(-4.0, 4.0)) for _ in range(30)]
+    values = [v if i % 3 == 0 else np.float32(v) if i % 3 == 1 else int(round(v * 10)) for i, v in enumerate(values)]
+    for v in values:
+        t = threading.Thread(target=lambda v=v: setattr(mul.params["scale"], "value", v))
+        t.start()
+        t.join()
+        assert engine.tick().tiers == ("parameters",)
+        np.testing.assert_allclose(engine.read(mul["out"]), x * np.float32(v), rtol=1e-6)

@@ -248,3 +248,44 @@ def test_tiers_spell_as_strings():
     assert Tier.STRUCTURE == "structure" and (Tier.PARAMETERS,) == ("parameters",)
     assert repr((Tier.CODE,)) == "('code',)"
     assert [t.rank for t in Tier] == [3, 2, 1, 0]
+
+
+def test_of_type_hands_each_kind_only_its_own_events_in_order_and_completes_on_close():
+    from rxcuda.model._events import BlockAdded, BlockRemoved, CodeChanged
+
+    pending = PendingPlan()
+    values: list = []
+    structure: list = []
+    both: list = []
+    everything: list = []
+    done: list = []
+    pending.of_type(ParameterChanged).subscribe(values.append, on_completed=lambda: done.append("values"))
+    pending.of_type(BlockAdded, BlockRemoved).subscribe(structure.append, on_completed=lambda: done.append("s"))
+    pending.of_type(ParameterChanged, BlockAdded).subscribe(both.append)
+    pending.changes.subscribe(everything.append)
+    events = [BlockAdded(1, "a"), ParameterChanged(1, "g", 0.5), CodeChanged(1, "k", None), BlockRemoved(1, "a")]
+    pending.set_parameter(2, "h", 1)
+    pending.add_all(events)
+    pending.set_parameter(2, "h", 2)
+    assert values == [ParameterChanged(2, "h", 1), ParameterChanged(1, "g", 0.5), ParameterChanged(2, "h", 2)]
+    assert structure == [BlockAdded(1, "a"), BlockRemoved(1, "a")]
+    assert both == [ParameterChanged(2, "h", 1), BlockAdded(1, "a"), ParameterChanged(1, "g", 0.5),
+                    ParameterChanged(2, "h", 2)]
+    assert everything == [ParameterChanged(2, "h", 1), *events, ParameterChanged(2, "h", 2)]
+    pending.close()
+    assert sorted(done) == ["s", "values"]
+
+
+def test_a_failing_parameter_changes_subscriber_is_reported_and_the_change_kept():
+    reported: list = []
+    pending = PendingPlan(on_subscriber_error=lambda err, ev: reported.append((str(err), ev)))
+    seen: list = []
+
+    def boom(_ev):
+        raise RuntimeError("subscriber bug")
+
+    pending.of_type(ParameterChanged).subscribe(boom)
+    pending.of_type(ParameterChanged).subscribe(seen.append)
+    pending.set_parameter(1, "a", 1.0)
+    assert reported == [("subscriber bug", ParameterChanged(1, "a", 1.0))] and seen == [ParameterChanged(1, "a", 1.0)]
+    assert pending.drain().params == {(1, "a"): 1.0}

@@ -84,9 +84,13 @@ def test_a_count_value_within_the_running_buffers_takes_the_hot_path(engine, api
     mul.params["n"].value = N // 2
     assert engine.tick().tiers == ("parameters",)
     assert len(updates_of(api, mark)) == 1
-    targets, lo, hi = engine._updater._hot[mul.id, "n"]
-    assert (lo, hi) == (0, N) and len(targets) == 1
-    assert engine._updater._hot[mul.id, "scale"][1:] == (-np.inf, np.inf)
+    apply, names = engine._updater._hot[mul.id, "n"]  # its limit is [0, N], the running plan's buffer
+    assert names == ("scalar_mul",)
+    mark = len(api.calls)
+    assert apply(N + 1) is False and apply(-1) is False and updates_of(api, mark) == []  # left to the general path
+    assert apply(N) is True and len(updates_of(api, mark)) == 1  # one kernel node reads it: one update
+    apply, _ = engine._updater._hot[mul.id, "scale"]  # not a count: no limit
+    assert apply(1e30) is True and len(updates_of(api, mark)) == 2
 
 
 def test_a_count_value_past_the_running_buffers_leaves_the_hot_path_and_is_refused(engine, api):
@@ -161,3 +165,63 @@ def test_a_float_value_that_skipped_the_setter_check_still_reaches_an_f32_slot(e
     g = engine._rt.graph
     view, idx = g.nodes[g.plan.kernel_nodes[mul.id, "scalar_mul"]].slots[2]
     assert view[idx] == np.float32(0.5)
+
+
+_EDGES = [0, 1, -1, 7, 255, 256, -129, 2**31 - 1, 2**31, -(2**31) - 1, 2**63, 0.0, 0.5, -2.5, 65504.0, 65505.0,
+          3.4028235e38, 3.5e38, 1e308, float("inf"), float("-inf"), float("nan"), True, False, np.float32(1.5),
+          np.int64(3), np.bool_(True), "1", None]
+
+
+@pytest.mark.parametrize("dtype, lo, hi", [("f16", None, None), ("f32", None, None), ("f64", None, None),
+                                           ("f32", -1.0, 2), ("i32", None, None), ("u8", None, None),
+                                           ("i64", 0, 100), ("u32", None, 7), ("bf16", None, None)])
+def test_the_setters_fast_test_passes_only_what_the_full_check_returns_unchanged(dtype, lo, hi):
+    from rxcuda.blocks._params import Parameter
+
+    class Owner:  # what a parameter's errors name
+        name = "blk"
+        _sink = None
+
+    p = Parameter(Owner(), "p", dtype, 0, min=lo, max=hi)
+    for v in _EDGES:
+        try:
+            want = ("ok", p._check(v))
+        except (TypeError, ValueError) as e:
+            want = (type(e), str(e))
+        fast = type(v) is p._plain and p._lo <= v <= p._hi
+        if fast:  # the setter stores it without the full check: that must be what the check returns
+            assert want[0] == "ok" and type(want[1]) is type(v) and want[1] == v, (dtype, v)
+        try:
+            p.value = v
+            got = ("ok", p.value)
+        except (TypeError, ValueError) as e:
+            got = (type(e), str(e))
+        assert got == want or (want[0] == "ok" and got[0] == "ok" and np.isnan(got[1]) and np.isnan(want[1])), (
+            dtype, v, got, want)
+    assert p._plain is (float if dtype[0] in "fb" else int)
+
+
+def test_a_count_parameter_always_takes_the_full_check(engine):
+    mul = fed_mul(engine)
+    assert mul.params["n"]._plain is None  # its bound moves with resizes: never the fast test
+    with pytest.raises(ValueError, match="more than port"):
+        mul.params["n"].value = N + 1
+    assert mul.params["scale"]._plain is float
+
+
+def test_a_failing_updates_subscriber_on_the_hot_path_is_reported_and_the_others_still_hear(engine):
+    mul = fed_mul(engine)
+    seen: list = []
+    warnings: list = []
+
+    def boom(_u):
+        raise RuntimeError("subscriber bug")
+
+    subs = [engine.updates.subscribe(boom), engine.updates.subscribe(seen.append),
+            engine.diagnostics.subscribe(warnings.append)]
+    mul.params["scale"].value = 2.0
+    assert engine.tick().tiers == ("parameters",)
+    assert [u.blocks for u in seen] == [("scalar_mul",)]
+    assert any("subscriber bug" in d.message and d.subject == "engine.updates" for d in warnings)
+    for s in subs:
+        s.dispose()
