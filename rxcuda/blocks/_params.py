@@ -3,6 +3,7 @@ parameter counts) before it is stored and folded into the engine's pending plan.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Iterator, Mapping
@@ -99,6 +100,16 @@ def _fast_test(dtype: str, lo, hi) -> tuple:
     return t, tlo, thi
 
 
+_fast_test_memo = functools.lru_cache(maxsize=1024)(_fast_test)  # np.iinfo costs ~1 us; blocks share few ranges
+
+
+def _fast_test_of(dtype: str, lo, hi) -> tuple:
+    try:
+        return _fast_test_memo(dtype, lo, hi)
+    except TypeError:  # a range bound that does not hash
+        return _fast_test(dtype, lo, hi)
+
+
 def _in_range(param: Parameter, check, lo, hi):
     """``check`` followed by the parameter's declared range ``[lo, hi]`` (either may be None)."""
     def check_range(v):
@@ -152,7 +163,7 @@ engine.resize(scalar_mul['x'], shape)
         # the setter's fast test: a value of exactly this Python type within [_lo, _hi] (the type's range and the
         # declared one) is what the full check would return unchanged; anything else takes the full check, which
         # converts it or raises. A count parameter always takes the full check (its bound moves with resizes).
-        self._plain, self._lo, self._hi = _fast_test(dtype, min, max)
+        self._plain, self._lo, self._hi = _fast_test_of(dtype, min, max)
         if counts:  # a count parameter: never past the buffers it counts (see rxcuda.engine._bounds)
             from ._bounds import bounded
 
