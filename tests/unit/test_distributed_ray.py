@@ -10,26 +10,14 @@ import time
 import attrs
 import numpy as np
 import pytest
+from _ray import cluster, ray  # noqa: E402, F401  (the local cluster; skips this module without Ray)
 from reactivex.subject import Subject
 
 import rxcuda
-
-ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install 'rxcuda[ray]'")
-
 from rxcuda.distributed import DistributedFrame, Engine, FragmentDiagnostic, FragmentFrame, Worker  # noqa: E402
 
 PTX = "scalar_mul"
 N = 512
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def _two(**kw) -> Engine:

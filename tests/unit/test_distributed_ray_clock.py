@@ -11,26 +11,14 @@ import time
 
 import numpy as np
 import pytest
+from _ray import cluster, ray  # noqa: E402, F401  (the local cluster; skips this module without Ray)
 
 import rxcuda
-
-ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install 'rxcuda[ray]'")
-
 from rxcuda.distributed import Engine, FragmentDiagnostic, FragmentFrame, Worker  # noqa: E402
 from rxcuda.distributed._board import board_dir  # noqa: E402
 
 PTX = "scalar_mul"
 N = 512
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def _linked(transport: str = "ipc", **kw) -> tuple[Engine, rxcuda.Block, rxcuda.Block]:
