@@ -1,0 +1,106 @@
+"""plan() of a 1000-block chain, this checkout against another one, interleaved in ONE process.
+
+    python bench/plan_ab.py --base ../rxcuda-1dc1fcb [--blocks 1000] [--pairs 40] [--null]
+
+Separate processes on a shared GPU host differ by up to 2x in their host speed, so two commits' ``plan()`` rows
+from two runs of bench/scale.py say little. Here the other checkout's ``rxcuda`` is imported as ``rxcuda_base``
+(copied to a temporary folder under that name; its imports are relative), both engines are built in
+bench/scale.py's sequence (declare by code and by path, first tick, five +1/-1 block edits), and ``plan()`` of each
+pipeline's description runs in alternating pairs, each after a collection with the cycle collector paused.
+Prints both medians and the median of the per-pair ratios. ``--null``: both on the null driver (no GPU needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _build(lib, kernels: Path, n: int, null: bool):
+    import numpy as np
+
+    driver = None
+    if null:
+        import importlib
+
+        driver = importlib.import_module(lib.__name__ + ".cuda").NullDriver()
+    engine = lib.Engine(driver=driver)
+    ptx = str(kernels / "scalar_mul.ptx")
+    code = lib.load_kernel_file(ptx)
+    size = 1 << 16
+    blocks = [lib.Block.from_kernel(code, size=size, scale=1.0, name=f"m{i}") for i in range(n)]
+    [lib.Block.from_kernel(ptx, size=size, scale=1.0, name=f"p{i}") for i in range(n)]
+    for b in blocks:
+        engine.add(b)
+    for s, d in zip(blocks, blocks[1:], strict=False):
+        engine.connect(s["out"], d["x"])
+    engine.write(blocks[0]["x"], np.ones(size, np.float32))
+    engine.tick()
+    for _ in range(5):
+        extra = lib.Block.from_kernel(code, size=size, scale=1.0, name="extra")
+        engine.add(extra)
+        engine.connect(blocks[-1]["out"], extra["x"])
+        engine.tick()
+        engine.remove(extra)
+        engine.tick()
+    return engine, engine.describe()
+
+
+def _timed(lib, desc) -> float:
+    gc.collect()
+    gc.disable()
+    t0 = time.perf_counter()
+    lib.plan(desc)
+    ms = (time.perf_counter() - t0) * 1e3
+    gc.enable()
+    return ms
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, type=Path,
+                    help="the other checkout (a folder holding rxcuda/ and kernels/)")
+    ap.add_argument("--blocks", type=int, default=1000)
+    ap.add_argument("--pairs", type=int, default=40)
+    ap.add_argument("--null", action="store_true", help="both on the null driver")
+    args = ap.parse_args(argv)
+    if not (args.base / "rxcuda" / "__init__.py").is_file():
+        ap.error(f"--base {args.base} holds no rxcuda/ package; give the root of another checkout")
+    tmp = tempfile.mkdtemp(prefix="plan_ab_")
+    try:
+        shutil.copytree(args.base / "rxcuda", Path(tmp) / "rxcuda_base")
+        sys.path.insert(0, str(ROOT))
+        sys.path.insert(0, tmp)
+        import rxcuda_base
+
+        import rxcuda
+
+        base_engine, base_desc = _build(rxcuda_base, args.base / "kernels", args.blocks, args.null)
+        new_engine, new_desc = _build(rxcuda, ROOT / "kernels", args.blocks, args.null)
+        times: dict[str, list[float]] = {"base": [], "new": []}
+        sides = [("base", rxcuda_base, base_desc), ("new", rxcuda, new_desc)]
+        for i in range(args.pairs):
+            for side, lib, desc in sides[:: 1 if i % 2 == 0 else -1]:
+                times[side].append(_timed(lib, desc))
+        new_engine.close()
+        base_engine.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    mb, mn = statistics.median(times["base"]), statistics.median(times["new"])
+    ratio = statistics.median(n / b for b, n in zip(times["base"], times["new"], strict=True))
+    where = "null driver" if args.null else "device"
+    print(f"plan() of {args.blocks} blocks, {where}, {args.pairs} interleaved pairs in one process: base median "
+          f"{mb:.2f} ms, this checkout {mn:.2f} ms ({100 * (mn / mb - 1):+.1f} %); per-pair ratio median {ratio:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
