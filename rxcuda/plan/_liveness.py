@@ -218,20 +218,8 @@ def shared_groups(gp: GraphPlan, desc: PipelineDescription) -> tuple[tuple[int, 
     slot_size: list[int] = []
     slot_members: list[list[int]] = []
     for first, b in ready:
-        before = anc[first]
         need = buffers[b].nbytes
-        best, best_key = -1, None
-        for s, last in enumerate(slot_last):
-            for u in last:
-                if not (before >> u) & 1:
-                    break
-            else:
-                size = slot_size[s]
-                key = (0, size) if size >= need else (1, -size)  # the smallest that fits, else the largest
-                if best_key is None or key < best_key:
-                    best, best_key = s, key
-                    if size == need:
-                        break
+        best = best_slot(slot_last, slot_size, anc[first], need)
         if best < 0:
             slot_last.append(uses[b])
             slot_size.append(need)
@@ -241,6 +229,24 @@ def shared_groups(gp: GraphPlan, desc: PipelineDescription) -> tuple[tuple[int, 
             slot_size[best] = max(slot_size[best], need)
             slot_members[best].append(b)
     return tuple(tuple(m) for m in slot_members if len(m) > 1)
+
+
+def best_slot(slot_last: list[list[int]], slot_size: list[int], before: int, need: int) -> int:
+    """The slot a buffer of ``need`` bytes whose first write has the ancestor bits ``before`` takes: one whose last
+    member's uses are all ancestors of that write, the smallest that fits, else the largest; -1 for none."""
+    best, best_key = -1, None
+    for s, last in enumerate(slot_last):
+        for u in last:
+            if not (before >> u) & 1:
+                break
+        else:
+            size = slot_size[s]
+            key = (0, size) if size >= need else (1, -size)  # the smallest that fits, else the largest
+            if best_key is None or key < best_key:
+                best, best_key = s, key
+                if size == need:
+                    break
+    return best
 
 
 def _writes_whole(n: NodePlan) -> bool:

@@ -26,7 +26,7 @@ import attrs
 
 from ..model._describe import PipelineDescription
 from ..model._graphplan import GraphPlan, MemsetNodePlan
-from ._liveness import _SHAREABLE, MAX_NODES, _covers, pinned_buffers, share_memory
+from ._liveness import _SHAREABLE, MAX_NODES, _covers, best_slot, pinned_buffers, share_memory
 
 _EVERY = 32  # ready buffers between two checkpoints of the greedy assignment
 
@@ -172,20 +172,8 @@ def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept
         if i % _EVERY == 0 and (not marks or marks[-1][0] != i):
             marks.append((i, tuple(len(m) for m in slot_members), tuple(slot_size)))
         first, b = ready[i]
-        before = anc[first]
         need = buffers[b].nbytes
-        best, best_key = -1, None
-        for s, last in enumerate(slot_last):
-            for u in last:
-                if not (before >> u) & 1:
-                    break
-            else:
-                size = slot_size[s]
-                key = (0, size) if size >= need else (1, -size)  # the smallest that fits, else the largest
-                if best_key is None or key < best_key:
-                    best, best_key = s, key
-                    if size == need:
-                        break
+        best = best_slot(slot_last, slot_size, anc[first], need)
         if best < 0:
             best = len(slot_members)
             slot_last.append(uses[b])

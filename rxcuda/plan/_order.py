@@ -146,9 +146,13 @@ def hazard_deps(nodes: list[NodePlan]) -> tuple[tuple[int, ...], ...]:
     Edges implied by others are kept (the driver prunes nothing, but a few extra edges cost nothing
     measurable and keep the rule obviously right).
     """
-    last_writer: dict[int, int] = {}
-    readers: dict[int, list[int]] = {}
-    deps: list[tuple[int, ...]] = []
+    return _forward(nodes, {}, {}, [])
+
+
+def _forward(nodes, last_writer: dict[int, int], readers: dict[int, list[int]], deps: list[tuple[int, ...]]
+             ) -> tuple[tuple[int, ...], ...]:
+    """The hazard pass over ``nodes`` from the state given (each buffer's last writer and its readers since),
+    appending each node's dependencies to ``deps``."""
     for n in nodes:
         nid, reads, writes = n.id, n.reads, n.writes
         d = {last_writer[buf] for buf in reads if buf in last_writer}
@@ -208,20 +212,4 @@ def hazard_deps_after(nodes: list[NodePlan], start: int, before: tuple[tuple[int
         i -= 1
     for r in readers.values():
         r.reverse()
-    deps = list(before[:start])
-    for n in tail:
-        nid, reads, writes = n.id, n.reads, n.writes
-        d = {last_writer[buf] for buf in reads if buf in last_writer}
-        for buf in writes:
-            w = last_writer.get(buf)
-            if w is not None:
-                d.add(w)
-            d.update(readers[buf])
-        d.discard(nid)
-        deps.append(tuple(sorted(d)) if len(d) > 1 else tuple(d))
-        for buf in reads:
-            readers[buf].append(nid)
-        for buf in writes:
-            last_writer[buf] = nid
-            readers[buf] = []
-    return tuple(deps)
+    return _forward(tail, last_writer, readers, list(before[:start]))
