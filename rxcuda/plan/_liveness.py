@@ -218,17 +218,24 @@ def shared_groups(gp: GraphPlan, desc: PipelineDescription) -> tuple[tuple[int, 
     slot_size: list[int] = []
     slot_members: list[list[int]] = []
     for first, b in ready:
-        need = buffers[b].nbytes
-        best = best_slot(slot_last, slot_size, anc[first], need)
-        if best < 0:
-            slot_last.append(uses[b])
-            slot_size.append(need)
-            slot_members.append([b])
-        else:
-            slot_last[best] = uses[b]
-            slot_size[best] = max(slot_size[best], need)
-            slot_members[best].append(b)
+        place(slot_last, slot_size, slot_members, anc[first], buffers[b].nbytes, b, uses[b])
     return tuple(tuple(m) for m in slot_members if len(m) > 1)
+
+
+def place(slot_last: list[list[int]], slot_size: list[int], slot_members: list[list[int]], before: int, need: int,
+          b: int, used: list[int]) -> int:
+    """Put buffer ``b`` (``need`` bytes, first written where the ancestor bits are ``before``, used at ``used``)
+    into the slot :func:`best_slot` picks, or a new one; returns the slot."""
+    best = best_slot(slot_last, slot_size, before, need)
+    if best < 0:
+        slot_last.append(used)
+        slot_size.append(need)
+        slot_members.append([b])
+        return len(slot_members) - 1
+    slot_last[best] = used
+    slot_size[best] = max(slot_size[best], need)
+    slot_members[best].append(b)
+    return best
 
 
 def best_slot(slot_last: list[list[int]], slot_size: list[int], before: int, need: int) -> int:

@@ -26,7 +26,7 @@ import attrs
 
 from ..model._describe import PipelineDescription
 from ..model._graphplan import GraphPlan, MemsetNodePlan
-from ._liveness import _SHAREABLE, MAX_NODES, _covers, best_slot, pinned_buffers, share_memory
+from ._liveness import _SHAREABLE, MAX_NODES, _covers, pinned_buffers, place, share_memory
 
 _EVERY = 32  # ready buffers between two checkpoints of the greedy assignment
 
@@ -172,18 +172,7 @@ def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept
         if i % _EVERY == 0 and (not marks or marks[-1][0] != i):
             marks.append((i, tuple(len(m) for m in slot_members), tuple(slot_size)))
         first, b = ready[i]
-        need = buffers[b].nbytes
-        best = best_slot(slot_last, slot_size, anc[first], need)
-        if best < 0:
-            best = len(slot_members)
-            slot_last.append(uses[b])
-            slot_size.append(need)
-            slot_members.append([b])
-        else:
-            slot_last[best] = uses[b]
-            slot_size[best] = max(slot_size[best], need)
-            slot_members[best].append(b)
-        choices.append(best)
+        choices.append(place(slot_last, slot_size, slot_members, anc[first], buffers[b].nbytes, b, uses[b]))
     if not marks:
         marks.append((0, (), ()))
     state = Sharing(nodes, anc, uses, clean, pinned, ready, choices, slot_members, marks)
