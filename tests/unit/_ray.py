@@ -2,6 +2,8 @@
 ``cluster`` starts it once, unless a cluster runs already, and stops what it started. Importing this module
 skips the importing module where Ray is not installed."""
 
+import time
+
 import pytest
 
 ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install 'rxcuda[ray]'")
@@ -15,3 +17,23 @@ def cluster():
     yield
     if started:
         ray.shutdown()
+
+
+def run_with_slow_b(engine, seconds: float, delay: float = 0.05) -> tuple[dict[str, int], int]:
+    """Frames per worker and the most frames in flight while ``engine.run(500)`` drives a pipeline whose worker
+    ``b`` takes ``delay`` seconds a step (far slower than the clock asks) for ``seconds``."""
+    ray.get(engine.actor("b").throttle.remote(delay))
+    counts = {"a": 0, "b": 0}
+    most = [0]
+
+    def on_frame(f) -> None:
+        counts[f.worker] += 1
+        most[0] = max(most[0], len(engine._inflight))
+
+    sub = engine.frames.subscribe(on_frame)
+    running = engine.run(500)
+    time.sleep(seconds)
+    running.dispose()
+    sub.dispose()
+    ray.get(engine.actor("b").throttle.remote(0))
+    return counts, most[0]

@@ -10,7 +10,7 @@ import time
 import attrs
 import numpy as np
 import pytest
-from _ray import cluster, ray  # noqa: E402, F401  (the local cluster; skips this module without Ray)
+from _ray import cluster, ray, run_with_slow_b  # noqa: E402, F401  (the local cluster; skips this module without Ray)
 from reactivex.subject import Subject
 
 import rxcuda
@@ -218,23 +218,10 @@ def _board_dir() -> str:
 def test_a_slow_worker_slows_its_producer_and_frames_in_flight_stay_bounded(dist):
     engine, first, second = dist
     engine.tick()
-    ray.get(engine.actor("b").throttle.remote(0.05))
-    counts = {"a": 0, "b": 0}
-    most = [0]
-
-    def on_frame(f: FragmentFrame) -> None:
-        counts[f.worker] += 1
-        most[0] = max(most[0], len(engine._inflight))
-
-    sub = engine.frames.subscribe(on_frame)
-    running = engine.run(500)  # far faster than b's 20 frames a second
-    time.sleep(1.5)
-    running.dispose()
-    sub.dispose()
-    ray.get(engine.actor("b").throttle.remote(0))
+    counts, most = run_with_slow_b(engine, 1.5)  # far slower than the 500 frames a second asked
     assert 10 <= counts["b"] <= 40
     assert counts["a"] <= counts["b"] + engine.max_in_flight + 1  # a was held back to b's pace
-    assert most[0] <= engine.max_in_flight
+    assert most <= engine.max_in_flight
 
 
 # -- faults and lifetime -----------------------------------------------------------------------------------------

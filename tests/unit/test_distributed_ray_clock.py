@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from _ray import cluster, ray  # noqa: E402, F401  (the local cluster; skips this module without Ray)
+from _ray import cluster, ray, run_with_slow_b  # noqa: E402, F401  (the local cluster; skips this module without Ray)
 
 import rxcuda
 from rxcuda.distributed import Engine, FragmentDiagnostic, FragmentFrame, Worker  # noqa: E402
@@ -83,23 +83,10 @@ def test_observed_ports_come_back_under_the_clock(dist):
 
 def test_a_slow_worker_holds_back_the_clocked_frames(dist):
     engine, first, second = dist
-    ray.get(engine.actor("b").throttle.remote(0.05))
-    counts = {"a": 0, "b": 0}
-    most = [0]
-
-    def on_frame(f: FragmentFrame) -> None:
-        counts[f.worker] += 1
-        most[0] = max(most[0], len(engine._inflight))
-
-    sub = engine.frames.subscribe(on_frame)
-    running = engine.run(500)
-    time.sleep(1.0)
-    running.dispose()
-    sub.dispose()
-    ray.get(engine.actor("b").throttle.remote(0))
+    counts, most = run_with_slow_b(engine, 1.0)  # far slower than the 500 frames a second asked
     assert 5 <= counts["b"] <= 25
     assert counts["a"] <= counts["b"] + engine.max_in_flight + 1
-    assert most[0] <= engine.max_in_flight
+    assert most <= engine.max_in_flight
 
 
 def test_a_host_link_or_stepping_ray_steps_by_ray_calls():
