@@ -13,15 +13,14 @@ Prints both medians and the median of the per-pair ratios. ``--null``: both on t
 from __future__ import annotations
 
 import argparse
-import gc
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
 
 
 def _build(lib, kernels: Path, n: int, null: bool):
@@ -55,13 +54,11 @@ def _build(lib, kernels: Path, n: int, null: bool):
 
 
 def _timed(lib, desc) -> float:
-    gc.collect()
-    gc.disable()
-    t0 = time.perf_counter()
+    from scale import _ms, _start  # bench/scale.py's timer: after a collection, the cycle collector paused
+
+    t0 = _start()
     lib.plan(desc)
-    ms = (time.perf_counter() - t0) * 1e3
-    gc.enable()
-    return ms
+    return _ms(t0)
 
 
 def main(argv=None) -> int:
