@@ -29,6 +29,7 @@ import numpy as np
 
 from ..model._errors import CudaError
 from ._driver import check, drv
+from ._heap import keep_jit_heap
 
 # a value's struct code by NumPy dtype kind and size: little-endian standard sizes (pointers are 8 bytes)
 _CODES = {("f", 4): "f", ("f", 8): "d", ("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q",
@@ -99,6 +100,8 @@ def load_module(image: bytes, *, ptx: bool = False, optimization_level: int | No
         image += b"\0"  # the driver reads PTX as a C string
     if optimization_level is not None and not (isinstance(optimization_level, int) and 0 <= optimization_level <= 4):
         raise ValueError(f"'optimization_level' must be an int in 0..4 (got {optimization_level!r})")
+    if ptx and api is drv:
+        keep_jit_heap()  # the JIT's working memory stays mapped between JITs (see rxcuda.cuda._heap)
     try:
         if optimization_level is not None and ptx:
             level = api.CUjit_option.CU_JIT_OPTIMIZATION_LEVEL

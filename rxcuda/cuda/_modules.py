@@ -9,6 +9,8 @@ import attrs
 from ..model._describe import KernelCode
 from ..model._errors import CudaError, KernelFileError
 from ._driver import check, drv
+from ._driver import drv as _real_drv
+from ._heap import keep_jit_heap
 
 _NOT_SUPPORTED = 801  # CUDA_ERROR_NOT_SUPPORTED: a driver that cannot report a kernel's parameters
 
@@ -54,8 +56,11 @@ class ModuleCache:
             self.hits += 1
             return hit
         image = code.image
-        if code.format == "ptx" and not image.endswith(b"\0"):
-            image = image + b"\0"
+        if code.format == "ptx":
+            if not image.endswith(b"\0"):
+                image = image + b"\0"
+            if drv is _real_drv:
+                keep_jit_heap()  # the JIT's working memory stays mapped between JITs (see rxcuda.cuda._heap)
         try:
             module = check(drv.cuModuleLoadData(image), "cuModuleLoadData")
         except CudaError as e:
