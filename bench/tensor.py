@@ -440,6 +440,20 @@ extern "C" __global__ void rx_spin(unsigned long long ns)
         targets.append((f"factory miss <= 10 ms ({what})", f"{t_miss / 1e3:.2f} ms", t_miss <= 10_000))
         targets.append((f"factory hit <= 20 us ({what})", f"{t_hit:.1f} us", t_hit <= 20))
 
+    # the floor under a PTX miss: the driver's JIT of an empty kernel (new text each time: no JIT cache hit)
+    from rxcuda.cuda._kernels import load_module
+
+    floor = []
+    for i in range(max(reps, 5)):
+        text = (f"// {base}.{i}\n.version 7.0\n.target sm_70\n.address_size 64\n"
+                ".visible .entry rx_group(.param .u64 p)\n{\n\tret;\n}\n").encode()
+        t0 = time.perf_counter()
+        module = load_module(text, ptx=True, optimization_level=0, origin="bench/tensor.py's empty kernel")
+        floor.append(time.perf_counter() - t0)
+        module.close()
+    rows.append(("the driver's JIT of an empty kernel (PTX, -O0)", "CUDA driver", statistics.median(floor) * 1e6,
+                 "what any new PTX kernel pays before its own code: the floor under the PTX factory miss"))
+
     function_rows(rt, cp, torch, rng, reps, sync, rows, targets, why, args.no_compile)
 
     # -- the table --------------------------------------------------------------------------------------------------
