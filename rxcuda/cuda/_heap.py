@@ -13,8 +13,8 @@ JIT (nothing happens for cubins), only on glibc, and not at all where ``RXCUDA_K
 environment or the user already tuned glibc through its ``MALLOC_TRIM_THRESHOLD_``/``MALLOC_TOP_PAD_``
 variables (theirs win).
 
->>> keep_jit_heap(environ={"RXCUDA_KEEP_HEAP": "0"})
-False
+>>> wanted({"RXCUDA_KEEP_HEAP": "0"}), wanted({"MALLOC_TOP_PAD_": "0"}), wanted({})
+(False, False, True)
 """
 
 from __future__ import annotations
@@ -31,23 +31,21 @@ _DONE: list[bool] = []  # set once per process: [whether the heap is kept]
 _LOCK = threading.Lock()
 
 
-def keep_jit_heap(environ=None) -> bool:
-    """Set glibc's trim threshold and top pad once (see the module's note); whether the heap is kept now. Later
-    calls return the first one's answer. ``environ`` (default ``os.environ``) is read for ``RXCUDA_KEEP_HEAP=0``
-    and glibc's own ``MALLOC_TRIM_THRESHOLD_``/``MALLOC_TOP_PAD_``."""
-    if _DONE:
-        return _DONE[0]
-    env = os.environ if environ is None else environ
-    if env.get("RXCUDA_KEEP_HEAP", "1") == "0" or "MALLOC_TRIM_THRESHOLD_" in env or "MALLOC_TOP_PAD_" in env:
-        kept = False
-    else:
+def wanted(environ) -> bool:
+    """Whether ``environ`` lets rxcuda tune the heap: not where ``RXCUDA_KEEP_HEAP=0`` is set, nor where the user
+    tuned glibc through its own ``MALLOC_TRIM_THRESHOLD_``/``MALLOC_TOP_PAD_`` (theirs win)."""
+    return not (environ.get("RXCUDA_KEEP_HEAP", "1") == "0" or "MALLOC_TRIM_THRESHOLD_" in environ
+                or "MALLOC_TOP_PAD_" in environ)
+
+
+def keep_jit_heap() -> bool:
+    """Set glibc's trim threshold and top pad once per process, where :func:`wanted` (see the module's note);
+    whether the heap is kept. Later calls return the first call's answer."""
+    if not _DONE:
         with _LOCK:
-            if _DONE:
-                return _DONE[0]
-            kept = _mallopt()
-    if environ is None:  # a test's own environment decides nothing for the process
-        _DONE.append(kept)
-    return kept
+            if not _DONE:
+                _DONE.append(wanted(os.environ) and _mallopt())
+    return _DONE[0]
 
 
 def _mallopt() -> bool:

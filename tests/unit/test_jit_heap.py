@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from rxcuda.cuda import NullDriver
-from rxcuda.cuda._heap import keep_jit_heap
+from rxcuda.cuda._heap import wanted
 from rxcuda.cuda._kernels import load_module
 
 # a fresh process mallocs 8 MB in 32 KiB chunks (below the mmap threshold: they live on the heap), frees them
@@ -42,9 +42,17 @@ def test_the_kept_heap_is_not_trimmed_when_freed_and_the_default_one_is():
 
 
 def test_rxcuda_keep_heap_0_and_glibcs_own_variables_leave_the_heap_alone():
-    assert keep_jit_heap(environ={"RXCUDA_KEEP_HEAP": "0"}) is False
-    assert keep_jit_heap(environ={"MALLOC_TRIM_THRESHOLD_": "131072"}) is False
-    assert keep_jit_heap(environ={"MALLOC_TOP_PAD_": "0"}) is False
+    assert wanted({"RXCUDA_KEEP_HEAP": "0"}) is False
+    assert wanted({"MALLOC_TRIM_THRESHOLD_": "131072"}) is False
+    assert wanted({"MALLOC_TOP_PAD_": "0"}) is False
+    assert wanted({"RXCUDA_KEEP_HEAP": "1"}) is True and wanted({}) is True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
+def test_rxcuda_keep_heap_0_in_the_environment_keeps_glibcs_default():
+    out = subprocess.run([sys.executable, "-c", _TRIM, "keep"], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "RXCUDA_KEEP_HEAP": "0"}).stdout.split()
+    assert out[0] == "False" and int(out[1]) >= 4 << 20
 
 
 def test_a_null_driver_load_does_not_touch_the_heap(monkeypatch):
