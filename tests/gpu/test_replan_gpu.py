@@ -29,9 +29,11 @@ def _check(engine, chain, scales, x):
     np.testing.assert_allclose(engine.read(chain[-1]["out"]), want, rtol=2e-5)
 
 
-def test_a_chain_edited_block_by_block_matches_numpy(engine, rng, kernels):
+def _chain(engine, rng, kernels, n):
+    """A chain of ``n`` scalar_mul blocks with random scales on a random input, checked against NumPy once:
+    (blocks, scales, input)."""
     chain, scales = [], []
-    for i in range(24):
+    for i in range(n):
         b, s = _mul(kernels, rng, f"m{i}")
         chain.append(engine.add(b))
         scales.append(s)
@@ -40,6 +42,11 @@ def test_a_chain_edited_block_by_block_matches_numpy(engine, rng, kernels):
     x = rand(rng, N)
     engine.write(chain[0]["x"], x)
     _check(engine, chain, scales, x)
+    return chain, scales, x
+
+
+def test_a_chain_edited_block_by_block_matches_numpy(engine, rng, kernels):
+    chain, scales, x = _chain(engine, rng, kernels, 24)
     planner = engine._builder.planner
     for step in range(12):
         what = step % 4
@@ -112,16 +119,7 @@ def test_blocks_added_and_removed_at_the_end_twenty_times_grow_the_graph_in_plac
     the running graph's template in place (``CompiledGraph.grow``), and the chain computes what NumPy does
     after every edit, on a fresh input each time (the kept nodes' pointers moved when their output became
     an intermediate that shares memory, and back)."""
-    chain, scales = [], []
-    for i in range(64):
-        b, s = _mul(kernels, rng, f"m{i}")
-        chain.append(engine.add(b))
-        scales.append(s)
-        if i:
-            engine.connect(chain[-2]["out"], chain[-1]["x"])
-    x = rand(rng, N)
-    engine.write(chain[0]["x"], x)
-    _check(engine, chain, scales, x)
+    chain, scales, x = _chain(engine, rng, kernels, 64)
     builder = engine._builder
     grown = builder.grown
     for step in range(20):
