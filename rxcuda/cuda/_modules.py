@@ -9,7 +9,6 @@ import attrs
 from ..model._describe import KernelCode
 from ..model._errors import CudaError, KernelFileError
 from ._driver import check, drv
-from ._driver import drv as _real_drv
 from ._heap import keep_jit_heap
 
 _NOT_SUPPORTED = 801  # CUDA_ERROR_NOT_SUPPORTED: a driver that cannot report a kernel's parameters
@@ -50,7 +49,7 @@ class ModuleCache:
             return self._load(code)
 
     def _load(self, code: KernelCode) -> LoadedKernel:
-        drv = self._api
+        api = self._api
         hit = self._loaded.get(code.key)
         if hit is not None:  # loaded by another thread meanwhile
             self.hits += 1
@@ -59,28 +58,28 @@ class ModuleCache:
         if code.format == "ptx":
             if not image.endswith(b"\0"):
                 image = image + b"\0"
-            if drv is _real_drv:
+            if api is drv:
                 keep_jit_heap()  # the JIT's working memory stays mapped between JITs (see rxcuda.cuda._heap)
         try:
-            module = check(drv.cuModuleLoadData(image), "cuModuleLoadData")
+            module = check(api.cuModuleLoadData(image), "cuModuleLoadData")
         except CudaError as e:
             raise KernelFileError(f"{code.origin}: the driver could not load this {code.format} "
                                   f"({e.name}: {e.explanation}); rebuild it for this GPU or toolkit",
                                   path=code.origin) from e
         try:
-            function = check(drv.cuModuleGetFunction(module, code.entry.encode()), "cuModuleGetFunction")
+            function = check(api.cuModuleGetFunction(module, code.entry.encode()), "cuModuleGetFunction")
         except CudaError as e:
-            drv.cuModuleUnload(module)
+            api.cuModuleUnload(module)
             raise KernelFileError(f"{code.origin}: no kernel '{code.entry}' in the loaded module ({e.name}); "
                                   "check the sidecar's 'entry' (a C++ kernel needs extern \"C\" or its mangled "
                                   "name)", path=code.origin) from e
         try:
-            _check_params(drv, code, function)
+            _check_params(api, code, function)
             if code.shared_mem > _STATIC_SHARED_LIMIT:
-                attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                check(drv.cuFuncSetAttribute(function, attr, code.shared_mem), "cuFuncSetAttribute")
+                attr = api.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                check(api.cuFuncSetAttribute(function, attr, code.shared_mem), "cuFuncSetAttribute")
         except Exception:
-            drv.cuModuleUnload(module)
+            api.cuModuleUnload(module)
             raise
         loaded = LoadedKernel(code, module, function)
         self._loaded[code.key] = loaded
