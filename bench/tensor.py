@@ -13,8 +13,10 @@ device synchronize before the clock stops. rxcuda rows include building the lazy
    device-to-device copy of the same bytes timed in the same run.
 3. A 784 -> 1024 -> 10 MLP forward + backward (softmax cross-entropy, autograd) at batch 256 in float32.
 4. The kernel factory: a miss (the first evaluation of a new shape: trace + plan + codegen + compile + load +
-   launch), for a program whose kernel is emitted as PTX and for one that needs NVRTC (sin), and a hit (from a
-   program traced again over a new array to its runnable program with loaded kernels: signature + lookup).
+   launch) with the tensor interpreter (the default: no JIT for a group it covers) and without it (PTX emitted
+   from the IR for exp, NVRTC for sin), and a hit (from a program traced again over a new array to its runnable
+   program with loaded kernels: signature + lookup); the driver's JIT of an empty PTX kernel (the floor of any
+   PTX miss); the interpreter kernel's speed on 2^24 float32 beside the tuned kernel of the same expression.
 
 5. The same workloads through ``rt.function`` (issue 24: traced once, replayed as one CUDA graph; new data is
    written into the bound input tensors outside the clock): the chain, softmax and layernorm end to end, an MLP
@@ -390,70 +392,7 @@ extern "C" __global__ void rx_spin(unsigned long long ns)
         targets.append(("MLP step <= 1.5x PyTorch eager", "no PyTorch", False))
     batches.clear()
 
-    # -- 4. the kernel factory: miss and hit ----------------------------------------------------------------------
-    def lookup(y):
-        """From a traced program to its runnable program (kernels loaded): the signature and one dict lookup."""
-        leaves, maps = rt._leaves([y.node])
-        return rt._PROGRAMS.get(rt._signature([y.node], leaves, maps, rt._DEFAULT_PASSES))
-
-    base = int(time.time() * 1000) % 100_000  # shapes no earlier run compiled (new IR, so new code)
-    for what, f in (("exp: PTX emitted from the IR", rt.exp), ("sin: CUDA C++ through NVRTC", rt.sin)):
-        miss, hit, again, ir_hit = [], [], [], []
-        paths: dict[str, int] = {}
-        for i in range(max(reps, 5)):
-            x = cp.ones((7, 1 + base + 131 * i), cp.float32)
-            rt.wait_compiled()  # the previous miss's background C++ build is done: each miss on a quiet process
-            sync()
-            before = {k: getattr(_cuda.FACTORY, k, 0) for k in ("ptx_misses", "nvrtc_misses", "misses")}
-            t0 = time.perf_counter()
-            (f(rt.asarray(x) * 1.5 + 0.25) / 3.0).cupy()  # trace + plan + codegen + compile + load + launch
-            sync()
-            miss.append(time.perf_counter() - t0)
-            for k, v in before.items():
-                paths[k] = paths.get(k, 0) + getattr(_cuda.FACTORY, k, 0) - v
-            x2 = x + 1
-            y2 = f(rt.asarray(x2) * 1.5 + 0.25) / 3.0  # traced again over a new array: the same structure
-            t0 = time.perf_counter()
-            ready = lookup(y2)
-            hit.append(time.perf_counter() - t0)
-            assert ready is not None, "a repeat of a structure must find its runnable program"
-            sync()
-            t0 = time.perf_counter()
-            (f(rt.asarray(x2) * 1.5 + 0.25) / 3.0).cupy()
-            sync()
-            again.append(time.perf_counter() - t0)
-            ir = list(_cuda.FACTORY._kernels)[-1]
-            t0 = time.perf_counter()
-            _cuda.FACTORY.get(ir)
-            ir_hit.append(time.perf_counter() - t0)
-        assert paths["misses"] == len(miss), "every new shape must be a factory miss"
-        t_miss, t_hit = statistics.median(miss) * 1e6, statistics.median(hit) * 1e6
-        took = ", ".join(f"{k}={v}" for k, v in paths.items() if k != "misses")
-        rows.append((f"factory miss, {what}", "rxcuda.tensor", t_miss,
-                     f"first evaluation of a new shape: trace+plan+codegen+compile+load+launch; {took}"))
-        rows.append((f"factory hit, {what}", "rxcuda.tensor", t_hit, "traced program -> runnable program with "
-                     "its kernels loaded (signature + lookup)"))
-        rows.append((f"repeat evaluation, {what}", "rxcuda.tensor", statistics.median(again) * 1e6,
-                     "trace 4 ops + lookup + launch + sync"))
-        rows.append((f"kernel factory dict hit (IR -> kernel), {what}", "rxcuda.tensor",
-                     statistics.median(ir_hit) * 1e6, ""))
-        targets.append((f"factory miss <= 10 ms ({what})", f"{t_miss / 1e3:.2f} ms", t_miss <= 10_000))
-        targets.append((f"factory hit <= 20 us ({what})", f"{t_hit:.1f} us", t_hit <= 20))
-
-    # the floor under a PTX miss: the driver's JIT of an empty kernel (new text each time: no JIT cache hit)
-    from rxcuda.cuda._kernels import load_module
-
-    floor = []
-    for i in range(max(reps, 5)):
-        text = (f"// {base}.{i}\n.version 7.0\n.target sm_70\n.address_size 64\n"
-                ".visible .entry rx_group(.param .u64 p)\n{\n\tret;\n}\n").encode()
-        t0 = time.perf_counter()
-        module = load_module(text, ptx=True, optimization_level=0, origin="bench/tensor.py's empty kernel")
-        floor.append(time.perf_counter() - t0)
-        module.close()
-    rows.append(("the driver's JIT of an empty kernel (PTX, -O0)", "CUDA driver", statistics.median(floor) * 1e6,
-                 "what any new PTX kernel pays before its own code: the floor under the PTX factory miss"))
-
+    factory_rows(rt, cp, _cuda, reps, sync, rows, targets)
     function_rows(rt, cp, torch, rng, reps, sync, rows, targets, why, args.no_compile)
 
     # -- the table --------------------------------------------------------------------------------------------------
@@ -476,6 +415,100 @@ extern "C" __global__ void rx_spin(unsigned long long ns)
     for name, value, ok in targets:
         print(f"| {name} | {value} | {'met' if ok else 'NOT met'} |")
     return 0
+
+
+def factory_rows(rt, cp, _cuda, reps, sync, rows, targets) -> None:
+    """Section 4: the kernel factory's miss and hit. A miss is the first evaluation of a new program structure
+    (trace + plan + translate or codegen + compile + load + launch); each is timed with the interpreter on (the
+    process's default: a covered group runs in the interpreter kernel, no JIT) and off (the PTX JIT, or NVRTC)."""
+    from rxcuda.cuda._kernels import load_module
+
+    def lookup(y):
+        """From a traced program to its runnable program (kernels loaded): the signature and one dict lookup."""
+        leaves, maps = rt._leaves([y.node])
+        return rt._PROGRAMS.get(rt._signature([y.node], leaves, maps, rt._DEFAULT_PASSES))
+
+    factory = _cuda.FACTORY
+    assert factory.interpreter(wait=True) is not None, "the tensor interpreter did not build"
+    base = int(time.time() * 1000) % 100_000  # shapes no earlier run compiled (new IR, so new code)
+    cases = (("exp, interpreter (the default)", rt.exp, True), ("sin, interpreter (the default)", rt.sin, True),
+             ("exp, interpreter off: PTX emitted from the IR", rt.exp, False),
+             ("sin, interpreter off: CUDA C++ through NVRTC", rt.sin, False))
+    for c, (what, f, interpret) in enumerate(cases):
+        factory.interpret = interpret
+        miss, hit, again, ir_hit = [], [], [], []
+        paths: dict[str, int] = {}
+        for i in range(max(reps, 5)):
+            x = cp.ones((7 + c, 1 + base + 131 * i), cp.float32)
+            rt.wait_compiled()  # the previous miss's background C++ build is done: each miss on a quiet process
+            sync()
+            before = {k: getattr(factory, k, 0) for k in ("interp_misses", "ptx_misses", "nvrtc_misses", "misses")}
+            t0 = time.perf_counter()
+            (f(rt.asarray(x) * 1.5 + 0.25) / 3.0).cupy()  # trace + plan + codegen + compile + load + launch
+            sync()
+            miss.append(time.perf_counter() - t0)
+            for k, v in before.items():
+                paths[k] = paths.get(k, 0) + getattr(factory, k, 0) - v
+            x2 = x + 1
+            y2 = f(rt.asarray(x2) * 1.5 + 0.25) / 3.0  # traced again over a new array: the same structure
+            t0 = time.perf_counter()
+            ready = lookup(y2)
+            hit.append(time.perf_counter() - t0)
+            assert ready is not None, "a repeat of a structure must find its runnable program"
+            sync()
+            t0 = time.perf_counter()
+            (f(rt.asarray(x2) * 1.5 + 0.25) / 3.0).cupy()
+            sync()
+            again.append(time.perf_counter() - t0)
+            ir = list(factory._kernels)[-1]
+            t0 = time.perf_counter()
+            factory.get(ir)
+            ir_hit.append(time.perf_counter() - t0)
+        assert paths["misses"] == len(miss), "every new shape must be a factory miss"
+        assert paths["interp_misses"] == (len(miss) if interpret else 0), paths
+        t_miss, t_hit = statistics.median(miss) * 1e6, statistics.median(hit) * 1e6
+        took = ", ".join(f"{k}={v}" for k, v in paths.items() if k != "misses")
+        rows.append((f"factory miss, {what}", "rxcuda.tensor", t_miss,
+                     f"first evaluation of a new shape: trace+plan+codegen+compile+load+launch; {took}"))
+        rows.append((f"factory hit, {what}", "rxcuda.tensor", t_hit, "traced program -> runnable program with "
+                     "its kernels loaded (signature + lookup)"))
+        rows.append((f"repeat evaluation, {what}", "rxcuda.tensor", statistics.median(again) * 1e6,
+                     "trace 4 ops + lookup + launch + sync (the interpreter, or the first tier, until the tuned "
+                     "build is swapped in)"))
+        rows.append((f"kernel factory dict hit (IR -> kernel), {what}", "rxcuda.tensor",
+                     statistics.median(ir_hit) * 1e6, ""))
+        name = "a new expression's first call" if interpret else "a new kernel, JIT on the path"
+        targets.append((f"{name} <= 10 ms ({what})", f"{t_miss / 1e3:.2f} ms", t_miss <= 10_000))
+        targets.append((f"factory hit <= 20 us ({what})", f"{t_hit:.1f} us", t_hit <= 20))
+    factory.interpret = True
+
+    # the floor under a PTX miss: the driver's JIT of an empty kernel (new text each time: no JIT cache hit)
+    floor = []
+    for i in range(max(reps, 5)):
+        text = (f"// {base}.{i}\n.version 7.0\n.target sm_70\n.address_size 64\n"
+                ".visible .entry rx_group(.param .u64 p)\n{\n\tret;\n}\n").encode()
+        t0 = time.perf_counter()
+        module = load_module(text, ptx=True, optimization_level=0, origin="bench/tensor.py's empty kernel")
+        floor.append(time.perf_counter() - t0)
+        module.close()
+    rows.append(("the driver's JIT of an empty kernel (PTX, -O0)", "CUDA driver", statistics.median(floor) * 1e6,
+                 "what any new PTX kernel pays before its own code: the floor under the PTX factory miss"))
+
+    # the interpreter's own speed on a large array, against the tuned kernel of the same expression
+    from rxcuda.tensor import _factory
+
+    big = [cp.asarray(np.random.default_rng(i).standard_normal(1 << 24).astype(np.float32)) for i in range(3)]
+    w = "exp(x*1.5+0.25)/3 on 2^24 f32, eager"
+    for label, fresh in (("interpreter kernel", _factory.KernelFactory(interpret=True)),
+                         ("tuned NVRTC kernel", _factory.KernelFactory(ptx=False))):
+        fresh.interpreter(wait=True)
+        _cuda.FACTORY = fresh
+        rt._PROGRAMS.clear()
+        us = _median_us(lambda x: (rt.exp(rt.asarray(x) * 1.5 + 0.25) / 3.0).cupy(), reps, sync,
+                        lambda i: big[i % 3])
+        rows.append((w, f"rxcuda.tensor, {label}", us, f"misses={fresh.misses} (interpreted {fresh.interp_misses})"))
+    _cuda.FACTORY = factory
+    rt._PROGRAMS.clear()
 
 
 def function_rows(rt, cp, torch, rng, reps, sync, rows, targets, why, no_compile: bool) -> None:

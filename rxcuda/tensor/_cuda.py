@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cuda._kernels import KernelLauncher, load_module
+from ..cuda._kernels import load_module
 from ..model._errors import RxcudaError
 from ._cache import STATS
 from ._factory import KernelFactory
@@ -19,8 +19,9 @@ from ._graph import Node
 from ._ir import group_ir
 from ._tuning import launch_shape
 
-FACTORY = KernelFactory(upgrade=True, stats=STATS)
-"""The process's kernels: PTX answers a miss, the tuned C++ build replaces it when NVRTC has made it."""
+FACTORY = KernelFactory(upgrade=True, stats=STATS, interpret=True)
+"""The process's kernels: the interpreter (or PTX, where it does not cover a group) answers a miss, the tuned C++
+build replaces it when NVRTC has made it."""
 _BACKEND: list[Backend] = []
 
 
@@ -70,6 +71,9 @@ class Backend:
         self.capturing = False  # rxcuda.tensor.function captures a run into a CUDA graph (_replay.py)
         self._gemm = None
         self._fills: dict[int, tuple] = {}  # the device value of each fill a captured program reads whole
+        self._interpreter: dict[str, tuple] = {}  # entry -> (module, function): the interpreter, loaded once
+        self._sms = 0
+        FACTORY.warm()  # the interpreter builds in the background (a disk-cache read after the first time)
 
     def gemm(self, a, b, node: Node):
         """``a @ b`` through rxcuda's own cuBLAS call (``_gemm.Gemm``), which a stream capture records."""
@@ -148,8 +152,9 @@ class Backend:
         cp = self.cp
         kernel = FACTORY.get(ir, fast_math=fast_math)
         if kernel.function is None:
-            kernel.module, kernel.function = self.load(kernel.code)
-        load, current = self.load, kernel.current
+            kernel.module, kernel.function = (self.load_interpreter(kernel.code) if kernel.interp is not None
+                                              else self.load(kernel.code))
+        load, current, launcher, sms = self.load, kernel.current, kernel.launcher, self.sms()
         grid, block = launch_shape(ir)
         outs = [(n.shape, n.dtype) for n in group.outputs]
         fills = {k: (np.uint8(bool(n.attrs[0])) if n.dtype == np.bool_ else n.dtype.type(n.attrs[0]))
@@ -168,7 +173,7 @@ class Backend:
                 return results
             function = current(load)  # the C++ build once it is ready
             if function is not launched[0]:
-                launched[:] = [function, KernelLauncher(function, kinds)]
+                launched[:] = [function, launcher(function, kinds, sms)]
             args = template.copy()
             for k in arrays:
                 args[k] = inputs[k].data.ptr
@@ -192,6 +197,19 @@ class Backend:
         module = load_module(code.image, ptx=code.format == "ptx", optimization_level=0 if first else None,
                              origin=origin)
         return module, module.function(code.entry)
+
+    def load_interpreter(self, code):
+        """The tensor interpreter's entry ``code.entry`` (see ``_interp``), loaded once on this device."""
+        loaded = self._interpreter.get(code.entry)
+        if loaded is None:
+            loaded = self._interpreter[code.entry] = self.load(code)
+        return loaded
+
+    def sms(self) -> int:
+        """The device's multiprocessor count (the interpreter's grid), asked once."""
+        if not self._sms:
+            self._sms = int(self.cp.cuda.Device().attributes["MultiProcessorCount"])
+        return self._sms
 
     def copy(self, node: Node, value):
         """A ``copy`` node: host -> device gives a CuPy array, device -> host a NumPy array."""

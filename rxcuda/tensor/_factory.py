@@ -1,6 +1,8 @@
 """The kernel factory: a generated kernel per structural IR, made once and kept (a repeat is a dict lookup).
 
-A miss is answered in tiers. First, PTX written straight from the IR (``_ptx.emit``: no NVRTC, the driver JITs
+A miss is answered in tiers. A factory that ``interpret``s (the CUDA backend's) first translates a group the
+interpreter covers (``_interp``: one precompiled kernel runs it from a program in its parameters, no JIT at all).
+Else PTX written straight from the IR (``_ptx.emit``: no NVRTC, the driver JITs
 it in milliseconds); where the PTX emitter does not cover a group, the CUDA C++ of ``_codegen.generate`` through
 rxcuda's NVRTC path. A tiered factory (``upgrade=True``, the CUDA backend's) then has NVRTC build the tuned C++
 kernel of a PTX kernel's IR on a background thread once the kernel is launched a second time, and swaps it in at
@@ -45,6 +47,12 @@ class KernelFactory:
     :class:`~._cache.Stats` whose ``compiles`` (every miss) and ``upgrades`` it counts too (the process factory
     counts into ``rxcuda.tensor.stats()``).
 
+    **The interpreter** (``interpret=True``): once its one-off build (:meth:`warm` starts it on the background
+    thread; NVRTC's disk cache makes it a file read in later processes) is ready, a miss of a group it covers
+    (``_interp.program``) is answered by the interpreter kernel and a translated program: no JIT, so a new
+    elementwise expression costs microseconds of host work instead of the JIT's milliseconds
+    (``interp_misses`` counts them). With ``upgrade``, its tuned build replaces it as a PTX kernel's does.
+
     **Tiers** (``upgrade=True``, the process factory of the CUDA backend): a PTX kernel answers the miss in
     milliseconds; once it is launched a second time (a kernel that runs once is never rebuilt), NVRTC compiles
     the C++ kernel of the same IR (the tuned one: rows held in registers, vector loads) on a background thread,
@@ -61,8 +69,12 @@ class KernelFactory:
     ('ptx', 1, 0, True)
     """
 
-    def __init__(self, ptx: bool | tuple[str, ...] = True, upgrade: bool = False, stats=None):
+    def __init__(self, ptx: bool | tuple[str, ...] = True, upgrade: bool = False, stats=None,
+                 interpret: bool = False):
         self._kernels: dict[tuple, GroupKernel] = {}
+        self.interpret = interpret
+        self._interpreter: list = []  # the interpreter's build (a Future, made by warm())
+        self.interp_misses = 0
         self.stats = stats  # a Stats that also counts ``compiles`` and ``upgrades`` (the process's, for the backend)
         self.ptx = ptx
         self.upgrade = upgrade
@@ -87,6 +99,11 @@ class KernelFactory:
         self.misses += 1
         if self.stats is not None:
             self.stats.compiles += 1
+        if not fast_math and self.interpret:
+            kernel = self._interpreted(ir)
+            if kernel is not None:
+                self._kernels[key] = kernel
+                return kernel
         if not fast_math and (self.ptx is True or (self.ptx and ir[0] in self.ptx)):
             from ._ptx import _UNROLL, PtxCode, emit
 
@@ -106,6 +123,50 @@ class KernelFactory:
         self._kernels[key] = kernel
         return kernel
 
+    def warm(self) -> None:
+        """Start building the interpreter on the background thread (once; a no-op unless ``interpret``)."""
+        if self.interpret and not self._interpreter:
+            from ._interp import compile_interpreter
+
+            self._interpreter.append(_background().submit(compile_interpreter))
+
+    def interpreter(self, wait: bool = False) -> dict | None:
+        """The interpreter's code per dtype once its build is ready (None before, unless ``wait``; None where it
+        failed: then ``interpret`` turns off and the reason is logged once). A miss never waits for it."""
+        if not self.interpret:
+            return None
+        if not self._interpreter:
+            self.warm()
+        build = self._interpreter[0]
+        if not wait and not build.done():
+            return None
+        try:
+            return build.result()
+        except Exception as e:  # noqa: BLE001 - the PTX tier answers instead; the reason stays visible
+            import logging
+
+            self.interpret = False
+            logging.getLogger("rxcuda").warning(
+                "the tensor interpreter could not be built, new kernels take the PTX tier: %s: %s",
+                type(e).__name__, e)
+            return None
+
+    def _interpreted(self, ir: tuple) -> GroupKernel | None:
+        codes = self.interpreter()
+        if codes is None:
+            return None
+        from ._interp import program
+
+        prog = program(ir)
+        if prog is None:
+            return None
+        self.interp_misses += 1
+        kernel = GroupKernel(ir, f"// the tensor interpreter's program\n{prog.listing}\n", codes[prog.dtype])
+        kernel.interp = prog
+        if self.upgrade:
+            kernel.hot, kernel.factory = 2, self  # the tuned build starts at its second launch
+        return kernel
+
     def wait(self, timeout: float | None = None) -> int:
         """Block until every background compile has finished (or ``timeout`` seconds); how many are still
         pending. The swap itself happens at each kernel's next launch."""
@@ -121,12 +182,24 @@ class GroupKernel:
     ``code.entry`` to load), and (once loaded on a device) its function; ``pending``: the better build of the
     same IR while NVRTC makes it in the background (see :class:`KernelFactory`)."""
 
-    __slots__ = ("ir", "source", "code", "function", "module", "pending", "factory", "failed", "hot")
+    __slots__ = ("ir", "source", "code", "function", "module", "pending", "factory", "failed", "hot", "interp")
 
     def __init__(self, ir: tuple, source: str, code):
         self.ir, self.source, self.code = ir, source, code
         self.function = self.module = self.pending = self.factory = self.failed = None
+        self.interp = None  # the interpreter's program while the interpreter runs this kernel (see _interp)
         self.hot: int | None = None  # launches until the background build starts (None: no build)
+
+    def launcher(self, function, kinds, sms: int = 132):
+        """What launches ``function`` (the one :meth:`current` returned) with the arguments of ``kinds``: the
+        interpreter's launcher while it runs this kernel, else a :class:`~rxcuda.cuda._kernels.KernelLauncher`."""
+        if self.interp is not None:
+            from ._interp import InterpLauncher
+
+            return InterpLauncher(function, self.interp, sms=sms)
+        from ..cuda._kernels import KernelLauncher
+
+        return KernelLauncher(function, kinds)
 
     def current(self, load):
         """The function to launch: the loaded one, after swapping in the background build if it is ready
@@ -153,6 +226,7 @@ class GroupKernel:
                     "%s (GroupKernel.failed keeps the exception)", type(e).__name__, e)
             else:
                 self.source, self.code, self.module, self.function = source, code, module, function
+                self.interp = None
                 if self.factory is not None:
                     self.factory.upgrades += 1
                     if self.factory.stats is not None:
