@@ -163,3 +163,40 @@ class KernelLauncher:
             self.launches += 1
         if err:
             check((err,), f"cuLaunchKernel ({self.function.entry} of {self.function.module.origin})")
+
+
+class BlockLauncher:
+    """Launches ``function`` whose one parameter is a struct passed by value (a *parameter block*): ``template``
+    (bytes) is its content, made once; each call packs ``args`` with ``values`` (a ``struct.Struct``) over its
+    first bytes and makes one ``cuLaunchKernel`` (the driver copies the block when the launch is issued, so it is
+    reused at once; a lock keeps launches from two threads apart). For kernels that take many values or a small
+    program in their parameters, such as the tensor interpreter."""
+
+    def __init__(self, function: KernelFunction, template: bytes, values: struct.Struct, *, api=None):
+        if values.size > len(template):
+            raise ValueError(f"the values ({values.size} bytes) do not fit the parameter block of "
+                             f"{len(template)} bytes of kernel '{function.entry}'")
+        self.function, self.values = function, values
+        self._api = api if api is not None else drv
+        self._storage = ctypes.create_string_buffer(bytes(template), len(template))
+        self._pointer = (ctypes.c_void_p * 1)(ctypes.addressof(self._storage))
+        self._params_ptr = ctypes.addressof(self._pointer)
+        self._handle = function.handle
+        self._lock = threading.Lock()
+        self.launches = 0
+
+    def __call__(self, grid, block, args: Sequence, stream: int, shared_mem: int = 0) -> None:
+        """Launch on ``stream`` with ``grid`` and ``block`` (ints or 3-tuples), ``args`` packed first."""
+        gx, gy, gz = (grid, 1, 1) if type(grid) is int else grid
+        bx, by, bz = (block, 1, 1) if type(block) is int else block
+        with self._lock:
+            try:
+                self.values.pack_into(self._storage, 0, *args)
+            except struct.error as e:
+                raise ValueError(f"{len(args)} values for the parameter block of kernel '{self.function.entry}' "
+                                 f"({self.values.format}): {e}") from None
+            err = self._api.cuLaunchKernel(self._handle, gx, gy, gz, bx, by, bz, shared_mem, stream,
+                                           self._params_ptr, 0)[0]
+            self.launches += 1
+        if err:
+            check((err,), f"cuLaunchKernel ({self.function.entry} of {self.function.module.origin})")

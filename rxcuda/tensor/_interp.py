@@ -24,10 +24,8 @@ tuned kernel computes (comparisons hold 1 or 0 in a register of the group's dtyp
 
 from __future__ import annotations
 
-import ctypes
 import math
 import struct
-import threading
 
 import attrs
 import numpy as np
@@ -238,37 +236,22 @@ def _c_strides(shape) -> tuple[int, ...]:
 
 
 class InterpLauncher:
-    """Launches the interpreter's ``function`` (the entry of ``program.dtype``) for one :class:`Program`: the
-    parameter block is made once; a call writes the launch's values (``args``: each input's pointer or scalar
-    value, then each output's pointer, as :class:`~rxcuda.cuda._kernels.KernelLauncher` takes them) and makes one
-    ``cuLaunchKernel``. ``grid`` and ``block`` are the interpreter's own (a grid-stride loop of ``_BLOCK``
-    threads), whatever the caller passes."""
+    """Launches the interpreter's ``function`` (the entry of ``program.dtype``) for one :class:`Program`: a
+    :class:`~rxcuda.cuda._kernels.BlockLauncher` whose parameter block holds the program, made once. A call takes
+    the launch's values (``args``: each input's pointer or scalar value, then each output's pointer, as a
+    :class:`~rxcuda.cuda._kernels.KernelLauncher` takes them) and uses the interpreter's own grid and block (a
+    grid-stride loop of ``_BLOCK`` threads, at most 8 blocks per multiprocessor), whatever the caller passes."""
 
-    def __init__(self, function, program: Program, *, api=None, sms: int = 132):
-        from ..cuda._driver import drv
+    def __init__(self, function, program: Program, *, sms: int = 132, api=None):
+        from ..cuda._kernels import BlockLauncher
 
-        self.function, self.program = function, program
-        self._api = api if api is not None else drv
-        self._values = struct.Struct("<" + "".join("Q" if a else "d" for a in program.inputs)
-                                     + "Q" * len(program.outregs))
-        self._storage = ctypes.create_string_buffer(_SIZE)
-        self._storage[_STATIC_AT:_SIZE] = program.static()
-        self._pointer = (ctypes.c_void_p * 1)(ctypes.addressof(self._storage))
-        self._params_ptr = ctypes.addressof(self._pointer)
-        self._grid = max(1, min(-(-program.size // _BLOCK), sms * 8))
-        self._lock = threading.Lock()
-        self.launches = 0
+        values = struct.Struct("<" + "".join("Q" if a else "d" for a in program.inputs) + "Q" * len(program.outregs))
+        self.program = program
+        self.block = BlockLauncher(function, bytes(_STATIC_AT) + program.static(), values, api=api)
+        self.grid = max(1, min(-(-program.size // _BLOCK), sms * 8))
 
     def __call__(self, grid, block, args, stream: int, shared_mem: int = 0) -> None:
-        from ..cuda._driver import check
-
-        with self._lock:
-            self._values.pack_into(self._storage, 0, *args)
-            err = self._api.cuLaunchKernel(self.function.handle, self._grid, 1, 1, _BLOCK, 1, 1, 0, stream,
-                                           self._params_ptr, 0)[0]
-            self.launches += 1
-        if err:
-            check((err,), f"cuLaunchKernel ({self.function.entry}, the tensor interpreter)")
+        self.block(self.grid, _BLOCK, args, stream)
 
 
 def compile_interpreter() -> dict:

@@ -119,3 +119,48 @@ def test_a_failed_launch_names_the_kernel_and_its_code():
     with pytest.raises(CudaError, match=r"cuLaunchKernel \(rx_group of a tensor kernel\) failed with "
                                         r"CUDA_ERROR_INVALID_VALUE"):
         launch(1, 32, (), stream=0)
+
+
+class ReadingBlock(NullDriver):
+    """A null driver that keeps the parameter block (one by-value struct) each launch hands over."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size, self.blocks = size, []
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        (pointer,) = (ctypes.c_void_p * 1).from_address(params)
+        self.blocks.append(ctypes.string_at(pointer, self.size))
+        return super().cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+
+
+def test_a_block_launcher_packs_the_values_over_its_template():
+    from rxcuda.cuda._kernels import BlockLauncher
+
+    api = ReadingBlock(32)
+    function = load_module(b"x", api=api).function("k")
+    template = bytes(16) + b"PROGRAM!" + b"12345678"
+    launch = BlockLauncher(function, template, struct.Struct("<Qd"), api=api)
+    launch(4, 256, (0x7F00_0000_1000, 2.5), stream=0x9)
+    launch((2, 1, 1), (128, 1, 1), (7, -1.0), stream=0)
+    assert api.blocks == [struct.pack("<Qd", 0x7F00_0000_1000, 2.5) + template[16:],
+                          struct.pack("<Qd", 7, -1.0) + template[16:]]
+    launches = [args for name, args in api.calls if name == "cuLaunchKernel"]
+    assert launches[0][1:] == ((4, 1, 1), (256, 1, 1), 0, 0x9) and launch.launches == 2
+
+
+def test_a_block_launcher_names_values_that_do_not_fit_and_a_failed_launch():
+    from rxcuda.cuda._kernels import BlockLauncher
+
+    api = NullDriver()
+    function = load_module(b"x", api=api, origin="the interpreter").function("rx_interp_f4")
+    with pytest.raises(ValueError, match=r"the values \(16 bytes\) do not fit the parameter block of 8 bytes of "
+                                         r"kernel 'rx_interp_f4'"):
+        BlockLauncher(function, bytes(8), struct.Struct("<Qd"), api=api)
+    launch = BlockLauncher(function, bytes(32), struct.Struct("<Qd"), api=api)
+    with pytest.raises(ValueError, match=r"1 values for the parameter block of kernel 'rx_interp_f4' \(<Qd\)"):
+        launch(1, 1, (0,), stream=0)
+    api.fail("cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE")
+    with pytest.raises(CudaError, match=r"cuLaunchKernel \(rx_interp_f4 of the interpreter\) failed with "
+                                        r"CUDA_ERROR_INVALID_VALUE"):
+        launch(1, 32, (1, 2.0), stream=0)
