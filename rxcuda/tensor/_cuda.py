@@ -154,7 +154,8 @@ class Backend:
         if kernel.function is None:
             kernel.module, kernel.function = (self.load_interpreter(kernel.code) if kernel.interp is not None
                                               else self.load(kernel.code))
-        load, current, launcher, sms = self.load, kernel.current, kernel.launcher, self.sms()
+        load, current, launcher = self.load, kernel.current, kernel.launcher
+        sms = self.sms() if kernel.interp is not None else 0  # the interpreter's grid (only it asks)
         grid, block = launch_shape(ir)
         outs = [(n.shape, n.dtype) for n in group.outputs]
         fills = {k: (np.uint8(bool(n.attrs[0])) if n.dtype == np.bool_ else n.dtype.type(n.attrs[0]))

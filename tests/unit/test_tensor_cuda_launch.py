@@ -130,3 +130,51 @@ def test_a_ptx_the_driver_refuses_names_the_kernel_source_and_the_fix(api):
     api.fail("cuModuleLoadDataEx", "CUDA_ERROR_INVALID_PTX")
     with pytest.raises(CudaError, match=r"GroupKernel\.source.*KernelFactory\(ptx=False\)"):
         be.prepare(ir, g)
+
+
+class ReadingBlock(NullDriver):
+    """Keeps each launch's grid, block, stream and parameter block (the interpreter's one by-value struct)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[tuple] = []
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        from rxcuda.tensor import _interp
+
+        (pointer,) = (ctypes.c_void_p * 1).from_address(params)
+        self.seen.append(((gx, gy, gz), (bx, by, bz), int(stream), ctypes.string_at(pointer, _interp._SIZE)))
+        return super().cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+
+
+def test_an_interpreted_group_launches_the_interpreter_with_its_program(monkeypatch):
+    from rxcuda.tensor import _interp
+
+    api = ReadingBlock()
+    monkeypatch.setattr(_kernels, "drv", api)
+    factory = _factory.KernelFactory(interpret=True)
+    assert factory.interpreter(wait=True) is not None
+    monkeypatch.setattr(_cuda, "FACTORY", factory)
+    x = rt.asarray(np.ones((6, 40), np.float32))
+    g, p = _group(rt.exp(x * 1.5) / 3.0)
+    cupy = FakeCupy()
+    cupy.cuda.Device = lambda: SimpleNamespace(attributes={"MultiProcessorCount": 2})
+    be = _cuda.Backend(cupy)
+    inputs = [FakeArray(n.shape, n.dtype, 0x5000_0000) if n.op != "full" else be.leaf_value(n) for n in g.inputs]
+    ir = _ir.group_ir(g, p, inputs)
+    launch = be.prepare(ir, g)
+    outs, outs2 = launch(inputs), launch(inputs)
+    kernel = factory.get(ir)
+    assert factory.interp_misses == 1 and kernel.interp is not None and kernel.function.entry == "rx_interp_f4"
+    assert api.count("cuModuleLoadData") == 1 and api.count("cuModuleLoadDataEx") == 0  # the cubin, no JIT
+    g2, p2 = _group(rt.sqrt(x) - 2.5)
+    inputs2 = [FakeArray(n.shape, n.dtype, 0x6000_0000) if n.op != "full" else be.leaf_value(n) for n in g2.inputs]
+    be.prepare(_ir.group_ir(g2, p2, inputs2), g2)(inputs2)
+    assert factory.interp_misses == 2 and api.count("cuModuleLoadData") == 1  # the interpreter is loaded once
+    (grid, block, stream, first), (_, _, _, second) = api.seen[:2]
+    assert grid == (1, 1, 1) and block == (256, 1, 1) and stream == FakeStream.ptr  # ceil(240 / 256), <= 8 per SM
+    fmt = "<" + "".join("Q" if n.op != "full" else "d" for n in g.inputs) + "Q"
+    want = [0x5000_0000 if n.op != "full" else float(n.attrs[0]) for n in g.inputs]
+    assert struct.unpack_from(fmt, first) == (*want, outs[0].data.ptr)
+    assert struct.unpack_from(fmt, second) == (*want, outs2[0].data.ptr)
+    assert first[_interp._STATIC_AT:] == kernel.interp.static()
