@@ -23,6 +23,8 @@ frames per second under ``run()`` (frames in flight overlap the workers), and th
 ``ray.kill`` of the consumer to its first frame from the restarted process (``ray.kill`` is asynchronous: the
 killed process may still run a frame submitted right after it, which does not count).
 Without a GPU everything runs on the null driver (the table says so): Ray's and the host's costs, no GPU work.
+The title says whether NVIDIA's Multi-Process Service serves the GPU: two workers on one GPU run at once under
+MPS and take turns without it (start it with ``nvidia-cuda-mps-control -d`` to compare; docs/distributed.md).
 Last, a clock's round trip alone: a record to another process and its answer back through the pipes.
 """
 
@@ -88,6 +90,8 @@ def main() -> None:
     try:
         with rxcuda.Engine(driver=None if gpu else NullDriver()) as local:
             name = local.device.name if gpu else f"null driver, no GPU ({why})"
+            if gpu:  # several processes on one GPU: under MPS they run at once, else they take turns
+                name += ", MPS on" if local.device.mps else ", MPS off: the workers' contexts take turns on the GPU"
             a = local.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="first", scale=1.5))
             b = local.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="second", scale=0.5))
             local.connect(a["out"], b["x"])

@@ -58,6 +58,24 @@ class Device:
         attr = self._drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
         return check(self._drv.cuDeviceGetAttribute(attr, self.handle), "cuDeviceGetAttribute")
 
+    @property
+    def mps(self) -> bool | None:
+        """Whether contexts on this GPU are served by NVIDIA's Multi-Process Service (processes sharing the GPU
+        run at once instead of taking turns); None where the driver cannot say."""
+        attr = getattr(self._drv.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_MPS_ENABLED", None)
+        if attr is None:
+            return None
+        return bool(check(self._drv.cuDeviceGetAttribute(attr, self.handle), "cuDeviceGetAttribute"))
+
+    @property
+    def uuid(self) -> str | None:
+        """The GPU's UUID as hex (the same in every process, whatever its ``CUDA_VISIBLE_DEVICES``); None where the
+        driver has no ``cuDeviceGetUuid``."""
+        get = getattr(self._drv, "cuDeviceGetUuid", None)
+        if get is None:
+            return None
+        return bytes(check(get(self.handle), "cuDeviceGetUuid").bytes).hex()
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

@@ -38,7 +38,7 @@ from ..model._errors import EngineClosedError, ValidationError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
-from . import _board, _placement
+from . import _board, _placement, _sharing
 from ._faults import Restarts
 from ._ray import ray_module as _ray
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
@@ -120,6 +120,7 @@ class Engine(Restarts, ClockSteps):
                       self._model.diagnostics.subscribe(lambda d: self._publish("driver", d))]
         self._actors: dict[str, Any] = {}
         self._where: dict[str, dict] = {}
+        self._warned: set[tuple] = set()  # the GPUs shared without MPS already warned of
         self._session = uuid.uuid4().hex[:12]  # names the boards of this engine's ipc links and its clocks
         self._clocks: dict = {}  # worker -> its clock, when frames step through clocks
         self._silent: set = set()
@@ -162,7 +163,8 @@ class Engine(Restarts, ClockSteps):
         return self._actors[_placement.check_worker(worker, self._workers)]
 
     def where(self, worker: str) -> dict:
-        """Where ``worker`` runs: its Ray node id, process id and GPU ids."""
+        """Where ``worker`` runs: its Ray node id, process id and GPU ids; once built, its GPU's UUID (``gpu``)
+        and whether MPS serves that GPU (``mps``)."""
         return dict(self._where[_placement.check_worker(worker, self._workers)])
 
     def add(self, block: Block, *, on: str | None = None) -> Block:
@@ -548,8 +550,10 @@ class Engine(Restarts, ClockSteps):
         failed = None
         for w, (key, ref) in builds.items():
             try:
-                ray.get(ref)
+                built = ray.get(ref)
                 self._built[w] = key
+                for advice in _sharing.placed(self._where, self._warned, w, built):  # GPUs shared without MPS
+                    self._publish("driver", Diagnostic("warning", "placement", advice, self._index))
             except ray.exceptions.RayActorError as e:
                 self._step_failed(w, e, {}, {})
             except ray.exceptions.RayTaskError as e:

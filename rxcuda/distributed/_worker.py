@@ -119,7 +119,8 @@ class FragmentHost:
         launches, the connections between them, the inputs links feed, and the arrays last written to its
         inputs (``writes``); then its graph, raising what the planner or the driver refuses. Its ``ipc`` exports
         serve frames from ``since`` on (the consumers skip older ones, its predecessor's). Returns
-        :meth:`where`, with how many blocks were built."""
+        :meth:`where`, with how many blocks were built, the GPU's UUID (``gpu``) and whether MPS serves it
+        (``mps``)."""
         self._close_engine()
         engine = Engine(driver=_null_driver() if self.null else None)
         self.engine = engine
@@ -158,7 +159,8 @@ class FragmentHost:
                 self._readers[ln.dst] = _board.BoardReader(_board.board_path(self.session, ln.src.block, ln.src.port))
                 if self.device_slots:
                     self._receivers[ln.dst] = _links.IpcReceiver(engine, self.port(ln.dst))
-        return {**self.where(), "blocks": len(blocks)}
+        device = engine.device
+        return {**self.where(), "blocks": len(blocks), "gpu": device.uuid, "mps": device.mps}
 
     def _export(self, engine: Engine, ln: RemoteLink, since: int) -> _board.LinkBoard:
         """The board an exported port's ipc links publish on: its slots in device memory (exported once, their

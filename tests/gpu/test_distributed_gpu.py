@@ -233,3 +233,31 @@ def test_a_restarted_producer_is_mapped_again_through_its_new_board_and_frames_a
         assert dist.tick().complete
         np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(s1)) * np.float32(s2),
                                       err_msg=f"frame {i} after the restart")
+
+
+def test_workers_sharing_one_gpu_know_it_and_are_told_about_mps_once(cluster, kernels, rng):
+    from rxcuda.cuda._device import Device
+
+    here = Device(0)
+    placement: list = []
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}) as dist:
+        dist.diagnostics.subscribe(lambda d: placement.append(d) if d.diagnostic.subject == "placement" else None)
+        first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="first", scale=2.0), on="a")
+        second = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="second", scale=0.5),
+                          on="b")
+        dist.connect(first["out"], second["x"])
+        x = rng.standard_normal(N).astype(np.float32)
+        dist.write(first["x"], x)
+        for _ in range(3):
+            assert dist.tick().complete
+        np.testing.assert_allclose(dist.read(second["out"]), x, rtol=1e-6, atol=1e-6)
+        a, b = dist.where("a"), dist.where("b")
+        assert a["gpu"] == b["gpu"] == here.uuid and len(a["gpu"]) == 32  # one GPU, the same UUID in each process
+        assert a["mps"] is b["mps"] is here.mps
+        if here.mps:
+            assert placement == []
+        else:  # said once, as a warning from the driver, with the fix
+            (d,) = placement
+            assert d.worker == "driver" and d.severity == "warning"
+            message = d.diagnostic.message
+            assert "'a', 'b' share one GPU" in message and "nvidia-cuda-mps-control -d" in message
