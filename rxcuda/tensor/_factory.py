@@ -128,6 +128,16 @@ class KernelFactory:
         if self.interpret and not self._interpreter:
             from ._interp import compile_interpreter
 
+            try:  # cuda.core's first import is not thread-safe: made here, on the caller's thread, before the build
+                import cuda.core  # noqa: F401
+                import cuda.core.utils  # noqa: F401
+            except ImportError as e:
+                import logging
+
+                self.interpret = False
+                logging.getLogger("rxcuda").warning("no tensor interpreter without cuda.core (%s); new kernels take "
+                                                    "the PTX tier", e)
+                return
             self._interpreter.append(_background().submit(compile_interpreter))
 
     def interpreter(self, wait: bool = False) -> dict | None:

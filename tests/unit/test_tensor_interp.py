@@ -222,3 +222,24 @@ def test_a_factory_that_does_not_interpret_never_builds_it():
     factory = _factory.KernelFactory(upgrade=True)
     factory.warm()
     assert factory.interpreter() is None and not factory._interpreter
+
+
+def test_warm_imports_cuda_core_on_the_callers_thread_before_the_background_build():
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from rxcuda.tensor import _factory
+assert "cuda.core" not in sys.modules, "imported before: the test cannot tell"
+seen = []
+class Pool:
+    def submit(self, fn):
+        seen.append(("cuda.core" in sys.modules, "cuda.core.utils" in sys.modules))
+_factory._COMPILER[:] = [Pool()]
+_factory.KernelFactory(interpret=True).warm()
+print(seen)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[(True, True)]"  # its first import is not thread-safe: made before the build
