@@ -22,6 +22,14 @@ class NvrtcRejected(Exception):
     """NVRTC rejected the source; ``args[0]`` is its log (the caller turns it into a CompileError)."""
 
 
+def import_compiler() -> None:
+    """Import cuda.core (and its utils, which the compile cache uses) on the calling thread. Its first import is not
+    thread-safe: a thread that imports it while another does may see it half made (``ImportError: cannot import
+    name 'ProgramOptions'``). Call this before starting a thread that compiles. ImportError without cuda.core."""
+    import cuda.core  # noqa: F401
+    import cuda.core.utils  # noqa: F401
+
+
 def _check(err, call: str) -> None:
     from cuda.bindings import nvrtc
 

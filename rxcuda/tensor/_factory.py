@@ -126,11 +126,11 @@ class KernelFactory:
     def warm(self) -> None:
         """Start building the interpreter on the background thread (once; a no-op unless ``interpret``)."""
         if self.interpret and not self._interpreter:
+            from ..cuda._nvrtc import import_compiler
             from ._interp import compile_interpreter
 
             try:  # cuda.core's first import is not thread-safe: made here, on the caller's thread, before the build
-                import cuda.core  # noqa: F401
-                import cuda.core.utils  # noqa: F401
+                import_compiler()
             except ImportError as e:
                 import logging
 
