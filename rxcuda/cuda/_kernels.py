@@ -124,40 +124,36 @@ def _code(kind) -> str:
     return code
 
 
-class KernelLauncher:
-    """Launches ``function`` with arguments of the kinds ``params`` (``"pointer"``: a device address as an int;
-    else a NumPy dtype: the value is packed as that type, e.g. ``"<f4"``; a bool as one byte).
+class _Launch:
+    """What every launcher shares: ``_storage`` (the arguments, packed over its first bytes by ``_packing`` at each
+    call), ``_params_ptr`` (the ``void**`` the driver reads them through), made once by the subclass; the lock, the
+    launch and its error. The driver copies the arguments when the launch is issued, so the storage is reused at
+    once; the lock keeps launches from two threads apart. ``launches`` counts the calls."""
 
-    The argument storage, its ``void**`` array and the packing format are made here, once; each call packs the
-    values into the storage and makes one ``cuLaunchKernel`` (the driver copies the arguments when the launch is
-    issued, so the storage is reused at once; a lock keeps launches from two threads apart). ``launches``
-    counts the calls."""
+    function: KernelFunction
+    _packing: struct.Struct
+    _storage: ctypes.Array
+    _params_ptr: int
 
-    def __init__(self, function: KernelFunction, params: Sequence, *, api=None):
+    def _ready(self, function: KernelFunction, api) -> None:
         self.function = function
-        self.params = tuple(params)
         self._api = api if api is not None else drv
-        codes = [_code(p) for p in self.params]
-        self._struct = struct.Struct("<" + "".join(c + "x" * (_SLOT - struct.calcsize("<" + c)) for c in codes))
-        self._storage = ctypes.create_string_buffer(max(self._struct.size, _SLOT))
-        base = ctypes.addressof(self._storage)
-        self._pointers = (ctypes.c_void_p * max(len(codes), 1))(*[base + _SLOT * k for k in range(len(codes))])
-        self._params_ptr = ctypes.addressof(self._pointers) if codes else 0
         self._handle = function.handle
         self._lock = threading.Lock()
         self.launches = 0
 
+    def _refused(self, args: Sequence, e: struct.error) -> str:
+        raise NotImplementedError
+
     def __call__(self, grid, block, args: Sequence, stream: int, shared_mem: int = 0) -> None:
-        """Launch on ``stream`` (a handle as an int) with ``grid`` and ``block`` (ints or 3-tuples) and one value
-        per parameter."""
+        """Launch on ``stream`` (a handle as an int) with ``grid`` and ``block`` (ints or 3-tuples) and ``args``."""
         gx, gy, gz = (grid, 1, 1) if type(grid) is int else grid
         bx, by, bz = (block, 1, 1) if type(block) is int else block
         with self._lock:
             try:
-                self._struct.pack_into(self._storage, 0, *args)
+                self._packing.pack_into(self._storage, 0, *args)
             except struct.error as e:
-                raise ValueError(f"{len(args)} arguments for kernel '{self.function.entry}' with parameters "
-                                 f"{self.params}: {e}") from None
+                raise ValueError(self._refused(args, e)) from None
             err = self._api.cuLaunchKernel(self._handle, gx, gy, gz, bx, by, bz, shared_mem, stream,
                                            self._params_ptr, 0)[0]
             self.launches += 1
@@ -165,38 +161,44 @@ class KernelLauncher:
             check((err,), f"cuLaunchKernel ({self.function.entry} of {self.function.module.origin})")
 
 
-class BlockLauncher:
+class KernelLauncher(_Launch):
+    """Launches ``function`` with arguments of the kinds ``params`` (``"pointer"``: a device address as an int;
+    else a NumPy dtype: the value is packed as that type, e.g. ``"<f4"``; a bool as one byte): one value per
+    parameter, each in its own 8-byte slot that the ``void**`` points at.
+
+    The argument storage, its ``void**`` array and the packing format are made here, once; each call packs the
+    values into the storage and makes one ``cuLaunchKernel`` (see :class:`_Launch`)."""
+
+    def __init__(self, function: KernelFunction, params: Sequence, *, api=None):
+        self.params = tuple(params)
+        codes = [_code(p) for p in self.params]
+        self._packing = struct.Struct("<" + "".join(c + "x" * (_SLOT - struct.calcsize("<" + c)) for c in codes))
+        self._storage = ctypes.create_string_buffer(max(self._packing.size, _SLOT))
+        base = ctypes.addressof(self._storage)
+        self._pointers = (ctypes.c_void_p * max(len(codes), 1))(*[base + _SLOT * k for k in range(len(codes))])
+        self._params_ptr = ctypes.addressof(self._pointers) if codes else 0
+        self._ready(function, api)
+
+    def _refused(self, args: Sequence, e: struct.error) -> str:
+        return f"{len(args)} arguments for kernel '{self.function.entry}' with parameters {self.params}: {e}"
+
+
+class BlockLauncher(_Launch):
     """Launches ``function`` whose one parameter is a struct passed by value (a *parameter block*): ``template``
     (bytes) is its content, made once; each call packs ``args`` with ``values`` (a ``struct.Struct``) over its
-    first bytes and makes one ``cuLaunchKernel`` (the driver copies the block when the launch is issued, so it is
-    reused at once; a lock keeps launches from two threads apart). For kernels that take many values or a small
-    program in their parameters, such as the tensor interpreter."""
+    first bytes and makes one ``cuLaunchKernel`` (see :class:`_Launch`). For kernels that take many values or a
+    small program in their parameters, such as the tensor interpreter."""
 
     def __init__(self, function: KernelFunction, template: bytes, values: struct.Struct, *, api=None):
         if values.size > len(template):
             raise ValueError(f"the values ({values.size} bytes) do not fit the parameter block of "
                              f"{len(template)} bytes of kernel '{function.entry}'")
-        self.function, self.values = function, values
-        self._api = api if api is not None else drv
+        self.values = self._packing = values
         self._storage = ctypes.create_string_buffer(bytes(template), len(template))
         self._pointer = (ctypes.c_void_p * 1)(ctypes.addressof(self._storage))
         self._params_ptr = ctypes.addressof(self._pointer)
-        self._handle = function.handle
-        self._lock = threading.Lock()
-        self.launches = 0
+        self._ready(function, api)
 
-    def __call__(self, grid, block, args: Sequence, stream: int, shared_mem: int = 0) -> None:
-        """Launch on ``stream`` with ``grid`` and ``block`` (ints or 3-tuples), ``args`` packed first."""
-        gx, gy, gz = (grid, 1, 1) if type(grid) is int else grid
-        bx, by, bz = (block, 1, 1) if type(block) is int else block
-        with self._lock:
-            try:
-                self.values.pack_into(self._storage, 0, *args)
-            except struct.error as e:
-                raise ValueError(f"{len(args)} values for the parameter block of kernel '{self.function.entry}' "
-                                 f"({self.values.format}): {e}") from None
-            err = self._api.cuLaunchKernel(self._handle, gx, gy, gz, bx, by, bz, shared_mem, stream,
-                                           self._params_ptr, 0)[0]
-            self.launches += 1
-        if err:
-            check((err,), f"cuLaunchKernel ({self.function.entry} of {self.function.module.origin})")
+    def _refused(self, args: Sequence, e: struct.error) -> str:
+        return (f"{len(args)} values for the parameter block of kernel '{self.function.entry}' "
+                f"({self.values.format}): {e}")
