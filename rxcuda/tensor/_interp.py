@@ -30,6 +30,7 @@ import struct
 import attrs
 import numpy as np
 
+from ..model._shapes import c_strides
 from ._codegen import _PRELUDE, _expr
 from ._ir import Layout, Unsupported
 
@@ -172,7 +173,7 @@ def _program(ir: tuple) -> Program:
     if len(space) > MAX_DIMS:
         raise Unsupported("too many axes")
     lay = Layout(ir)
-    linear = _c_strides(space)
+    linear = c_strides(space)
     arrays, spaced = [], []
     for k, inp in enumerate(inputs):
         if (inp[1] if inp[0] == "scalar" else inp[2])[1:] != key:
@@ -225,14 +226,6 @@ def _dtype_of(inputs, nodes, where: str, ref: int) -> str:
         return nodes[ref][3][1:]
     inp = inputs[ref]
     return (inp[1] if inp[0] == "scalar" else inp[2])[1:]
-
-
-def _c_strides(shape) -> tuple[int, ...]:
-    out, step = [], 1
-    for d in reversed(shape):
-        out.append(step)
-        step *= max(int(d), 1)
-    return tuple(reversed(out))
 
 
 class InterpLauncher:
