@@ -9,6 +9,7 @@ import struct
 
 import numpy as np
 import pytest
+from _blocks import BlockReading
 
 from rxcuda.cuda import NullDriver
 from rxcuda.cuda._kernels import KernelLauncher, KernelModule, load_module
@@ -121,23 +122,10 @@ def test_a_failed_launch_names_the_kernel_and_its_code():
         launch(1, 32, (), stream=0)
 
 
-class ReadingBlock(NullDriver):
-    """A null driver that keeps the parameter block (one by-value struct) each launch hands over."""
-
-    def __init__(self, size: int):
-        super().__init__()
-        self.size, self.blocks = size, []
-
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        (pointer,) = (ctypes.c_void_p * 1).from_address(params)
-        self.blocks.append(ctypes.string_at(pointer, self.size))
-        return super().cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-
-
 def test_a_block_launcher_packs_the_values_over_its_template():
     from rxcuda.cuda._kernels import BlockLauncher
 
-    api = ReadingBlock(32)
+    api = BlockReading(32)
     function = load_module(b"x", api=api).function("k")
     template = bytes(16) + b"PROGRAM!" + b"12345678"
     launch = BlockLauncher(function, template, struct.Struct("<Qd"), api=api)

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from _blocks import BlockReading
 
 import rxcuda.tensor as rt
 from rxcuda.cuda import NullDriver, _kernels
@@ -132,25 +133,10 @@ def test_a_ptx_the_driver_refuses_names_the_kernel_source_and_the_fix(api):
         be.prepare(ir, g)
 
 
-class ReadingBlock(NullDriver):
-    """Keeps each launch's grid, block, stream and parameter block (the interpreter's one by-value struct)."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen: list[tuple] = []
-
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        from rxcuda.tensor import _interp
-
-        (pointer,) = (ctypes.c_void_p * 1).from_address(params)
-        self.seen.append(((gx, gy, gz), (bx, by, bz), int(stream), ctypes.string_at(pointer, _interp._SIZE)))
-        return super().cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-
-
 def test_an_interpreted_group_launches_the_interpreter_with_its_program(monkeypatch):
     from rxcuda.tensor import _interp
 
-    api = ReadingBlock()
+    api = BlockReading(_interp._SIZE)
     monkeypatch.setattr(_kernels, "drv", api)
     factory = _factory.KernelFactory(interpret=True)
     assert factory.interpreter(wait=True) is not None

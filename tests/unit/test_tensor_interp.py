@@ -6,13 +6,13 @@ the interpreter turning it off with a warning."""
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import struct
 from concurrent.futures import Future
 
 import numpy as np
 import pytest
+from _blocks import BlockReading
 
 import rxcuda.tensor as rt
 from rxcuda.cuda import NullDriver
@@ -127,21 +127,8 @@ def test_every_op_has_a_case_in_the_source():
     assert "rx_max<float>" in src and "expf(" in src and "exp((double)" in src
 
 
-class Reading(NullDriver):
-    """A null driver that keeps the parameter block each launch hands over."""
-
-    def __init__(self):
-        super().__init__()
-        self.blocks: list[bytes] = []
-
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        (pointer,) = (ctypes.c_void_p * 1).from_address(params)
-        self.blocks.append(ctypes.string_at(pointer, _interp._SIZE))
-        return super().cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-
-
 def test_the_launcher_packs_values_then_the_program():
-    api = Reading()
+    api = BlockReading(_interp._SIZE)
     function = load_module(b"x", api=api).function("rx_interp_f4")
     p = _interp.program(ir_of(rt.exp(t() * 1.5) + t()))
     assert p is not None and p.inputs.count(False) == 1
