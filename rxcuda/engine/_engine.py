@@ -100,7 +100,9 @@ class Engine(EngineStreams):
             # cuda.core's first import is not thread-safe: make it here, on the caller's thread, before a watcher
             # thread may compile. NVRTC is not warmed up in a background thread here: for ~200 ms that thread
             # competes with the first builds for the GIL and a core; the first compile pays NVRTC's start-up.
-            import cuda.core  # noqa: F401
+            from ..cuda._nvrtc import import_compiler
+
+            import_compiler()
         self.device = dev
         self.sync = sync
         self._rt = rt = Runtime.open(dev, self._subscriber_failed("changes", "the change was applied"))

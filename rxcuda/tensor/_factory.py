@@ -11,16 +11,25 @@ a later launch (:meth:`GroupKernel.current`). ``fast_math`` kernels are NVRTC's 
 
 from __future__ import annotations
 
+import contextlib
+
 from ._codegen import generate
 from ._ir import ENTRY, Unsupported
 
-_COMPILER: list = []  # one background thread for NVRTC (made on first use)
+_COMPILER: list = []  # one background thread for NVRTC (made on first use, by _background)
 
 
 def _background():
+    """The one thread that compiles in the background (made on first use). cuda.core's first import is not
+    thread-safe, so it is made here, on the caller's thread, before that thread starts (without cuda.core each
+    build fails in the thread and is reported where its result is asked for)."""
     if not _COMPILER:
         from concurrent.futures import ThreadPoolExecutor
 
+        from ..cuda._nvrtc import import_compiler
+
+        with contextlib.suppress(ImportError):
+            import_compiler()
         _COMPILER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="rxcuda-nvrtc"))
     return _COMPILER[0]
 
@@ -126,18 +135,8 @@ class KernelFactory:
     def warm(self) -> None:
         """Start building the interpreter on the background thread (once; a no-op unless ``interpret``)."""
         if self.interpret and not self._interpreter:
-            from ..cuda._nvrtc import import_compiler
             from ._interp import compile_interpreter
 
-            try:  # cuda.core's first import is not thread-safe: made here, on the caller's thread, before the build
-                import_compiler()
-            except ImportError as e:
-                import logging
-
-                self.interpret = False
-                logging.getLogger("rxcuda").warning("no tensor interpreter without cuda.core (%s); new kernels take "
-                                                    "the PTX tier", e)
-                return
             self._interpreter.append(_background().submit(compile_interpreter))
 
     def interpreter(self, wait: bool = False) -> dict | None:
