@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from reactivex.disposable import CompositeDisposable
 
 from ..model import _dtypes
 from ..model._describe import (
@@ -151,6 +152,9 @@ def resolve_port(port, blocks: Mapping[int, Block]) -> PortRef:
     return PortRef(block.id, port.name)
 
 
+_PLAIN = frozenset({int, float, str, bool, tuple})
+
+
 class _Declared:
     """Descriptions ``Block.from_kernel`` made, by the KernelCode object and the other arguments (the name
     aside): declaring many blocks of one kernel builds its description once (blocks are passive and their
@@ -167,7 +171,9 @@ class _Declared:
         cannot be a key (an unhashable value): then the block is built the long way."""
         parts: list = [id(code)]
         for a in args:
-            if isinstance(a, Mapping):
+            if a is None or type(a) in _PLAIN:  # (the usual arguments: no ABC check, ~0.2 us each)
+                parts.append((type(a), a))
+            elif isinstance(a, Mapping):
                 parts.append(tuple(sorted((k, type(v), v) for k, v in a.items())) if a else None)
             else:
                 parts.append((type(a), a))
@@ -218,8 +224,6 @@ class Block:
         self._launches: dict[str, Launch] = {}
         self._sink: Any = None  # the engine's pending plan, set while the block is in an engine
         self._engine: Any = None
-        from reactivex.disposable import CompositeDisposable
-
         self._subscriptions = CompositeDisposable()  # parameter bindings, disposed on removal
         self.state = "not built"  # "ok", "warning", "error", "removed"
         self.message = ""
@@ -497,8 +501,6 @@ class Block:
 
     def dispose_bindings(self) -> None:
         """End every parameter binding of this block."""
-        from reactivex.disposable import CompositeDisposable
-
         subs, self._subscriptions = self._subscriptions, CompositeDisposable()
         subs.dispose()
 

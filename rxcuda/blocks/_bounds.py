@@ -84,9 +84,18 @@ def bounded(param, check: Callable, counts: tuple[str, ...]) -> Callable:
     return check_count
 
 
+def _sizes_of(ports: tuple, internals: tuple) -> dict[str, int]:
+    return {p.name: p.count for p in ports} | {ib.name: ib.count for ib in internals}
+
+
+# per description parts, which the blocks declared from one kernel share (a block's first check ran these
+# comprehensions each time: a third of a count parameter's construction)
+_sizes = by_identity(_sizes_of, parts=2)
+
+
 def _declared(desc, names: Iterable[str]) -> dict[str, int]:
     """name -> declared element count of the ports and internal buffers ``names`` of a block description."""
-    sizes = {p.name: p.count for p in desc.ports} | {ib.name: ib.count for ib in desc.internals}
+    sizes = _sizes(desc.ports, desc.internals)
     return {n: sizes[n] for n in names if n in sizes}
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..model import _dtypes
+from ._bounds import bounded
 
 _FLOAT_MAX = {"f16": 65504.0, "f32": float(np.finfo(np.float32).max), "f64": sys.float_info.max,
               "bf16": 3.3895313892515355e38}
@@ -58,8 +59,7 @@ def _value_check(param: Parameter, dtype: str):
             raise TypeError(f"{where()}: a {_dtypes.describe(dtype)} passed by value is not a block parameter; pass "
                             "its components as separate scalar parameters, or the value through a pointer port")
         raise TypeError(f"{where()}: a parameter of type {dtype} is not supported; use an integer or float type")
-    info = np.iinfo(_dtypes.to_numpy(dtype))
-    ilo, ihi = int(info.min), int(info.max)
+    _, ilo, ihi = _fast_test_of(dtype, None, None)  # the type's range (np.iinfo, memoized: ~1 us a block)
 
     def check_int(v):
         if type(v) is int and ilo <= v <= ihi:
@@ -165,8 +165,6 @@ engine.resize(scalar_mul['x'], shape)
         # converts it or raises. A count parameter always takes the full check (its bound moves with resizes).
         self._plain, self._lo, self._hi = _fast_test_of(dtype, min, max)
         if counts:  # a count parameter: never past the buffers it counts (see rxcuda.engine._bounds)
-            from ._bounds import bounded
-
             self._check = bounded(self, self._check, counts)
             self._plain = None
         self._value = self._check(value)

@@ -8,6 +8,8 @@ import os
 from ..model._describe import KernelCode
 from ._paths import shipped_kernel
 
+_FILE_SUFFIXES = (".ptx", ".cubin", ".fatbin")
+
 
 def load_source(source, entry: str | None = None, *, arch: str | None = None) -> KernelCode:
     """Load or compile ``source`` into a KernelCode. ``.cu`` files compile with NVRTC (cached). A bare name
@@ -15,6 +17,11 @@ def load_source(source, entry: str | None = None, *, arch: str | None = None) ->
     rxcuda (see ``rxcuda.kernels``)."""
     if isinstance(source, KernelCode):
         return source
+    if type(source) is str and source.endswith(_FILE_SUFFIXES):  # (never a shipped kernel's bare name)
+        # a kernel file by path, as blocks are usually declared (in a loop: the shortest way to the file cache)
+        from ._files import load_kernel_file
+
+        return load_kernel_file(source, entry=entry)
     if hasattr(source, "kernel_code") and callable(source.kernel_code):
         return source.kernel_code(arch=arch)
     if isinstance(source, str | os.PathLike):
