@@ -64,13 +64,43 @@ def _call_paths(engine, drv, stream, frames: int) -> list[tuple[str, float]]:
         "launch + sync, cuda.bindings": lambda: (drv.cuGraphLaunch(g.exec, stream), drv.cuStreamSynchronize(stream)),
         "launch + wait, ctypes (GIL kept)": lambda: (fast.launch(g._exec_h, sh), fast.wait(sh)),
     }
+    up = engine._updater
+    if up.native is not None:  # the compiled path: the argument written and the update called through its address
+        from rxcuda.engine._update import _native_apply
+
+        key = next(k for k in g.plan.slots if k[1] == "scale")
+        apply = _native_apply(up.native, g.patches[key][0], None)
+        calls["argument write + exec-node update, compiled"] = lambda: apply(1.0001)
     return [(label, _median_us(fn, frames)) for label, fn in calls.items()]
+
+
+def _emulate_native_driver(engine) -> bool:
+    """Point the null-driver engine's frame-path calls (exec-node update, launch, stream query) at a C function
+    that does nothing (rxcuda.cuda._native's ``noop_address``), called as the real driver is: through ctypes,
+    or through its address by the compiled path. False where the compiled module does not build (the rows then
+    keep the null driver's Python stand-ins)."""
+    import ctypes
+
+    from rxcuda.cuda import _native
+
+    mod = _native.hotpath()
+    if mod is None:
+        return False
+    fast, vp = engine._rt.fast, ctypes.c_void_p
+    for name, nargs in (("_set_params", 3), ("_launch", 2), ("_query", 1)):
+        fn = ctypes.CFUNCTYPE(ctypes.c_int, *([vp] * 3))(mod.noop_address())  # (extra arguments are ignored)
+        fn.argtypes = (vp,) * nargs
+        setattr(fast, name, fn)
+    fast.native = True
+    engine._rt.graph._arm()
+    return True
 
 
 def _parameter_rows_null(frames: int, chain: int = 1) -> int:
     """The parameter rows on the null driver with its per-frame calls made free: what is left is the host's
-    own cost of one change (setter, fold, drain, hot table, argument write), with and without a live view's
-    subscribers. Runs anywhere; compare two checkouts with PYTHONPATH=<checkout>."""
+    own cost of one change (setter, fold, drain, hot table, argument write, the call), with and without a live
+    view's subscribers, on the compiled parameter path and on the Python one. Runs anywhere; compare two
+    checkouts with PYTHONPATH=<checkout>."""
     import numpy as np
 
     import rxcuda
@@ -98,6 +128,7 @@ def _parameter_rows_null(frames: int, chain: int = 1) -> int:
         engine.write(blocks[0]["x"], np.ones(1024, np.float32))
         mul = blocks[chain // 2]  # the parameter changed: the middle block's
         engine.tick()
+        calls = "a C no-op called as the driver is" if _emulate_native_driver(engine) else "Python stand-ins"
         apply_pending = engine._updater.apply_pending
         values = iter(np.linspace(1.0, 1.0002, 50_000_000).tolist())
         counts = iter(list(range(1, 1024)) * 50_000)
@@ -116,6 +147,7 @@ def _parameter_rows_null(frames: int, chain: int = 1) -> int:
 
         from rxcuda.view._collect import Collector
 
+        view = None
         for label in ("none", "changes, updates, frames", "the live view's Collector"):
             if label == "changes, updates, frames":
                 subs = [engine.changes.subscribe(lambda e: None), engine.updates.subscribe(lambda u: None),
@@ -124,16 +156,22 @@ def _parameter_rows_null(frames: int, chain: int = 1) -> int:
                 for sub in subs:
                     sub.dispose()
                 view = Collector(engine, lambda: None)
-            t_hot, t_tick = _paired_us(set_tick, engine.tick, frames)
-            rows.append((label, _median_us(set_apply, frames), _median_us(set_apply_count, frames), t_hot - t_tick))
-        view.dispose()
-    print(f"\nbench/frame.py --null — one parameter change on the null driver, its driver calls free (host cost "
-          f"only; a chain of {chain} block(s); {rxcuda.__file__})\n")
-    hdr = f"{'subscribers':>25} | {'set+apply us':>12} | {'set+apply, count us':>19} | {'set+tick - tick us':>18}"
+            for native in (True, False):
+                if engine._updater.use_native(native) != native:
+                    continue  # (the compiled path did not build here)
+                t_hot, t_tick = _paired_us(set_tick, engine.tick, frames)
+                rows.append((label, "compiled" if native else "Python", _median_us(set_apply, frames),
+                             _median_us(set_apply_count, frames), t_hot - t_tick))
+        if view is not None:
+            view.dispose()
+    print(f"\nbench/frame.py --null — one parameter change on the null driver, its frame-path calls {calls} "
+          f"(host cost only; a chain of {chain} block(s); {rxcuda.__file__})\n")
+    hdr = (f"{'subscribers':>25} | {'path':>8} | {'set+apply us':>12} | {'set+apply, count us':>19} | "
+           f"{'set+tick - tick us':>18}")
     print(hdr)
     print("-" * len(hdr))
-    for label, a, c, h in rows:
-        print(f"{label:>25} | {a:>12.3f} | {c:>19.3f} | {h:>18.3f}")
+    for label, path, a, c, h in rows:
+        print(f"{label:>25} | {path:>8} | {a:>12.3f} | {c:>19.3f} | {h:>18.3f}")
     return 0
 
 
@@ -169,6 +207,7 @@ def main(argv=None) -> int:
     with rxcuda.Engine() as engine:
         name = engine.device.name
         stream = engine.stream.handle
+        native = engine._updater.native is not None  # the compiled parameter path built here
         for chain in args.sizes:
             for b in list(engine.blocks):
                 engine.remove(b)
@@ -195,11 +234,20 @@ def main(argv=None) -> int:
                 apply_pending()
 
             t_update = _median_us(update_only, args.frames)
+            python_path = engine._updater.use_native(False) is False and native  # the same on the Python path
+            t_update_py = _median_us(update_only, args.frames) if python_path else float("nan")
+            engine._updater.use_native(native)
             # the same with a live view's subscribers attached (the fast path must not depend on them)
             subs = [engine.changes.subscribe(lambda e: None), engine.updates.subscribe(lambda u: None),
                     engine.frames.subscribe(lambda f: None)]
             t_hot_subs, t_tick_subs = _paired_us(hot, engine.tick, args.frames // max(1, chain // 100))
             t_update_subs = _median_us(update_only, args.frames)
+            if python_path:
+                engine._updater.use_native(False)
+                t_update_subs_py = _median_us(update_only, args.frames)
+                engine._updater.use_native(True)
+            else:
+                t_update_subs_py = float("nan")
             for sub in subs:
                 sub.dispose()
             out = engine.read(blocks[-1]["out"])
@@ -260,7 +308,7 @@ def main(argv=None) -> int:
             check(drv.cuGraphDestroy(graph), "d")
             check(drv.cuModuleUnload(mod), "d")
             rows.append((chain, t_tick, t_raw, t_eager, t_cupy, t_hot - t_tick_a, t_update, t_hot_subs - t_tick_subs,
-                         t_update_subs))
+                         t_update_subs, t_update_py, t_update_subs_py))
             if chain == min(args.sizes):
                 # the same graph, the two ways to call the driver on the frame path (before/after _fast.py)
                 call_rows = _call_paths(engine, drv, stream, args.frames)
@@ -274,18 +322,20 @@ def main(argv=None) -> int:
         print(f"{chain:>7} | {tt:>10.2f} | {tr:>12.2f} | {tt - tr:>11.2f} | {tt / tr:>8.3f} | {te:>9.2f} | "
               f"{te / tt:>10.2f} | {tc:>9.2f} | {tc / tt:>9.2f}")
     print("\none parameter change, setter -> exec-node update (us): 'set+tick - tick' from alternating runs, "
-          "'set+apply' the change alone;\n'subs': with subscribers on changes, updates and frames\n")
-    hdr = (f"{'kernels':>7} | {'set+tick - tick':>15} | {'set+apply':>9} | {'set+tick - tick, subs':>21} | "
-           f"{'set+apply, subs':>15}")
+          "'set+apply' the change alone;\n'subs': with subscribers on changes, updates and frames; "
+          f"compiled parameter path: {'yes' if native else 'not built here'}; '(Python)': the same on the "
+          "Python path, same run\n")
+    hdr = (f"{'kernels':>7} | {'set+tick - tick':>15} | {'set+apply':>9} | {'(Python)':>8} | "
+           f"{'set+tick - tick, subs':>21} | {'set+apply, subs':>15} | {'(Python)':>8}")
     print(hdr)
     print("-" * len(hdr))
-    for chain, *_, th, tu, ths, tus in rows:
-        print(f"{chain:>7} | {th:>15.2f} | {tu:>9.2f} | {ths:>21.2f} | {tus:>15.2f}")
+    for chain, *_, th, tu, ths, tus, tup, tusp in rows:
+        print(f"{chain:>7} | {th:>15.2f} | {tu:>9.2f} | {tup:>8.2f} | {ths:>21.2f} | {tus:>15.2f} | {tusp:>8.2f}")
     print(f"\ndriver-call paths on the same {min(args.sizes)}-kernel graph, same run:")
     for label, t in call_rows:
-        print(f"  {label:<38} {t:8.2f} us")
+        print(f"  {label:<46} {t:8.2f} us")
     print("targets: tick/raw <= 1.10 at 100 kernels; a 1-kernel frame <= 1.0 us above raw; one parameter change "
-          "<= 1.5 us with subscribers")
+          "<= 1.2 us, <= 1.5 us with subscribers (issue 20)")
     return 0
 
 

@@ -133,6 +133,15 @@ class FastDriver:
         return check(self.api.cuEventElapsedTime(start, end), "cuEventElapsedTime") * 1e3
 
 
+def native_call(update) -> tuple[int, int, int, int]:
+    """(function address, graph exec, node, params address) of an exec-node update that ``node_updater`` bound
+    to the driver's own function, for the compiled parameter path (rxcuda.cuda._native) to call directly;
+    (0, 0, 0, 0) for any other update (a null driver's: the compiled path calls it as it is)."""
+    if type(update) is functools.partial and isinstance(update.func, ctypes._CFuncPtr) and len(update.args) == 3:
+        return (ctypes.cast(update.func, ctypes.c_void_p).value or 0, *update.args)
+    return 0, 0, 0, 0
+
+
 def _fn(lib, name: str, *argtypes):
     f = getattr(lib, name)
     f.argtypes = argtypes

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import math
 import time
+from types import ModuleType
 
-from ..cuda import _nvtx
+from ..cuda import _native, _nvtx
+from ..cuda._fast import FastDriver, native_call
 from ..model._describe import PortRef
 from ..model._events import Tier, merge_tiers
 from ..streams._broadcast import Broadcast
@@ -76,6 +78,49 @@ def _hot_apply(targets: tuple, limit: int | None, raise_for):
     return each
 
 
+def _native_apply(native, targets: tuple, limit: int | None):
+    """``_hot_apply``'s function made by the compiled path (rxcuda.cuda._native): each target's argument as
+    (type character, address in the argument storage), and its exec-node update as the driver function's address
+    and arguments that its bound update holds (``FastDriver.node_updater``), or the bound update itself where it
+    calls the driver otherwise (a null driver). None where an argument's type is one the compiled path does not
+    write (the Python path then)."""
+    out = []
+    for _nid, view, idx, update in targets:
+        dt = view.dtype
+        kind = _NATIVE_KINDS.get((dt.kind, dt.itemsize))
+        if kind is None:
+            return None
+        fn, exec_h, node, params = native_call(update)
+        out.append((kind, view.ctypes.data + idx * view.itemsize, fn, exec_h, node, params, update, view))
+    return native.Apply(tuple(out), *((0, limit) if limit is not None else (None, None)), FastDriver.raise_for)
+
+
+# (NumPy kind, itemsize) -> the type character the compiled path writes (fixed widths: C's long differs by OS)
+_NATIVE_KINDS = {("f", 2): "e", ("f", 4): "f", ("f", 8): "d", ("i", 1): "b", ("i", 2): "h", ("i", 4): "i",
+                 ("i", 8): "q", ("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "Q", ("b", 1): "?"}
+
+
+def _drain_one(pending, table) -> tuple:
+    """The drain of ``Updater.apply_pending`` in Python, as the compiled ``drain_one`` does it: under the pending
+    plan's lock, take the values and reset its count; a single value whose hot entry takes it is applied here.
+    (names, None, events) when it was; (None, the values for the general path, events) otherwise."""
+    lock = pending._lock
+    lock.acquire()  # (nothing between can raise)
+    params = pending._params
+    events = pending.count
+    pending.count = pending.others  # 0 unless a change of another kind just arrived (drained next time)
+    if len(params) != 1:
+        pending._params = {}
+        lock.release()
+        return None, params, events
+    key, value = params.popitem()  # (its dict stays: no new one made and the old one freed)
+    lock.release()
+    apply, names = table[key]
+    if apply is not None and apply(value):
+        return names, None, events
+    return None, {key: value}, events
+
+
 class Updater:
     """Applies what is pending before a frame. ``updates`` publishes one AppliedUpdate per applied plan."""
 
@@ -91,6 +136,9 @@ class Updater:
         self._hot_graph: object = None
         self._hot_plan: object = None
         self._hot: _HotTable = _HotTable(self._hot_entry)
+        self.native: ModuleType | None = None  # the compiled parameter path (rxcuda.cuda._native); None: Python
+        self._drain_one = _drain_one
+        self.use_native(True)
         self._handlers = {
             Tier.STRUCTURE: self._structure,
             Tier.CODE: self._code,
@@ -99,6 +147,14 @@ class Updater:
         if _nvtx.instrument(self, apply_pending="apply", apply_values="apply parameters"):  # Nsight collecting
             for tier in (Tier.STRUCTURE, Tier.CODE):
                 self._handlers[tier] = _nvtx.ranged(self._handlers[tier], f"apply {tier}")
+
+    def use_native(self, on: bool) -> bool:
+        """Take the compiled parameter path (``on``, where it builds) or the Python one; True when the compiled
+        one is in use. The two give the same results (tests/unit/test_native.py); the benchmarks run both."""
+        self.native = _native.hotpath() if on else None
+        self._drain_one = self.native.drain_one if self.native is not None else _drain_one
+        self._hot_graph = None  # the hot table is made again, with the path's functions
+        return self.native is not None
 
     # -- entry points --------------------------------------------------------------------------------
     def apply_pending(self, raise_errors: bool = False, background: bool = False) -> tuple[Tier, ...]:
@@ -121,30 +177,22 @@ class Updater:
             self._rearm(g)
         observed = self.updates.observers
         t0 = _now() if observed else 0
-        # the drain of values alone, inline (PendingPlan.take_parameters; the call was a tenth of the path); one
-        # value is popped (its dict stays: no new one made and the old one freed, half the cost of a swap)
-        lock = pending._lock
-        lock.acquire()  # (nothing between can raise)
-        params = pending._params
-        events = pending.count
-        pending.count = pending.others  # 0 unless a change of another kind just arrived (drained next time)
-        if len(params) == 1:  # the hot path
-            key, value = params.popitem()
-            lock.release()
-            apply, names = self._hot[key]
-            if apply is not None and apply(value):
-                if observed:  # Broadcast.emit, inline
-                    done = _tuple_new(AppliedUpdate, (rt.frame + 1, _PARAMETERS, names, (_now() - t0) / 1e9, events))
-                    for observer in observed:
-                        try:
-                            observer.on_next(done)
-                        except Exception as e:
-                            self.updates.failed(e, done)
-                return _PARAMETERS
-            params = {key: value}
-        else:
-            pending._params = {}
-            lock.release()
+        # the drain of values alone: one value that kernel nodes alone read is applied by the drain itself
+        names, params, events = self._drain_one(pending, self._hot)
+        if names is not None:
+            if observed:  # Broadcast.emit, inline
+                done = _tuple_new(AppliedUpdate, (rt.frame + 1, _PARAMETERS, names, (_now() - t0) / 1e9, events))
+                for observer in observed:
+                    try:
+                        observer.on_next(done)
+                    except Exception as e:
+                        self.updates.failed(e, done)
+            return _PARAMETERS
+        return self._general(params, events, observed, t0, raise_errors)
+
+    def _general(self, params: dict, events: int, observed, t0: int, raise_errors: bool) -> tuple[Tier, ...]:
+        """The values ``apply_pending`` drained that its hot path did not take: through the count limits and
+        the one Parameters path."""
         limits = self._limits
         if limits:  # count parameters: the last check before a value reaches the GPU (rxcuda.engine._bounds)
             params = self._within(params, limits)
@@ -313,8 +361,12 @@ class Updater:
         if not plain:
             return None, names
         limit = self._limits.get(key)
-        return _hot_apply(tuple((view, idx, update) for _nid, view, idx, update in targets),
-                          limit[0] if limit is not None else None, g.fast.raise_for), names  # type: ignore[attr-defined]
+        bound = limit[0] if limit is not None else None
+        apply = _native_apply(self.native, targets, bound) if self.native is not None else None
+        if apply is None:
+            apply = _hot_apply(tuple((view, idx, update) for _nid, view, idx, update in targets), bound,
+                               g.fast.raise_for)  # type: ignore[attr-defined]
+        return apply, names
 
     # -- count parameters ------------------------------------------------------------------------------
     def _count_limits(self, g) -> dict:

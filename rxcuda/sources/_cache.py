@@ -4,26 +4,15 @@ options, target, NVRTC version) plus a digest of the headers the source includes
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import attrs
 
-_ENV_DIR = "RXCUDA_CACHE_DIR"
+from ..cuda._paths import cache_dir
+
+__all__ = ["CacheStats", "cache_dir", "disk_key", "entries_info", "open_disk_cache"]  # cache_dir: from cuda/
+
 _CACHE_CAP_BYTES = 1 << 30  # a soft cap; cuda.core evicts least recently read entries beyond it
-
-
-def cache_dir() -> Path:
-    """Where compiled code is cached: ``$RXCUDA_CACHE_DIR``, else ``$XDG_CACHE_HOME/rxcuda`` or
-    ``~/.cache/rxcuda`` (``%LOCALAPPDATA%\\rxcuda`` on Windows)."""
-    env = os.environ.get(_ENV_DIR)
-    if env:
-        return Path(env).expanduser()
-    if os.name == "nt":
-        root = os.environ.get("LOCALAPPDATA")
-        return (Path(root) if root else Path.home() / "AppData" / "Local") / "rxcuda"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "rxcuda"
 
 
 @attrs.frozen

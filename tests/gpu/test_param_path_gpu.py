@@ -70,3 +70,45 @@ def test_one_value_a_frame_from_another_thread_in_every_form_reaches_the_kernel(
         t.join()
         assert engine.tick().tiers == ("parameters",)
         np.testing.assert_allclose(engine.read(mul["out"]), x * np.float32(v), rtol=1e-6)
+
+
+# one kernel with a parameter of each width the compiled path writes: f64, f32, i64, u32, i16 and a u8 flag
+MIXED = r'''
+extern "C" __global__ void mixed(const double* x, double* out, double a, float b, long long c, unsigned int d,
+                                 short e, unsigned char f, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] * a + (double)b + (double)c + (double)d + (double)e + (f ? 0.5 : 0.0);
+}
+'''
+
+
+def _mixed_expected(x, a, b, c, d, e, f):
+    return x * a + float(np.float32(b)) + float(c) + float(d) + float(e) + (0.5 if f else 0.0)
+
+
+def test_the_compiled_path_runs_here_and_every_value_of_every_width_reaches_the_kernel(engine, rng):
+    """On the GPU machine the compiled parameter path (rxcuda.cuda._native) builds and is the one in use; each
+    frame changes one parameter (the drain's single value, applied in C) or several (the general path), of
+    every width, and the kernel's result matches NumPy every frame -- then the same on the Python path."""
+    from rxcuda.cuda import _native
+
+    assert engine._updater.native is not None, f"the compiled parameter path did not build: {_native.why_not}"
+    n = 2048
+    blk = engine.add(Block.from_cuda(MIXED, size=n, a=1.0, b=0.0, c=0, d=0, e=0, f=0))
+    x = rng.standard_normal(n)
+    engine.write(blk["x"], x)
+    engine.tick()
+    vals = {"a": 1.0, "b": 0.0, "c": 0, "d": 0, "e": 0, "f": 0}
+    draws = {"a": lambda: float(rng.uniform(-3, 3)), "b": lambda: float(rng.uniform(-100, 100)),
+             "c": lambda: int(rng.integers(-2**40, 2**40)), "d": lambda: int(rng.integers(0, 2**32)),
+             "e": lambda: int(rng.integers(-2**15, 2**15)), "f": lambda: int(rng.integers(0, 2))}
+    for native in (True, False):
+        assert engine._updater.use_native(native) is native
+        for i in range(60):
+            names = [list(draws)[i % 6]] if i % 4 else list(rng.choice(list(draws), 3, replace=False))
+            for name in names:
+                vals[name] = draws[name]()
+                blk.params[name].value = vals[name]
+            frame = engine.tick()
+            assert frame.tiers == ("parameters",) and frame.state == "ok"
+            np.testing.assert_allclose(engine.read(blk["out"]), _mixed_expected(x, **vals), rtol=1e-12, atol=1e-9)

@@ -133,6 +133,12 @@ def test_the_built_in_kernels_ship_in_the_wheel(wheel):
         assert "rxcuda/cuda/_conditions.cu" in z.namelist()
 
 
+def test_the_compiled_parameter_paths_source_ships_in_the_wheel(wheel):
+    """rxcuda/cuda/_native.py compiles _hotpath.c on first use: an installed rxcuda carries the source."""
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("rxcuda/cuda/_hotpath.c") == (ROOT / "rxcuda" / "cuda" / "_hotpath.c").read_bytes()
+
+
 def test_the_wheel_ships_the_live_views_page(wheel):
     """engine.serve() serves its page from the package (no CDN): every file of rxcuda/view/static is in the
     wheel, byte for byte."""

@@ -1,0 +1,285 @@
+"""The compiled parameter path (rxcuda/cuda/_hotpath.c, built by rxcuda/cuda/_native.py): its build, cache and
+fallback; ``Apply`` writing every argument type exactly as NumPy does and calling the driver function through its
+address with the node's arguments; ``drain_one`` doing what the Python drain does; and an engine on the null
+driver making the same driver calls, with the same arguments, on both paths."""
+
+import ctypes
+import logging
+import threading
+
+import numpy as np
+import pytest
+
+from rxcuda.cuda import _native
+
+native = _native.hotpath()
+needs_native = pytest.mark.skipif(native is None, reason=f"the compiled path does not build here: {_native.why_not} "
+                                                         "(install a C compiler and the Python headers)")
+
+SET_PARAMS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class Recorder:
+    """A C-callable stand-in for cuGraphExecKernelNodeSetParams: records (exec, node, params) and the argument
+    words as they were at the call; returns ``result``."""
+
+    def __init__(self, words: np.ndarray, result: int = 0):
+        self.calls: list = []
+        self.words = words
+        self.result = result
+        self.fn = SET_PARAMS(self._call)
+        self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
+
+    def _call(self, graph_exec, node, params):
+        self.calls.append((graph_exec, node, params, self.words.copy()))
+        return self.result
+
+
+def _raise_for(err):
+    raise RuntimeError(f"driver error {err}")
+
+
+KINDS = {"f": np.float32, "d": np.float64, "e": np.float16, "b": np.int8, "h": np.int16, "i": np.int32,
+         "q": np.int64, "B": np.uint8, "H": np.uint16, "I": np.uint32, "Q": np.uint64, "?": np.bool_}
+
+
+def _draw(rng, dt):
+    if dt == np.bool_:
+        return bool(rng.integers(0, 2))
+    if np.issubdtype(dt, np.floating):
+        return float(rng.standard_normal() * 10.0 ** rng.integers(-3, 4))
+    info = np.iinfo(dt)
+    return int(rng.integers(info.min, info.max, endpoint=True, dtype=dt))
+
+
+@needs_native
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_apply_writes_each_type_as_numpy_does_and_calls_the_function_with_the_nodes_arguments(kind):
+    rng = np.random.default_rng()
+    words = np.zeros(4, np.uint64)
+    view = words.view(KINDS[kind])
+    idx = 3 if view.itemsize < 8 else 1  # not the first element: the address must include the index
+    rec = Recorder(words)
+    apply = native.Apply(((kind, view.ctypes.data + idx * view.itemsize, rec.address, 0x1234, 0x5678, 0x9ABC, None,
+                           view),), None, None, _raise_for)
+    expect = np.zeros(4, np.uint64)
+    for _ in range(50):
+        value = _draw(rng, KINDS[kind])
+        assert apply(value) is True
+        expect.view(KINDS[kind])[idx] = value  # NumPy's own conversion, into a copy
+        np.testing.assert_array_equal(words, expect)
+        assert rec.calls[-1][:3] == (0x1234, 0x5678, 0x9ABC)
+        np.testing.assert_array_equal(rec.calls[-1][3], expect)  # the value was written before the call
+    assert len(rec.calls) == 50
+
+
+@needs_native
+def test_apply_with_bounds_refuses_a_value_outside_them_and_touches_nothing():
+    words = np.zeros(2, np.uint64)
+    view = words.view(np.int32)
+    rec = Recorder(words)
+    apply = native.Apply((("i", view.ctypes.data, rec.address, 1, 2, 3, None, view),), 0, 100, _raise_for)
+    assert apply(100) is True and view[0] == 100
+    assert apply(101) is False and apply(-1) is False
+    assert view[0] == 100 and len(rec.calls) == 1
+
+
+@needs_native
+def test_apply_reaches_every_target_and_a_driver_error_raises_through_raise_for():
+    words = np.zeros(4, np.uint64)
+    f32 = words.view(np.float32)
+    ok, bad = Recorder(words), Recorder(words, result=700)
+    apply = native.Apply((("f", f32.ctypes.data, ok.address, 1, 10, 100, None, f32),
+                          ("f", f32.ctypes.data + 8, ok.address, 1, 11, 101, None, f32)), None, None, _raise_for)
+    assert apply(2.5) is True
+    assert [c[1] for c in ok.calls] == [10, 11] and f32[0] == f32[2] == 2.5
+    failing = native.Apply((("f", f32.ctypes.data, bad.address, 1, 12, 102, None, f32),), None, None, _raise_for)
+    with pytest.raises(RuntimeError, match="driver error 700"):
+        failing(3.5)
+
+
+@needs_native
+def test_apply_without_a_function_address_calls_the_bound_update():
+    words = np.zeros(1, np.uint64)
+    view = words.view(np.float64)
+    seen = []
+    apply = native.Apply((("d", view.ctypes.data, 0, 0, 0, 0, lambda: seen.append(view[0]) or 0, view),), None,
+                         None, _raise_for)
+    assert apply(1.25) is True and seen == [1.25]
+    failing = native.Apply((("d", view.ctypes.data, 0, 0, 0, 0, lambda: 999, view),), None, None, _raise_for)
+    with pytest.raises(RuntimeError, match="driver error 999"):
+        failing(2.0)
+
+
+@needs_native
+def test_apply_refuses_bad_targets_with_a_clear_error():
+    view = np.zeros(1, np.float32)
+    with pytest.raises(ValueError, match="no argument type"):
+        native.Apply((("z", view.ctypes.data, 0, 0, 0, 0, lambda: 0, view),), None, None, _raise_for)
+    with pytest.raises(TypeError, match="each target is"):
+        native.Apply((("f", view.ctypes.data),), None, None, _raise_for)
+    with pytest.raises(TypeError, match="callable update"):
+        native.Apply((("f", view.ctypes.data, 0, 0, 0, 0, None, view),), None, None, _raise_for)
+    with pytest.raises(ValueError, match="address is 0"):
+        native.Apply((("f", 0, 0, 0, 0, 0, lambda: 0, view),), None, None, _raise_for)
+    apply = native.Apply((("f", view.ctypes.data, 0, 0, 0, 0, lambda: 0, view),), None, None, _raise_for)
+    with pytest.raises(TypeError):
+        apply("2.5")  # (the setter's check lets only numbers through; a string still raises, and writes nothing)
+    assert view[0] == 0
+
+
+class _Pending:
+    """The attributes drain_one reads, as PendingPlan has them."""
+
+    def __init__(self, params: dict, count: int, others: int = 0):
+        self._lock = threading.Lock()
+        self._params = params
+        self.count = count
+        self.others = others
+
+
+def _both(make_pending, table):
+    from rxcuda.engine._update import _drain_one
+
+    out = []
+    for drain in (native.drain_one, _drain_one):
+        pending = make_pending()
+        result = drain(pending, table)
+        out.append((result, dict(pending._params), pending.count, pending._lock.locked()))
+    return out
+
+
+@needs_native
+@pytest.mark.parametrize("case", ["applied", "refused", "no apply", "several", "none"])
+def test_drain_one_does_what_the_python_drain_does(case):
+    applied = []
+
+    def take(v):
+        applied.append(v)
+        return case != "refused"
+
+    table = {(1, "scale"): (take if case != "no apply" else None, ("mul",)), (2, "gain"): (take, ("amp",))}
+    params = {"several": {(1, "scale"): 2.0, (2, "gain"): 3.0}, "none": {}}.get(case, {(1, "scale"): 2.0})
+    native_out, python_out = _both(lambda: _Pending(dict(params), count=5, others=0), table)
+    assert native_out == python_out
+    (names, rest, events), left, count, locked = native_out
+    assert events == 5 and count == 0 and not locked and left == {}
+    if case == "applied":
+        assert names == ("mul",) and rest is None
+    else:
+        assert names is None and rest == params
+
+
+@needs_native
+def test_drain_one_makes_a_missing_hot_entry_through_the_tables_missing():
+    class Table(dict):
+        def __missing__(self, key):
+            value = self[key] = (lambda v: True, (f"made {key[1]}",))
+            return value
+
+    table = Table()
+    names, rest, events = native.drain_one(_Pending({(7, "k"): 1}, count=1), table)
+    assert (names, rest, events) == (("made k",), None, 1) and (7, "k") in table
+
+
+@needs_native
+def test_drain_one_leaves_the_lock_free_when_apply_raises():
+    def boom(v):
+        raise ValueError("bad")
+
+    pending = _Pending({(1, "a"): 1.0}, count=1)
+    with pytest.raises(ValueError, match="bad"):
+        native.drain_one(pending, {(1, "a"): (boom, ("x",))})
+    assert not pending._lock.locked() and pending._params == {} and pending.count == 0
+
+
+def _engine_calls(use_native: bool, values: list) -> list:
+    """The exec-node updates (node, argument words) an engine on the null driver makes for ``values``."""
+    import rxcuda
+    from rxcuda.cuda import NullDriver
+
+    api = NullDriver()
+    with rxcuda.Engine(driver=api) as engine:
+        assert engine._updater.use_native(use_native) is use_native
+        blk = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=256, scale=1.0))
+        engine.write(blk["x"], np.ones(256, np.float32))
+        engine.tick()
+        words = engine._rt.graph.nodes[0].storage.words
+        out = []
+        start = len(api.calls)
+        for name, value in values:
+            blk.params[name].value = value
+            frame = engine.tick()
+            out.append((frame.tiers, words.copy()))
+        calls = [(name, int(args[1])) for name, args in api.calls[start:] if name.startswith("cuGraphExec")]
+        return out, calls, [d.message for d in engine._rt.reporter.log]
+
+
+@needs_native
+def test_an_engine_makes_the_same_driver_calls_with_the_same_arguments_on_both_paths():
+    rng = np.random.default_rng()
+    values = []
+    for i in range(40):
+        values.append(("scale", float(rng.uniform(-5, 5))) if i % 3 else ("n", int(rng.integers(0, 257))))
+    values.append(("n", 256))
+    (frames_c, calls_c, said_c), (frames_py, calls_py, said_py) = _engine_calls(True, values), \
+        _engine_calls(False, values)
+    assert calls_c == calls_py and said_c == said_py and len(calls_c) == len(values)
+    for (tiers_c, words_c), (tiers_py, words_py) in zip(frames_c, frames_py, strict=True):
+        assert tiers_c == tiers_py == ("parameters",)
+        np.testing.assert_array_equal(words_c, words_py)
+
+
+def test_rxcuda_native_0_keeps_the_python_path(monkeypatch):
+    monkeypatch.setenv(_native.ENV, "0")
+    _native.reset()
+    try:
+        assert _native.hotpath() is None and "RXCUDA_NATIVE=0" in _native.why_not
+        import rxcuda
+        from rxcuda.cuda import NullDriver
+
+        with rxcuda.Engine(driver=NullDriver()) as engine:
+            assert engine._updater.native is None
+            blk = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=64, scale=1.0))
+            engine.write(blk["x"], np.ones(64, np.float32))
+            engine.tick()
+            blk.params["scale"].value = 2.0
+            assert engine.tick().tiers == ("parameters",)
+    finally:
+        monkeypatch.delenv(_native.ENV)
+        _native.reset()
+
+
+def test_a_machine_without_a_compiler_says_so_once_and_keeps_the_python_path(monkeypatch, caplog):
+    def no_compiler():
+        raise FileNotFoundError("no C compiler found (tried 'cc', cc, gcc, clang)")
+
+    monkeypatch.setattr(_native, "_compiler", no_compiler)
+    _native.reset()
+    try:
+        with caplog.at_level(logging.WARNING, logger="rxcuda"):
+            assert _native.hotpath() is None and _native.hotpath() is None
+        said = [r.getMessage() for r in caplog.records if "compiled parameter path" in r.getMessage()]
+        assert len(said) == 1 and "no C compiler found" in said[0] and "python3-dev" in said[0]
+    finally:
+        monkeypatch.undo()
+        _native.reset()
+
+
+@needs_native
+def test_a_failed_build_names_the_command_and_the_compilers_error(monkeypatch, tmp_path):
+    bad = tmp_path / "_hotpath.c"
+    bad.write_text("this is not C;\n")
+    monkeypatch.setattr(_native, "SOURCE", bad)
+    with pytest.raises(RuntimeError, match=r"failed \(1\): .*error"):
+        _native.build(tmp_path / "out")
+    assert not [p for p in (tmp_path / "out").iterdir() if p.suffix == ".so"]  # nothing half-written is kept
+
+
+@needs_native
+def test_the_build_is_cached_by_its_digest_and_loads_from_there(tmp_path):
+    first = _native.build(tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert _native.build(tmp_path) == first and first.stat().st_mtime_ns == stamp  # not compiled again
+    mod = _native._load(first)
+    assert mod.Apply is not None and mod.noop_address() != 0
