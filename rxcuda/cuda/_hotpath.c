@@ -10,11 +10,11 @@
    writes ``value`` into every target's argument and updates its exec node, True when it did; False, having
    done nothing, for a value outside [lo, hi]. A non-zero CUresult calls ``raise_for(err)``, which raises.
 
-   drain_one(pending, table): the scheduler's drain of parameter values alone (rxcuda.engine._update), as
-   Updater.apply_pending does it in Python: under ``pending._lock`` take the pending values and reset
-   ``pending.count``; one value whose hot entry ``table[key]`` = (apply, names) has an ``apply`` that takes it is
-   applied here. Returns (names, None, events) when it was; (None, params, events) otherwise, ``params`` the
-   dict of values for the general path.
+   drain_one(pending, lock, params, table): the scheduler's drain of parameter values alone
+   (rxcuda.engine._update), as Updater.apply_pending does it in Python: under ``pending._lock`` take the
+   pending values and reset ``pending.count``; one value whose hot entry ``table[key]`` = (apply, names) has an
+   ``apply`` that takes it is applied here. Returns (names, None, events) when it was; (None, params, events)
+   otherwise, ``params`` the dict of values for the general path.
 
    Everything runs with the GIL held; no Python object outlives a call except what Apply keeps. */
 #define PY_SSIZE_T_CLEAN
@@ -282,30 +282,36 @@ static PyTypeObject ApplyType = {
     .tp_getset = apply_getset,
 };
 
-static PyObject *s_lock, *s_params, *s_count, *s_others, *s_acquire, *s_release;
+static PyObject *s_params, *s_count, *s_others, *s_acquire, *s_release, *s_locked;
 
-/* drain_one(pending, table) -> (names, None, events) | (None, params, events) */
+/* drain_one(pending, lock, params, table) -> (names, None, events) | (None, params, events), where ``lock`` and
+   ``params`` are ``pending._lock`` and ``pending._params`` (read by the caller: Python's own attribute loads are
+   cheaper than C's generic ones). The lock is taken only where another thread holds it: this function keeps the
+   GIL from start to end and runs no Python code before it has taken what it needs (instance attributes of plain
+   objects, a dict of tuple keys), so while the lock is free no other thread can be inside a section it guards,
+   nor enter one, until this returns. */
 static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "drain_one(pending, table)");
+    if (nargs != 4 || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "drain_one(pending, pending._lock, pending._params (a dict), table)");
         return NULL;
     }
-    PyObject *pending = args[0], *table = args[1];
-    PyObject *lock = PyObject_GetAttr(pending, s_lock);
-    if (lock == NULL) return NULL;
-    PyObject *r = PyObject_CallMethodNoArgs(lock, s_acquire);
-    if (r == NULL) {
-        Py_DECREF(lock);
-        return NULL;
+    PyObject *pending = args[0], *lock = args[1], *params = args[2], *table = args[3];
+    PyObject *held = PyObject_CallMethodNoArgs(lock, s_locked);
+    if (held == NULL) return NULL;
+    int acquire = PyObject_IsTrue(held);
+    Py_DECREF(held);
+    if (acquire < 0) return NULL;
+    if (acquire) { /* a producer is inside its section: wait for it (the GIL is released while waiting) */
+        PyObject *r = PyObject_CallMethodNoArgs(lock, s_acquire);
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
     }
-    Py_DECREF(r);
-    /* under the lock: nothing below raises short of memory, and the lock is released on every path */
-    PyObject *params = PyObject_GetAttr(pending, s_params);
-    PyObject *events = params ? PyObject_GetAttr(pending, s_count) : NULL;
+    /* (nothing below raises short of memory; the lock, when taken, is released on every path) */
+    PyObject *events = PyObject_GetAttr(pending, s_count);
     PyObject *others = events ? PyObject_GetAttr(pending, s_others) : NULL;
     PyObject *key = NULL, *value = NULL, *taken = NULL;
     int failed = others == NULL || PyObject_SetAttr(pending, s_count, others) < 0;
-    if (!failed && PyDict_Check(params) && PyDict_GET_SIZE(params) == 1) {
+    if (!failed && PyDict_GET_SIZE(params) == 1) {
         Py_ssize_t pos = 0;
         PyObject *k, *v;
         PyDict_Next(params, &pos, &k, &v);
@@ -313,25 +319,27 @@ static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t n
         value = Py_NewRef(v);
         failed = PyDict_DelItem(params, key) < 0;
     } else if (!failed) {
-        taken = params;
-        params = NULL;
         PyObject *fresh = PyDict_New();
         failed = fresh == NULL || PyObject_SetAttr(pending, s_params, fresh) < 0;
         Py_XDECREF(fresh);
+        if (!failed) taken = Py_NewRef(params);
     }
-    r = PyObject_CallMethodNoArgs(lock, s_release);
-    Py_DECREF(lock);
-    Py_XDECREF(params);
     Py_XDECREF(others);
-    if (r == NULL || failed) {
+    if (acquire) {
+        PyObject *et = NULL, *ev = NULL, *tb = NULL;
+        if (failed) PyErr_Fetch(&et, &ev, &tb);
+        PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+        if (failed) PyErr_Restore(et, ev, tb);
+        if (r == NULL) failed = 1;
         Py_XDECREF(r);
+    }
+    if (failed) {
         Py_XDECREF(events);
         Py_XDECREF(key);
         Py_XDECREF(value);
         Py_XDECREF(taken);
         return NULL;
     }
-    Py_DECREF(r);
     if (taken != NULL) {
         PyObject *out = PyTuple_Pack(3, Py_None, taken, events);
         Py_DECREF(taken);
@@ -339,7 +347,7 @@ static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t n
         return out;
     }
     PyObject *entry = PyObject_GetItem(table, key); /* a dict subclass: __missing__ makes the entry */
-    PyObject *names = NULL;
+    PyObject *names = NULL, *out = NULL;
     int applied = 0;
     if (entry != NULL && PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2) {
         PyObject *apply = PyTuple_GET_ITEM(entry, 0);
@@ -347,21 +355,13 @@ static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t n
         if (apply != Py_None) {
             PyObject *ok = Py_IS_TYPE(apply, &ApplyType) ? apply_value((ApplyObject *)apply, value)
                                                          : PyObject_CallOneArg(apply, value);
-            if (ok == NULL) {
-                Py_DECREF(entry);
-                Py_DECREF(events);
-                Py_DECREF(key);
-                Py_DECREF(value);
-                return NULL;
-            }
-            applied = PyObject_IsTrue(ok);
-            Py_DECREF(ok);
+            applied = ok == NULL ? -1 : PyObject_IsTrue(ok);
+            Py_XDECREF(ok);
         }
     } else if (entry != NULL) {
         PyErr_SetString(PyExc_TypeError, "drain_one: a hot entry is (apply, names)");
     }
-    PyObject *out = NULL;
-    if (entry == NULL || PyErr_Occurred() || applied < 0) {
+    if (entry == NULL || applied < 0 || PyErr_Occurred()) {
         out = NULL;
     } else if (applied) {
         out = PyTuple_Pack(3, names, Py_None, events);
@@ -396,7 +396,7 @@ static PyObject *noop_count(PyObject *module, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"drain_one", (PyCFunction)(void (*)(void))drain_one, METH_FASTCALL,
-     "drain_one(pending, table) -> (names, None, events) | (None, params, events)"},
+     "drain_one(pending, lock, params, table) -> (names, None, events) | (None, params, events)"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a set-params function that does nothing"},
     {"noop_count", noop_count, METH_NOARGS, "how often that function ran"},
     {NULL, NULL, 0, NULL},
@@ -408,13 +408,13 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
     if (PyType_Ready(&ApplyType) < 0) return NULL;
-    s_lock = PyUnicode_InternFromString("_lock");
     s_params = PyUnicode_InternFromString("_params");
     s_count = PyUnicode_InternFromString("count");
     s_others = PyUnicode_InternFromString("others");
     s_acquire = PyUnicode_InternFromString("acquire");
     s_release = PyUnicode_InternFromString("release");
-    if (!s_lock || !s_params || !s_count || !s_others || !s_acquire || !s_release) return NULL;
+    s_locked = PyUnicode_InternFromString("locked");
+    if (!s_locked || !s_params || !s_count || !s_others || !s_acquire || !s_release) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     Py_INCREF(&ApplyType);

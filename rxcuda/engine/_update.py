@@ -100,13 +100,12 @@ _NATIVE_KINDS = {("f", 2): "e", ("f", 4): "f", ("f", 8): "d", ("i", 1): "b", ("i
                  ("i", 8): "q", ("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "Q", ("b", 1): "?"}
 
 
-def _drain_one(pending, table) -> tuple:
+def _drain_one(pending, lock, params: dict, table) -> tuple:
     """The drain of ``Updater.apply_pending`` in Python, as the compiled ``drain_one`` does it: under the pending
-    plan's lock, take the values and reset its count; a single value whose hot entry takes it is applied here.
-    (names, None, events) when it was; (None, the values for the general path, events) otherwise."""
-    lock = pending._lock
+    plan's lock (``lock``), take the values (``params``, its dict) and reset its count; a single value whose hot
+    entry takes it is applied here. (names, None, events) when it was; (None, the values for the general path,
+    events) otherwise."""
     lock.acquire()  # (nothing between can raise)
-    params = pending._params
     events = pending.count
     pending.count = pending.others  # 0 unless a change of another kind just arrived (drained next time)
     if len(params) != 1:
@@ -178,7 +177,7 @@ class Updater:
         observed = self.updates.observers
         t0 = _now() if observed else 0
         # the drain of values alone: one value that kernel nodes alone read is applied by the drain itself
-        names, params, events = self._drain_one(pending, self._hot)
+        names, params, events = self._drain_one(pending, pending._lock, pending._params, self._hot)
         if names is not None:
             if observed:  # Broadcast.emit, inline
                 done = _tuple_new(AppliedUpdate, (rt.frame + 1, _PARAMETERS, names, (_now() - t0) / 1e9, events))

@@ -6,6 +6,7 @@ driver making the same driver calls, with the same arguments, on both paths."""
 import ctypes
 import logging
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -144,7 +145,7 @@ def _both(make_pending, table):
     out = []
     for drain in (native.drain_one, _drain_one):
         pending = make_pending()
-        result = drain(pending, table)
+        result = drain(pending, pending._lock, pending._params, table)
         out.append((result, dict(pending._params), pending.count, pending._lock.locked()))
     return out
 
@@ -178,7 +179,8 @@ def test_drain_one_makes_a_missing_hot_entry_through_the_tables_missing():
             return value
 
     table = Table()
-    names, rest, events = native.drain_one(_Pending({(7, "k"): 1}, count=1), table)
+    pending = _Pending({(7, "k"): 1}, count=1)
+    names, rest, events = native.drain_one(pending, pending._lock, pending._params, table)
     assert (names, rest, events) == (("made k",), None, 1) and (7, "k") in table
 
 
@@ -189,7 +191,7 @@ def test_drain_one_leaves_the_lock_free_when_apply_raises():
 
     pending = _Pending({(1, "a"): 1.0}, count=1)
     with pytest.raises(ValueError, match="bad"):
-        native.drain_one(pending, {(1, "a"): (boom, ("x",))})
+        native.drain_one(pending, pending._lock, pending._params, {(1, "a"): (boom, ("x",))})
     assert not pending._lock.locked() and pending._params == {} and pending.count == 0
 
 
@@ -213,6 +215,37 @@ def _engine_calls(use_native: bool, values: list) -> list:
             out.append((frame.tiers, words.copy()))
         calls = [(name, int(args[1])) for name, args in api.calls[start:] if name.startswith("cuGraphExec")]
         return out, calls, [d.message for d in engine._rt.reporter.log]
+
+
+@needs_native
+def test_drain_one_waits_for_a_producer_inside_its_section_and_sees_its_value():
+    """The lock is taken only when someone holds it: a producer holding it (mid-fold) is waited for, and what it
+    folded before releasing is drained with the rest."""
+    pending = _Pending({(1, "a"): 1.0}, count=1)
+    taken = threading.Event()
+
+    def producer():
+        with pending._lock:
+            taken.set()
+            pending._params[(2, "b")] = 2.0
+            time.sleep(0.05)  # drain_one, called meanwhile, must wait here
+            pending.count += 1
+
+    t = threading.Thread(target=producer)
+    t.start()
+    taken.wait()
+    names, rest, events = native.drain_one(pending, pending._lock, pending._params, {})
+    t.join()
+    assert (names, rest, events) == (None, {(1, "a"): 1.0, (2, "b"): 2.0}, 2)
+    assert pending.count == 0 and pending._params == {} and not pending._lock.locked()
+
+
+def test_drain_one_refuses_a_params_that_is_not_a_dict():
+    if native is None:
+        pytest.skip(f"the compiled path does not build here: {_native.why_not}")
+    pending = _Pending({}, count=0)
+    with pytest.raises(TypeError, match="drain_one"):
+        native.drain_one(pending, pending._lock, [], {})
 
 
 @needs_native
