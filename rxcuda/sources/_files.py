@@ -98,6 +98,12 @@ def _stamp(path: str) -> tuple[int, int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
 
 
+def _last_write(stamp: tuple, side_stamp: tuple | None) -> int:
+    """When the kernel file or its sidecar was last written (ns), from their ``_stamp``s: what the racy window
+    of the file cache is measured from."""
+    return max(stamp[2], side_stamp[2]) if side_stamp else stamp[2]
+
+
 def _bytes_of(path: str) -> bytes | None:
     try:
         with open(path, "rb") as f:
@@ -154,13 +160,13 @@ class _FileCache:
                 # the usual hit, decided here: both stamps as recorded, and confirmed long enough ago that an
                 # edit within the file system's tick cannot hide behind them (else _still, outside the lock)
                 if (found[1] == stamp and found[2] == side_stamp
-                        and max(stamp[2], side_stamp[2] if side_stamp else 0) < found[4] - _RACY_NS):
+                        and _last_write(stamp, side_stamp) < found[4] - _RACY_NS):
                     self.hits += 1
                     return found[0]
         if found is not None and self._still(found, stamp, side_stamp, full, side, checked):
             with self._lock:
                 self.hits += 1
-                if found[4] - max(stamp[2], side_stamp[2] if side_stamp else 0) < _RACY_NS <= checked - stamp[2]:
+                if found[4] - _last_write(stamp, side_stamp) < _RACY_NS <= checked - stamp[2]:
                     # confirmed by its bytes, now long enough after its last write: the stamp suffices from now on
                     self._entries[key] = (*found[:4], checked)
             return found[0]
@@ -179,7 +185,7 @@ class _FileCache:
         code, was, side_was, side_bytes, when = found
         if stamp != was or side_stamp != side_was:
             return False
-        racy = max(stamp[2], side_stamp[2] if side_stamp else 0) >= when - _RACY_NS
+        racy = _last_write(stamp, side_stamp) >= when - _RACY_NS
         if not racy:
             return True
         # modified close to when the entry was made: an edit in the same tick would keep the stamp

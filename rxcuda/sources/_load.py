@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 
 from ..model._describe import KernelCode
+from ._files import _FORMATS, load_kernel_file
 from ._paths import shipped_kernel
 
-_FILE_SUFFIXES = (".ptx", ".cubin", ".fatbin")
+_FILE_SUFFIXES = tuple(_FORMATS)  # the kernel file formats (".ptx", ".cubin", ".fatbin")
 
 
 def load_source(source, entry: str | None = None, *, arch: str | None = None) -> KernelCode:
@@ -19,8 +20,6 @@ def load_source(source, entry: str | None = None, *, arch: str | None = None) ->
         return source
     if type(source) is str and source.endswith(_FILE_SUFFIXES):  # (never a shipped kernel's bare name)
         # a kernel file by path, as blocks are usually declared (in a loop: the shortest way to the file cache)
-        from ._files import load_kernel_file
-
         return load_kernel_file(source, entry=entry)
     if hasattr(source, "kernel_code") and callable(source.kernel_code):
         return source.kernel_code(arch=arch)
@@ -30,8 +29,6 @@ def load_source(source, entry: str | None = None, *, arch: str | None = None) ->
             from ._nvrtc import compile_cuda
 
             return compile_cuda(source, entry, arch=arch)
-        from ._files import load_kernel_file
-
         return load_kernel_file(source, entry=entry)
     raise TypeError(f"a kernel source must be a KernelCode, a composed kernel, the name of a shipped kernel "
                     f"('vector_add'), or a path to a .ptx/.cubin/.fatbin/.cu file (got {type(source).__name__})")
