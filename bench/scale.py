@@ -9,6 +9,8 @@ For each N, one table row:
   first tick    the cold build: plan, load, allocate, build and instantiate the graph, launch, sync
   +1 block      add one block, connect it at the end of the chain, tick (median of --repeats)
   -1 block      remove that block again, tick (median of --repeats)
+  plain tick    a tick with nothing to apply (median of --repeats): the frame that +1/-1 block each include;
+                the change's own work is the difference
   plan()        rxcuda.plan(engine.describe()) alone (median of --repeats); describe() beside it
 
 and, for each N, a row of live editing (``--live-seconds``, 0 skips it): ``engine.run(60)`` while another
@@ -92,8 +94,11 @@ def measure(engine, n: int, code, repeats: int) -> dict[str, float]:
     _tick_ok(engine)
     cold = _ms(t0)
 
-    added, removed = [], []
+    added, removed, plain = [], [], []
     for _ in range(repeats):
+        t0 = _start()
+        _tick_ok(engine)  # a frame with nothing to apply: what +1/-1 block's own tick costs anyway
+        plain.append(_ms(t0))
         extra = rxcuda.Block.from_kernel(code, size=ELEMENTS, scale=1.0, name="extra")
         t0 = _start()
         engine.add(extra)
@@ -126,6 +131,7 @@ def measure(engine, n: int, code, repeats: int) -> dict[str, float]:
         "cold_ms": cold,
         "add_ms": statistics.median(added),
         "remove_ms": statistics.median(removed),
+        "tick_ms": statistics.median(plain),
         "plan_ms": statistics.median(planned),
         "describe_ms": statistics.median(described),
     }
@@ -207,13 +213,13 @@ def live_table(rows: list[tuple[int, dict[str, float]]], seconds: float) -> str:
 def table(device: str, rows: list[tuple[int, dict[str, float]]]) -> str:
     head = (f"{'blocks':>7} | {'blocks(code) ms':>15} | {'blocks(path) ms':>15} | {'declare ms':>10} | "
             f"{'µs/call':>7} | {'first tick ms':>13} | {'+1 block ms':>11} | "
-            f"{'-1 block ms':>11} | {'plan() ms':>9} | {'describe() ms':>13}")
+            f"{'-1 block ms':>11} | {'plain tick ms':>13} | {'plan() ms':>9} | {'describe() ms':>13}")
     lines = [f"bench/scale.py on {device}: a chain of scalar_mul blocks, {ELEMENTS} elements each", head,
              "-" * len(head)]
     for n, r in rows:
         lines.append(f"{n:>7} | {r['code_ms']:>15.1f} | {r['path_ms']:>15.1f} | {r['declare_ms']:>10.1f} | "
                      f"{r['per_call_us']:>7.1f} | {r['cold_ms']:>13.1f} | "
-                     f"{r['add_ms']:>11.2f} | {r['remove_ms']:>11.2f} | {r['plan_ms']:>9.2f} | "
+                     f"{r['add_ms']:>11.2f} | {r['remove_ms']:>11.2f} | {r['tick_ms']:>13.2f} | {r['plan_ms']:>9.2f} | "
                      f"{r['describe_ms']:>13.2f}")
     lines.append("targets at 1000 blocks (issue 9): declare <= 100 ms, first tick <= 30 ms, +1/-1 block <= 10 ms")
     lines.append("targets at 1000 blocks (issue 20): blocks(path) <= 30 ms, first tick <= 25 ms, +1/-1 block <= 5 ms")
