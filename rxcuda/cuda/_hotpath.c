@@ -246,27 +246,6 @@ static void apply_dealloc(ApplyObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *apply_call(PyObject *self, PyObject *args, PyObject *kwds) {
-    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
-        PyErr_SetString(PyExc_TypeError, "apply(value) takes no keywords");
-        return NULL;
-    }
-    if (PyTuple_GET_SIZE(args) != 1) {
-        PyErr_SetString(PyExc_TypeError, "apply(value) takes one value");
-        return NULL;
-    }
-    return apply_value((ApplyObject *)self, PyTuple_GET_ITEM(args, 0));
-}
-
-static PyObject *apply_get_targets(ApplyObject *self, void *closure) {
-    return Py_NewRef(self->keep ? self->keep : Py_None);
-}
-
-static PyGetSetDef apply_getset[] = {
-    {"targets", (getter)apply_get_targets, NULL, "the targets it was made with", NULL},
-    {NULL},
-};
-
 static PyTypeObject ApplyType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "rxcuda.cuda._hotpath.Apply",
@@ -277,9 +256,8 @@ static PyTypeObject ApplyType = {
     .tp_dealloc = (destructor)apply_dealloc,
     .tp_traverse = (traverseproc)apply_traverse,
     .tp_clear = (inquiry)apply_clear,
-    .tp_call = apply_call,
+    .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(ApplyObject, vectorcall),
-    .tp_getset = apply_getset,
 };
 
 static PyObject *s_params, *s_count, *s_others, *s_acquire, *s_release, *s_locked;
@@ -378,11 +356,9 @@ static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t n
 }
 
 /* noop_set_params: the address of a function with cuGraphExecKernelNodeSetParams's signature that does nothing
-   and returns 0; bench/frame.py --null measures the host's share with it. set_params_calls: how often it ran. */
-static unsigned long long noop_calls = 0;
+   and returns 0; bench/frame.py --null measures the host's share with it. */
 static int noop_set_params(void *e, void *n, void *p) {
     (void)e; (void)n; (void)p;
-    noop_calls++;
     return 0;
 }
 
@@ -390,15 +366,10 @@ static PyObject *noop_address(PyObject *module, PyObject *unused) {
     return PyLong_FromVoidPtr((void *)noop_set_params);
 }
 
-static PyObject *noop_count(PyObject *module, PyObject *unused) {
-    return PyLong_FromUnsignedLongLong(noop_calls);
-}
-
 static PyMethodDef methods[] = {
     {"drain_one", (PyCFunction)(void (*)(void))drain_one, METH_FASTCALL,
      "drain_one(pending, lock, params, table) -> (names, None, events) | (None, params, events)"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a set-params function that does nothing"},
-    {"noop_count", noop_count, METH_NOARGS, "how often that function ran"},
     {NULL, NULL, 0, NULL},
 };
 

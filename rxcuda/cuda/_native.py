@@ -9,8 +9,8 @@ under the pending plan's lock and applies it (see the C file's comment for both 
 The module is compiled once per machine and Python (``cc -O2 -shared``, ~0.3 s) into
 ``cache_dir()/native``, keyed by a digest of the source, the interpreter and the compiler, and loaded from there
 afterwards. Where there is no compiler or no Python headers, or ``RXCUDA_NATIVE=0`` is set, :func:`hotpath`
-returns None and the engine keeps its Python path: the same results, ~0.5 µs more per change. The first failure
-is logged once, with the reason and the fix.
+returns None and the engine keeps its Python path: the same results, ~0.5 µs more per change (0.5-0.7 µs on an
+H200 host). The first failure is logged once, with the reason and the fix.
 """
 
 from __future__ import annotations

@@ -135,9 +135,8 @@ class Updater:
         self._hot_graph: object = None
         self._hot_plan: object = None
         self._hot: _HotTable = _HotTable(self._hot_entry)
-        self.native: ModuleType | None = None  # the compiled parameter path (rxcuda.cuda._native); None: Python
-        self._drain_one = _drain_one
-        self.use_native(True)
+        self.native: ModuleType | None  # the compiled parameter path (rxcuda.cuda._native); None: the Python one
+        self.use_native(True)  # (sets it, and the drain that goes with it)
         self._handlers = {
             Tier.STRUCTURE: self._structure,
             Tier.CODE: self._code,

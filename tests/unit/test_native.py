@@ -240,9 +240,8 @@ def test_drain_one_waits_for_a_producer_inside_its_section_and_sees_its_value():
     assert pending.count == 0 and pending._params == {} and not pending._lock.locked()
 
 
+@needs_native
 def test_drain_one_refuses_a_params_that_is_not_a_dict():
-    if native is None:
-        pytest.skip(f"the compiled path does not build here: {_native.why_not}")
     pending = _Pending({}, count=0)
     with pytest.raises(TypeError, match="drain_one"):
         native.drain_one(pending, pending._lock, [], {})
