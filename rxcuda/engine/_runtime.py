@@ -5,11 +5,13 @@ connections, bindings, fed inputs) and the graph now running. One per engine; on
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
+from ..cuda import _native
 from ..cuda._device import Device
 from ..cuda._fast import FastDriver
 from ..cuda._graph import CompiledGraph
@@ -17,6 +19,7 @@ from ..cuda._memory import BufferPool, ExternalArray
 from ..cuda._modules import ModuleCache
 from ..cuda._stream import destroy_stream, synchronize
 from ..model._describe import BlockEntry, Connection, ExternalBinding, PipelineDescription, PortRef
+from ..model._events import ParameterChanged
 from ..plan._index import PipelineIndex
 from ..streams._coalesce import PendingPlan
 from ._records import Reporter
@@ -75,7 +78,7 @@ class Runtime:
         rt: Runtime
         rt = cls(device=device, api=api, fast=FastDriver(api=api), stream=device.create_stream(),
                  capture_stream=device.create_stream(), pool=BufferPool(api), modules=ModuleCache(api),
-                 pending=PendingPlan(on_change_error), reporter=Reporter(blocks, lambda: rt.frame), blocks=blocks)
+                 pending=pending_plan(on_change_error), reporter=Reporter(blocks, lambda: rt.frame), blocks=blocks)
         return rt
 
     def snapshot(self) -> PipelineDescription:
@@ -126,6 +129,24 @@ class Runtime:
         quietly(self.pool.close)
         for s in (self.stream, self.capture_stream):
             quietly(lambda s=s: destroy_stream(s, api=self.api))
+
+
+def pending_plan(on_change_error=None) -> PendingPlan:
+    """An engine's pending plan: with its hot fields and its fold (``set_value``) in C where the compiled path
+    builds (rxcuda.cuda._native: ``PendingBase`` before PendingPlan, whose methods read the same fields), so that a
+    parameter's setter in C (rxcuda.blocks.Parameter) folds a value without a Python call; else a PendingPlan."""
+    pending = _pending_type()(on_change_error)
+    if type(pending) is not PendingPlan:
+        cast(Any, pending)._event_type = ParameterChanged  # (what its set_value publishes, made in C)
+    return pending
+
+
+@functools.cache
+def _pending_type() -> type[PendingPlan]:
+    native = _native.hotpath()
+    if native is None:
+        return PendingPlan
+    return type("PendingPlan", (native.PendingBase, PendingPlan), {"__module__": __name__, "__slots__": ()})
 
 
 def quietly(fn) -> None:
