@@ -85,6 +85,7 @@ class Builder:
         self._occupancy_warnings: list = []
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
         self.grown = 0  # builds that grew the running graph's template in place (CompiledGraph.grow)
+        self.shrunk = 0  # builds that took nodes off the running graph's end in place (CompiledGraph.shrink)
         self._group_bytes: dict[tuple, tuple] = {}  # the last build's shared groups -> (their buffers, bytes)
         self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
@@ -204,11 +205,17 @@ class Builder:
             if gp.stamps is not None:
                 ring = StampRing(rt.api, rt.modules.load(stamp_code()).function, len(gp.stamps.names))
             if not background and running is not None and ring is None and running.api is rt.api:
-                # nodes added after, or removed from, the end: the running graph's template grows in place
-                new = CompiledGraph.grow(running, gp, functions, pointers, {b.id for b in desc.blocks},
-                                         capture=self.capture)
+                # nodes removed from the end: disabled in the running executable graph, which carries on (nothing
+                # instantiated); nodes added after the end (and some removed): the running graph's template grows
+                # in place. (Nothing below can fail once shrink took the running executable graph over.)
+                present = {b.id for b in desc.blocks}
+                new = CompiledGraph.shrink(running, gp, functions, pointers, present)
                 if new is not None:
-                    self.grown += 1
+                    self.shrunk += 1
+                else:
+                    new = CompiledGraph.grow(running, gp, functions, pointers, present, capture=self.capture)
+                    if new is not None:
+                        self.grown += 1
             if new is None:
                 new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
                                     api=rt.api, stamps=ring, previous=running)
@@ -216,7 +223,7 @@ class Builder:
             if rt.stamps == "kernel":
                 self._occupancy(gp, functions)
             if new.exec is not None:
-                pass  # grown: instantiated already
+                pass  # grown (instantiated already) or shrunk (the running one)
             elif background or running is None or not new.adopt_exec(running):
                 new.instantiate()
                 if background:  # its first launch, on the frame thread, then finds it on the device
