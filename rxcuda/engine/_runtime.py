@@ -48,6 +48,9 @@ class Runtime:
     stamps: str | None = None  # profiling: the graph gets a timestamp node per "block" or per "kernel"
     occupancy: dict = attrs.field(factory=dict)  # (block id, kernel) -> theoretical occupancy (per_kernel+)
     graph: CompiledGraph | None = None
+    # graphs a direct tick's rebuild replaced, idle, destroyed right after the next frame's launch (so that the
+    # driver's work of destroying them overlaps that frame on the GPU) or when the engine closes
+    retired: list = attrs.field(factory=list)
     preparing: bool = False  # a new graph is being prepared off the frame thread (rxcuda.engine._prepare)
     # tiers applied between frames (a read, array() or write that needed the pending changes first): the next
     # frame is the first to run with them, so it reports them (Frame.tiers)
@@ -117,6 +120,12 @@ class Runtime:
 
     def is_connected(self, ref: PortRef) -> bool:
         return ref in self.connections
+
+    def close_retired(self) -> None:
+        """Destroy the graphs waiting in ``retired`` (idle: their last frames were waited for)."""
+        retired, self.retired = self.retired, []
+        for g in retired:
+            g.close()
 
     def synchronize(self) -> None:
         synchronize(self.stream, api=self.api)

@@ -309,3 +309,30 @@ def test_a_shrink_the_driver_refuses_part_way_enables_its_nodes_again_and_builds
     assert engine._builder.shrunk == 0 and engine._rt.graph._exec_h != before  # built otherwise (instantiated)
     assert all(e.state == "ok" for e in engine.blocks)
     _check(engine)
+
+
+def test_a_direct_ticks_rebuild_destroys_the_old_executable_graph_after_launching_the_new_one(engine):
+    """The old executable graph is idle once the rebuild waited for its frames; its destruction (~0.4 ms at 1000
+    nodes on an H200) comes after the new frame's launch, so that it overlaps that frame on the GPU."""
+    api = engine._rt.api
+    blocks = _chain(engine, 4)
+    engine.tick()
+    old = engine._rt.graph._exec_h
+    mid = engine.add(Block.from_kernel("scalar_mul", size=N, scale=2.0, name="mid"))
+    engine.disconnect(blocks[1]["out"], blocks[2]["x"])
+    engine.connect(blocks[1]["out"], mid["x"])
+    engine.connect(mid["out"], blocks[2]["x"])
+    mark = len(api.calls)
+    assert engine.tick().tiers == ("structure",)
+    new = engine._rt.graph._exec_h
+    order = [(n, a[0]) for n, a in api.calls[mark:] if n in ("cuGraphLaunch", "cuGraphExecDestroy")]
+    assert order == [("cuGraphLaunch", new), ("cuGraphExecDestroy", old)] and not engine._rt.retired
+    _check(engine)
+    # a rebuild outside a frame (a read needed it): the old graph waits for the next frame, or for close
+    engine.remove(mid)
+    engine.connect(blocks[1]["out"], blocks[2]["x"])
+    engine.read(blocks[-1]["out"])
+    assert [g._exec_h for g in engine._rt.retired] == [new]
+    assert api.count("cuGraphExecDestroy") == 1
+    engine.close()
+    assert not engine._rt.retired and not api.leaks().get("exec")
