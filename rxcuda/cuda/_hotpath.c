@@ -10,10 +10,10 @@
    writes ``value`` into every target's argument and updates its exec node, True when it did; False, having
    done nothing, for a value outside [lo, hi]. A non-zero CUresult calls ``raise_for(err)``, which raises.
 
-   drain_one(pending, lock, params, table[, updates]): the scheduler's drain of parameter values alone
+   drain_one(pending, table[, updates]): the scheduler's drain of parameter values alone
    (rxcuda.engine._update), as Updater.apply_pending does it in Python: under ``pending._lock`` take the
-   pending values and reset ``pending.count``; one value whose hot entry ``table[key]`` = (apply, names) has an
-   ``apply`` that takes it is applied here. Returns (names, None, events) when it was; (None, params, events)
+   pending values (``pending._params``) and reset ``pending.count``; one value whose hot entry ``table[key]`` =
+   (apply, names) has an ``apply`` that takes it is applied here. Returns (names, None, events) when it was; (None, params, events)
    otherwise, ``params`` the dict of values for the general path.
 
    PendingBase: the pending plan's hot fields in C (``_lock``, ``_params``, ``count``, ``others``, ``_observed``),
@@ -280,13 +280,9 @@ static PyTypeObject ApplyType = {
 static PyObject *s_params, *s_count, *s_others, *s_acquire, *s_release, *s_locked;
 static PyTypeObject PendingType;
 static PyObject *drain_pending(PyObject *pending, PyObject *table);
+static PyObject *drain_attrs(PyObject *pending, PyObject *lock, PyObject *params, PyObject *table);
+static PyObject *s_lock;
 
-/* drain_one(pending, lock, params, table) -> (names, None, events) | (None, params, events), where ``lock`` and
-   ``params`` are ``pending._lock`` and ``pending._params`` (read by the caller: Python's own attribute loads are
-   cheaper than C's generic ones). The lock is taken only where another thread holds it: this function keeps the
-   GIL from start to end and runs no Python code before it has taken what it needs (instance attributes of plain
-   objects, a dict of tuple keys), so while the lock is free no other thread can be inside a section it guards,
-   nor enter one, until this returns. */
 static PyObject *s_on_next, *s_failed;
 
 /* Hand ``item`` to each of ``observers`` (a tuple) as Broadcast.emit does: an observer's Exception goes to
@@ -334,27 +330,27 @@ static double now_seconds(void) {
 #endif
 }
 
-static PyObject *drain(PyObject *const *args);
+static PyObject *drain(PyObject *pending, PyObject *table);
 
-/* drain_one(pending, lock, params, table[, updates]): see the top of this file. ``updates``, where someone
-   observes applied updates: (observers, record type, frame, tiers, broadcast); a value the hot entry applied is
-   then published here as record(frame, tiers, names, seconds, events) (seconds: this call's time), as
-   Broadcast.emit does it. */
+/* drain_one(pending, table[, updates]) -> (names, None, events) | (None, params, events): see the top of this
+   file. ``updates``, where someone observes applied updates: (observers, record type, frame, tiers, broadcast); a
+   value the hot entry applied is then published here as record(frame, tiers, names, seconds, events) (seconds:
+   this call's time), as Broadcast.emit does it. */
 static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *updates = nargs == 5 ? args[4] : Py_None;
-    if ((nargs != 4 && nargs != 5) || !PyDict_CheckExact(args[2])
+    PyObject *updates = nargs == 3 ? args[2] : Py_None;
+    if ((nargs != 2 && nargs != 3)
         || (updates != Py_None && (!PyTuple_Check(updates) || PyTuple_GET_SIZE(updates) != 5
                                    || !PyTuple_Check(PyTuple_GET_ITEM(updates, 0))
                                    || !PyType_Check(PyTuple_GET_ITEM(updates, 1))
                                    || !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(updates, 1),
                                                         &PyTuple_Type)))) {
-        PyErr_SetString(PyExc_TypeError, "drain_one(pending, pending._lock, pending._params (a dict), table"
-                                         "[, (observers, record type, frame, tiers, broadcast) or None])");
+        PyErr_SetString(PyExc_TypeError, "drain_one(pending, table[, (observers, record type, frame, tiers, "
+                                         "broadcast) or None])");
         return NULL;
     }
-    if (updates == Py_None) return drain(args);
+    if (updates == Py_None) return drain(args[0], args[1]);
     double t0 = now_seconds();
-    PyObject *out = drain(args);
+    PyObject *out = drain(args[0], args[1]);
     if (out == NULL || PyTuple_GET_ITEM(out, 0) == Py_None) return out;
     PyTypeObject *type = (PyTypeObject *)PyTuple_GET_ITEM(updates, 1);
     PyObject *seconds = PyFloat_FromDouble(now_seconds() - t0);
@@ -375,9 +371,27 @@ static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t n
     return out;
 }
 
-static PyObject *drain(PyObject *const *args) {
-    PyObject *pending = args[0], *lock = args[1], *params = args[2], *table = args[3];
-    if (PyObject_TypeCheck(pending, &PendingType)) return drain_pending(pending, table); /* its fields, in C */
+/* The drain of ``pending`` (a PendingBase: its fields, in C; anything else: its attributes ``_lock``, ``_params``,
+   ``count``, ``others``, as PendingPlan has them). The lock is taken only where another thread holds it: this
+   function keeps the GIL from start to end and runs no Python code before it has taken what it needs (instance
+   attributes of plain objects, a dict of tuple keys), so while the lock is free no other thread can be inside a
+   section it guards, nor enter one, until this returns. */
+static PyObject *drain(PyObject *pending, PyObject *table) {
+    if (PyObject_TypeCheck(pending, &PendingType)) return drain_pending(pending, table);
+    PyObject *lock = PyObject_GetAttr(pending, s_lock);
+    PyObject *params = lock != NULL ? PyObject_GetAttr(pending, s_params) : NULL;
+    PyObject *out = NULL;
+    if (params != NULL && !PyDict_CheckExact(params)) {
+        PyErr_SetString(PyExc_TypeError, "drain_one: the pending plan's _params is not a dict");
+    } else if (params != NULL) {
+        out = drain_attrs(pending, lock, params, table);
+    }
+    Py_XDECREF(lock);
+    Py_XDECREF(params);
+    return out;
+}
+
+static PyObject *drain_attrs(PyObject *pending, PyObject *lock, PyObject *params, PyObject *table) {
     PyObject *held = PyObject_CallMethodNoArgs(lock, s_locked);
     if (held == NULL) return NULL;
     int acquire = PyObject_IsTrue(held);
@@ -834,7 +848,7 @@ static PyObject *noop_address(PyObject *module, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"drain_one", (PyCFunction)(void (*)(void))drain_one, METH_FASTCALL,
-     "drain_one(pending, lock, params, table) -> (names, None, events) | (None, params, events)"},
+     "drain_one(pending, table[, updates]) -> (names, None, events) | (None, params, events)"},
     {"emit", (PyCFunction)(void (*)(void))emit_py, METH_FASTCALL,
      "emit(observers, item, broadcast): hand item to each observer as Broadcast.emit does"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a set-params function that does nothing"},
@@ -848,6 +862,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__hotpath(void) {
     if (PyType_Ready(&ApplyType) < 0 || PyType_Ready(&PendingType) < 0 || PyType_Ready(&ParamType) < 0) return NULL;
     s_params = PyUnicode_InternFromString("_params");
+    s_lock = PyUnicode_InternFromString("_lock");
     s_count = PyUnicode_InternFromString("count");
     s_others = PyUnicode_InternFromString("others");
     s_acquire = PyUnicode_InternFromString("acquire");
@@ -860,7 +875,7 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     s_on_next = PyUnicode_InternFromString("on_next");
     s_failed = PyUnicode_InternFromString("failed");
     s_changes = PyUnicode_InternFromString("_changes");
-    if (!s_locked || !s_params || !s_count || !s_others || !s_acquire || !s_release || !s_publish_value || !s_sink
+    if (!s_locked || !s_lock || !s_params || !s_count || !s_others || !s_acquire || !s_release || !s_publish_value || !s_sink
         || !s_id || !s_set_value || !s_on_next || !s_failed || !s_changes)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);

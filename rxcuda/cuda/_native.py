@@ -1,16 +1,18 @@
 """The compiled parameter path: ``_hotpath.c``, built on first use with the host's C compiler, pure Python without.
 
-One parameter change, from the setter to its exec-node update, is a handful of Python calls; the last of them
-(write the value into the node's argument storage, call cuGraphExecKernelNodeSetParams through ctypes) and the
-scheduler's drain cost more in Python than the driver call itself. ``_hotpath`` does those two in C: an ``Apply``
-per hot parameter calls the driver's function through its address, and ``drain_one`` takes a single pending value
-under the pending plan's lock and applies it (see the C file's comment for both contracts).
+One parameter change, from the setter to its exec-node update, is a handful of Python calls, which cost more than
+the driver call itself. ``_hotpath`` does them in C: ``ParamBase`` (the fields and ``value`` setter of
+rxcuda.blocks.Parameter) and ``PendingBase`` (the hot fields and fold of the engine's pending plan) take a value
+from the setter into the pending plan, ``drain_one`` takes a single pending value under the pending plan's lock
+and applies it, and an ``Apply`` per hot parameter writes it and calls the driver's function through its address
+(see the C file's comment for the contracts).
 
 The module is compiled once per machine and Python (``cc -O2 -shared``, ~0.3 s) into
 ``cache_dir()/native``, keyed by a digest of the source, the interpreter and the compiler, and loaded from there
-afterwards. Where there is no compiler or no Python headers, or ``RXCUDA_NATIVE=0`` is set, :func:`hotpath`
-returns None and the engine keeps its Python path: the same results, ~0.5 µs more per change (0.5-0.7 µs on an
-H200 host). The first failure is logged once, with the reason and the fix.
+afterwards; the first ``import rxcuda`` asks for it (Parameter's base is chosen then). Where there is no compiler
+or no Python headers, or ``RXCUDA_NATIVE=0`` is set, :func:`hotpath` returns None and rxcuda keeps its Python
+path: the same results, ~0.5 µs more per change, ~1 µs with a live view's subscribers. The first failure is
+logged once, with the reason and the fix.
 """
 
 from __future__ import annotations

@@ -100,13 +100,14 @@ _NATIVE_KINDS = {("f", 2): "e", ("f", 4): "f", ("f", 8): "d", ("i", 1): "b", ("i
                  ("i", 8): "q", ("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "Q", ("b", 1): "?"}
 
 
-def _drain_one(pending, lock, params: dict, table, updates: tuple | None = None) -> tuple:
+def _drain_one(pending, table, updates: tuple | None = None) -> tuple:
     """The drain of ``Updater.apply_pending`` in Python, as the compiled ``drain_one`` does it: under the pending
-    plan's lock (``lock``), take the values (``params``, its dict) and reset its count; a single value whose hot
-    entry takes it is applied here. (names, None, events) when it was; (None, the values for the general path,
-    events) otherwise. ``updates``, where someone observes applied updates: (observers, record type, frame, tiers,
-    broadcast); a value applied here is then published as record(frame, tiers, names, seconds, events)."""
+    plan's lock, take its values and reset its count; a single value whose hot entry takes it is applied here.
+    (names, None, events) when it was; (None, the values for the general path, events) otherwise. ``updates``,
+    where someone observes applied updates: (observers, record type, frame, tiers, broadcast); a value applied here
+    is then published as record(frame, tiers, names, seconds, events)."""
     t0 = _now() if updates is not None else 0
+    lock, params = pending._lock, pending._params
     lock.acquire()  # (nothing between can raise)
     events = pending.count
     pending.count = pending.others  # 0 unless a change of another kind just arrived (drained next time)
@@ -187,7 +188,7 @@ class Updater:
         # the drain of values alone: one value that kernel nodes alone read is applied (and its AppliedUpdate
         # published) by the drain itself
         names, params, events = self._drain_one(
-            pending, pending._lock, pending._params, self._hot,
+            pending, self._hot,
             (observed, AppliedUpdate, rt.frame + 1, _PARAMETERS, self.updates) if observed else None)
         if names is not None:
             return _PARAMETERS

@@ -140,12 +140,20 @@ class _Pending:
 
 
 def _both(make_pending, table):
+    """The compiled drain and the Python one on ``make_pending()``, and the compiled one on the engine's pending
+    plan (its fields in C: rxcuda.engine._runtime.pending_plan) made to hold the same."""
+    from rxcuda.engine._runtime import pending_plan
     from rxcuda.engine._update import _drain_one
 
+    def engines():
+        was, pending = make_pending(), pending_plan()
+        pending._params, pending.count, pending.others = was._params, was.count, was.others
+        return pending
+
     out = []
-    for drain in (native.drain_one, _drain_one):
-        pending = make_pending()
-        result = drain(pending, pending._lock, pending._params, table)
+    for drain, make in ((native.drain_one, make_pending), (_drain_one, make_pending), (native.drain_one, engines)):
+        pending = make()
+        result = drain(pending, table)
         out.append((result, dict(pending._params), pending.count, pending._lock.locked()))
     return out
 
@@ -161,8 +169,8 @@ def test_drain_one_does_what_the_python_drain_does(case):
 
     table = {(1, "scale"): (take if case != "no apply" else None, ("mul",)), (2, "gain"): (take, ("amp",))}
     params = {"several": {(1, "scale"): 2.0, (2, "gain"): 3.0}, "none": {}}.get(case, {(1, "scale"): 2.0})
-    native_out, python_out = _both(lambda: _Pending(dict(params), count=5, others=0), table)
-    assert native_out == python_out
+    native_out, python_out, fields_out = _both(lambda: _Pending(dict(params), count=5, others=0), table)
+    assert native_out == python_out == fields_out
     (names, rest, events), left, count, locked = native_out
     assert events == 5 and count == 0 and not locked and left == {}
     if case == "applied":
@@ -180,7 +188,7 @@ def test_drain_one_makes_a_missing_hot_entry_through_the_tables_missing():
 
     table = Table()
     pending = _Pending({(7, "k"): 1}, count=1)
-    names, rest, events = native.drain_one(pending, pending._lock, pending._params, table)
+    names, rest, events = native.drain_one(pending, table)
     assert (names, rest, events) == (("made k",), None, 1) and (7, "k") in table
 
 
@@ -191,7 +199,7 @@ def test_drain_one_leaves_the_lock_free_when_apply_raises():
 
     pending = _Pending({(1, "a"): 1.0}, count=1)
     with pytest.raises(ValueError, match="bad"):
-        native.drain_one(pending, pending._lock, pending._params, {(1, "a"): (boom, ("x",))})
+        native.drain_one(pending, {(1, "a"): (boom, ("x",))})
     assert not pending._lock.locked() and pending._params == {} and pending.count == 0
 
 
@@ -234,7 +242,7 @@ def test_drain_one_waits_for_a_producer_inside_its_section_and_sees_its_value():
     t = threading.Thread(target=producer)
     t.start()
     taken.wait()
-    names, rest, events = native.drain_one(pending, pending._lock, pending._params, {})
+    names, rest, events = native.drain_one(pending, {})
     t.join()
     assert (names, rest, events) == (None, {(1, "a"): 1.0, (2, "b"): 2.0}, 2)
     assert pending.count == 0 and pending._params == {} and not pending._lock.locked()
@@ -242,9 +250,11 @@ def test_drain_one_waits_for_a_producer_inside_its_section_and_sees_its_value():
 
 @needs_native
 def test_drain_one_refuses_a_params_that_is_not_a_dict():
-    pending = _Pending({}, count=0)
+    pending = _Pending([], count=0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="drain_one"):
-        native.drain_one(pending, pending._lock, [], {})
+        native.drain_one(pending, {})
+    with pytest.raises(TypeError, match="drain_one"):
+        native.drain_one(pending)
 
 
 @needs_native

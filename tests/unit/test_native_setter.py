@@ -203,7 +203,7 @@ def test_the_compiled_drain_publishes_the_applied_update_as_the_python_drain_doe
         pending = pending_plan()
         pending.set_value((1, "scale"), 2.0)
         table = {(1, "scale"): (lambda v: True, ("mul",))}
-        got = drain(pending, pending._lock, pending._params, table,
+        got = drain(pending, table,
                     (updates.observers, AppliedUpdate, 5, ("parameters",), updates))
         assert got == (("mul",), None, 1)
         (record,) = seen
@@ -222,8 +222,8 @@ def test_the_compiled_drain_publishes_nothing_for_a_value_it_did_not_apply():
     updates.observable.subscribe(seen.append)
     pending = pending_plan()
     pending.set_value((1, "scale"), 2.0)
-    got = native.drain_one(pending, pending._lock, pending._params, {(1, "scale"): (None, ("mul",))},
+    got = native.drain_one(pending, {(1, "scale"): (None, ("mul",))},
                            (updates.observers, AppliedUpdate, 5, ("parameters",), updates))
     assert got == (None, {(1, "scale"): 2.0}, 1) and seen == []
     with pytest.raises(TypeError, match="drain_one"):
-        native.drain_one(pending, pending._lock, pending._params, {}, ("not", "five"))
+        native.drain_one(pending, {}, ("not", "five"))
