@@ -11,6 +11,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Mapping
+from itertools import accumulate
 from operator import itemgetter
 from typing import Any, cast
 
@@ -85,7 +86,8 @@ class Builder:
         self._occupancy_warnings: list = []
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
         self.grown = 0  # builds that grew the running graph's template in place (CompiledGraph.grow)
-        self._group_bytes: dict[tuple, tuple] = {}  # the last build's shared groups -> (their buffers, bytes)
+        # the last build's shared groups, by their first buffer: (their buffers, largest sizes: see _group_sizes)
+        self._group_bytes: dict[int, tuple] = {}
         self.last_in_place = False
         self.delays = DelayState(rt)  # what previous-frame buffers hold across rebuilds
         self._capturing = threading.Lock()  # the capture stream and library handles: one capture at a time
@@ -162,7 +164,11 @@ class Builder:
                 return None  # only shapes changed, and still fit: done in place
             functions = {}
             for node in gp.nodes:
-                # the kernels' code, loaded (once per code: a thousand blocks of one kernel share it)
+                # the kernels' code, loaded (once per code: a thousand blocks of one kernel share it); a kernel
+                # node whose code is loaded already is passed over before the look-up of its kind (1000
+                # nodes: 0.37 -> 0.08 ms)
+                if type(node) is KernelNodePlan and node.code_key in functions:
+                    continue
                 if (n := kind_of(node).kernel_of(node)) is not None and n.code_key not in functions:
                     spec = desc.block(n.block).desc.kernel(n.kernel)
                     assert isinstance(spec, KernelSpec)
@@ -175,9 +181,8 @@ class Builder:
             sizes, self._group_bytes = self._group_bytes, {}
             for group in gp.shared:  # memory reuse: one allocation per group, sized for its largest member
                 members = itemgetter(*group)(gp.buffers)  # (groups have two members or more: a tuple)
-                was = sizes.get(group)  # a re-plan's groups are mostly the last ones, of the same buffers
-                nbytes = was[1] if was is not None and was[0] == members else max(m.nbytes for m in members)
-                self._group_bytes[group] = (members, nbytes)
+                self._group_bytes[group[0]] = sized = _group_sizes(sizes.get(group[0]), members)
+                nbytes = sized[1][-1]
                 key = (("shared", gp.buffers[group[0]].key), nbytes)  # never a buffer's own key
                 buf = self.buffers.get(key)
                 if buf is None:
@@ -440,6 +445,21 @@ class Builder:
         if self.rt.devices is not None:
             _devbuild.release(self)
         self.release_library_state(keep=set())
+
+
+def _group_sizes(was: tuple | None, members: tuple) -> tuple[tuple, list[int]]:
+    """(``members``, the largest size in bytes among ``members[:i + 1]`` for each i): the last build's, ``was``,
+    for the same group (by its first buffer), extended where it only grew at the end or cut where it only lost
+    its last members, as a re-plan's groups mostly do (the chain's group with a block added or removed at the
+    end: 0.44 ms for 500 members, recomputed)."""
+    if was is not None:
+        old, largest = was
+        n = min(len(old), len(members))
+        if old[:n] == members[:n]:
+            if n == len(members):
+                return members, largest[:n]
+            return members, largest + list(accumulate((m.nbytes for m in members[n:]), max, initial=largest[-1]))[1:]
+    return members, list(accumulate((m.nbytes for m in members), max))
 
 
 def codes_in_use(gp: GraphPlan) -> set[str]:

@@ -438,3 +438,28 @@ def test_a_connection_left_to_a_removed_block_is_found_after_a_replan():
     other = BlockEntry(entries[2].id, Block.from_kernel("scalar_mul", size=2 * N, scale=2.0, name="m3").description)
     resized = _desc(entries[:2] + [other] + entries[3:])
     assert _outcome(planner.plan, resized) == _outcome(plan, resized)  # (its shape flows on: checked again)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_shared_groups_size_carried_over_equals_the_largest_member(seed):
+    """The build sizes a shared group from the last build's work where its members only grew or shrank at the
+    end (_group_sizes): always the largest member's size, as a fresh pass finds it."""
+    from rxcuda.engine._build import _group_sizes
+    from rxcuda.model._graphplan import BufferPlan
+
+    rng = random.Random(seed)
+    pool = [BufferPlan(i, ("port", i, "out"), f"b{i}", "f32", rng.choice([1, 64, 256, 1024]), "port")
+            for i in range(60)]
+    members = tuple(pool[:5])
+    was = None
+    for _ in range(40):
+        op = rng.choice(["grow", "shrink", "other", "same"])
+        if op == "grow":
+            members = members + tuple(rng.sample(pool, rng.randint(1, 3)))
+        elif op == "shrink" and len(members) > 2:
+            members = members[:rng.randint(2, len(members) - 1)]
+        elif op == "other":
+            members = tuple(rng.sample(pool, rng.randint(2, 8)))
+        was = _group_sizes(was, members)
+        assert was[0] == members and was[1][-1] == max(m.nbytes for m in members)
+        assert list(was[1]) == [max(m.nbytes for m in members[:i + 1]) for i in range(len(members))]
