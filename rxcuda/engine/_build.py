@@ -102,7 +102,11 @@ class Builder:
 
         The cyclic garbage collector is paused meanwhile: a build makes tens of thousands of small objects
         for a large pipeline, and the collections they trigger would each walk every live object (measured:
-        a 1000-block rebuild took 24 ms with the collector paused and 28-54 ms without)."""
+        a 1000-block rebuild took 24 ms with the collector paused and 28-54 ms without). Before it resumes,
+        what the build made (the plan and graph objects, long-lived) moves to the oldest generation (a freeze
+        and an unfreeze: two list splices), so the first young collection after it does not walk them all (the
+        null driver's first tick of 1000 blocks: 34.4 -> 31.2 ms); young garbage cycles of the moment go
+        there too and wait for the next full collection."""
         paused = gc.isenabled()
         if paused:
             gc.disable()
@@ -114,6 +118,9 @@ class Builder:
             return ok
         finally:
             if paused:
+                if not gc.get_freeze_count():  # (no one else's frozen objects to thaw)
+                    gc.freeze()
+                    gc.unfreeze()
                 gc.enable()
 
     def _build(self, raise_errors: bool) -> bool:
