@@ -308,9 +308,9 @@ class _Planner:
         # (kernel, parameter index) -> buffer id or scalar name; plain tuples hash faster than Pins
         pin_buffer: dict[tuple[str, int], int] = {}
         by_name: dict[str, int] = {}
-        for p in d.ports:
+        for p, is_in, own, pins in _port_info(d.ports):
             ref = _new(PortRef, (bid, p.name))
-            src = sources.get(ref) if p.direction == "in" else None
+            src = sources.get(ref) if is_in else None
             # no buffer for the source only after an error (a cycle, a bad connection): the plan is dropped
             buf = port_buffers.get(src) if src is not None else None
             prev = self.delayed.get(ref) if buf is None and self.delayed else None
@@ -318,17 +318,16 @@ class _Planner:
                 buf = self.buffer(_delays.delay_key(prev), _delays.buffer_label(self.desc, prev), p.dtype,
                                   self.resolved.count_of(prev, p.extent), "delay")
             elif buf is None:
-                kind: BufferKind = ("external" if ref in bindings else "port" if p.direction == "out" or ref in fed
-                                    or p.counter is not None else "zeros")
+                kind: BufferKind = "external" if ref in bindings else "port" if own or ref in fed else "zeros"
                 count = p.extent if shaped is None else shaped.counts.get(p.name, p.extent)
                 buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, count, kind)
             port_buffers[ref] = by_name[p.name] = buf
-            for pin in p.pins:
-                pin_buffer[pin.kernel, pin.param] = buf
+            for pin in pins:
+                pin_buffer[pin] = buf
             if p.counter is not None:  # one counter per append buffer, reset once (see _appends)
                 _appends.emit_counter(self, bid, label, p, ref, src, pin_buffer)
         # ports and internal buffers some count parameter counts -> their buffer (checked below)
-        scalar_of, counted, counted_names = _scalar_info(d.scalars)
+        _, counted, counted_names = _scalar_info(d.scalars)
         tied = dict(zip(counted_names, map(by_name.get, counted_names), strict=True)) if counted else None
         for ib in d.internals:
             count = ib.count if shaped is None else shaped.internals.get(ib.name, ib.count)
@@ -353,17 +352,13 @@ class _Planner:
                         continue
                 clamped = _check_counts(self, b, shaped, tied)  # the whole check, with its messages
                 break
-        for step in d.kernels:
-            call = step if isinstance(step, CallSpec) else None
-            params = call.params if call is not None else step.code.signature.params  # type: ignore[union-attr]
+        for step, call, sname, params in _step_info(d.kernels, d.scalars):
             args: list[Arg] = []
             reads: set[int] = set()
             writes: set[int] = set()
             nid = len(nodes)
-            sname = step.name
-            for i, prm in enumerate(params):
-                key = (sname, i)
-                if prm.kind == "pointer":
+            for i, prm, key, name, reads_it, writes_it in params:
+                if key is not None:  # a pointer
                     fed_by = pin_buffer.get(key)
                     if fed_by is None:
                         self.report.error(f"{label}: parameter {i} ('{prm.name}') of '{sname}' is a pointer "
@@ -374,13 +369,11 @@ class _Planner:
                     if arg is None:
                         arg = buffer_args[fed_by] = _new(BufferArg, (fed_by,))
                     args.append(arg)
-                    direction = prm.direction
-                    if direction != "out":  # in, inout, counter
+                    if reads_it:
                         reads.add(fed_by)
-                    if direction != "in":  # out, inout, counter
+                    if writes_it:
                         writes.add(fed_by)
                     continue
-                name = scalar_of.get(key)
                 if name is None:
                     if prm.default is None or isinstance(prm.default, str):  # no value, or "size" unresolved
                         self.report.error(f"{label}: scalar parameter {i} ('{prm.name}') of '{sname}' has no "
@@ -486,6 +479,37 @@ def _scalar_facts(scalars: tuple) -> tuple[dict[tuple[str, int], str], tuple[tup
 
 
 _scalar_info = by_identity(_scalar_facts)  # once per ``scalars`` tuple: the blocks made from one kernel share it
+
+
+def _port_facts(ports: tuple) -> tuple[tuple, ...]:
+    """What emitting a block needs of each port alone: (port, an input, has a buffer of its own unless bound
+    (an output, or an append port), the (kernel, parameter index) of each pin)."""
+    return tuple((p, p.direction == "in", p.direction == "out" or p.counter is not None,
+                  tuple((pin.kernel, pin.param) for pin in p.pins)) for p in ports)
+
+
+def _step_facts(kernels: tuple, scalars: tuple) -> tuple[tuple, ...]:
+    """What emitting a block needs of each kernel step alone: (step, the step if a library call, its name, per
+    parameter (index, parameter, (kernel, index) if a pointer, the block scalar passed if one is, whether a
+    pointer is read, whether it is written))."""
+    scalar_of = _scalar_info(scalars)[0]
+    out = []
+    for step in kernels:
+        call = step if isinstance(step, CallSpec) else None
+        params = call.params if call is not None else step.code.signature.params
+        facts = []
+        for i, prm in enumerate(params):
+            key = (step.name, i)
+            pointer = prm.kind == "pointer"  # (direction: in, out, inout or counter)
+            facts.append((i, prm, key if pointer else None, None if pointer else scalar_of.get(key),
+                          pointer and prm.direction != "out", pointer and prm.direction != "in"))
+        out.append((step, call, step.name, tuple(facts)))
+    return tuple(out)
+
+
+# once per ``ports`` tuple, and per ``kernels`` and ``scalars`` tuples: the blocks made from one kernel share them
+_port_info = by_identity(_port_facts)
+_step_info = by_identity(_step_facts, parts=2)
 
 
 def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> dict[str, int]:
