@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from operator import is_
 
 import numpy as np
 
@@ -92,6 +93,7 @@ class CompiledGraph:
         # crossing, or after a failed grow), and the nodes changed in the exec only since the build
         self.growable = crossing is None and stamps is None
         self.touched: set[int] = set()
+        self.plain = 0  # leading nodes known to be kernel nodes passing no conditional handle (grow)
         parents = plan.parents
         kinds = [kind_of(n) for n in plan.nodes]  # the one lookup per node: from here on, the nodes' methods
         self.regions = bool(parents) or any(k.conditional for k in kinds)
@@ -212,7 +214,7 @@ class CompiledGraph:
         g.pointers = dict(pointers)
         g.built = g.pointers.copy()
         g.exec, g._dirty, g.functions, g.regions = None, set(), functions, False
-        g.growable, g.touched = True, set()
+        g.growable, g.touched, g.plain = True, set(), k
         g.patches, g._consumers = _Table(g), None
         kept = old.nodes[:k]
         gone = old.nodes[k:]
@@ -231,7 +233,8 @@ class CompiledGraph:
             held = tuple(st for st in held if id(st) in live)
         g.held = held
         # kept nodes whose buffers moved: the new pointers in their arguments and in the template's node
-        moved = {bid for bid, ptr in pointers.items() if old.built.get(bid, ptr) != ptr}
+        built = old.built  # (the items' difference is taken in C; a buffer the old graph lacked has not moved)
+        moved = {bid for bid, _ in pointers.items() - built.items() if bid in built}
         saved: list = []  # (node, [(view, index, old word)]) to restore on failure
         nodes = list(kept)
         added: list = []
@@ -286,15 +289,19 @@ class CompiledGraph:
             return None
         was, now = old.plan.nodes, plan.nodes
         limit = min(len(was), len(now))
-        k = 0
-        while k < limit and now[k] is was[k]:
-            k += 1
+        k = limit
+        if not all(map(is_, now[:limit], was[:limit])):  # (in C: an edit at the end keeps every one)
+            k = 0
+            while now[k] is was[k]:
+                k += 1
         if not k or (k == len(was) and k == len(now)) or plan.deps[:k] != old.plan.deps[:k]:
             return None  # nothing kept, or nothing changed (the exec update's case)
-        touched = old.touched
-        for i, node in enumerate(old.nodes[:k]):
-            if type(node) is not KernelNode or node.handle_slots or i in touched:
-                return None
+        plain, nodes = old.plain, old.nodes
+        while plain < k and type(nodes[plain]) is KernelNode and not nodes[plain].handle_slots:
+            plain += 1
+        old.plain = plain
+        if plain < k or (old.touched and min(old.touched) < k):
+            return None
         for node in old.nodes[k:]:
             if type(node) is not KernelNode or node.plan.block in present:
                 return None

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from itertools import accumulate
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, cast
 
 import attrs
@@ -39,6 +39,8 @@ from ._profile import LOW_OCCUPANCY, occupancy
 from ._resize import _fits as fits
 from ._resize import try_in_place
 from ._runtime import Runtime
+
+_ID = attrgetter("id")
 
 
 class _BlockFailure(Exception):
@@ -213,12 +215,12 @@ class Builder:
                 pointers[b.id] = buf.ptr
             if acquired:  # new buffers start zeroed: a few memsets over adjacent buffers, on the engine's stream
                 rt.pool.zero(acquired, rt.stream)
+            ids = frozenset(map(_ID, desc.blocks))  # (the blocks present: what grow may drop, what is kept)
             if gp.stamps is not None:
                 ring = StampRing(rt.api, rt.modules.load(stamp_code()).function, len(gp.stamps.names))
             if not background and running is not None and ring is None and running.api is rt.api:
                 # nodes added after, or removed from, the end: the running graph's template grows in place
-                new = CompiledGraph.grow(running, gp, functions, pointers, {b.id for b in desc.blocks},
-                                         capture=self.capture)
+                new = CompiledGraph.grow(running, gp, functions, pointers, ids, capture=self.capture)
                 if new is not None:
                     self.grown += 1
             if new is None:
@@ -245,7 +247,7 @@ class Builder:
         new_delays = tuple(k[0] for k in buffers if k[0][0] == "delay" and k not in self.buffers) if gp.delays \
             else ()
         return Prepared(desc, gp, new, buffers, pointers, new_delays, acquired=tuple(acquired),
-                        ids=frozenset(b.id for b in desc.blocks), codes=frozenset(codes_in_use(gp)),
+                        ids=ids, codes=frozenset(codes_in_use(gp)),
                         unused=tuple(k for k in self.buffers if k not in buffers),
                         flagged=tuple(b for b in list(rt.blocks.values()) if b.state != "ok" or b.message
                                       or b._warnings) if background else None)

@@ -232,3 +232,28 @@ def test_grown_graphs_hold_only_the_storages_their_kept_nodes_use(engine):
     g = engine._rt.graph
     assert len(g.held) <= 5
     assert {id(n.storage) for n in g.nodes} <= {id(s) for s in (*g.held, g.args)}
+
+
+def test_a_grow_keeps_to_plain_kernel_nodes_the_exec_has_not_changed(engine):
+    """Grows one after another look at each graph's leading nodes once (CompiledGraph.plain); a kept node
+    changed in the executable graph alone (a value set) stops the next grow: that graph is built anew."""
+    blocks = _chain(engine, 6)
+    engine.tick()
+    builder = engine._builder
+    for grown in (1, 2, 3):
+        extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name=f"extra{grown}"))
+        engine.connect(blocks[-1]["out"], extra["x"])
+        engine.tick()
+        assert builder.grown == grown and engine._rt.graph.plain >= 6
+        blocks.append(extra)
+    _check(engine)
+    blocks[2].params["scale"].value = 7.5
+    engine.tick()
+    engine.remove(blocks.pop())
+    engine.tick()
+    assert builder.grown == 3  # the exec's node 2 is ahead of the template's: built anew
+    _check(engine)
+    engine.remove(blocks.pop())
+    engine.tick()
+    assert builder.grown == 4  # the new graph grows again
+    _check(engine)
