@@ -123,7 +123,7 @@ def _validate_connections(desc: PipelineDescription, report: Report, previous: _
     bindings, conns = desc.bindings, desc.connections
     start, sources, first = 0, {}, {}
     if previous is not None and tail is not None:  # the blocks before the ends are the last check's
-        blocks = dict(previous.ends)
+        blocks = previous.ends.copy()
         for b in tail.removed:
             del blocks[b.id]
         fresh = blocks.keys().isdisjoint(b.id for b in tail.added)  # (else a kept connection's block changed)
@@ -140,7 +140,7 @@ def _validate_connections(desc: PipelineDescription, report: Report, previous: _
                 start = 0  # (a block with a new description)
     if start:
         assert previous is not None
-        was, first = previous.connections, dict(previous.first)
+        was, first = previous.connections, previous.first.copy()
         for c in was[start:]:  # connections dropped at the end: a block they named first is named later or not
             for end in (c.src.block, c.dst.block):
                 if first.get(end, -1) >= start:
@@ -148,7 +148,7 @@ def _validate_connections(desc: PipelineDescription, report: Report, previous: _
         if any(first.get(i, start) < start for i in previous.ends.keys() - blocks.keys()):
             start, first = 0, {}  # a block gone that a kept connection names: check them all again
         else:
-            sources = dict(previous.sources)
+            sources = previous.sources.copy()
             for c in was[start:]:
                 sources.pop(c.dst, None)
     problems = len(report.problems)
@@ -170,9 +170,9 @@ class _Checked(NamedTuple):
 
     connections: tuple
     bindings: Mapping
-    ends: Mapping  # block id -> its description
-    sources: Mapping  # connected input -> its source
-    first: Mapping  # block id -> the position of the first connection naming it
+    ends: dict  # block id -> its description
+    sources: dict  # connected input -> its source
+    first: dict  # block id -> the position of the first connection naming it
 
 
 class _Tail(NamedTuple):
