@@ -118,9 +118,15 @@ def holds_own_value(gp: GraphPlan, buffer: int) -> bool:
 def share_memory(gp: GraphPlan, desc: PipelineDescription) -> GraphPlan:
     """``gp`` with ``storage``/``shared`` filled in: which buffers share an allocation (see the module)."""
     groups = shared_groups(gp, desc)
-    if not groups:
-        return gp
-    storage = {m: group[0] for group in groups for m in group}
+    return with_groups(gp, groups) if groups else gp
+
+
+def with_groups(gp: GraphPlan, groups: tuple[tuple[int, ...], ...]) -> GraphPlan:
+    """``gp`` with the buffers of each group sharing its first one's memory (a group at a time, in C: a
+    chain's groups hold hundreds of buffers each)."""
+    storage: dict[int, int] = {}
+    for group in groups:
+        storage.update(dict.fromkeys(group, group[0]))
     return attrs.evolve(gp, storage=storage, shared=groups)
 
 
@@ -141,7 +147,7 @@ def pinned_buffers(gp: GraphPlan, desc: PipelineDescription) -> set[int]:
                 b = port_buffers.get(PortRef(entry.id, p.name))
                 if b is not None:
                     pinned.add(b)
-    for n in gp.nodes:
+    for n in gp.nodes if desc.regions else ():  # (no region nodes without regions)
         if getattr(n, "loops", False):  # a while/for region: its reads/writes are all its bodies use
             pinned.update(n.reads)
             pinned.update(n.writes)

@@ -95,6 +95,9 @@ class _Planner:
         self.port_buffers: dict[PortRef, int] = {}
         self.counters: dict[PortRef, int] = {}
         self.slots: dict[tuple[int, str], list[tuple[int, int]]] = {}
+        # the plan's slots as tuples (for the next re-plan), and those of the blocks taken over (_take_over_all_but)
+        self.slot_tuples: dict[tuple[int, str], tuple[tuple[int, int], ...]] = {}
+        self.kept_slots: dict[tuple[int, str], tuple[tuple[int, int], ...]] | None = None
         self.device_scalars: dict[tuple[int, str], int] = {}
         self.recapture: dict[tuple[int, str], list[int]] = {}
         self.kernel_nodes: dict[tuple[int, str], int] = {}
@@ -196,7 +199,7 @@ class _Planner:
             buffers=tuple(self.buffers),
             port_buffers=self.port_buffers,
             counters=self.counters,
-            slots={k: tuple(v) for k, v in self.slots.items()},
+            slots=self._slot_tuples(),
             device_scalars=self.device_scalars,
             recapture={k: tuple(v) for k, v in self.recapture.items()},
             kernel_nodes=self.kernel_nodes,
@@ -212,6 +215,20 @@ class _Planner:
         prev = self.previous.sharing if self.previous is not None else None
         gp, self.sharing = _liveshare.share(gp, desc, prev, len(self.kept_deps) if prev is not None else 0)
         return gp, report
+
+    def _slot_tuples(self) -> dict[tuple[int, str], tuple[tuple[int, int], ...]]:
+        """The plan's slots, each list made a tuple: those of the blocks taken over are the last plan's (the
+        maps were copied in the same order, and a block's slots are only added while it is emitted)."""
+        kept = self.kept_slots
+        if kept is None:
+            out = {k: tuple(v) for k, v in self.slots.items()}
+        else:
+            out = kept
+            slots = self.slots
+            for k in list(slots)[len(kept):]:
+                out[k] = tuple(slots[k])
+        self.slot_tuples = out
+        return out
 
     def _hazards(self) -> tuple[tuple[int, ...], ...]:
         """A flat pipeline's dependencies: the previous plan's for the nodes taken over, then the rest's."""
@@ -283,7 +300,8 @@ class _Planner:
         1000 blocks: 0.1 ms against 0.5 ms)."""
         # (.copy(), not dict(): a dict that lost keys is copied item by item by dict(), at once by .copy())
         self.by_key, self.buffer_args = prev.by_key.copy(), prev.buffer_args.copy()
-        self.port_buffers, self.slots = prev.port_buffers.copy(), prev.slots.copy()
+        self.port_buffers, self.slots, self.kept_slots = prev.port_buffers.copy(), prev.slots.copy(), \
+            prev.slot_tuples.copy()
         self.device_scalars, self.recapture = prev.device_scalars.copy(), prev.recapture.copy()
         self.kernel_nodes = prev.kernel_nodes.copy()
         for i, bp in enumerate(prev.buffers[n_buffers:], n_buffers):
@@ -295,6 +313,7 @@ class _Planner:
                 self.port_buffers.pop(PortRef(bid, p.name), None)
             for sc in d.scalars:
                 self.slots.pop((bid, sc.name), None)
+                self.kept_slots.pop((bid, sc.name), None)
                 self.device_scalars.pop((bid, sc.name), None)
                 self.recapture.pop((bid, sc.name), None)
             for step in d.kernels:
