@@ -45,6 +45,7 @@ about a millisecond; on a chain the intermediates take two slots, the minimum.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from operator import attrgetter
 
 import attrs
 
@@ -53,6 +54,7 @@ from ..model._describe import PipelineDescription, PortRef
 from ..model._graphplan import GraphPlan, MemsetNodePlan, NodePlan
 
 _SHAREABLE = ("port", "internal")
+_SOURCE = attrgetter("src")
 # above this many top-level nodes no buffer shares: the ancestor bits would take n * n / 16 bytes
 MAX_NODES = 20_000
 
@@ -140,7 +142,8 @@ def pinned_buffers(gp: GraphPlan, desc: PipelineDescription) -> set[int]:
     delays: Mapping[int, int] = getattr(gp, "delays", {})
     pinned.update(delays)
     pinned.update(delays.values())
-    consumed = {(c.src.block, c.src.port) for c in desc.connections}
+    # the sources as PortRefs, collected in C; a plain (block, port) tuple equals its PortRef and hashes alike
+    consumed = set(map(_SOURCE, desc.connections))
     for entry in desc.blocks:
         for p in entry.desc.ports:
             if p.direction == "out" and (entry.id, p.name) not in consumed:
