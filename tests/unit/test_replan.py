@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import attrs
 import numpy as np
 import pytest
 
@@ -168,8 +169,8 @@ def test_a_refused_plan_raises_as_plan_does_and_the_next_one_starts_over():
 def test_edits_at_the_end_check_and_order_what_changed_alone_and_plan_as_plan_does(seed, monkeypatch):
     """Blocks added at the end and connected, or the last ones taken off again, now and then with a mistake (a
     name or an id repeated, a connection into a block kept or naming a block gone, a cycle among the blocks
-    added) or an edit elsewhere: the Replanner checks and orders the ends alone (``_tail_edit``) and gives the
-    plan, or the errors, that plan() gives."""
+    added), a value changed or a block renamed: the Replanner checks and orders the ends alone (``_tail_edit``)
+    and gives the plan, or the errors, that plan() gives."""
     from rxcuda.plan import _plan
 
     ordered = []  # the whole pass of the order: how often it ran
@@ -197,7 +198,7 @@ def test_edits_at_the_end_check_and_order_what_changed_alone_and_plan_as_plan_do
         conns.append(Connection(PortRef(sid, "out"), dst, delay=delay))
 
     for step in range(40):
-        op = rng.choice(["add", "add", "add", "remove", "remove", "mistake", "middle"])
+        op = rng.choice(["add", "add", "add", "remove", "remove", "mistake", "middle", "rename"])
         if op == "add":
             e = add(rng.choice(list(KINDS)))
             for ref in Pipeline.inputs(None, e):  # type: ignore[arg-type]
@@ -226,6 +227,10 @@ def test_edits_at_the_end_check_and_order_what_changed_alone_and_plan_as_plan_do
                 connect(a, PortRef(b.id, "a"))
                 connect(b, PortRef(a.id, "a"))
                 fed.update({PortRef(a.id, "b"), PortRef(b.id, "b")})
+        elif op == "rename":  # the last block or any, now and then to a name in use
+            i = rng.choice([len(entries) - 1, rng.randrange(len(entries))])
+            name = rng.choice([f"r{step}", entries[0].desc.name])
+            entries[i] = BlockEntry(entries[i].id, attrs.evolve(entries[i].desc, name=name), entries[i].values)
         elif op == "middle":
             i = rng.randrange(len(entries))
             if entries[i].desc.kernels[0].name == "scalar_mul":
