@@ -9,6 +9,10 @@ Prints one table with the card's name: tick() with sync for chains of N small ke
 plus the cost one parameter change adds to a frame, from the setter to its exec-node update at the next
 tick, with subscribers attached to engine.changes, engine.updates and engine.frames (as a live view would);
 --null adds a row with the live view's own subscribers (rxcuda.view's Collector).
+
+'(Python drain)' columns: the same change with the scheduler's drain and exec-node update in Python (the setter,
+compiled where the compiled path builds, is a class's base and stays so for the process); RXCUDA_NATIVE=0 in the
+environment gives the Python path end to end, setter included (every column then says so).
 """
 
 from __future__ import annotations
@@ -21,6 +25,12 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+def _native_why() -> str:
+    from rxcuda.cuda import _native
+
+    return _native.why_not or "not built"
 
 
 def _median_us(fn, frames: int, repeats: int = 5) -> float:
@@ -148,6 +158,7 @@ def _parameter_rows_null(frames: int, chain: int = 1) -> int:
         from rxcuda.view._collect import Collector
 
         view = None
+        python = "Py drain" if engine._updater.native is not None else "Python"  # (the setter's class stays)
         for label in ("none", "changes, updates, frames", "the live view's Collector"):
             if label == "changes, updates, frames":
                 subs = [engine.changes.subscribe(lambda e: None), engine.updates.subscribe(lambda u: None),
@@ -160,7 +171,7 @@ def _parameter_rows_null(frames: int, chain: int = 1) -> int:
                 if engine._updater.use_native(native) != native:
                     continue  # (the compiled path did not build here)
                 t_hot, t_tick = _paired_us(set_tick, engine.tick, frames)
-                rows.append((label, "compiled" if native else "Python", _median_us(set_apply, frames),
+                rows.append((label, "compiled" if native else python, _median_us(set_apply, frames),
                              _median_us(set_apply_count, frames), t_hot - t_tick))
         if view is not None:
             view.dispose()
@@ -323,14 +334,14 @@ def main(argv=None) -> int:
               f"{te / tt:>10.2f} | {tc:>9.2f} | {tc / tt:>9.2f}")
     print("\none parameter change, setter -> exec-node update (us): 'set+tick - tick' from alternating runs, "
           "'set+apply' the change alone;\n'subs': with subscribers on changes, updates and frames; "
-          f"compiled parameter path: {'yes' if native else 'not built here'}; '(Python)': the same on the "
-          "Python path, same run\n")
-    hdr = (f"{'kernels':>7} | {'set+tick - tick':>15} | {'set+apply':>9} | {'(Python)':>8} | "
-           f"{'set+tick - tick, subs':>21} | {'set+apply, subs':>15} | {'(Python)':>8}")
+          f"compiled parameter path: {'yes' if native else 'no (' + _native_why() + ')'}; '(Python drain)': the "
+          "same with the drain in Python, same run\n")
+    hdr = (f"{'kernels':>7} | {'set+tick - tick':>15} | {'set+apply':>9} | {'(Python drain)':>14} | "
+           f"{'set+tick - tick, subs':>21} | {'set+apply, subs':>15} | {'(Python drain)':>14}")
     print(hdr)
     print("-" * len(hdr))
     for chain, *_, th, tu, ths, tus, tup, tusp in rows:
-        print(f"{chain:>7} | {th:>15.2f} | {tu:>9.2f} | {tup:>8.2f} | {ths:>21.2f} | {tus:>15.2f} | {tusp:>8.2f}")
+        print(f"{chain:>7} | {th:>15.2f} | {tu:>9.2f} | {tup:>14.2f} | {ths:>21.2f} | {tus:>15.2f} | {tusp:>14.2f}")
     print(f"\ndriver-call paths on the same {min(args.sizes)}-kernel graph, same run:")
     for label, t in call_rows:
         print(f"  {label:<46} {t:8.2f} us")

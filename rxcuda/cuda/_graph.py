@@ -233,8 +233,7 @@ class CompiledGraph:
             held = tuple(st for st in held if id(st) in live)
         g.held = held
         # kept nodes whose buffers moved: the new pointers in their arguments and in the template's node
-        built = old.built  # (the items' difference is taken in C; a buffer the old graph lacked has not moved)
-        moved = {bid for bid, _ in pointers.items() - built.items() if bid in built}
+        moved = cls._moved(old, pointers)
         saved: list = []  # (node, [(view, index, old word)]) to restore on failure
         nodes = list(kept)
         added: list = []
@@ -279,6 +278,92 @@ class CompiledGraph:
         g._exec_h = int(g.exec)
         g._arm()
         return g
+
+    @classmethod
+    def shrink(cls, old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
+               present: frozenset | set) -> CompiledGraph | None:
+        """``plan``'s graph made from ``old``'s by taking its trailing nodes out, without instantiating anything;
+        None where that does not apply.
+
+        For the other half of the common live edit, nodes removed from the end of a plan that is otherwise
+        ``old``'s (the same node plans, in the same order, with the same dependencies): the removed nodes are
+        disabled in ``old``'s executable graph (``cuGraphNodeSetEnabled``: a disabled node does nothing when the
+        graph runs, so the buffers it named may go) and destroyed in its template, a kept node whose buffers moved
+        gets its new pointers in both (``cuGraphExecKernelNodeSetParams``, ``cuGraphKernelNodeSetParams``), and
+        the new graph takes both over: a removal costs a few driver calls per node instead of an instantiation,
+        an upload and the old executable graph's destruction. The executable graph then has nodes its template
+        lacks; they are never named again (a later grow instantiates the template anew).
+
+        Applies where ``grow`` does (see there: the thread that runs ``old``, flat graphs of kernel nodes, a
+        template that matches the executable graph, nodes removed only of blocks that left). Where the driver
+        refuses a call before the first node is destroyed, ``old`` is left as it was (the nodes disabled so far
+        enabled again, the arguments restored) and None is returned (the caller builds otherwise); a failure to
+        destroy a node raises, leaving ``old`` as a failed ``grow`` does.
+        """
+        k = cls._kept(old, plan, functions, pointers, present)
+        if k is None or k != len(plan.nodes):
+            return None
+        drv, exec_h = old.api, old.exec
+        kept, gone = old.nodes[:k], old.nodes[k:]
+        moved = cls._moved(old, pointers)
+        off: list = []
+        saved: list = []  # (node, [(view, index, old word)]) to restore on failure
+        try:
+            for node in gone:
+                check(drv.cuGraphNodeSetEnabled(exec_h, node.handle, 0), f"cuGraphNodeSetEnabled ({node.plan.label})")
+                off.append(node)
+            for node in kept if moved else ():
+                if moved.isdisjoint(node.buffer_args):
+                    continue
+                words = []
+                for bid in moved.intersection(node.buffer_args):
+                    for i in node.buffer_args[bid]:
+                        view, idx = node.slots[i]
+                        words.append((view, idx, int(view[idx])))
+                        view[idx] = pointers[bid]
+                saved.append((node, words))
+                node.apply(drv, exec_h, node.handle, old._ctx)
+                node.set_template(drv)
+        except BaseException as e:
+            for node in off:
+                drv.cuGraphNodeSetEnabled(exec_h, node.handle, 1)  # (an undo: its own error would hide the first)
+            for node, words in saved:
+                for view, idx, word in words:
+                    view[idx] = word
+                drv.cuGraphExecKernelNodeSetParams(exec_h, node.handle, node.params)
+                drv.cuGraphKernelNodeSetParams(node.handle, node.params)
+            if isinstance(e, CudaError):
+                return None
+            raise
+        try:
+            for node in gone:
+                node.remove(drv)
+        except BaseException:
+            old.growable = False  # its template lost nodes (disabled in its executable graph, which runs on)
+            old._consumers = None
+            raise
+        g = cls.__new__(cls)
+        g.plan, g.stamps, g.api, g.fast, g._ctx = plan, None, drv, old.fast, old._ctx
+        g.pointers = dict(pointers)
+        g.built = g.pointers.copy()
+        g._dirty, g.functions, g.regions = set(), functions, False
+        g.growable, g.touched, g.plain = True, set(), k
+        g.patches, g._consumers = _Table(g), None
+        g.args = None  # (no node of its own: the kept nodes' arguments are in the storages it holds)
+        g.held = old.held + ((old.args,) if old.args is not None else ())
+        g.nodes = list(kept)
+        g.graph, g.exec = old.graph, exec_h
+        old.graph = old.exec = None  # (both are the new graph's now: closing old frees neither)
+        g._exec_h = int(exec_h)
+        g._arm()
+        return g
+
+    @staticmethod
+    def _moved(old: CompiledGraph, pointers: Mapping[int, int]) -> set[int]:
+        """The buffers ``old`` was built with that have another address in ``pointers`` (the items' difference
+        is taken in C; a buffer ``old`` lacked has not moved)."""
+        built = old.built
+        return {bid for bid, _ in pointers.items() - built.items() if bid in built}
 
     @staticmethod
     def _kept(old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],

@@ -10,18 +10,35 @@
    writes ``value`` into every target's argument and updates its exec node, True when it did; False, having
    done nothing, for a value outside [lo, hi]. A non-zero CUresult calls ``raise_for(err)``, which raises.
 
-   drain_one(pending, lock, params, table): the scheduler's drain of parameter values alone
+   drain_one(pending, lock, params, table[, updates]): the scheduler's drain of parameter values alone
    (rxcuda.engine._update), as Updater.apply_pending does it in Python: under ``pending._lock`` take the
    pending values and reset ``pending.count``; one value whose hot entry ``table[key]`` = (apply, names) has an
    ``apply`` that takes it is applied here. Returns (names, None, events) when it was; (None, params, events)
    otherwise, ``params`` the dict of values for the general path.
 
+   PendingBase: the pending plan's hot fields in C (``_lock``, ``_params``, ``count``, ``others``, ``_observed``),
+   a base of the engine's PendingPlan (rxcuda.engine._runtime), and its ``set_value(key, value)``: the setter's
+   fold, as PendingPlan.set_value does it in Python (one dict store and a count, under ``_lock`` where another
+   thread holds it); where someone observes parameter changes (``_observed``, a tuple, not empty) it then calls
+   the object's ``_publish_value(key, value)``.
+
+   ParamBase: a parameter's fields (``name``, ``dtype``, ``_value``, ``_block``, ``_check``, ``_min``, ``_max``,
+   ``_step``, ``_plain``, ``_lo``, ``_hi``), the base of rxcuda.blocks.Parameter, and its ``value`` setter, as the
+   Python one does it: a value of exactly type ``_plain`` within [``_lo``, ``_hi``] is kept as it is, any other
+   goes through ``_check(value)`` (which converts it or raises); then, where the block is in an engine
+   (``_block._sink`` not None), ``_sink.set_value((_block.id, name), value)`` -- PendingBase's in C.
+
    Everything runs with the GIL held; no Python object outlives a call except what Apply keeps. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#ifdef _WIN32
+#include <windows.h>
+#endif
 
 typedef int (*set_params_fn)(void *, void *, void *);
 
@@ -261,6 +278,8 @@ static PyTypeObject ApplyType = {
 };
 
 static PyObject *s_params, *s_count, *s_others, *s_acquire, *s_release, *s_locked;
+static PyTypeObject PendingType;
+static PyObject *drain_pending(PyObject *pending, PyObject *table);
 
 /* drain_one(pending, lock, params, table) -> (names, None, events) | (None, params, events), where ``lock`` and
    ``params`` are ``pending._lock`` and ``pending._params`` (read by the caller: Python's own attribute loads are
@@ -268,12 +287,97 @@ static PyObject *s_params, *s_count, *s_others, *s_acquire, *s_release, *s_locke
    GIL from start to end and runs no Python code before it has taken what it needs (instance attributes of plain
    objects, a dict of tuple keys), so while the lock is free no other thread can be inside a section it guards,
    nor enter one, until this returns. */
+static PyObject *s_on_next, *s_failed;
+
+/* Hand ``item`` to each of ``observers`` (a tuple) as Broadcast.emit does: an observer's Exception goes to
+   ``broadcast.failed(err, item)`` (``broadcast``: ``owner`` itself when ``attr`` is NULL, else its attribute
+   ``attr``, looked up only then), which re-raises it where nobody handles it. 0, or -1 with an exception set. */
+static int emit(PyObject *observers, PyObject *item, PyObject *owner, PyObject *attr) {
+    Py_INCREF(observers); /* (a subscription made by a callback replaces the tuple, not this one) */
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(observers) && rc == 0; i++) {
+        PyObject *r = PyObject_CallMethodOneArg(PyTuple_GET_ITEM(observers, i), s_on_next, item);
+        if (r != NULL) {
+            Py_DECREF(r);
+            continue;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            rc = -1;
+            break;
+        }
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        if (tb != NULL) PyException_SetTraceback(ev, tb);
+        PyObject *broadcast = attr == NULL ? Py_NewRef(owner) : PyObject_GetAttr(owner, attr);
+        PyObject *done = broadcast != NULL ? PyObject_CallMethodObjArgs(broadcast, s_failed, ev, item, NULL) : NULL;
+        Py_XDECREF(broadcast);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        if (done == NULL) rc = -1;
+        Py_XDECREF(done);
+    }
+    Py_DECREF(observers);
+    return rc;
+}
+
+static PyObject *apply_one(PyObject *table, PyObject *key, PyObject *value, PyObject *events);
+
+static double now_seconds(void) {
+#ifdef _WIN32
+    return (double)GetTickCount64() / 1e3;
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+#endif
+}
+
+static PyObject *drain(PyObject *const *args);
+
+/* drain_one(pending, lock, params, table[, updates]): see the top of this file. ``updates``, where someone
+   observes applied updates: (observers, record type, frame, tiers, broadcast); a value the hot entry applied is
+   then published here as record(frame, tiers, names, seconds, events) (seconds: this call's time), as
+   Broadcast.emit does it. */
 static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyDict_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "drain_one(pending, pending._lock, pending._params (a dict), table)");
+    PyObject *updates = nargs == 5 ? args[4] : Py_None;
+    if ((nargs != 4 && nargs != 5) || !PyDict_CheckExact(args[2])
+        || (updates != Py_None && (!PyTuple_Check(updates) || PyTuple_GET_SIZE(updates) != 5
+                                   || !PyTuple_Check(PyTuple_GET_ITEM(updates, 0))
+                                   || !PyType_Check(PyTuple_GET_ITEM(updates, 1))
+                                   || !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(updates, 1),
+                                                        &PyTuple_Type)))) {
+        PyErr_SetString(PyExc_TypeError, "drain_one(pending, pending._lock, pending._params (a dict), table"
+                                         "[, (observers, record type, frame, tiers, broadcast) or None])");
         return NULL;
     }
+    if (updates == Py_None) return drain(args);
+    double t0 = now_seconds();
+    PyObject *out = drain(args);
+    if (out == NULL || PyTuple_GET_ITEM(out, 0) == Py_None) return out;
+    PyTypeObject *type = (PyTypeObject *)PyTuple_GET_ITEM(updates, 1);
+    PyObject *seconds = PyFloat_FromDouble(now_seconds() - t0);
+    PyObject *record = seconds != NULL ? type->tp_alloc(type, 5) : NULL; /* (as tuple.__new__ makes it) */
+    if (record == NULL) {
+        Py_XDECREF(seconds);
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(record, 0, Py_NewRef(PyTuple_GET_ITEM(updates, 2)));
+    PyTuple_SET_ITEM(record, 1, Py_NewRef(PyTuple_GET_ITEM(updates, 3)));
+    PyTuple_SET_ITEM(record, 2, Py_NewRef(PyTuple_GET_ITEM(out, 0)));
+    PyTuple_SET_ITEM(record, 3, seconds);
+    PyTuple_SET_ITEM(record, 4, Py_NewRef(PyTuple_GET_ITEM(out, 2)));
+    int rc = emit(PyTuple_GET_ITEM(updates, 0), record, PyTuple_GET_ITEM(updates, 4), NULL);
+    Py_DECREF(record);
+    if (rc < 0) Py_CLEAR(out);
+    return out;
+}
+
+static PyObject *drain(PyObject *const *args) {
     PyObject *pending = args[0], *lock = args[1], *params = args[2], *table = args[3];
+    if (PyObject_TypeCheck(pending, &PendingType)) return drain_pending(pending, table); /* its fields, in C */
     PyObject *held = PyObject_CallMethodNoArgs(lock, s_locked);
     if (held == NULL) return NULL;
     int acquire = PyObject_IsTrue(held);
@@ -324,6 +428,12 @@ static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t n
         Py_DECREF(events);
         return out;
     }
+    return apply_one(table, key, value, events);
+}
+
+/* The drain's end for one value (references to key, value and events are stolen): its hot entry applies it ->
+   (names, None, events); else (None, {key: value}, events). */
+static PyObject *apply_one(PyObject *table, PyObject *key, PyObject *value, PyObject *events) {
     PyObject *entry = PyObject_GetItem(table, key); /* a dict subclass: __missing__ makes the entry */
     PyObject *names = NULL, *out = NULL;
     int applied = 0;
@@ -355,6 +465,362 @@ static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t n
     return out;
 }
 
+/* ---- the setter's side: PendingBase and ParamBase (see the top of this file) ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *lock, *locked; /* _lock and its bound ``locked`` (made once, when _lock is set) */
+    PyObject *params;        /* _params */
+    Py_ssize_t count, others;
+    PyObject *observed;      /* _observed */
+    PyObject *event_type;    /* _event_type: ParameterChanged (NULL: _publish_value, in Python, publishes) */
+} PendingObject;
+
+static PyObject *s_publish_value, *s_sink, *s_id, *s_set_value, *s_changes;
+
+/* emit(observers, item, broadcast): ``emit`` above, for Python (the engine's AppliedUpdate on the hot path) */
+static PyObject *emit_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "emit(observers (a tuple), item, broadcast)");
+        return NULL;
+    }
+    if (emit(args[0], args[1], args[2], NULL) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* A value just folded, as a ParameterChanged(block, name, value) to the observers of parameter changes. */
+static int publish_value(PendingObject *self, PyObject *key, PyObject *value) {
+    PyTypeObject *type = (PyTypeObject *)self->event_type;
+    if (type == NULL || !PyType_Check(type) || !PyType_IsSubtype(type, &PyTuple_Type) || !PyTuple_Check(key)
+        || PyTuple_GET_SIZE(key) != 2) {
+        PyObject *r = PyObject_CallMethodObjArgs((PyObject *)self, s_publish_value, key, value, NULL);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    PyObject *event = type->tp_alloc(type, 3); /* (as tuple.__new__ makes a subclass's instance) */
+    if (event == NULL) return -1;
+    PyTuple_SET_ITEM(event, 0, Py_NewRef(PyTuple_GET_ITEM(key, 0)));
+    PyTuple_SET_ITEM(event, 1, Py_NewRef(PyTuple_GET_ITEM(key, 1)));
+    PyTuple_SET_ITEM(event, 2, Py_NewRef(value));
+    int rc = emit(self->observed, event, (PyObject *)self, s_changes);
+    Py_DECREF(event);
+    return rc;
+}
+
+/* Take the pending plan's lock where another thread holds it (1), or go on without it (0: with the GIL held
+   throughout, no other thread can enter a section it guards before this returns); -1 on error. */
+static int lock_if_held(PyObject *lock, PyObject *locked) {
+    PyObject *held = PyObject_CallNoArgs(locked);
+    if (held == NULL) return -1;
+    int acquire = PyObject_IsTrue(held);
+    Py_DECREF(held);
+    if (acquire <= 0) return acquire;
+    PyObject *r = PyObject_CallMethodNoArgs(lock, s_acquire); /* (the GIL is released while it waits) */
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 1;
+}
+
+static int unlock(PyObject *lock) {
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    int failed = PyErr_Occurred() != NULL;
+    if (failed) PyErr_Fetch(&et, &ev, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+    if (failed) PyErr_Restore(et, ev, tb);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return failed ? -1 : 0;
+}
+
+static int pending_fold(PendingObject *self, PyObject *key, PyObject *value) {
+    if (self->lock == NULL || self->params == NULL || self->observed == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "PendingBase: _lock, _params and _observed are set by __init__");
+        return -1;
+    }
+    int taken = lock_if_held(self->lock, self->locked);
+    if (taken < 0) return -1;
+    PyObject *params = self->params;
+    int failed = !PyDict_Check(params);
+    if (failed) PyErr_SetString(PyExc_TypeError, "PendingBase: _params is a dict");
+    else failed = PyDict_SetItem(params, key, value) < 0;
+    if (!failed) self->count++;
+    if (taken && unlock(self->lock) < 0) return -1;
+    if (failed) return -1;
+    if (PyTuple_Check(self->observed) && PyTuple_GET_SIZE(self->observed)) return publish_value(self, key, value);
+    return 0;
+}
+
+static PyObject *pending_set_value(PendingObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_value(key, value) takes two arguments");
+        return NULL;
+    }
+    if (pending_fold(self, args[0], args[1]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *pending_get_lock(PendingObject *self, void *closure) {
+    if (self->lock == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_lock");
+        return NULL;
+    }
+    return Py_NewRef(self->lock);
+}
+
+static int pending_set_lock(PendingObject *self, PyObject *lock, void *closure) {
+    if (lock == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_lock cannot be deleted");
+        return -1;
+    }
+    PyObject *locked = PyObject_GetAttr(lock, s_locked);
+    if (locked == NULL) return -1;
+    Py_XSETREF(self->locked, locked);
+    Py_XSETREF(self->lock, Py_NewRef(lock));
+    return 0;
+}
+
+static int pending_traverse(PendingObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->lock);
+    Py_VISIT(self->locked);
+    Py_VISIT(self->params);
+    Py_VISIT(self->observed);
+    Py_VISIT(self->event_type);
+    return 0;
+}
+
+static int pending_clear(PendingObject *self) {
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->locked);
+    Py_CLEAR(self->params);
+    Py_CLEAR(self->observed);
+    Py_CLEAR(self->event_type);
+    return 0;
+}
+
+static void pending_dealloc(PendingObject *self) { /* (a Python subclass's dealloc holds its type's reference) */
+    PyObject_GC_UnTrack(self);
+    pending_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef pending_members[] = {
+    {"_params", T_OBJECT_EX, offsetof(PendingObject, params), 0, "the pending values: (block id, name) -> value"},
+    {"count", T_PYSSIZET, offsetof(PendingObject, count), 0, "changes folded since the last drain"},
+    {"others", T_PYSSIZET, offsetof(PendingObject, others), 0, "... of which not parameter values"},
+    {"_observed", T_OBJECT_EX, offsetof(PendingObject, observed), 0, "who observes parameter changes (a tuple)"},
+    {"_event_type", T_OBJECT, offsetof(PendingObject, event_type), 0, "the type of a parameter change's event"},
+    {NULL},
+};
+
+static PyGetSetDef pending_getset[] = {
+    {"_lock", (getter)pending_get_lock, (setter)pending_set_lock, "the lock producers fold under", NULL},
+    {NULL},
+};
+
+static PyMethodDef pending_methods[] = {
+    {"set_value", (PyCFunction)(void (*)(void))pending_set_value, METH_FASTCALL,
+     "set_value(key, value): fold a parameter's value (see the module's docstring)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PendingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rxcuda.cuda._hotpath.PendingBase",
+    .tp_basicsize = sizeof(PendingObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "the pending plan's hot fields and its set_value in C (see the module's docstring)",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)pending_dealloc,
+    .tp_traverse = (traverseproc)pending_traverse,
+    .tp_clear = (inquiry)pending_clear,
+    .tp_members = pending_members,
+    .tp_getset = pending_getset,
+    .tp_methods = pending_methods,
+};
+
+/* drain_one for a PendingBase: the same, reading and writing its fields directly */
+static PyObject *drain_pending(PyObject *pending, PyObject *table) {
+    PendingObject *self = (PendingObject *)pending;
+    if (self->lock == NULL || self->params == NULL || !PyDict_CheckExact(self->params)) {
+        PyErr_SetString(PyExc_TypeError, "drain_one: the pending plan's _lock and _params (a dict) are not set");
+        return NULL;
+    }
+    int taken = lock_if_held(self->lock, self->locked);
+    if (taken < 0) return NULL;
+    PyObject *params = self->params, *key = NULL, *value = NULL, *taken_params = NULL;
+    PyObject *events = PyLong_FromSsize_t(self->count);
+    int failed = events == NULL;
+    if (!failed) {
+        self->count = self->others; /* 0 unless a change of another kind just arrived (drained next time) */
+        if (PyDict_GET_SIZE(params) == 1) {
+            Py_ssize_t pos = 0;
+            PyObject *k, *v;
+            PyDict_Next(params, &pos, &k, &v);
+            key = Py_NewRef(k);
+            value = Py_NewRef(v);
+            failed = PyDict_DelItem(params, key) < 0; /* (its dict stays: no new one made and the old one freed) */
+        } else {
+            PyObject *fresh = PyDict_New();
+            failed = fresh == NULL;
+            if (!failed) {
+                taken_params = params; /* (the field's reference, handed to the caller) */
+                self->params = fresh;
+            }
+        }
+    }
+    if (taken && unlock(self->lock) < 0) failed = 1;
+    if (failed) {
+        Py_XDECREF(events);
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        Py_XDECREF(taken_params);
+        return NULL;
+    }
+    if (taken_params != NULL) {
+        PyObject *out = PyTuple_Pack(3, Py_None, taken_params, events);
+        Py_DECREF(taken_params);
+        Py_DECREF(events);
+        return out;
+    }
+    return apply_one(table, key, value, events);
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *name, *dtype, *value, *block, *check, *min, *max, *step, *plain, *lo, *hi;
+} ParamObject;
+
+/* 1: ``v`` passes the fast test unchanged (exactly type _plain, within [_lo, _hi]); 0: it needs _check; -1: error */
+static int param_fast(ParamObject *self, PyObject *v) {
+    if (self->plain == NULL || (PyObject *)Py_TYPE(v) != self->plain || self->lo == NULL || self->hi == NULL)
+        return 0;
+    if (PyFloat_CheckExact(v) && PyFloat_CheckExact(self->lo) && PyFloat_CheckExact(self->hi)) {
+        double d = PyFloat_AS_DOUBLE(v); /* NaN fails both comparisons, as in Python */
+        return PyFloat_AS_DOUBLE(self->lo) <= d && d <= PyFloat_AS_DOUBLE(self->hi);
+    }
+    int ok = PyObject_RichCompareBool(self->lo, v, Py_LE);
+    if (ok > 0) ok = PyObject_RichCompareBool(v, self->hi, Py_LE);
+    return ok;
+}
+
+static PyObject *param_get_value(ParamObject *self, void *closure) {
+    if (self->value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "value");
+        return NULL;
+    }
+    return Py_NewRef(self->value);
+}
+
+static int param_set_value(ParamObject *self, PyObject *v, void *closure) {
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a parameter's value cannot be deleted");
+        return -1;
+    }
+    int fast = param_fast(self, v);
+    if (fast < 0) return -1;
+    PyObject *value;
+    if (fast) {
+        value = Py_NewRef(v);
+    } else {
+        if (self->check == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "_check");
+            return -1;
+        }
+        value = PyObject_CallOneArg(self->check, v);
+        if (value == NULL) return -1;
+    }
+    Py_XSETREF(self->value, value);
+    if (self->block == NULL || self->name == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_block");
+        return -1;
+    }
+    PyObject *sink = PyObject_GetAttr(self->block, s_sink);
+    if (sink == NULL) return -1;
+    int rc = 0;
+    if (sink != Py_None) {
+        PyObject *id = PyObject_GetAttr(self->block, s_id);
+        PyObject *key = id != NULL ? PyTuple_Pack(2, id, self->name) : NULL;
+        Py_XDECREF(id);
+        if (key == NULL) {
+            rc = -1;
+        } else if (PyObject_TypeCheck(sink, &PendingType)) {
+            rc = pending_fold((PendingObject *)sink, key, value);
+        } else {
+            PyObject *r = PyObject_CallMethodObjArgs(sink, s_set_value, key, value, NULL);
+            rc = r == NULL ? -1 : 0;
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(key);
+    }
+    Py_DECREF(sink);
+    return rc;
+}
+
+static int param_traverse(ParamObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->name);
+    Py_VISIT(self->dtype);
+    Py_VISIT(self->value);
+    Py_VISIT(self->block);
+    Py_VISIT(self->check);
+    Py_VISIT(self->min);
+    Py_VISIT(self->max);
+    Py_VISIT(self->step);
+    Py_VISIT(self->plain);
+    Py_VISIT(self->lo);
+    Py_VISIT(self->hi);
+    return 0;
+}
+
+static int param_clear(ParamObject *self) {
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->dtype);
+    Py_CLEAR(self->value);
+    Py_CLEAR(self->block);
+    Py_CLEAR(self->check);
+    Py_CLEAR(self->min);
+    Py_CLEAR(self->max);
+    Py_CLEAR(self->step);
+    Py_CLEAR(self->plain);
+    Py_CLEAR(self->lo);
+    Py_CLEAR(self->hi);
+    return 0;
+}
+
+static void param_dealloc(ParamObject *self) { /* (a Python subclass's dealloc holds its type's reference) */
+    PyObject_GC_UnTrack(self);
+    param_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+#define PARAM_FIELD(name, field) {name, T_OBJECT_EX, offsetof(ParamObject, field), 0, NULL}
+static PyMemberDef param_members[] = {
+    PARAM_FIELD("name", name), PARAM_FIELD("dtype", dtype), PARAM_FIELD("_value", value),
+    PARAM_FIELD("_block", block), PARAM_FIELD("_check", check), PARAM_FIELD("_min", min), PARAM_FIELD("_max", max),
+    PARAM_FIELD("_step", step), PARAM_FIELD("_plain", plain), PARAM_FIELD("_lo", lo), PARAM_FIELD("_hi", hi),
+    {NULL},
+};
+
+static PyGetSetDef param_getset[] = {
+    {"value", (getter)param_get_value, (setter)param_set_value,
+     "The parameter's value. Setting it checks the value (its type, range and, for a count, the buffers it "
+     "counts) and folds it into the engine's pending plan: the next frame runs with it.", NULL},
+    {NULL},
+};
+
+static PyTypeObject ParamType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rxcuda.cuda._hotpath.ParamBase",
+    .tp_basicsize = sizeof(ParamObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "a parameter's fields and its value setter in C (see the module's docstring)",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)param_dealloc,
+    .tp_traverse = (traverseproc)param_traverse,
+    .tp_clear = (inquiry)param_clear,
+    .tp_members = param_members,
+    .tp_getset = param_getset,
+};
+
 /* noop_set_params: the address of a function with cuGraphExecKernelNodeSetParams's signature that does nothing
    and returns 0; bench/frame.py --null measures the host's share with it. */
 static int noop_set_params(void *e, void *n, void *p) {
@@ -369,6 +835,8 @@ static PyObject *noop_address(PyObject *module, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"drain_one", (PyCFunction)(void (*)(void))drain_one, METH_FASTCALL,
      "drain_one(pending, lock, params, table) -> (names, None, events) | (None, params, events)"},
+    {"emit", (PyCFunction)(void (*)(void))emit_py, METH_FASTCALL,
+     "emit(observers, item, broadcast): hand item to each observer as Broadcast.emit does"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a set-params function that does nothing"},
     {NULL, NULL, 0, NULL},
 };
@@ -378,19 +846,28 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
-    if (PyType_Ready(&ApplyType) < 0) return NULL;
+    if (PyType_Ready(&ApplyType) < 0 || PyType_Ready(&PendingType) < 0 || PyType_Ready(&ParamType) < 0) return NULL;
     s_params = PyUnicode_InternFromString("_params");
     s_count = PyUnicode_InternFromString("count");
     s_others = PyUnicode_InternFromString("others");
     s_acquire = PyUnicode_InternFromString("acquire");
     s_release = PyUnicode_InternFromString("release");
     s_locked = PyUnicode_InternFromString("locked");
-    if (!s_locked || !s_params || !s_count || !s_others || !s_acquire || !s_release) return NULL;
+    s_publish_value = PyUnicode_InternFromString("_publish_value");
+    s_sink = PyUnicode_InternFromString("_sink");
+    s_id = PyUnicode_InternFromString("id");
+    s_set_value = PyUnicode_InternFromString("set_value");
+    s_on_next = PyUnicode_InternFromString("on_next");
+    s_failed = PyUnicode_InternFromString("failed");
+    s_changes = PyUnicode_InternFromString("_changes");
+    if (!s_locked || !s_params || !s_count || !s_others || !s_acquire || !s_release || !s_publish_value || !s_sink
+        || !s_id || !s_set_value || !s_on_next || !s_failed || !s_changes)
+        return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    Py_INCREF(&ApplyType);
-    if (PyModule_AddObject(m, "Apply", (PyObject *)&ApplyType) < 0) {
-        Py_DECREF(&ApplyType);
+    if (PyModule_AddObjectRef(m, "Apply", (PyObject *)&ApplyType) < 0
+        || PyModule_AddObjectRef(m, "PendingBase", (PyObject *)&PendingType) < 0
+        || PyModule_AddObjectRef(m, "ParamBase", (PyObject *)&ParamType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -470,6 +470,9 @@ class NullDriver:
     def cuGraphLaunch(self, graph_exec, stream):
         return self._call("cuGraphLaunch", (int(graph_exec), int(stream)))
 
+    def cuGraphNodeSetEnabled(self, graph_exec, node, enabled):
+        return self._call("cuGraphNodeSetEnabled", (int(graph_exec), int(node), int(enabled)))
+
     def cuGraphExecKernelNodeSetParams(self, graph_exec, node, params):
         return self._call("cuGraphExecKernelNodeSetParams", (int(graph_exec), int(node)))
 

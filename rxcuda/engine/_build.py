@@ -88,6 +88,7 @@ class Builder:
         self._occupancy_warnings: list = []
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
         self.grown = 0  # builds that grew the running graph's template in place (CompiledGraph.grow)
+        self.shrunk = 0  # builds that took nodes off the running graph's end in place (CompiledGraph.shrink)
         # the last build's shared groups, by their first buffer: (their buffers, largest sizes: see _group_sizes)
         self._group_bytes: dict[int, tuple] = {}
         self.last_in_place = False
@@ -215,14 +216,20 @@ class Builder:
                 pointers[b.id] = buf.ptr
             if acquired:  # new buffers start zeroed: a few memsets over adjacent buffers, on the engine's stream
                 rt.pool.zero(acquired, rt.stream)
-            ids = frozenset(map(_ID, desc.blocks))  # (the blocks present: what grow may drop, what is kept)
+            ids = frozenset(map(_ID, desc.blocks))  # (the blocks present: what shrink or grow may drop, what is kept)
             if gp.stamps is not None:
                 ring = StampRing(rt.api, rt.modules.load(stamp_code()).function, len(gp.stamps.names))
             if not background and running is not None and ring is None and running.api is rt.api:
-                # nodes added after, or removed from, the end: the running graph's template grows in place
-                new = CompiledGraph.grow(running, gp, functions, pointers, ids, capture=self.capture)
+                # nodes removed from the end: disabled in the running executable graph, which carries on (nothing
+                # instantiated); nodes added after the end (and some removed): the running graph's template grows
+                # in place. (Nothing below can fail once shrink took the running executable graph over.)
+                new = CompiledGraph.shrink(running, gp, functions, pointers, ids)
                 if new is not None:
-                    self.grown += 1
+                    self.shrunk += 1
+                else:
+                    new = CompiledGraph.grow(running, gp, functions, pointers, ids, capture=self.capture)
+                    if new is not None:
+                        self.grown += 1
             if new is None:
                 new = CompiledGraph(gp, functions, pointers, rt.device.context, capture=self.capture, fast=rt.fast,
                                     api=rt.api, stamps=ring, previous=running)
@@ -230,7 +237,7 @@ class Builder:
             if rt.stamps == "kernel":
                 self._occupancy(gp, functions)
             if new.exec is not None:
-                pass  # grown: instantiated already
+                pass  # grown (instantiated already) or shrunk (the running one)
             elif background or running is None or not new.adopt_exec(running):
                 new.instantiate()
                 if background:  # its first launch, on the frame thread, then finds it on the device
@@ -296,10 +303,11 @@ class Builder:
             DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)
         keep = job.ids
         if later is None:
-            self.retire(job.new, job.buffers)
+            self.retire(job.new, job.buffers, defer=True)
             self.delays.built(gp, desc, pointers, job.new_delays)  # frame-0 values of new or reconnected delays
             self.release_library_state(keep=set(keep))
-            rt.modules.prune(job.codes)
+            # (the old graph's modules stay loaded until the next build: it is destroyed after the next launch)
+            rt.modules.prune(job.codes | self.codes if rt.retired else job.codes)
         else:  # the old graph's frames may still run: it, and what only it used, go once they are done
             rt.graph = job.new
             for key in job.unused:  # memory reused only by work queued after this on the engine's stream
@@ -385,13 +393,20 @@ class Builder:
                 continue
             copy_dtod_async(pointers[bid], old.pointers[old_bid], gp.buffers[bid].nbytes, rt.stream, api=rt.api)
 
-    def retire(self, new: CompiledGraph | None, buffers: dict) -> None:
-        """Make ``new`` the running graph; free the old one and the buffers it alone used."""
+    def retire(self, new: CompiledGraph | None, buffers: dict, defer: bool = False) -> None:
+        """Make ``new`` the running graph; free the old one and the buffers it alone used. ``defer``: the old
+        graph's destruction (``cuGraphExecDestroy``, ~0.4 ms for 1000 nodes on an H200) waits in ``rt.retired``
+        for the next frame's launch, so that it overlaps that frame on the GPU (``Runtime.close_retired``)."""
         rt = self.rt
         old, rt.graph = rt.graph, new
         if old is not None:
             rt.synchronize()  # the old exec may be running; wait before its buffers go back to the pool
-            old.close()
+            if defer:
+                rt.retired.append(old)
+            else:
+                old.close()
+        if not defer and rt.retired:
+            rt.close_retired()
         for key, buf in self.buffers.items():
             if key not in buffers:
                 rt.pool.release(buf)

@@ -5,11 +5,13 @@ connections, bindings, fed inputs) and the graph now running. One per engine; on
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
+from ..cuda import _native
 from ..cuda._device import Device
 from ..cuda._fast import FastDriver
 from ..cuda._graph import CompiledGraph
@@ -17,6 +19,7 @@ from ..cuda._memory import BufferPool, ExternalArray
 from ..cuda._modules import ModuleCache
 from ..cuda._stream import destroy_stream, synchronize
 from ..model._describe import BlockEntry, Connection, ExternalBinding, PipelineDescription, PortRef
+from ..model._events import ParameterChanged
 from ..plan._index import PipelineIndex
 from ..streams._coalesce import PendingPlan
 from ._records import Reporter
@@ -45,6 +48,9 @@ class Runtime:
     stamps: str | None = None  # profiling: the graph gets a timestamp node per "block" or per "kernel"
     occupancy: dict = attrs.field(factory=dict)  # (block id, kernel) -> theoretical occupancy (per_kernel+)
     graph: CompiledGraph | None = None
+    # graphs a direct tick's rebuild replaced, idle, destroyed right after the next frame's launch (so that the
+    # driver's work of destroying them overlaps that frame on the GPU) or when the engine closes
+    retired: list = attrs.field(factory=list)
     preparing: bool = False  # a new graph is being prepared off the frame thread (rxcuda.engine._prepare)
     # tiers applied between frames (a read, array() or write that needed the pending changes first): the next
     # frame is the first to run with them, so it reports them (Frame.tiers)
@@ -75,7 +81,7 @@ class Runtime:
         rt: Runtime
         rt = cls(device=device, api=api, fast=FastDriver(api=api), stream=device.create_stream(),
                  capture_stream=device.create_stream(), pool=BufferPool(api), modules=ModuleCache(api),
-                 pending=PendingPlan(on_change_error), reporter=Reporter(blocks, lambda: rt.frame), blocks=blocks)
+                 pending=pending_plan(on_change_error), reporter=Reporter(blocks, lambda: rt.frame), blocks=blocks)
         return rt
 
     def snapshot(self) -> PipelineDescription:
@@ -115,6 +121,12 @@ class Runtime:
     def is_connected(self, ref: PortRef) -> bool:
         return ref in self.connections
 
+    def close_retired(self) -> None:
+        """Destroy the graphs waiting in ``retired`` (idle: their last frames were waited for)."""
+        retired, self.retired = self.retired, []
+        for g in retired:
+            g.close()
+
     def synchronize(self) -> None:
         synchronize(self.stream, api=self.api)
 
@@ -126,6 +138,24 @@ class Runtime:
         quietly(self.pool.close)
         for s in (self.stream, self.capture_stream):
             quietly(lambda s=s: destroy_stream(s, api=self.api))
+
+
+def pending_plan(on_change_error=None) -> PendingPlan:
+    """An engine's pending plan: with its hot fields and its fold (``set_value``) in C where the compiled path
+    builds (rxcuda.cuda._native: ``PendingBase`` before PendingPlan, whose methods read the same fields), so that a
+    parameter's setter in C (rxcuda.blocks.Parameter) folds a value without a Python call; else a PendingPlan."""
+    pending = _pending_type()(on_change_error)
+    if type(pending) is not PendingPlan:
+        cast(Any, pending)._event_type = ParameterChanged  # (what its set_value publishes, made in C)
+    return pending
+
+
+@functools.cache
+def _pending_type() -> type[PendingPlan]:
+    native = _native.hotpath()
+    if native is None:
+        return PendingPlan
+    return type("PendingPlan", (native.PendingBase, PendingPlan), {"__module__": __name__, "__slots__": ()})
 
 
 def quietly(fn) -> None:

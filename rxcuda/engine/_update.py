@@ -100,11 +100,13 @@ _NATIVE_KINDS = {("f", 2): "e", ("f", 4): "f", ("f", 8): "d", ("i", 1): "b", ("i
                  ("i", 8): "q", ("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "Q", ("b", 1): "?"}
 
 
-def _drain_one(pending, lock, params: dict, table) -> tuple:
+def _drain_one(pending, lock, params: dict, table, updates: tuple | None = None) -> tuple:
     """The drain of ``Updater.apply_pending`` in Python, as the compiled ``drain_one`` does it: under the pending
     plan's lock (``lock``), take the values (``params``, its dict) and reset its count; a single value whose hot
     entry takes it is applied here. (names, None, events) when it was; (None, the values for the general path,
-    events) otherwise."""
+    events) otherwise. ``updates``, where someone observes applied updates: (observers, record type, frame, tiers,
+    broadcast); a value applied here is then published as record(frame, tiers, names, seconds, events)."""
+    t0 = _now() if updates is not None else 0
     lock.acquire()  # (nothing between can raise)
     events = pending.count
     pending.count = pending.others  # 0 unless a change of another kind just arrived (drained next time)
@@ -116,6 +118,14 @@ def _drain_one(pending, lock, params: dict, table) -> tuple:
     lock.release()
     apply, names = table[key]
     if apply is not None and apply(value):
+        if updates is not None:  # Broadcast.emit, inline
+            observers, record, frame, tiers, broadcast = updates
+            done = _tuple_new(record, (frame, tiers, names, (_now() - t0) / 1e9, events))
+            for observer in observers:
+                try:
+                    observer.on_next(done)
+                except Exception as e:
+                    broadcast.failed(e, done)
         return names, None, events
     return None, {key: value}, events
 
@@ -174,19 +184,14 @@ class Updater:
         if self._hot_graph is not g or self._hot_plan is not g.plan:
             self._rearm(g)
         observed = self.updates.observers
-        t0 = _now() if observed else 0
-        # the drain of values alone: one value that kernel nodes alone read is applied by the drain itself
-        names, params, events = self._drain_one(pending, pending._lock, pending._params, self._hot)
+        # the drain of values alone: one value that kernel nodes alone read is applied (and its AppliedUpdate
+        # published) by the drain itself
+        names, params, events = self._drain_one(
+            pending, pending._lock, pending._params, self._hot,
+            (observed, AppliedUpdate, rt.frame + 1, _PARAMETERS, self.updates) if observed else None)
         if names is not None:
-            if observed:  # Broadcast.emit, inline
-                done = _tuple_new(AppliedUpdate, (rt.frame + 1, _PARAMETERS, names, (_now() - t0) / 1e9, events))
-                for observer in observed:
-                    try:
-                        observer.on_next(done)
-                    except Exception as e:
-                        self.updates.failed(e, done)
             return _PARAMETERS
-        return self._general(params, events, observed, t0, raise_errors)
+        return self._general(params, events, observed, _now() if observed else 0, raise_errors)
 
     def _general(self, params: dict, events: int, observed, t0: int, raise_errors: bool) -> tuple[Tier, ...]:
         """The values ``apply_pending`` drained that its hot path did not take: through the count limits and

@@ -34,11 +34,15 @@ class Broadcast:
     False
     """
 
-    def __init__(self, on_error: Callable[[Exception, Any], None] | None = None) -> None:
+    def __init__(self, on_error: Callable[[Exception, Any], None] | None = None,
+                 on_observers: Callable[[], None] | None = None) -> None:
         self.observers: tuple[abc.ObserverBase, ...] = ()
         self._lock = threading.Lock()
         self._closed = False
         self._on_error = on_error
+        # called after ``observers`` changed (a subscription came or went): for a publisher that keeps its own
+        # copy of who listens where its hot path reads it (rxcuda.streams._coalesce.PendingPlan._observed)
+        self._on_observers = on_observers
         self.observable: Observable = _Subscribers(self)
 
     def add(self, observer: abc.ObserverBase) -> abc.DisposableBase:
@@ -47,10 +51,14 @@ class Broadcast:
                 observer.on_completed()
                 return Disposable()
             self.observers = self.observers + (observer,)
+        if self._on_observers is not None:
+            self._on_observers()
 
         def dispose() -> None:
             with self._lock:
                 self.observers = tuple(o for o in self.observers if o is not observer)
+            if self._on_observers is not None:
+                self._on_observers()
 
         return Disposable(dispose)
 
@@ -79,6 +87,8 @@ class Broadcast:
                 return
             self._closed = True
             observers, self.observers = self.observers, ()
+        if self._on_observers is not None:
+            self._on_observers()
         for observer in observers:
             try:
                 observer.on_completed()

@@ -90,19 +90,27 @@ class PendingPlan:
 
     ``set_parameter`` is the hot path (no event object unless someone subscribed to ``changes``);
     ``add`` takes any change event.
+
+    The engine's pending plan is a subclass with the compiled path's ``PendingBase`` first
+    (rxcuda.engine._runtime.pending_plan): its hot fields (``_lock``, ``_params``, ``count``, ``others``,
+    ``_observed``) live in C, and ``set_value`` is its C twin of the one below.
     """
 
     def __init__(self, on_subscriber_error=None) -> None:
         self._lock = threading.Lock()
+        self._observed: tuple = ()  # the observers of parameter changes: ``changes``' and ``of_type``'s, in order
         # on_subscriber_error(err, event): where a failing subscriber of ``changes`` is reported (the
         # change itself is folded first, so it is never lost); None lets the error reach the producer
-        self._changes = Broadcast(on_error=on_subscriber_error)
+        self._changes = Broadcast(on_error=on_subscriber_error, on_observers=self._observers_changed)
         # what ``of_type`` subscribers hear, split by kind so that a parameter change reaches only those who asked
         # for parameter changes (the live view subscribes to parameter and structure changes: before the split
         # both Rx filters ran on every parameter change)
-        self._values = Broadcast(on_error=on_subscriber_error)  # ParameterChanged
+        self._values = Broadcast(on_error=on_subscriber_error, on_observers=self._observers_changed)
         self._others = Broadcast(on_error=on_subscriber_error)  # every other change event
         self._reset()
+
+    def _observers_changed(self) -> None:
+        self._observed = self._changes.observers + self._values.observers
 
     def _reset(self) -> None:
         self._structure: list = []
@@ -137,14 +145,18 @@ class PendingPlan:
         self._params[key] = value
         self.count += 1
         lock.release()
-        every, values = self._changes.observers, self._values.observers
-        if every or values:  # Broadcast.emit of both, inline
-            event = _tuple_new(ParameterChanged, (key[0], key[1], value))
-            for observer in every + values:
-                try:
-                    observer.on_next(event)
-                except Exception as e:
-                    self._changes.failed(e, event)
+        if self._observed:
+            self._publish_value(key, value)
+
+    def _publish_value(self, key: tuple[int, str], value) -> None:
+        """A value just folded, as a ParameterChanged to its observers (``changes``' and ``of_type``'s): Broadcast.emit
+        of both, inline."""
+        event = _tuple_new(ParameterChanged, (key[0], key[1], value))
+        for observer in self._observed:
+            try:
+                observer.on_next(event)
+            except Exception as e:
+                self._changes.failed(e, event)
 
     def add(self, event) -> None:
         with self._lock:

@@ -115,13 +115,14 @@ def test_an_engine_starts_no_thread_beside_its_first_build(kernels):
 
 
 def test_blocks_added_and_removed_at_the_end_twenty_times_grow_the_graph_in_place(engine, rng, kernels):
-    """The common live edit: each block added after, or removed from, the end of the chain is built by growing
-    the running graph's template in place (``CompiledGraph.grow``), and the chain computes what NumPy does
+    """The common live edit: each block added after the end of the chain is built by growing the running graph's
+    template in place (``CompiledGraph.grow``), each removed from the end by disabling its node in the running
+    executable graph (``CompiledGraph.shrink``: nothing instantiated), and the chain computes what NumPy does
     after every edit, on a fresh input each time (the kept nodes' pointers moved when their output became
     an intermediate that shares memory, and back)."""
     chain, scales, x = _chain(engine, rng, kernels, 64)
     builder = engine._builder
-    grown = builder.grown
+    grown, shrunk = builder.grown, builder.shrunk
     for step in range(20):
         if step % 3 != 2:  # two added, one removed: the chain grows and shrinks at its end
             b, s = _mul(kernels, rng, f"end{step}")
@@ -135,7 +136,8 @@ def test_blocks_added_and_removed_at_the_end_twenty_times_grow_the_graph_in_plac
         x = rand(rng, N)
         engine.write(chain[0]["x"], x)
         _check(engine, chain, scales, x)
-        assert builder.grown == grown + step + 1, "the edit was built anew instead of grown in place"
+        assert builder.grown + builder.shrunk == grown + shrunk + step + 1, "the edit was built anew, not in place"
+    assert builder.shrunk == shrunk + 6  # every removal: no instantiation
     chain[3].set(scale=0.75)  # a value changed in the grown graph's exec reaches it
     scales[3] = 0.75
     _check(engine, chain, scales, x)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
+import pytest
 
 import rxcuda
 from rxcuda import Block
@@ -106,7 +107,7 @@ def test_adds_removes_middle_connects_and_resizes_plan_and_build_as_from_scratch
     _check(engine)
     engine.remove(extra)
     engine.tick()
-    assert builder.grown == 2
+    assert builder.grown == 1 and builder.shrunk == 1  # taken off the end in place (test_shrink.py)
     _check(engine)
     # a block put in the middle: the chain re-planned from there, its head taken over
     mid = engine.add(Block.from_kernel("scalar_mul", size=N, scale=0.5, name="mid"))
@@ -203,12 +204,15 @@ def test_a_grow_that_fails_to_instantiate_keeps_the_last_good_graph_and_its_temp
     engine.connect(blocks[-1]["out"], extra2["x"])
     engine.tick()  # re-planned from the changed block: built anew, then checked
     _check(engine)
-    # a removal whose instantiate fails: the node is gone from the template, so that graph grows no more
+    # a removal is taken off the running graph's end in place (test_shrink.py); where the driver refuses that, it
+    # grows (its node destroyed in the template, the template instantiated anew), and where that instantiation
+    # fails too, the last good graph keeps running: its node is gone from the template, so it grows no more
     g = engine._rt.graph
     engine.remove(extra2)
+    api.fail("cuGraphNodeSetEnabled")
     api.fail("cuGraphInstantiate", "CUDA_ERROR_OUT_OF_MEMORY")
     assert engine.tick().launched
-    assert engine._rt.graph is g
+    assert engine._rt.graph is g and builder.shrunk == 0
     if builder.grown:
         assert not g.growable
     engine.remove(blocks[-1])
@@ -228,15 +232,116 @@ def test_grown_graphs_hold_only_the_storages_their_kept_nodes_use(engine):
         engine.remove(extra)
         engine.tick()
         _check(engine)
-    assert builder.grown == 24
+    assert builder.grown == 12 and builder.shrunk == 12  # each removal taken off the end in place
     g = engine._rt.graph
     assert len(g.held) <= 5
     assert {id(n.storage) for n in g.nodes} <= {id(s) for s in (*g.held, g.args)}
 
 
+def _exec_calls(api, mark: int) -> list:
+    return [(name, args) for name, args in api.calls[mark:]
+            if name in ("cuGraphInstantiate", "cuGraphExecDestroy", "cuGraphUpload", "cuGraphNodeSetEnabled",
+                        "cuGraphDestroyNode", "cuGraphExecKernelNodeSetParams", "cuGraphKernelNodeSetParams")]
+
+
+@pytest.mark.parametrize("gone", [1, 3])
+def test_blocks_removed_from_the_end_are_disabled_in_the_running_executable_graph(engine, gone):
+    """A removal at the end instantiates nothing: the removed nodes are disabled in the running executable graph
+    and destroyed in its template, which the new graph takes over with the executable graph itself; the next
+    addition grows the template and instantiates it anew, and only then is that executable graph destroyed."""
+    api = engine._rt.api
+    blocks = _chain(engine, 8)
+    engine.tick()
+    builder = engine._builder
+    tail = blocks[-gone:]
+    nodes = {engine._rt.graph.plan.kernel_nodes[(b.id, "scalar_mul")] for b in tail}
+    handles = [engine._rt.graph.nodes[i].handle_int for i in sorted(nodes)]
+    exec_h = engine._rt.graph._exec_h
+    mark = len(api.calls)
+    for b in tail:
+        engine.remove(b)
+    assert engine.tick().tiers == ("structure",)
+    g = engine._rt.graph
+    assert builder.shrunk == 1 and g._exec_h == exec_h and len(g.nodes) == 8 - gone
+    calls = _exec_calls(api, mark)
+    assert sorted(a for n, a in calls if n == "cuGraphNodeSetEnabled") == sorted((exec_h, h, 0) for h in handles)
+    assert sorted(a[0] for n, a in calls if n == "cuGraphDestroyNode") == sorted(handles)
+    assert not [n for n, _ in calls if n in ("cuGraphInstantiate", "cuGraphExecDestroy", "cuGraphUpload")]
+    _check(engine)
+    blocks[0].params["scale"].value = 5.0  # the hot path reaches the kept nodes in the same executable graph
+    mark = len(api.calls)
+    assert engine.tick().tiers == ("parameters",)
+    assert ("cuGraphExecKernelNodeSetParams", (exec_h, g.nodes[0].handle_int)) in api.calls[mark:]
+    extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=2.0, name="again"))
+    engine.connect(blocks[-gone - 1]["out"], extra["x"])
+    mark = len(api.calls)
+    engine.tick()
+    calls = _exec_calls(api, mark)
+    assert [a for n, a in calls if n == "cuGraphExecDestroy"] == [(exec_h,)]  # built anew (block 0 changed)
+    assert [n for n, _ in calls].count("cuGraphInstantiate") == 1
+    _check(engine)
+    engine.close()
+    assert not api.leaks().get("exec")
+
+
+def test_a_removal_in_the_middle_is_not_taken_off_in_place(engine):
+    blocks = _chain(engine, 6)
+    engine.tick()
+    engine.remove(blocks[2])
+    engine.connect(blocks[1]["out"], blocks[3]["x"])
+    engine.tick()
+    assert engine._builder.shrunk == 0
+    _check(engine)
+
+
+def test_a_shrink_the_driver_refuses_part_way_enables_its_nodes_again_and_builds_otherwise(engine):
+    api = engine._rt.api
+    blocks = _chain(engine, 6)
+    engine.tick()
+    before = engine._rt.graph._exec_h
+    engine.remove(blocks[-1])
+    engine.remove(blocks[-2])
+    api.fail("cuGraphNodeSetEnabled", times=1)
+    mark = len(api.calls)
+    assert engine.tick().tiers == ("structure",)
+    enabled = [a for n, a in api.calls[mark:] if n == "cuGraphNodeSetEnabled"]
+    assert enabled[0][2] == 0 and enabled[-1][2] == 1 or len(enabled) == 1  # a disabled node enabled again
+    assert engine._builder.shrunk == 0 and engine._rt.graph._exec_h != before  # built otherwise (instantiated)
+    assert all(e.state == "ok" for e in engine.blocks)
+    _check(engine)
+
+
+def test_a_direct_ticks_rebuild_destroys_the_old_executable_graph_after_launching_the_new_one(engine):
+    """The old executable graph is idle once the rebuild waited for its frames; its destruction (~0.4 ms at 1000
+    nodes on an H200) comes after the new frame's launch, so that it overlaps that frame on the GPU."""
+    api = engine._rt.api
+    blocks = _chain(engine, 4)
+    engine.tick()
+    old = engine._rt.graph._exec_h
+    mid = engine.add(Block.from_kernel("scalar_mul", size=N, scale=2.0, name="mid"))
+    engine.disconnect(blocks[1]["out"], blocks[2]["x"])
+    engine.connect(blocks[1]["out"], mid["x"])
+    engine.connect(mid["out"], blocks[2]["x"])
+    mark = len(api.calls)
+    assert engine.tick().tiers == ("structure",)
+    new = engine._rt.graph._exec_h
+    order = [(n, a[0]) for n, a in api.calls[mark:] if n in ("cuGraphLaunch", "cuGraphExecDestroy")]
+    assert order == [("cuGraphLaunch", new), ("cuGraphExecDestroy", old)] and not engine._rt.retired
+    _check(engine)
+    # a rebuild outside a frame (a read needed it): the old graph waits for the next frame, or for close
+    engine.remove(mid)
+    engine.connect(blocks[1]["out"], blocks[2]["x"])
+    engine.read(blocks[-1]["out"])
+    assert [g._exec_h for g in engine._rt.retired] == [new]
+    assert api.count("cuGraphExecDestroy") == 1
+    engine.close()
+    assert not engine._rt.retired and not api.leaks().get("exec")
+
+
 def test_a_grow_keeps_to_plain_kernel_nodes_the_exec_has_not_changed(engine):
     """Grows one after another look at each graph's leading nodes once (CompiledGraph.plain); a kept node
-    changed in the executable graph alone (a value set) stops the next grow: that graph is built anew."""
+    changed in the executable graph alone (a value set) stops the next shrink or grow: that graph is built
+    anew."""
     blocks = _chain(engine, 6)
     engine.tick()
     builder = engine._builder
@@ -251,9 +356,13 @@ def test_a_grow_keeps_to_plain_kernel_nodes_the_exec_has_not_changed(engine):
     engine.tick()
     engine.remove(blocks.pop())
     engine.tick()
-    assert builder.grown == 3  # the exec's node 2 is ahead of the template's: built anew
+    assert builder.grown == 3 and builder.shrunk == 0  # the exec's node 2 is ahead of the template's: built anew
     _check(engine)
     engine.remove(blocks.pop())
     engine.tick()
-    assert builder.grown == 4  # the new graph grows again
+    assert builder.shrunk == 1 and engine._rt.graph.plain >= 6  # the new graph shrinks, and grows, again
+    extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name="extra4"))
+    engine.connect(blocks[-1]["out"], extra["x"])
+    engine.tick()
+    assert builder.grown == 4
     _check(engine)

@@ -1,0 +1,229 @@
+"""The setter's side of the compiled parameter path (rxcuda/cuda/_hotpath.c): ``ParamBase``, the fields and ``value``
+setter of rxcuda.blocks.Parameter, and ``PendingBase``, the hot fields and ``set_value`` of the engine's pending plan
+(rxcuda.engine._runtime.pending_plan). Each does what its Python twin does (``_Fields``, ``PendingPlan.set_value``):
+the same values kept, the same errors, the same events to the same observers, the lock honoured; and the drain
+publishes an AppliedUpdate as the Python drain does."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rxcuda.blocks._params import Parameter, _Fields
+from rxcuda.cuda import _native
+from rxcuda.engine._records import AppliedUpdate
+from rxcuda.engine._runtime import pending_plan
+from rxcuda.model._events import ParameterChanged
+from rxcuda.streams._coalesce import PendingPlan
+
+native = _native.hotpath()
+pytestmark = pytest.mark.skipif(native is None, reason=f"the compiled path does not build here: {_native.why_not} "
+                                                        "(install a C compiler and the Python headers)")
+
+
+class _Block:
+    """What a parameter reads of its block: its name (in messages), its id and its sink."""
+
+    def __init__(self, sink=None, id=7, name="blk"):
+        self._sink, self.id, self.name = sink, id, name
+
+
+def _pair(dtype, value, sink_c=None, sink_py=None, **declared):
+    """The same parameter twice: on the compiled base (Parameter) and on the Python one (_Fields)."""
+
+    class PyParameter(_Fields):
+        __slots__ = ()
+        __init__ = Parameter.__init__
+
+    return (Parameter(_Block(sink_c), "p", dtype, value, **declared),
+            PyParameter(_Block(sink_py), "p", dtype, value, **declared))
+
+
+def _outcome(param, value):
+    try:
+        param.value = value
+    except Exception as e:
+        return type(e).__name__, str(e).replace("PyParameter", "Parameter"), param.value
+    return "ok", param.value, type(param.value)
+
+
+def test_parameter_is_built_on_the_compiled_base_here():
+    assert Parameter.__mro__[1] is native.ParamBase
+    assert type(pending_plan()).__mro__[1:3] == (native.PendingBase, PendingPlan)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "i32", "u8", "i64"])
+def test_the_compiled_setter_keeps_and_refuses_what_the_python_one_does(dtype):
+    rng = np.random.default_rng()
+    values = [float(rng.standard_normal() * 100), int(rng.integers(-300, 300)), np.float32(rng.standard_normal()),
+              np.int16(rng.integers(-100, 100)), True, "2.5", None, float("nan"), float("inf"), 1e300, 2**70, -1,
+              255, 256, float(rng.uniform(-1, 1))]
+    c, py = _pair(dtype, 1)
+    for v in values:
+        assert _outcome(c, v) == _outcome(py, v), (dtype, v)
+
+
+def test_the_compiled_setter_checks_a_declared_range_and_a_range_of_ints_for_a_float():
+    c, py = _pair("f32", 0.5, min=0, max=1)  # int bounds of a float parameter: not the all-float fast test
+    for v in (0.25, 1, 0, 1.0000001, -0.5, 2, np.float64(0.75)):
+        assert _outcome(c, v) == _outcome(py, v), v
+
+
+def test_the_compiled_setter_folds_into_a_compiled_pending_plan_with_the_blocks_id():
+    pending = pending_plan()
+    block = _Block(pending, id=41)
+    p = Parameter(block, "gain", "f32", 1.0)
+    p.value = 2.5
+    block.id = 42  # (engine.replace hands a block's id over: the key is made at each set)
+    p.value = 3.5
+    assert pending.count == 2 and pending._params == {(41, "gain"): 2.5, (42, "gain"): 3.5}
+    block._sink = None
+    p.value = 4.5  # out of an engine: kept, folded nowhere
+    assert p.value == 4.5 and pending.count == 2
+
+
+def test_the_compiled_setter_calls_any_other_sinks_set_value():
+    seen = []
+
+    class Sink:
+        def set_value(self, key, value):
+            seen.append((key, value))
+
+    p = Parameter(_Block(Sink()), "gain", "i32", 1)
+    p.value = 5
+    p.value = np.int64(6)  # converted by the full check first
+    assert seen == [((7, "gain"), 5), ((7, "gain"), 6)] and type(seen[1][1]) is int
+
+
+def test_a_refused_value_is_neither_kept_nor_folded():
+    pending = pending_plan()
+    p = Parameter(_Block(pending), "gain", "f32", 1.0)
+    with pytest.raises(TypeError, match=r"blk\.p|blk\.gain"):
+        p.value = "loud"
+    assert p.value == 1.0 and pending.count == 0 and pending._params == {}
+    with pytest.raises(AttributeError):
+        del p.value
+
+
+def _both_pendings():
+    return pending_plan(), PendingPlan()
+
+
+def test_set_value_publishes_the_same_events_to_the_same_observers_in_c_and_in_python():
+    out = []
+    for pending in _both_pendings():
+        seen = []
+        subs = [pending.changes.subscribe(lambda e, seen=seen: seen.append(("changes", e))),
+                pending.of_type(ParameterChanged).subscribe(lambda e, seen=seen: seen.append(("values", e)))]
+        pending.set_value((3, "a"), 1.5)
+        subs[0].dispose()
+        pending.set_value((3, "b"), 2)
+        subs[1].dispose()
+        pending.set_value((3, "c"), 3)
+        assert pending._observed == ()
+        out.append((seen, dict(pending._params), pending.count))
+    assert out[0] == out[1]
+    seen = out[0][0]
+    assert seen[0] == ("changes", ParameterChanged(3, "a", 1.5)) and type(seen[0][1]) is ParameterChanged
+    assert [k for k, _ in seen] == ["changes", "values", "values"]
+
+
+def test_a_failing_observer_goes_to_the_pending_plans_error_handler_and_the_value_is_kept():
+    for make in (lambda on_error: pending_plan(on_error), PendingPlan):
+        failures, seen = [], []
+        pending = make(lambda err, event, failures=failures: failures.append((str(err), event)))
+
+        def boom(e):
+            raise ValueError("subscriber broke")
+
+        pending.changes.subscribe(boom)
+        pending.changes.subscribe(seen.append)
+        pending.set_value((1, "x"), 9.0)
+        assert failures == [("subscriber broke", ParameterChanged(1, "x", 9.0))]
+        assert seen == [ParameterChanged(1, "x", 9.0)] and pending._params == {(1, "x"): 9.0}
+
+
+def test_without_an_error_handler_a_failing_observer_reaches_the_producer():
+    pending = pending_plan()
+    pending.changes.subscribe(lambda e: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        pending.set_value((1, "x"), 1.0)
+    assert pending._params == {(1, "x"): 1.0} and pending.count == 1  # folded first: never lost
+
+
+def test_set_value_waits_for_a_producer_inside_its_section():
+    pending = pending_plan()
+    inside = threading.Event()
+
+    def producer():
+        with pending._lock:
+            inside.set()
+            pending._params[(2, "b")] = 2.0
+            time.sleep(0.05)  # set_value, called meanwhile, must wait here
+            pending.count += 1
+
+    t = threading.Thread(target=producer)
+    t.start()
+    inside.wait()
+    pending.set_value((1, "a"), 1.0)
+    t.join()
+    assert pending.count == 2 and pending._params == {(2, "b"): 2.0, (1, "a"): 1.0}
+    assert not pending._lock.locked()
+
+
+def test_many_threads_setting_lose_no_count():
+    pending = pending_plan()
+    params = [Parameter(_Block(pending, id=i), "v", "f64", 0.0) for i in range(4)]
+
+    def hammer(p):
+        for i in range(2000):
+            p.value = float(i)
+
+    threads = [threading.Thread(target=hammer, args=(p,)) for p in params]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert pending.count == 8000 and pending._params == {(i, "v"): 1999.0 for i in range(4)}
+
+
+@pytest.mark.parametrize("failing", [False, True])
+def test_the_compiled_drain_publishes_the_applied_update_as_the_python_drain_does(failing):
+    from rxcuda.engine._update import _drain_one
+    from rxcuda.streams._broadcast import Broadcast
+
+    out = []
+    for drain in (native.drain_one, _drain_one):
+        failures, seen = [], []
+        updates = Broadcast(on_error=lambda err, item, failures=failures: failures.append(str(err)))
+        if failing:
+            updates.observable.subscribe(lambda u: 1 / 0)
+        updates.observable.subscribe(seen.append)
+        pending = pending_plan()
+        pending.set_value((1, "scale"), 2.0)
+        table = {(1, "scale"): (lambda v: True, ("mul",))}
+        got = drain(pending, pending._lock, pending._params, table,
+                    (updates.observers, AppliedUpdate, 5, ("parameters",), updates))
+        assert got == (("mul",), None, 1)
+        (record,) = seen
+        assert type(record) is AppliedUpdate and 0 <= record.seconds < 1
+        out.append((record._replace(seconds=0), failures))
+    assert out[0] == out[1]
+    assert out[0][0] == AppliedUpdate(5, ("parameters",), ("mul",), 0, 1)
+    assert out[0][1] == (["division by zero"] if failing else [])
+
+
+def test_the_compiled_drain_publishes_nothing_for_a_value_it_did_not_apply():
+    seen = []
+    from rxcuda.streams._broadcast import Broadcast
+
+    updates = Broadcast()
+    updates.observable.subscribe(seen.append)
+    pending = pending_plan()
+    pending.set_value((1, "scale"), 2.0)
+    got = native.drain_one(pending, pending._lock, pending._params, {(1, "scale"): (None, ("mul",))},
+                           (updates.observers, AppliedUpdate, 5, ("parameters",), updates))
+    assert got == (None, {(1, "scale"): 2.0}, 1) and seen == []
+    with pytest.raises(TypeError, match="drain_one"):
+        native.drain_one(pending, pending._lock, pending._params, {}, ("not", "five"))
