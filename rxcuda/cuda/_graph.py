@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from operator import is_
 
 import numpy as np
 
@@ -92,6 +93,7 @@ class CompiledGraph:
         # crossing, or after a failed grow), and the nodes changed in the exec only since the build
         self.growable = crossing is None and stamps is None
         self.touched: set[int] = set()
+        self.plain = 0  # leading nodes known to be kernel nodes passing no conditional handle (grow)
         parents = plan.parents
         kinds = [kind_of(n) for n in plan.nodes]  # the one lookup per node: from here on, the nodes' methods
         self.regions = bool(parents) or any(k.conditional for k in kinds)
@@ -212,7 +214,7 @@ class CompiledGraph:
         g.pointers = dict(pointers)
         g.built = g.pointers.copy()
         g.exec, g._dirty, g.functions, g.regions = None, set(), functions, False
-        g.growable, g.touched = True, set()
+        g.growable, g.touched, g.plain = True, set(), k
         g.patches, g._consumers = _Table(g), None
         kept = old.nodes[:k]
         gone = old.nodes[k:]
@@ -231,7 +233,7 @@ class CompiledGraph:
             held = tuple(st for st in held if id(st) in live)
         g.held = held
         # kept nodes whose buffers moved: the new pointers in their arguments and in the template's node
-        moved = {bid for bid, ptr in pointers.items() if old.built.get(bid, ptr) != ptr}
+        moved = cls._moved(old, pointers)
         saved: list = []  # (node, [(view, index, old word)]) to restore on failure
         nodes = list(kept)
         added: list = []
@@ -303,7 +305,7 @@ class CompiledGraph:
             return None
         drv, exec_h = old.api, old.exec
         kept, gone = old.nodes[:k], old.nodes[k:]
-        moved = {bid for bid, ptr in pointers.items() if old.built.get(bid, ptr) != ptr}
+        moved = cls._moved(old, pointers)
         off: list = []
         saved: list = []  # (node, [(view, index, old word)]) to restore on failure
         try:
@@ -345,7 +347,7 @@ class CompiledGraph:
         g.pointers = dict(pointers)
         g.built = g.pointers.copy()
         g._dirty, g.functions, g.regions = set(), functions, False
-        g.growable, g.touched = True, set()
+        g.growable, g.touched, g.plain = True, set(), k
         g.patches, g._consumers = _Table(g), None
         g.args = None  # (no node of its own: the kept nodes' arguments are in the storages it holds)
         g.held = old.held + ((old.args,) if old.args is not None else ())
@@ -357,6 +359,13 @@ class CompiledGraph:
         return g
 
     @staticmethod
+    def _moved(old: CompiledGraph, pointers: Mapping[int, int]) -> set[int]:
+        """The buffers ``old`` was built with that have another address in ``pointers`` (the items' difference
+        is taken in C; a buffer ``old`` lacked has not moved)."""
+        built = old.built
+        return {bid for bid, _ in pointers.items() - built.items() if bid in built}
+
+    @staticmethod
     def _kept(old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
               present: frozenset | set) -> int | None:
         """How many leading nodes ``grow`` keeps of ``old``'s (None: it does not apply; see there)."""
@@ -365,15 +374,19 @@ class CompiledGraph:
             return None
         was, now = old.plan.nodes, plan.nodes
         limit = min(len(was), len(now))
-        k = 0
-        while k < limit and now[k] is was[k]:
-            k += 1
+        k = limit
+        if not all(map(is_, now[:limit], was[:limit])):  # (in C: an edit at the end keeps every one)
+            k = 0
+            while now[k] is was[k]:
+                k += 1
         if not k or (k == len(was) and k == len(now)) or plan.deps[:k] != old.plan.deps[:k]:
             return None  # nothing kept, or nothing changed (the exec update's case)
-        touched = old.touched
-        for i, node in enumerate(old.nodes[:k]):
-            if type(node) is not KernelNode or node.handle_slots or i in touched:
-                return None
+        plain, nodes = old.plain, old.nodes
+        while plain < k and type(nodes[plain]) is KernelNode and not nodes[plain].handle_slots:
+            plain += 1
+        old.plain = plain
+        if plain < k or (old.touched and min(old.touched) < k):
+            return None
         for node in old.nodes[k:]:
             if type(node) is not KernelNode or node.plan.block in present:
                 return None

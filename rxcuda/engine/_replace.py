@@ -19,7 +19,7 @@ from ..model import _dtypes
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import ForeignBlockError, UnknownPortError, ValidationError
 from ..model._events import BlockChanged, LaunchChanged
-from ..plan._plan import check_connection
+from ..plan._checks import check_connection
 from ._io import DataIO
 from ._runtime import Runtime
 

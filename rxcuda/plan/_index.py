@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ..model._describe import BlockDescription, Connection, PortRef
 from ..model._errors import ValidationError
+from ._checks import check_connection
 from ._order import cycle_message
-from ._plan import check_connection
 
 
 class PipelineIndex:

@@ -45,6 +45,7 @@ about a millisecond; on a chain the intermediates take two slots, the minimum.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from operator import attrgetter
 
 import attrs
 
@@ -53,6 +54,7 @@ from ..model._describe import PipelineDescription, PortRef
 from ..model._graphplan import GraphPlan, MemsetNodePlan, NodePlan
 
 _SHAREABLE = ("port", "internal")
+_SOURCE = attrgetter("src")
 # above this many top-level nodes no buffer shares: the ancestor bits would take n * n / 16 bytes
 MAX_NODES = 20_000
 
@@ -118,9 +120,15 @@ def holds_own_value(gp: GraphPlan, buffer: int) -> bool:
 def share_memory(gp: GraphPlan, desc: PipelineDescription) -> GraphPlan:
     """``gp`` with ``storage``/``shared`` filled in: which buffers share an allocation (see the module)."""
     groups = shared_groups(gp, desc)
-    if not groups:
-        return gp
-    storage = {m: group[0] for group in groups for m in group}
+    return with_groups(gp, groups) if groups else gp
+
+
+def with_groups(gp: GraphPlan, groups: tuple[tuple[int, ...], ...]) -> GraphPlan:
+    """``gp`` with the buffers of each group sharing its first one's memory (a group at a time, in C: a
+    chain's groups hold hundreds of buffers each)."""
+    storage: dict[int, int] = {}
+    for group in groups:
+        storage.update(dict.fromkeys(group, group[0]))
     return attrs.evolve(gp, storage=storage, shared=groups)
 
 
@@ -134,14 +142,15 @@ def pinned_buffers(gp: GraphPlan, desc: PipelineDescription) -> set[int]:
     delays: Mapping[int, int] = getattr(gp, "delays", {})
     pinned.update(delays)
     pinned.update(delays.values())
-    consumed = {(c.src.block, c.src.port) for c in desc.connections}
+    # the sources as PortRefs, collected in C; a plain (block, port) tuple equals its PortRef and hashes alike
+    consumed = set(map(_SOURCE, desc.connections))
     for entry in desc.blocks:
         for p in entry.desc.ports:
             if p.direction == "out" and (entry.id, p.name) not in consumed:
                 b = port_buffers.get(PortRef(entry.id, p.name))
                 if b is not None:
                     pinned.add(b)
-    for n in gp.nodes:
+    for n in gp.nodes if desc.regions else ():  # (no region nodes without regions)
         if getattr(n, "loops", False):  # a while/for region: its reads/writes are all its bodies use
             pinned.update(n.reads)
             pinned.update(n.writes)

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
-
 from ..model._describe import PipelineDescription
 from ..model._graphplan import GraphPlan, MemsetNodePlan
-from ._liveness import _SHAREABLE, MAX_NODES, _covers, pinned_buffers, place, share_memory
+from ._liveness import _SHAREABLE, MAX_NODES, _covers, pinned_buffers, place, share_memory, with_groups
 
 _EVERY = 32  # ready buffers between two checkpoints of the greedy assignment
 
@@ -64,10 +62,7 @@ def share(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept: 
     if prev is None or not 0 < kept <= len(prev.nodes) or prev.nodes[kept - 1] is not nodes[kept - 1]:
         kept = 0
     groups, state = _groups(gp, desc, prev if kept else None, kept)
-    if not groups:
-        return gp, state
-    storage = {m: group[0] for group in groups for m in group}
-    return attrs.evolve(gp, storage=storage, shared=groups), state
+    return (with_groups(gp, groups) if groups else gp), state
 
 
 def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept: int

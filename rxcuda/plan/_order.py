@@ -177,12 +177,13 @@ def _forward(nodes, last_writer: dict[int, int], readers: dict[int, list[int]], 
     return tuple(deps)
 
 
-def hazard_deps_after(nodes: list[NodePlan], start: int, before: tuple[tuple[int, ...], ...]
-                      ) -> tuple[tuple[int, ...], ...]:
+def hazard_deps_after(nodes: list[NodePlan], start: int, before: tuple[tuple[int, ...], ...],
+                      fresh: int | None = None) -> tuple[tuple[int, ...], ...]:
     """:func:`hazard_deps` of ``nodes`` when ``before`` holds those of ``nodes[:start]`` already (the leading
     nodes a re-plan kept: a node's dependencies come from the nodes before it alone): only the nodes from
     ``start`` on are looked at, after the hazard state they start from is read off the kept nodes backwards,
-    for the buffers they use alone (a chain's new block finds its one producer at once). Equal to
+    for the buffers they use alone (a chain's new block finds its one producer at once; ``fresh``: the buffers
+    numbered from it on are used by none of the leading nodes, so none is looked for). Equal to
     ``hazard_deps(nodes)``.
 
     >>> from rxcuda.model._graphplan import KernelNodePlan
@@ -199,6 +200,8 @@ def hazard_deps_after(nodes: list[NodePlan], start: int, before: tuple[tuple[int
         pending.update(n.writes)
     last_writer: dict[int, int] = {}
     readers: dict[int, list[int]] = {b: [] for b in pending}
+    if fresh is not None:
+        pending = {b for b in pending if b < fresh}
     i = start - 1
     while pending and i >= 0:  # backwards: each buffer's last writer, and its readers after that write
         n = nodes[i]

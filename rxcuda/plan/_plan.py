@@ -8,21 +8,17 @@ raised together as one :class:`ValidationError` (``.problems``) once the pass is
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
-from typing import NamedTuple
+from collections.abc import Mapping
 
-from ..model import _dtypes
 from ..model._bounds import count_problem
 from ..model._describe import (
-    BlockDescription,
     BlockEntry,
     CallSpec,
-    Connection,
     KernelSpec,
     PipelineDescription,
     PortRef,
 )
-from ..model._errors import Problem, UnknownPortError
+from ..model._errors import Problem
 from ..model._graphplan import (
     Arg,
     BufferArg,
@@ -36,17 +32,21 @@ from ..model._graphplan import (
 )
 from ..model._memo import by_identity
 from . import _appends, _delays, _liveness, _liveshare, _regions, _shapes
+from ._checks import (
+    _Checked,
+    _inputs_kept,
+    _order_after,
+    _tail_edit,
+    _validate_blocks,
+    _validate_connections,
+    _validate_inputs,
+)
 from ._order import Report, hazard_deps, hazard_deps_after, ordered_blocks
 
 # The plan's named tuples made in the per-block loop are built as ``_new(Cls, (fields...))``: the same tuple
 # without the Python-level ``__new__`` a named tuple's call goes through (0.1 us each, ~7 per block: plan() of
 # 1000 blocks ~0.7 ms). Fields are positional, in the class's order.
 _new = tuple.__new__
-
-
-def _label(blocks: Mapping[int, BlockDescription], ref: PortRef) -> str:
-    b = blocks.get(ref.block)
-    return f"{b.name}.{ref.port}" if b is not None else f"<block {ref.block}>.{ref.port}"
 
 
 def check(desc: PipelineDescription) -> tuple[Problem, ...]:
@@ -58,170 +58,6 @@ def check(desc: PipelineDescription) -> tuple[Problem, ...]:
 def validate(desc: PipelineDescription) -> None:
     """Raise one ValidationError for everything wrong with the pipeline (``.problems`` lists each)."""
     _Planner(desc).run()
-
-
-def _validate_blocks(desc: PipelineDescription, report: Report) -> tuple[BlockEntry, ...]:
-    """Each block once, each name once: names are how messages and plans tell blocks apart. Returns the
-    blocks with each id once (``desc.blocks`` itself when none repeats)."""
-    ids: set[int] = set()
-    names: dict[str, int] = {}
-    repeated = False
-    for b in desc.blocks:
-        if b.id in ids:
-            report.error(f"block '{b.label()}' (id {b.id}) appears twice in the pipeline; a block is added once "
-                         "(create another Block for a second copy)", b.label(), b.id)
-            repeated = True
-            continue
-        ids.add(b.id)
-        other = names.setdefault(b.desc.name, b.id)  # (b.label(), without the call: once per block and plan)
-        if other != b.id:
-            report.error(f"two blocks are named '{b.label()}' (ids {other} and {b.id}); give each block its own "
-                         "name (Block.from_kernel(..., name=...)); an engine renames a repeated name itself",
-                         b.label(), b.id)
-    return tuple(desc.block(i) for i in dict.fromkeys(b.id for b in desc.blocks)) if repeated else desc.blocks
-
-
-def check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sources: Mapping[PortRef, PortRef],
-                     bound: Container[PortRef]) -> None:
-    """Raise ValidationError if connection ``c`` does not fit: both blocks present, the ports exist, an output
-    to an input, equal dtypes and sizes, the input neither connected (``sources``: input -> its source) nor
-    bound. Cycles are checked elsewhere (they depend on every connection). O(ports of the two blocks)."""
-    report = Report()
-    if not _check_connection(c, blocks, sources, bound, report):
-        report.raise_errors()
-
-
-def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sources: Mapping[PortRef, PortRef],
-                      bound: Container[PortRef], report: Report, reshaped: list | None = None) -> bool:
-    """Report what is wrong with ``c`` (see check_connection); True when nothing is. ``reshaped`` collects the
-    connections that join different (compatible) declared shapes: the planner then resolves shapes."""
-    ports = []
-    for end, want in ((c.src, "out"), (c.dst, "in")):
-        block = blocks.get(end.block)
-        if block is None:
-            report.error(f"connection {c.src.port} -> {c.dst.port} names a block that is not in the engine; "
-                         "add the block first", end.port)
-            continue
-        try:
-            port = block.port(end.port)
-        except UnknownPortError as e:  # names the block's ports, with a did-you-mean
-            report.error(str(e), e.subject or block.name, end.block, type(e))
-            continue
-        if port.direction != want and not (want == "out" and port.counter is not None):  # in/out append: a source
-            side = "source" if want == "out" else "target"
-            message = (_delays.direction_message(c, blocks) if c.delay and want == "out" else
-                       f"{_label(blocks, end)} is an {port.direction}put port and cannot be a connection's "
-                       f"{side}; connect an output port to an input port")
-            report.error(message, block.name, end.block)
-            continue
-        ports.append(port)
-    if len(ports) != 2:
-        return False  # the ends themselves are wrong: nothing more to compare
-    sp, dp = ports
-    if _appends.involved(sp, dp):  # a count as a device value, or an in/out append port
-        problem = _appends.connection_problem(c, sp, dp, blocks)
-        if problem is not None:
-            report.error(problem, _label(blocks, c.dst), c.dst.block)
-            return False
-    ok = True
-    if sp.dtype != dp.dtype and sp.dtype and dp.dtype:  # element types, then shapes (rxcuda.plan._shapes)
-        s, d = _label(blocks, c.src), _label(blocks, c.dst)
-        problem = _shapes.dtype_problem(s, d, sp, dp)
-        if problem is not None:
-            report.error(problem + (_delays.MISMATCH_HINT if c.delay else ""), d, c.dst.block)
-            ok = False
-    if sp.shape != dp.shape or sp.strides != dp.strides:
-        s, d = _label(blocks, c.src), _label(blocks, c.dst)
-        problem = _shapes.layout_problem(s, d, sp, dp)
-        if problem is not None:
-            report.error(problem + (_delays.MISMATCH_HINT if c.delay else ""), d, c.dst.block)
-            ok = False
-        elif reshaped is not None:
-            reshaped.append(c)
-    if c.dst in sources:
-        d = _label(blocks, c.dst)
-        report.error(f"{d} is already connected from {_label(blocks, sources[c.dst])}; an input takes one "
-                     "connection: disconnect the other first", d, c.dst.block)
-        ok = False
-    if c.dst in bound:
-        d = _label(blocks, c.dst)
-        report.error(f"{d} is both connected and bound to an array; unbind it or remove the connection", d,
-                     c.dst.block)
-        ok = False
-    return ok
-
-
-def _validate_connections(desc: PipelineDescription, report: Report, previous: _Checked | None = None
-                          ) -> tuple[bool, _Checked | None]:
-    """Check every connection; True when one joins different (compatible) declared shapes. ``previous``: a
-    Replanner's last check that found nothing wrong: its leading connections, between the same descriptions
-    and bindings, are not checked again. Returns, with the flag, what a later check may take over."""
-    blocks, bindings, conns = {b.id: b.desc for b in desc.blocks}, desc.bindings, desc.connections
-    start, sources = 0, {}
-    if previous is not None and (bindings is previous.bindings or bindings == previous.bindings):
-        was = previous.connections
-        start = min(len(conns), len(was))
-        ends = previous.ends  # (its connections join its blocks alone: a block added since joins none of them)
-        if conns[:start] != was[:start] or not ends.keys() <= blocks.keys() or any(
-                ends.get(i, d) is not d for i, d in blocks.items()):  # a block gone, or with a new description
-            start = 0
-        else:
-            sources = dict(previous.sources)
-            for c in was[start:]:  # connections dropped at the end
-                sources.pop(c.dst, None)
-    problems = len(report.problems)
-    reshaped: list = []
-    for c in conns[start:]:
-        if _check_connection(c, blocks, sources, bindings, report, reshaped):
-            sources[c.dst] = c.src
-    if reshaped or len(report.problems) != problems:
-        return bool(reshaped), None
-    return False, _Checked(conns, bindings, blocks, sources)
-
-
-class _Checked(NamedTuple):
-    """Connections found in order (``_validate_connections``), for the next check."""
-
-    connections: tuple
-    bindings: Mapping
-    ends: Mapping  # block id -> its description
-    sources: Mapping  # connected input -> its source
-
-
-def _validate_inputs(desc: PipelineDescription, blocks: tuple[BlockEntry, ...], report: Report) -> None:
-    # (block, port) tuples: they hash several times faster than PortRefs, and this visits every port
-    connected = {(c.dst.block, c.dst.port) for c in desc.connections}
-    fed = {(r.block, r.port) for r in desc.fed}
-    bound = {(r.block, r.port): binding for r, binding in desc.bindings.items()}
-    for b in blocks:
-        for p in b.desc.ports:
-            key = (b.id, p.name)
-            binding = bound.get(key) if bound else None
-            if binding is not None:
-                if p.dtype and binding.dtype != p.dtype:
-                    report.error(f"array bound to {b.label()}.{p.name} has dtype {binding.dtype}, the port takes "
-                                 f"{p.dtype}; convert it (e.g. arr.astype('{_np_name(p.dtype)}'))",
-                                 b.label(), b.id)
-                need = p.count if not desc.shapes else _shapes.resized_count(desc, b.id, p)
-                if binding.count < need:
-                    report.error(f"array bound to {b.label()}.{p.name} has {binding.count} elements, the port "
-                                 f"needs {need}; bind a larger array or give the block a smaller size",
-                                 b.label(), b.id)
-                continue
-            if p.direction == "in" and key not in connected and key not in fed and p.counter is None:
-                if p.required:
-                    report.error(f"required input {b.label()}.{p.name} is neither connected nor bound; connect an "
-                                 f"output to it (engine.connect(other['out'], {b.label()}['{p.name}'])), bind an array "
-                                 f"(engine.bind({b.label()}['{p.name}'], array)) or write data to it "
-                                 f"(engine.write({b.label()}['{p.name}'], array))", b.label(), b.id)
-                else:
-                    report.warning(f"optional input {b.label()}.{p.name} is neither connected, bound nor written: "
-                                   f"{b.label()} reads zeros from it every frame; connect, bind or write it if "
-                                   "that is not what you meant", f"{b.label()}.{p.name}", b.id)
-
-
-def _np_name(dtype: str) -> str:
-    return str(_dtypes.to_numpy(dtype))
 
 
 def order_blocks(desc: PipelineDescription) -> tuple[BlockEntry, ...]:
@@ -240,14 +76,18 @@ class _Planner:
         self.previous = previous  # the last plan's planner: its leading blocks' work is reused (see _resume)
         self.resumable = resumable  # keep the marks a later plan resumes from (Replanner); plan() needs none
         self.order: tuple[BlockEntry, ...] = ()  # the blocks in the order emitted, and the plain connections
-        self.sources: Mapping[PortRef, PortRef] = {}
+        self.sources: dict[PortRef, PortRef] = {}
         # after each block emitted in order (flat pipelines): (nodes, buffers, problems found while emitting) so far
         self.marks: list[tuple[int, int, int]] = []
         self.emitted_from = 0  # problems before the first block was emitted (those of the validation)
         self.reused = 0  # leading blocks whose nodes and buffers came from ``previous``
         self.deps: tuple[tuple[int, ...], ...] = ()  # the plan's dependencies (flat pipelines: see _hazards)
         self.kept_deps: tuple[tuple[int, ...], ...] = ()  # those of the nodes taken over from ``previous``
+        self.kept_buffers = 0  # the buffers those nodes made (the others are used by the nodes after them alone)
         self.checked: _Checked | None = None  # the connections found in order, for the next re-plan
+        self.ids: set[int] = set()  # the blocks' ids and names (name -> id) found, for the next re-plan
+        self.names: dict[str, int] = {}
+        self.inputs: tuple[Problem, ...] = ()  # what the check of the inputs found, for the next re-plan
         self.sharing: _liveshare.Sharing | None = None  # memory reuse's work, for the next re-plan (_liveshare)
         self.buffers: list[BufferPlan] = []
         self.by_key: dict[tuple, int] = {}
@@ -255,6 +95,9 @@ class _Planner:
         self.port_buffers: dict[PortRef, int] = {}
         self.counters: dict[PortRef, int] = {}
         self.slots: dict[tuple[int, str], list[tuple[int, int]]] = {}
+        # the plan's slots as tuples (for the next re-plan), and those of the blocks taken over (_take_over_all_but)
+        self.slot_tuples: dict[tuple[int, str], tuple[tuple[int, int], ...]] = {}
+        self.kept_slots: dict[tuple[int, str], tuple[tuple[int, int], ...]] | None = None
         self.device_scalars: dict[tuple[int, str], int] = {}
         self.recapture: dict[tuple[int, str], list[int]] = {}
         self.kernel_nodes: dict[tuple[int, str], int] = {}
@@ -287,13 +130,40 @@ class _Planner:
         return (None if report.errors else gp), tuple(report.problems)
 
     def _run(self) -> tuple[GraphPlan | None, Report]:
-        desc, report = self.desc, self.report
-        unique = _validate_blocks(desc, report)
-        reshaped, self.checked = _validate_connections(
-            desc, report, self.previous.checked if self.previous is not None and self.resumable else None)
-        blocks = ordered_blocks(desc, report)
-        _validate_inputs(desc, unique, report)
-        sources, self.delayed = _delays.split_sources(desc.connections)
+        desc, report, last = self.desc, self.report, self.previous if self.resumable else None
+        # blocks and connections added at the end or taken off it since the last plan (a block added at the end
+        # of a chain, or removed again): the checks, the order and the sources look at those alone
+        tail = _tail_edit(last.desc, desc) if last is not None and last.checked is not None else None
+        if tail is not None and last is not None:
+            self.ids, self.names = last.ids.copy(), last.names.copy()
+            for b in tail.removed:
+                self.ids.discard(b.id)
+                del self.names[b.desc.name]
+        unique = _validate_blocks(desc, report, self.ids, self.names, len(desc.blocks) - len(tail.added) if tail
+                                  else 0)
+        reshaped, self.checked = _validate_connections(desc, report, last.checked if last is not None else None,
+                                                       tail, self.resumable)
+        if len(self.ids) != len(desc.blocks):
+            tail = None  # an id repeated
+        order = _order_after(last.order, tail, desc) if tail is not None and last is not None else None
+        blocks = order or ordered_blocks(desc, report)
+        before = len(report.problems)
+        same = None  # leading blocks in order known to be as in the last plan, each port fed as before
+        if tail is not None and last is not None and _inputs_kept(tail):
+            if order is not None:
+                same = len(order) - len(tail.added)
+            removed = {b.id for b in tail.removed}
+            report.problems.extend(p for p in last.inputs if p.block not in removed)  # (warnings alone)
+            _validate_inputs(desc, tail.added, report, tail.new)
+            sources, self.delayed = last.sources.copy(), last.delayed.copy()
+            for c in tail.gone:
+                (self.delayed if c.delay else sources).pop(c.dst, None)
+            for c in tail.new:
+                (self.delayed if c.delay else sources)[c.dst] = c.src
+        else:
+            _validate_inputs(desc, unique, report, desc.connections)
+            sources, self.delayed = _delays.split_sources(desc.connections)
+        self.inputs = tuple(report.problems[before:])
         if self.delayed:
             _delays.check_initials(desc, report)
         # every port's shape, in topological order (nothing to do unless something was resized or reshaped)
@@ -306,7 +176,7 @@ class _Planner:
             _regions.plan_levels(self, blocks, sources, _regions.check_regions(desc, report))
         else:
             self.order, self.sources, self.emitted_from = blocks, sources, len(report.problems)
-            start = self._resume(blocks, sources)  # (replaces the lists below when it takes work over)
+            start = self._resume(blocks, sources, same)  # (replaces the lists below when it takes work over)
             marks, nodes, buffers, problems, first = self.marks, self.nodes, self.buffers, report.problems, \
                 self.emitted_from
             if self.resumable:
@@ -329,7 +199,7 @@ class _Planner:
             buffers=tuple(self.buffers),
             port_buffers=self.port_buffers,
             counters=self.counters,
-            slots={k: tuple(v) for k, v in self.slots.items()},
+            slots=self._slot_tuples(),
             device_scalars=self.device_scalars,
             recapture={k: tuple(v) for k, v in self.recapture.items()},
             kernel_nodes=self.kernel_nodes,
@@ -346,45 +216,64 @@ class _Planner:
         gp, self.sharing = _liveshare.share(gp, desc, prev, len(self.kept_deps) if prev is not None else 0)
         return gp, report
 
+    def _slot_tuples(self) -> dict[tuple[int, str], tuple[tuple[int, int], ...]]:
+        """The plan's slots, each list made a tuple: those of the blocks taken over are the last plan's (the
+        maps were copied in the same order, and a block's slots are only added while it is emitted)."""
+        kept = self.kept_slots
+        if kept is None:
+            out = {k: tuple(v) for k, v in self.slots.items()}
+        else:
+            out = kept
+            slots = self.slots
+            for k in list(slots)[len(kept):]:
+                out[k] = tuple(slots[k])
+        self.slot_tuples = out
+        return out
+
     def _hazards(self) -> tuple[tuple[int, ...], ...]:
         """A flat pipeline's dependencies: the previous plan's for the nodes taken over, then the rest's."""
         nodes, kept = self.nodes, self.kept_deps
-        deps = (kept if len(kept) == len(nodes) else hazard_deps_after(nodes, len(kept), kept)) if kept \
-            else hazard_deps(nodes)
+        if not kept:
+            deps = hazard_deps(nodes)
+        else:
+            deps = kept if len(kept) == len(nodes) else hazard_deps_after(nodes, len(kept), kept, self.kept_buffers)
         self.deps = deps
         return deps
 
-    def _resume(self, blocks: tuple[BlockEntry, ...], sources: Mapping[PortRef, PortRef]) -> int:
+    def _resume(self, blocks: tuple[BlockEntry, ...], sources: Mapping[PortRef, PortRef], same: int | None) -> int:
         """Take over the previous plan's work for the leading blocks that are as they were: the same entry
         (id, description, values, launches) at the same place in the order, each port fed as before (the same
         source, binding, feeding). In topological order a block's nodes and buffers depend only on itself,
         its ports and the blocks before it, so those blocks' part of the plan is the previous one's, ids
-        included. Returns how many blocks were taken over; 0 (emit everything) for pipelines with regions,
-        delayed connections, appends or resolved shapes, and after errors."""
+        included (``same``: how many leading blocks are known to be so, or None: compared here). Returns how
+        many blocks were taken over; 0 (emit everything) for pipelines with regions, delayed connections,
+        appends or resolved shapes, and after errors."""
         prev = self.previous
         if (prev is None or not prev.marks or self.report.errors or self.delayed or prev.delayed
                 or self.resolved is not _shapes.NOTHING or prev.resolved is not _shapes.NOTHING or prev.counters
                 or prev.append_users is not None or prev.report.errors):
             return 0
-        desc, was = self.desc, prev.desc
-        # the blocks with a port fed differently (source, binding, feeding): found by comparing the mappings in
-        # bulk (set operations on dict views run in C), not port by port
-        touched = {ref.block for ref, _ in sources.items() ^ prev.sources.items()}
-        if desc.bindings or was.bindings:
-            touched.update(ref.block for ref, _ in desc.bindings.items() ^ was.bindings.items())
-        if desc.fed is not was.fed:
-            touched.update(ref.block for ref in desc.fed ^ was.fed)
-        k = 0
-        for b, ob in zip(blocks[:len(prev.marks)], prev.order, strict=False):
-            if (b is not ob and b != ob) or b.id in touched:
-                break
-            k += 1
+        k = 0 if same is None else min(same, len(prev.marks))
+        if same is None:
+            desc, was = self.desc, prev.desc
+            # the blocks with a port fed differently (source, binding, feeding): found by comparing the mappings
+            # in bulk (set operations on dict views run in C), not port by port
+            touched = {ref.block for ref, _ in sources.items() ^ prev.sources.items()}
+            if desc.bindings or was.bindings:
+                touched.update(ref.block for ref, _ in desc.bindings.items() ^ was.bindings.items())
+            if desc.fed is not was.fed:
+                touched.update(ref.block for ref in desc.fed ^ was.fed)
+            for b, ob in zip(blocks[:len(prev.marks)], prev.order, strict=False):
+                if (b is not ob and b != ob) or b.id in touched:
+                    break
+                k += 1
         if not k:
             return 0
         n_nodes, n_buffers, n_problems = prev.marks[k - 1]
         self.nodes = prev.nodes[:n_nodes]
         self.buffers = prev.buffers[:n_buffers]
         self.kept_deps = prev.deps[:n_nodes] if len(prev.deps) >= n_nodes else ()
+        self.kept_buffers = n_buffers
         # (a block's slot lists are only appended to while it is emitted: shared, never changed again)
         dropped = prev.order[k:len(prev.marks)]
         if len(dropped) * 8 <= k:  # all but a few blocks at the end: copy the maps and take those blocks' out
@@ -409,10 +298,12 @@ class _Planner:
         over: copies of the previous maps (C-level) without the keys those blocks' emission made (their
         buffers, ports, scalars and kernels), instead of filtering every key (measured on the null driver,
         1000 blocks: 0.1 ms against 0.5 ms)."""
-        self.by_key, self.buffer_args = dict(prev.by_key), dict(prev.buffer_args)
-        self.port_buffers, self.slots = dict(prev.port_buffers), dict(prev.slots)
-        self.device_scalars, self.recapture = dict(prev.device_scalars), dict(prev.recapture)
-        self.kernel_nodes = dict(prev.kernel_nodes)
+        # (.copy(), not dict(): a dict that lost keys is copied item by item by dict(), at once by .copy())
+        self.by_key, self.buffer_args = prev.by_key.copy(), prev.buffer_args.copy()
+        self.port_buffers, self.slots, self.kept_slots = prev.port_buffers.copy(), prev.slots.copy(), \
+            prev.slot_tuples.copy()
+        self.device_scalars, self.recapture = prev.device_scalars.copy(), prev.recapture.copy()
+        self.kernel_nodes = prev.kernel_nodes.copy()
         for i, bp in enumerate(prev.buffers[n_buffers:], n_buffers):
             self.by_key.pop(bp.key, None)
             self.buffer_args.pop(i, None)
@@ -422,6 +313,7 @@ class _Planner:
                 self.port_buffers.pop(PortRef(bid, p.name), None)
             for sc in d.scalars:
                 self.slots.pop((bid, sc.name), None)
+                self.kept_slots.pop((bid, sc.name), None)
                 self.device_scalars.pop((bid, sc.name), None)
                 self.recapture.pop((bid, sc.name), None)
             for step in d.kernels:
@@ -436,9 +328,9 @@ class _Planner:
         # (kernel, parameter index) -> buffer id or scalar name; plain tuples hash faster than Pins
         pin_buffer: dict[tuple[str, int], int] = {}
         by_name: dict[str, int] = {}
-        for p in d.ports:
+        for p, is_in, own, pins in _port_info(d.ports):
             ref = _new(PortRef, (bid, p.name))
-            src = sources.get(ref) if p.direction == "in" else None
+            src = sources.get(ref) if is_in else None
             # no buffer for the source only after an error (a cycle, a bad connection): the plan is dropped
             buf = port_buffers.get(src) if src is not None else None
             prev = self.delayed.get(ref) if buf is None and self.delayed else None
@@ -446,17 +338,16 @@ class _Planner:
                 buf = self.buffer(_delays.delay_key(prev), _delays.buffer_label(self.desc, prev), p.dtype,
                                   self.resolved.count_of(prev, p.extent), "delay")
             elif buf is None:
-                kind: BufferKind = ("external" if ref in bindings else "port" if p.direction == "out" or ref in fed
-                                    or p.counter is not None else "zeros")
+                kind: BufferKind = "external" if ref in bindings else "port" if own or ref in fed else "zeros"
                 count = p.extent if shaped is None else shaped.counts.get(p.name, p.extent)
                 buf = self.buffer(("port", bid, p.name), f"{label}.{p.name}", p.dtype, count, kind)
             port_buffers[ref] = by_name[p.name] = buf
-            for pin in p.pins:
-                pin_buffer[pin.kernel, pin.param] = buf
+            for pin in pins:
+                pin_buffer[pin] = buf
             if p.counter is not None:  # one counter per append buffer, reset once (see _appends)
                 _appends.emit_counter(self, bid, label, p, ref, src, pin_buffer)
         # ports and internal buffers some count parameter counts -> their buffer (checked below)
-        scalar_of, counted, counted_names = _scalar_info(d.scalars)
+        _, counted, counted_names = _scalar_info(d.scalars)
         tied = dict(zip(counted_names, map(by_name.get, counted_names), strict=True)) if counted else None
         for ib in d.internals:
             count = ib.count if shaped is None else shaped.internals.get(ib.name, ib.count)
@@ -481,17 +372,13 @@ class _Planner:
                         continue
                 clamped = _check_counts(self, b, shaped, tied)  # the whole check, with its messages
                 break
-        for step in d.kernels:
-            call = step if isinstance(step, CallSpec) else None
-            params = call.params if call is not None else step.code.signature.params  # type: ignore[union-attr]
+        for step, call, sname, params in _step_info(d.kernels, d.scalars):
             args: list[Arg] = []
             reads: set[int] = set()
             writes: set[int] = set()
             nid = len(nodes)
-            sname = step.name
-            for i, prm in enumerate(params):
-                key = (sname, i)
-                if prm.kind == "pointer":
+            for i, prm, key, name, reads_it, writes_it in params:
+                if key is not None:  # a pointer
                     fed_by = pin_buffer.get(key)
                     if fed_by is None:
                         self.report.error(f"{label}: parameter {i} ('{prm.name}') of '{sname}' is a pointer "
@@ -502,13 +389,11 @@ class _Planner:
                     if arg is None:
                         arg = buffer_args[fed_by] = _new(BufferArg, (fed_by,))
                     args.append(arg)
-                    direction = prm.direction
-                    if direction != "out":  # in, inout, counter
+                    if reads_it:
                         reads.add(fed_by)
-                    if direction != "in":  # out, inout, counter
+                    if writes_it:
                         writes.add(fed_by)
                     continue
-                name = scalar_of.get(key)
                 if name is None:
                     if prm.default is None or isinstance(prm.default, str):  # no value, or "size" unresolved
                         self.report.error(f"{label}: scalar parameter {i} ('{prm.name}') of '{sname}' has no "
@@ -614,6 +499,37 @@ def _scalar_facts(scalars: tuple) -> tuple[dict[tuple[str, int], str], tuple[tup
 
 
 _scalar_info = by_identity(_scalar_facts)  # once per ``scalars`` tuple: the blocks made from one kernel share it
+
+
+def _port_facts(ports: tuple) -> tuple[tuple, ...]:
+    """What emitting a block needs of each port alone: (port, an input, has a buffer of its own unless bound
+    (an output, or an append port), the (kernel, parameter index) of each pin)."""
+    return tuple((p, p.direction == "in", p.direction == "out" or p.counter is not None,
+                  tuple((pin.kernel, pin.param) for pin in p.pins)) for p in ports)
+
+
+def _step_facts(kernels: tuple, scalars: tuple) -> tuple[tuple, ...]:
+    """What emitting a block needs of each kernel step alone: (step, the step if a library call, its name, per
+    parameter (index, parameter, (kernel, index) if a pointer, the block scalar passed if one is, whether a
+    pointer is read, whether it is written))."""
+    scalar_of = _scalar_info(scalars)[0]
+    out = []
+    for step in kernels:
+        call = step if isinstance(step, CallSpec) else None
+        params = call.params if call is not None else step.code.signature.params
+        facts = []
+        for i, prm in enumerate(params):
+            key = (step.name, i)
+            pointer = prm.kind == "pointer"  # (direction: in, out, inout or counter)
+            facts.append((i, prm, key if pointer else None, None if pointer else scalar_of.get(key),
+                          pointer and prm.direction != "out", pointer and prm.direction != "in"))
+        out.append((step, call, step.name, tuple(facts)))
+    return tuple(out)
+
+
+# once per ``ports`` tuple, and per ``kernels`` and ``scalars`` tuples: the blocks made from one kernel share them
+_port_info = by_identity(_port_facts)
+_step_info = by_identity(_step_facts, parts=2)
 
 
 def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> dict[str, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import attrs
 import numpy as np
 import pytest
 
@@ -164,6 +165,87 @@ def test_a_refused_plan_raises_as_plan_does_and_the_next_one_starts_over():
     assert planner.reused == 0
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_edits_at_the_end_check_and_order_what_changed_alone_and_plan_as_plan_does(seed, monkeypatch):
+    """Blocks added at the end and connected, or the last ones taken off again, now and then with a mistake (a
+    name or an id repeated, a connection into a block kept or naming a block gone, a cycle among the blocks
+    added), a value changed or a block renamed: the Replanner checks and orders the ends alone (``_tail_edit``)
+    and gives the plan, or the errors, that plan() gives."""
+    from rxcuda.plan import _plan
+
+    ordered = []  # the whole pass of the order: how often it ran
+    whole = _plan.ordered_blocks
+    monkeypatch.setattr(_plan, "ordered_blocks", lambda *a: ordered.append(1) or whole(*a))
+    rng = random.Random(seed)
+    entries = chain(8)
+    conns = list(_desc(entries).connections)
+    fed = {PortRef(entries[0].id, "x")}
+    planner = Replanner()
+    next_id = 100
+    tails = 0
+
+    def add(kernel: str, name: str | None = None, bid: int | None = None) -> BlockEntry:
+        nonlocal next_id
+        next_id += 1
+        extra = {"scale": 2.0} if kernel == "scalar_mul" else {}
+        e = BlockEntry(next_id if bid is None else bid,
+                       Block.from_kernel(kernel, size=N, name=name or f"t{next_id}", **extra).description)
+        entries.append(e)
+        return e
+
+    def connect(src: BlockEntry | int, dst: PortRef, delay: int = 0) -> None:
+        sid = src if isinstance(src, int) else src.id
+        conns.append(Connection(PortRef(sid, "out"), dst, delay=delay))
+
+    for step in range(40):
+        op = rng.choice(["add", "add", "add", "remove", "remove", "mistake", "middle", "rename"])
+        if op == "add":
+            e = add(rng.choice(list(KINDS)))
+            for ref in Pipeline.inputs(None, e):  # type: ignore[arg-type]
+                if rng.random() < 0.8:
+                    connect(rng.choice(entries[:-1]), ref, delay=int(rng.random() < 0.1))
+                else:
+                    fed.add(ref)
+        elif op == "remove" and len(entries) > 2:
+            for gone in entries[-rng.choice([1, 1, 2]):]:
+                entries.remove(gone)
+                conns = [c for c in conns if gone.id not in (c.src.block, c.dst.block)]
+                fed = {r for r in fed if r.block != gone.id}
+        elif op == "mistake":
+            kind = rng.choice(["name", "id", "into kept", "gone", "cycle"])
+            if kind == "name":
+                connect(entries[-1], PortRef(add("scalar_mul", name=entries[0].desc.name).id, "x"))
+            elif kind == "id":
+                add("scalar_mul", bid=entries[rng.randrange(len(entries))].id)
+            elif kind == "into kept":
+                connect(add("scalar_mul"), PortRef(entries[rng.randrange(len(entries) - 1)].id, "x"))
+                fed.add(PortRef(entries[-1].id, "x"))
+            elif kind == "gone":
+                connect(12345, PortRef(add("scalar_mul").id, "x"))
+            else:
+                a, b = add("vector_add"), add("vector_add")
+                connect(a, PortRef(b.id, "a"))
+                connect(b, PortRef(a.id, "a"))
+                fed.update({PortRef(a.id, "b"), PortRef(b.id, "b")})
+        elif op == "rename":  # the last block or any, now and then to a name in use
+            i = rng.choice([len(entries) - 1, rng.randrange(len(entries))])
+            name = rng.choice([f"r{step}", entries[0].desc.name])
+            entries[i] = BlockEntry(entries[i].id, attrs.evolve(entries[i].desc, name=name), entries[i].values)
+        elif op == "middle":
+            i = rng.randrange(len(entries))
+            if entries[i].desc.kernels[0].name == "scalar_mul":
+                entries[i] = BlockEntry(entries[i].id, entries[i].desc, {"scale": rng.choice([0.5, 3.0])})
+        desc = PipelineDescription(tuple(entries), tuple(conns), fed=frozenset(fed))
+        ordered.clear()
+        got = _outcome(planner.plan, desc)
+        tails += not ordered
+        assert got == _outcome(plan, desc), f"seed {seed}, step {step} ({op})"
+        if got[0] == "error" and rng.random() < 0.7:  # undo the mistake, most of the time
+            entries, conns = chain(8), list(_desc(chain(8)).connections)
+            fed = {PortRef(entries[0].id, "x")}
+    assert tails >= 5  # (most edits at the end took the short way)
+
+
 # -- the engine: a rebuild reuses the planner's work, loaded modules and port buffers --------------------------
 def test_adding_and_removing_a_block_reuses_plan_modules_and_buffers(engine, api):
     blocks = [engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name=f"m{i}")) for i in range(20)]
@@ -273,6 +355,9 @@ def test_hazard_deps_after_kept_nodes_equal_the_whole_pass(seed):
     whole = hazard_deps(nodes)
     for start in (0, 1, 7, 20, 39, 40):
         assert hazard_deps_after(nodes, start, hazard_deps(nodes[:start])) == whole
+        # buffers no leading node uses, told as such (``fresh``): the same
+        fresh = 1 + max((b for n in nodes[:start] for b in n.reads | n.writes), default=-1)
+        assert hazard_deps_after(nodes, start, hazard_deps(nodes[:start]), fresh) == whole
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -360,3 +445,28 @@ def test_a_connection_left_to_a_removed_block_is_found_after_a_replan():
     other = BlockEntry(entries[2].id, Block.from_kernel("scalar_mul", size=2 * N, scale=2.0, name="m3").description)
     resized = _desc(entries[:2] + [other] + entries[3:])
     assert _outcome(planner.plan, resized) == _outcome(plan, resized)  # (its shape flows on: checked again)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_shared_groups_size_carried_over_equals_the_largest_member(seed):
+    """The build sizes a shared group from the last build's work where its members only grew or shrank at the
+    end (_group_sizes): always the largest member's size, as a fresh pass finds it."""
+    from rxcuda.engine._build import _group_sizes
+    from rxcuda.model._graphplan import BufferPlan
+
+    rng = random.Random(seed)
+    pool = [BufferPlan(i, ("port", i, "out"), f"b{i}", "f32", rng.choice([1, 64, 256, 1024]), "port")
+            for i in range(60)]
+    members = tuple(pool[:5])
+    was = None
+    for _ in range(40):
+        op = rng.choice(["grow", "shrink", "other", "same"])
+        if op == "grow":
+            members = members + tuple(rng.sample(pool, rng.randint(1, 3)))
+        elif op == "shrink" and len(members) > 2:
+            members = members[:rng.randint(2, len(members) - 1)]
+        elif op == "other":
+            members = tuple(rng.sample(pool, rng.randint(2, 8)))
+        was = _group_sizes(was, members)
+        assert was[0] == members and was[1][-1] == max(m.nbytes for m in members)
+        assert list(was[1]) == [max(m.nbytes for m in members[:i + 1]) for i in range(len(members))]

@@ -336,3 +336,33 @@ def test_a_direct_ticks_rebuild_destroys_the_old_executable_graph_after_launchin
     assert api.count("cuGraphExecDestroy") == 1
     engine.close()
     assert not engine._rt.retired and not api.leaks().get("exec")
+
+
+def test_a_grow_keeps_to_plain_kernel_nodes_the_exec_has_not_changed(engine):
+    """Grows one after another look at each graph's leading nodes once (CompiledGraph.plain); a kept node
+    changed in the executable graph alone (a value set) stops the next shrink or grow: that graph is built
+    anew."""
+    blocks = _chain(engine, 6)
+    engine.tick()
+    builder = engine._builder
+    for grown in (1, 2, 3):
+        extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name=f"extra{grown}"))
+        engine.connect(blocks[-1]["out"], extra["x"])
+        engine.tick()
+        assert builder.grown == grown and engine._rt.graph.plain >= 6
+        blocks.append(extra)
+    _check(engine)
+    blocks[2].params["scale"].value = 7.5
+    engine.tick()
+    engine.remove(blocks.pop())
+    engine.tick()
+    assert builder.grown == 3 and builder.shrunk == 0  # the exec's node 2 is ahead of the template's: built anew
+    _check(engine)
+    engine.remove(blocks.pop())
+    engine.tick()
+    assert builder.shrunk == 1 and engine._rt.graph.plain >= 6  # the new graph shrinks, and grows, again
+    extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name="extra4"))
+    engine.connect(blocks[-1]["out"], extra["x"])
+    engine.tick()
+    assert builder.grown == 4
+    _check(engine)

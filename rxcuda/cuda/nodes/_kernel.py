@@ -65,12 +65,26 @@ class ArgStorage:
         self.same = same  # leading plans whose layout and built words came from ``previous``
         self.sealed: np.ndarray | None = None  # the words as built (``seal``): what a later storage copies
         self._typed: dict[np.dtype, np.ndarray] = {np.dtype(np.uint64): self.words}
+        self.scalar_views: dict[tuple, tuple[np.ndarray, int]] = {}  # (dtype, size) -> see scalar_view
 
     def typed(self, dt: np.dtype) -> np.ndarray:
         view = self._typed.get(dt)
         if view is None:
             view = self._typed[dt] = self.words.view(dt)
         return view
+
+    def scalar_view(self, dtype: str | None, size: int) -> tuple[np.ndarray, int]:
+        """(the typed view a scalar argument of ``dtype`` and ``size`` bytes is written through, its item
+        size): its dtype, or an unsigned integer of its size when the two disagree. Worked out once per
+        storage and kind of scalar (``scalar_views``): a build writes thousands of scalars of a few kinds."""
+        found = self.scalar_views.get((dtype, size))
+        if found is None:
+            n = max(size, 1)
+            dt = _dtypes.to_numpy(dtype) if dtype else None
+            if dt is None or dt.itemsize != n:
+                dt = _BY_SIZE.get(n, _BY_SIZE[1])
+            found = self.scalar_views[dtype, size] = (self.typed(dt), dt.itemsize)
+        return found
 
     def seal(self) -> None:
         """The build wrote every argument: keep a copy of the words as built (updates change ``words``)."""
@@ -96,7 +110,7 @@ class KernelNode(GraphNode):
         super().__init__(plan)
         self.storage = storage  # the ArgStorage its kernelParams point into (kept alive with the node)
         first, offsets = storage.starts[plan.id]
-        u64 = storage.words
+        u64, views = storage.words, storage.scalar_views
         slots = []
         self.buffer_args: dict[int, list[int]] = {}
         self.handle_slots: dict[int, int] = {}
@@ -110,12 +124,8 @@ class KernelNode(GraphNode):
                 slots.append((u64, w))
                 self.handle_slots[i] = a.region
             else:
-                size = max(a.size, 1)
-                dt = _dtypes.to_numpy(a.dtype) if a.dtype else None
-                if dt is None or dt.itemsize != size:
-                    dt = _BY_SIZE.get(size, _BY_SIZE[1])
-                view = storage.typed(dt)
-                idx = w * 8 // dt.itemsize
+                view, itemsize = views.get((a.dtype, a.size)) or storage.scalar_view(a.dtype, a.size)
+                idx = w * 8 // itemsize
                 view[idx] = a.value
                 slots.append((view, idx))
         self.slots = slots
