@@ -239,16 +239,8 @@ class CompiledGraph:
         added: list = []
         try:
             if moved:
-                for node in kept:
-                    if moved.isdisjoint(node.buffer_args):
-                        continue
-                    words = []
-                    for bid in moved.intersection(node.buffer_args):
-                        for i in node.buffer_args[bid]:
-                            view, idx = node.slots[i]
-                            words.append((view, idx, int(view[idx])))
-                            view[idx] = pointers[bid]
-                    saved.append((node, words))
+                saved = cls._repoint(kept, moved, pointers)
+                for node, _ in saved:
                     node.set_template(drv)
             for n, kd in zip(tail, kinds, strict=True):
                 node = kd.make(n, b)
@@ -264,9 +256,7 @@ class CompiledGraph:
             for node in added:
                 drv.cuGraphDestroyNode(node.handle)  # (an undo: its own error would hide the first)
                 node.release(drv)
-            for node, words in saved:
-                for view, idx, word in words:
-                    view[idx] = word
+            for node in cls._restore(saved):
                 drv.cuGraphKernelNodeSetParams(node.handle, node.params)
             if any(node.handle is None for node in gone):
                 old.growable = False  # its template lost nodes its executable graph still runs
@@ -312,24 +302,15 @@ class CompiledGraph:
             for node in gone:
                 check(drv.cuGraphNodeSetEnabled(exec_h, node.handle, 0), f"cuGraphNodeSetEnabled ({node.plan.label})")
                 off.append(node)
-            for node in kept if moved else ():
-                if moved.isdisjoint(node.buffer_args):
-                    continue
-                words = []
-                for bid in moved.intersection(node.buffer_args):
-                    for i in node.buffer_args[bid]:
-                        view, idx = node.slots[i]
-                        words.append((view, idx, int(view[idx])))
-                        view[idx] = pointers[bid]
-                saved.append((node, words))
-                node.apply(drv, exec_h, node.handle, old._ctx)
-                node.set_template(drv)
+            if moved:
+                saved = cls._repoint(kept, moved, pointers)
+                for node, _ in saved:
+                    node.apply(drv, exec_h, node.handle, old._ctx)
+                    node.set_template(drv)
         except BaseException as e:
             for node in off:
                 drv.cuGraphNodeSetEnabled(exec_h, node.handle, 1)  # (an undo: its own error would hide the first)
-            for node, words in saved:
-                for view, idx, word in words:
-                    view[idx] = word
+            for node in cls._restore(saved):
                 drv.cuGraphExecKernelNodeSetParams(exec_h, node.handle, node.params)
                 drv.cuGraphKernelNodeSetParams(node.handle, node.params)
             if isinstance(e, CudaError):
@@ -357,6 +338,31 @@ class CompiledGraph:
         g._exec_h = int(exec_h)
         g._arm()
         return g
+
+    @staticmethod
+    def _repoint(nodes, moved: set[int], pointers: Mapping[int, int]) -> list:
+        """Write the new address (``pointers``) of each buffer in ``moved`` into the arguments of the ``nodes`` that
+        use it; [(node, [(view, index, old word), ...]), ...] for the nodes changed (what ``_restore`` undoes)."""
+        saved = []
+        for node in nodes:
+            if moved.isdisjoint(node.buffer_args):
+                continue
+            words = []
+            for bid in moved.intersection(node.buffer_args):
+                for i in node.buffer_args[bid]:
+                    view, idx = node.slots[i]
+                    words.append((view, idx, int(view[idx])))
+                    view[idx] = pointers[bid]
+            saved.append((node, words))
+        return saved
+
+    @staticmethod
+    def _restore(saved: list) -> list:
+        """Put back the words ``_repoint`` replaced; the nodes whose arguments it restored."""
+        for _, words in saved:
+            for view, idx, word in words:
+                view[idx] = word
+        return [node for node, _ in saved]
 
     @staticmethod
     def _moved(old: CompiledGraph, pointers: Mapping[int, int]) -> set[int]:
