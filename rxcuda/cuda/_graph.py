@@ -94,6 +94,9 @@ class CompiledGraph:
         self.growable = crossing is None and stamps is None
         self.touched: set[int] = set()
         self.plain = 0  # leading nodes known to be kernel nodes passing no conditional handle (grow)
+        # the code keys its executable graph names beyond its plan's (nodes ``shrink`` disabled in it): their modules
+        # stay loaded while it lives
+        self.keeps: frozenset[str] = frozenset()
         parents = plan.parents
         kinds = [kind_of(n) for n in plan.nodes]  # the one lookup per node: from here on, the nodes' methods
         self.regions = bool(parents) or any(k.conditional for k in kinds)
@@ -214,7 +217,7 @@ class CompiledGraph:
         g.pointers = dict(pointers)
         g.built = g.pointers.copy()
         g.exec, g._dirty, g.functions, g.regions = None, set(), functions, False
-        g.growable, g.touched, g.plain = True, set(), k
+        g.growable, g.touched, g.plain, g.keeps = True, set(), k, frozenset()  # (instantiated anew: no others)
         g.patches, g._consumers = _Table(g), None
         kept = old.nodes[:k]
         gone = old.nodes[k:]
@@ -285,7 +288,9 @@ class CompiledGraph:
         lacks; they are never named again (a later grow instantiates the template anew).
 
         Applies where ``grow`` does (see there: the thread that runs ``old``, flat graphs of kernel nodes, a
-        template that matches the executable graph, nodes removed only of blocks that left). Where the driver
+        template that matches the executable graph, nodes removed only of blocks that left), where the removed
+        nodes run code that a kept node runs too (``keeps``: their modules stay loaded while the executable graph
+        lives, and nothing would unload them now anyway). Where the driver
         refuses a call before the first node is destroyed, ``old`` is left as it was (the nodes disabled so far
         enabled again, the arguments restored) and None is returned (the caller builds otherwise); a failure to
         destroy a node raises, leaving ``old`` as a failed ``grow`` does.
@@ -295,6 +300,11 @@ class CompiledGraph:
             return None
         drv, exec_h = old.api, old.exec
         kept, gone = old.nodes[:k], old.nodes[k:]
+        # a removed node names its function in the executable graph as long as it lives: only where a kept node runs
+        # the same code (its module stays loaded anyway), so that removing a block still unloads code nothing runs
+        codes = {node.plan.code_key for node in gone}
+        if not codes <= {n.code_key for n in plan.nodes}:
+            return None
         moved = cls._moved(old, pointers)
         off: list = []
         saved: list = []  # (node, [(view, index, old word)]) to restore on failure
@@ -328,7 +338,7 @@ class CompiledGraph:
         g.pointers = dict(pointers)
         g.built = g.pointers.copy()
         g._dirty, g.functions, g.regions = set(), functions, False
-        g.growable, g.touched, g.plain = True, set(), k
+        g.growable, g.touched, g.plain, g.keeps = True, set(), k, old.keeps | codes
         g.patches, g._consumers = _Table(g), None
         g.args = None  # (no node of its own: the kept nodes' arguments are in the storages it holds)
         g.held = old.held + ((old.args,) if old.args is not None else ())

@@ -254,7 +254,7 @@ class Builder:
         new_delays = tuple(k[0] for k in buffers if k[0][0] == "delay" and k not in self.buffers) if gp.delays \
             else ()
         return Prepared(desc, gp, new, buffers, pointers, new_delays, acquired=tuple(acquired),
-                        ids=ids, codes=frozenset(codes_in_use(gp)),
+                        ids=ids, codes=frozenset(codes_in_use(gp) | new.keeps),
                         unused=tuple(k for k in self.buffers if k not in buffers),
                         flagged=tuple(b for b in list(rt.blocks.values()) if b.state != "ok" or b.message
                                       or b._warnings) if background else None)
@@ -303,11 +303,11 @@ class Builder:
             DeviceBuffer(pointers[sid], host.nbytes, api=rt.api).upload(host, rt.stream)
         keep = job.ids
         if later is None:
-            self.retire(job.new, job.buffers, defer=True)
+            self.retire(job.new, job.buffers, defer=True)  # (its modules are pruned once it is gone)
             self.delays.built(gp, desc, pointers, job.new_delays)  # frame-0 values of new or reconnected delays
             self.release_library_state(keep=set(keep))
-            # (the old graph's modules stay loaded until the next build: it is destroyed after the next launch)
-            rt.modules.prune(job.codes | self.codes if rt.retired else job.codes)
+            if old is None:
+                rt.modules.prune(job.codes)
         else:  # the old graph's frames may still run: it, and what only it used, go once they are done
             rt.graph = job.new
             for key in job.unused:  # memory reused only by work queued after this on the engine's stream
@@ -395,24 +395,30 @@ class Builder:
 
     def retire(self, new: CompiledGraph | None, buffers: dict, defer: bool = False) -> None:
         """Make ``new`` the running graph; free the old one and the buffers it alone used. ``defer``: the old
-        graph's destruction (``cuGraphExecDestroy``, ~0.4 ms for 1000 nodes on an H200) waits in ``rt.retired``
-        for the next frame's launch, so that it overlaps that frame on the GPU (``Runtime.close_retired``)."""
+        graph's destruction (``cuGraphExecDestroy``, ~0.4 ms for 1000 nodes on an H200), and then the unloading
+        of the modules only it ran, wait in ``rt.after_launch`` for the next frame's launch, so that they overlap
+        that frame on the GPU."""
         rt = self.rt
         old, rt.graph = rt.graph, new
         if old is not None:
             rt.synchronize()  # the old exec may be running; wait before its buffers go back to the pool
             if defer:
-                rt.retired.append(old)
+                rt.after_launch.append(lambda: self._gone(old))
             else:
                 old.close()
-        if not defer and rt.retired:
-            rt.close_retired()
+        if not defer and rt.after_launch:
+            rt.launched()
         for key, buf in self.buffers.items():
             if key not in buffers:
                 rt.pool.release(buf)
         self.buffers = buffers
         if new is None:
             rt.modules.prune(set())
+
+    def _gone(self, old: CompiledGraph) -> None:
+        """Destroy a graph a rebuild replaced, then unload the modules that only it ran."""
+        old.close()
+        self.rt.modules.prune(self.codes)
 
     def release_library_state(self, keep: set[int]) -> None:
         """Tear down handles/plans/workspaces of calls whose block left (the old graph is already retired)."""

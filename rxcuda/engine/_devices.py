@@ -282,6 +282,7 @@ class DeviceGraphs:
         self.plan = plan
         self.split = s
         self.graphs = graphs
+        self.keeps: frozenset[str] = frozenset()  # (CompiledGraph.keeps: these graphs are never shrunk in place)
         self.devices = devices
         self.fast = devices.lanes[0].fast
         self.api = devices.rt.api

@@ -130,16 +130,16 @@ class FrameRunner:
                     err = g.launcher(stream)
                     if err:
                         self.fast.raise_for(err, "cuGraphLaunch")
-                    if tiers and rt.retired:  # a rebuild's old graph: destroyed while this frame runs
-                        rt.close_retired()
+                    if tiers and rt.after_launch:  # a rebuild's old graph: destroyed while this frame runs
+                        rt.launched()
                     if io.taps:
                         io.enqueue_taps(g, rt.frame + 1)  # before the sync: a synced frame's outputs come with it
                     if sync:
                         self.fast.wait(stream)
                 else:
                     timed = self._instrumented(g, sync, t0)
-                    if rt.retired:
-                        rt.close_retired()
+                    if rt.after_launch:
+                        rt.launched()
         except CudaError as e:
             if is_sticky(e):
                 raise self.lose(e) from e

@@ -48,9 +48,9 @@ class Runtime:
     stamps: str | None = None  # profiling: the graph gets a timestamp node per "block" or per "kernel"
     occupancy: dict = attrs.field(factory=dict)  # (block id, kernel) -> theoretical occupancy (per_kernel+)
     graph: CompiledGraph | None = None
-    # graphs a direct tick's rebuild replaced, idle, destroyed right after the next frame's launch (so that the
-    # driver's work of destroying them overlaps that frame on the GPU) or when the engine closes
-    retired: list = attrs.field(factory=list)
+    # what waits for the next frame's launch: a direct tick's rebuild leaves the destruction of the graph it replaced
+    # here (idle: its frames were waited for), so that the driver's work overlaps that frame on the GPU
+    after_launch: list = attrs.field(factory=list)
     preparing: bool = False  # a new graph is being prepared off the frame thread (rxcuda.engine._prepare)
     # tiers applied between frames (a read, array() or write that needed the pending changes first): the next
     # frame is the first to run with them, so it reports them (Frame.tiers)
@@ -121,11 +121,11 @@ class Runtime:
     def is_connected(self, ref: PortRef) -> bool:
         return ref in self.connections
 
-    def close_retired(self) -> None:
-        """Destroy the graphs waiting in ``retired`` (idle: their last frames were waited for)."""
-        retired, self.retired = self.retired, []
-        for g in retired:
-            g.close()
+    def launched(self) -> None:
+        """Run what waited for a frame's launch (``after_launch``), in order."""
+        waiting, self.after_launch = self.after_launch, []
+        for fn in waiting:
+            fn()
 
     def synchronize(self) -> None:
         synchronize(self.stream, api=self.api)

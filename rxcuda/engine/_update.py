@@ -327,7 +327,7 @@ class Updater:
             runs_code(g, nid, code.key)
             self.builder.codes.add(code.key)  # kept loaded by a swap while the old graph may still run
             if not rt.preparing:  # (the worker may have loaded modules the running graph does not use yet)
-                rt.modules.prune(codes_in_use(g.plan))
+                rt.modules.prune(codes_in_use(g.plan) | g.keeps)
             block.state, block.message = "ok", ""
             rt.reporter.refresh()
             swapped = True

@@ -267,6 +267,8 @@ def test_blocks_removed_from_the_end_are_disabled_in_the_running_executable_grap
     assert sorted(a for n, a in calls if n == "cuGraphNodeSetEnabled") == sorted((exec_h, h, 0) for h in handles)
     assert sorted(a[0] for n, a in calls if n == "cuGraphDestroyNode") == sorted(handles)
     assert not [n for n, _ in calls if n in ("cuGraphInstantiate", "cuGraphExecDestroy", "cuGraphUpload")]
+    code = blocks[0].description.kernels[0].code.key
+    assert g.keeps == {code} and code in engine._builder.codes  # (the disabled nodes' code stays loaded)
     _check(engine)
     blocks[0].params["scale"].value = 5.0  # the hot path reaches the kept nodes in the same executable graph
     mark = len(api.calls)
@@ -326,16 +328,15 @@ def test_a_direct_ticks_rebuild_destroys_the_old_executable_graph_after_launchin
     assert engine.tick().tiers == ("structure",)
     new = engine._rt.graph._exec_h
     order = [(n, a[0]) for n, a in api.calls[mark:] if n in ("cuGraphLaunch", "cuGraphExecDestroy")]
-    assert order == [("cuGraphLaunch", new), ("cuGraphExecDestroy", old)] and not engine._rt.retired
+    assert order == [("cuGraphLaunch", new), ("cuGraphExecDestroy", old)] and not engine._rt.after_launch
     _check(engine)
     # a rebuild outside a frame (a read needed it): the old graph waits for the next frame, or for close
     engine.remove(mid)
     engine.connect(blocks[1]["out"], blocks[2]["x"])
     engine.read(blocks[-1]["out"])
-    assert [g._exec_h for g in engine._rt.retired] == [new]
-    assert api.count("cuGraphExecDestroy") == 1
+    assert len(engine._rt.after_launch) == 1 and api.count("cuGraphExecDestroy") == 1
     engine.close()
-    assert not engine._rt.retired and not api.leaks().get("exec")
+    assert not engine._rt.after_launch and not api.leaks().get("exec")
 
 
 def test_a_grow_keeps_to_plain_kernel_nodes_the_exec_has_not_changed(engine):
@@ -365,4 +366,25 @@ def test_a_grow_keeps_to_plain_kernel_nodes_the_exec_has_not_changed(engine):
     engine.connect(blocks[-1]["out"], extra["x"])
     engine.tick()
     assert builder.grown == 4
+    _check(engine)
+
+
+def test_a_removed_block_whose_code_nothing_else_runs_is_built_otherwise_and_its_module_unloaded(engine):
+    """A shrink would leave the removed node's function named in the running executable graph, so it applies only
+    where a kept node runs the same code; otherwise the graph is built anew, and the module that only the removed
+    block ran is unloaded once the old graph is destroyed, after the new frame's launch."""
+    api = engine._rt.api
+    blocks = _chain(engine, 3)
+    add = engine.add(Block.from_kernel("vector_add", size=N, name="add"))
+    engine.connect(blocks[-1]["out"], add["a"])
+    engine.connect(blocks[-1]["out"], add["b"])
+    engine.tick()
+    key = add.description.kernels[0].code.key
+    assert key in engine._rt.modules
+    engine.remove(add)
+    mark = len(api.calls)
+    assert engine.tick().tiers == ("structure",)
+    assert engine._builder.shrunk == 0 and key not in engine._rt.modules
+    order = [n for n, _ in api.calls[mark:] if n in ("cuGraphLaunch", "cuGraphExecDestroy", "cuModuleUnload")]
+    assert order == ["cuGraphLaunch", "cuGraphExecDestroy", "cuModuleUnload"]
     _check(engine)
