@@ -130,7 +130,7 @@ class FrameRunner:
                     err = g.launcher(stream)
                     if err:
                         self.fast.raise_for(err, "cuGraphLaunch")
-                    if tiers and rt.after_launch:  # a rebuild's old graph: destroyed while this frame runs
+                    if rt.after_launch:  # a rebuild's old graph: destroyed while this frame runs
                         rt.launched()
                     if io.taps:
                         io.enqueue_taps(g, rt.frame + 1)  # before the sync: a synced frame's outputs come with it

@@ -335,6 +335,12 @@ def test_a_direct_ticks_rebuild_destroys_the_old_executable_graph_after_launchin
     engine.connect(blocks[1]["out"], blocks[2]["x"])
     engine.read(blocks[-1]["out"])
     assert len(engine._rt.after_launch) == 1 and api.count("cuGraphExecDestroy") == 1
+    engine.rebuild()  # (outside a frame too)
+    assert len(engine._rt.after_launch) == 2
+    engine.tick()
+    assert not engine._rt.after_launch  # (a rebuild of the same topology took the running executable graph over)
+    engine.rebuild()
+    assert engine.tick().tiers == () and not engine._rt.after_launch  # (a frame that reports no tier lets it go too)
     engine.close()
     assert not engine._rt.after_launch and not api.leaks().get("exec")
 
