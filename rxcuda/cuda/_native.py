@@ -11,8 +11,8 @@ The module is compiled once per machine and Python (``cc -O2 -shared``, ~0.3 s) 
 ``cache_dir()/native``, keyed by a digest of the source, the interpreter and the compiler, and loaded from there
 afterwards; the first ``import rxcuda`` asks for it (Parameter's base is chosen then). Where there is no compiler
 or no Python headers, or ``RXCUDA_NATIVE=0`` is set, :func:`hotpath` returns None and rxcuda keeps its Python
-path: the same results, ~0.5 µs more per change, ~1 µs with a live view's subscribers. The first failure is
-logged once, with the reason and the fix.
+path: the same results, at twice the host's instructions per change (~1 µs more on an H200 host). The first
+failure is logged once, with the reason and the fix.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def hotpath() -> ModuleType | None:
             except Exception as e:  # no compiler, no headers, a read-only cache, a failed load
                 why_not = f"{type(e).__name__}: {e}"
                 log.warning("rxcuda: the compiled parameter path is not available (%s); parameter changes take the "
-                            "Python path, ~0.5 us slower each. Install a C compiler and the Python headers (e.g. "
+                            "Python path, ~1 us slower each. Install a C compiler and the Python headers (e.g. "
                             "apt install gcc python3-dev) to use it, or set %s=0 to silence this", why_not, ENV)
         _tried = True
         return _loaded
