@@ -74,6 +74,13 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="plan_ab_")
     try:
         shutil.copytree(args.base / "rxcuda", Path(tmp) / "rxcuda_base")
+        # beside it what a checkout's rxcuda finds its rxcuda.kernels and rxcuda.examples in (rxcuda/__init__.py)
+        for part in ("kernels", "examples", "pyproject.toml"):
+            src = args.base / part
+            if src.is_dir():
+                shutil.copytree(src, Path(tmp) / part)
+            elif src.is_file():
+                shutil.copy(src, Path(tmp) / part)
         sys.path.insert(0, str(ROOT))
         sys.path.insert(0, tmp)
         import rxcuda_base
