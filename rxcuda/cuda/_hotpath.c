@@ -492,16 +492,6 @@ typedef struct {
 
 static PyObject *s_publish_value, *s_sink, *s_id, *s_set_value, *s_changes;
 
-/* emit(observers, item, broadcast): ``emit`` above, for Python (the engine's AppliedUpdate on the hot path) */
-static PyObject *emit_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyTuple_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "emit(observers (a tuple), item, broadcast)");
-        return NULL;
-    }
-    if (emit(args[0], args[1], args[2], NULL) < 0) return NULL;
-    Py_RETURN_NONE;
-}
-
 /* A value just folded, as a ParameterChanged(block, name, value) to the observers of parameter changes. */
 static int publish_value(PendingObject *self, PyObject *key, PyObject *value) {
     PyTypeObject *type = (PyTypeObject *)self->event_type;
@@ -849,8 +839,6 @@ static PyObject *noop_address(PyObject *module, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"drain_one", (PyCFunction)(void (*)(void))drain_one, METH_FASTCALL,
      "drain_one(pending, table[, updates]) -> (names, None, events) | (None, params, events)"},
-    {"emit", (PyCFunction)(void (*)(void))emit_py, METH_FASTCALL,
-     "emit(observers, item, broadcast): hand item to each observer as Broadcast.emit does"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a set-params function that does nothing"},
     {NULL, NULL, 0, NULL},
 };

@@ -6,10 +6,10 @@ driver making the same driver calls, with the same arguments, on both paths."""
 import ctypes
 import logging
 import threading
-import time
 
 import numpy as np
 import pytest
+from _folding import while_a_producer_folds
 
 from rxcuda.cuda import _native
 
@@ -230,20 +230,7 @@ def test_drain_one_waits_for_a_producer_inside_its_section_and_sees_its_value():
     """The lock is taken only when someone holds it: a producer holding it (mid-fold) is waited for, and what it
     folded before releasing is drained with the rest."""
     pending = _Pending({(1, "a"): 1.0}, count=1)
-    taken = threading.Event()
-
-    def producer():
-        with pending._lock:
-            taken.set()
-            pending._params[(2, "b")] = 2.0
-            time.sleep(0.05)  # drain_one, called meanwhile, must wait here
-            pending.count += 1
-
-    t = threading.Thread(target=producer)
-    t.start()
-    taken.wait()
-    names, rest, events = native.drain_one(pending, {})
-    t.join()
+    names, rest, events = while_a_producer_folds(pending, lambda: native.drain_one(pending, {}))
     assert (names, rest, events) == (None, {(1, "a"): 1.0, (2, "b"): 2.0}, 2)
     assert pending.count == 0 and pending._params == {} and not pending._lock.locked()
 

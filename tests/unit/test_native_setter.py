@@ -5,10 +5,10 @@ the same values kept, the same errors, the same events to the same observers, th
 publishes an AppliedUpdate as the Python drain does."""
 
 import threading
-import time
 
 import numpy as np
 import pytest
+from _folding import while_a_producer_folds
 
 from rxcuda.blocks._params import Parameter, _Fields
 from rxcuda.cuda import _native
@@ -154,20 +154,7 @@ def test_without_an_error_handler_a_failing_observer_reaches_the_producer():
 
 def test_set_value_waits_for_a_producer_inside_its_section():
     pending = pending_plan()
-    inside = threading.Event()
-
-    def producer():
-        with pending._lock:
-            inside.set()
-            pending._params[(2, "b")] = 2.0
-            time.sleep(0.05)  # set_value, called meanwhile, must wait here
-            pending.count += 1
-
-    t = threading.Thread(target=producer)
-    t.start()
-    inside.wait()
-    pending.set_value((1, "a"), 1.0)
-    t.join()
+    while_a_producer_folds(pending, lambda: pending.set_value((1, "a"), 1.0))
     assert pending.count == 2 and pending._params == {(2, "b"): 2.0, (1, "a"): 1.0}
     assert not pending._lock.locked()
 
