@@ -7,10 +7,10 @@ For each N, one table row:
   blocks(path)  Block.from_kernel("kernels/scalar_mul.ptx", ...) x N, as users write it: total ms
   declare       engine.add x N, engine.connect x N-1 and one engine.write: total ms, and µs per call
   first tick    the cold build: plan, load, allocate, build and instantiate the graph, launch, sync
-  +1 block      add one block, connect it at the end of the chain, tick (median of --repeats)
-  -1 block      remove that block again, tick (median of --repeats)
-  plain tick    a tick with nothing to apply (median of --repeats): the frame that +1/-1 block each include;
-                the change's own work is the difference
+  +1 block      add one block, connect it at the end of the chain, tick, wait for the frame (median of --repeats)
+  -1 block      remove that block again, tick, wait for the frame (median of --repeats)
+  plain tick    a tick with nothing to apply, and the wait for its frame (median of --repeats): the frame that
+                +1/-1 block each include; the change's own work is the difference
   plan()        rxcuda.plan(engine.describe()) alone (median of --repeats); describe() beside it
 
 and, for each N, a row of live editing (``--live-seconds``, 0 skips it): ``engine.run(60)`` while another
@@ -92,22 +92,28 @@ def measure(engine, n: int, code, repeats: int) -> dict[str, float]:
 
     t0 = _start()
     _tick_ok(engine)
+    engine.synchronize()
     cold = _ms(t0)
 
+    # each timed tick waits for its frame on the GPU: an edit's work, to the end of the frame that shows it, is its
+    # own and not partly the next measurement's (a build waits for the frames in flight before it swaps)
     added, removed, plain = [], [], []
     for _ in range(repeats):
         t0 = _start()
         _tick_ok(engine)  # a frame with nothing to apply: what +1/-1 block's own tick costs anyway
+        engine.synchronize()
         plain.append(_ms(t0))
         extra = rxcuda.Block.from_kernel(code, size=ELEMENTS, scale=1.0, name="extra")
         t0 = _start()
         engine.add(extra)
         engine.connect(blocks[-1]["out"], extra["x"])
         _tick_ok(engine)
+        engine.synchronize()
         added.append(_ms(t0))
         t0 = _start()
         engine.remove(extra)
         _tick_ok(engine)
+        engine.synchronize()
         removed.append(_ms(t0))
 
     described, planned = [], []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from operator import is_
 
 import numpy as np
 
@@ -87,16 +86,20 @@ class CompiledGraph:
         self.graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
         self.exec = None
         self._dirty: set[int] = set()
-        self.functions = functions  # the loaded functions by code key it was built with (see ``grow``)
-        self.held: tuple = ()  # argument storages of nodes taken over from an earlier graph (``grow``)
-        # grow: whether the template still matches the exec (False with regions, stamps, another device's
-        # crossing, or after a failed grow), and the nodes changed in the exec only since the build
+        self.functions = functions  # the loaded functions by code key it was built with (see rxcuda.cuda._inplace)
+        self.held: tuple = ()  # argument storages of nodes taken over from an earlier graph (rxcuda.cuda._inplace)
+        # in-place edits (rxcuda.cuda._inplace): whether the template still matches the exec (False with regions,
+        # stamps, another device's crossing, or after a failed grow), and the nodes changed in the exec only since
+        # the build
         self.growable = crossing is None and stamps is None
         self.touched: set[int] = set()
-        self.plain = 0  # leading nodes known to be kernel nodes passing no conditional handle (grow)
-        # the code keys its executable graph names beyond its plan's (nodes ``shrink`` disabled in it): their modules
-        # stay loaded while it lives
+        self.plain = 0  # leading nodes known to be kernel nodes passing no conditional handle (_inplace)
+        # the code keys its executable graph names beyond its plan's (nodes ``_inplace.shrink`` disabled in it, spares):
+        # their modules stay loaded while it lives
         self.keeps: frozenset[str] = frozenset()
+        # disabled nodes of the executable graph that its template still holds, in the order they follow each other,
+        # each ``(handle, after)``: what ``_inplace.extend`` gives blocks added at the end (see ``_make_spares``)
+        self.spares: list[tuple[object, frozenset[int] | None]] = []
         parents = plan.parents
         kinds = [kind_of(n) for n in plan.nodes]  # the one lookup per node: from here on, the nodes' methods
         self.regions = bool(parents) or any(k.conditional for k in kinds)
@@ -161,21 +164,66 @@ class CompiledGraph:
             consumers: dict[int, list[int]] = {}
             for node in self.nodes:
                 if node.handle is None:
-                    continue  # taken out of the template by a grow that failed (see ``grow``)
+                    continue  # taken out of the template by a grow that failed (see rxcuda.cuda._inplace)
                 for b in node.buffers():
                     consumers.setdefault(b, []).append(node.plan.id)
             self._consumers = consumers
         return self._consumers
 
-    def instantiate(self) -> None:
+    def instantiate(self, spares: bool = False) -> None:
+        """Instantiate the template. ``spares``: first add ``SPARES`` spare nodes after its end where the graph
+        can take blocks added at the end in place (``_make_spares``), disabled in the executable graph."""
         drv = self.api
         try:
+            if spares and self.growable and not self.regions:
+                self.spares, code = self._make_spares(drv, self.graph, self.plan, self.nodes)
+                if code is not None:
+                    self.keeps = self.keeps | {code}
             self.exec = check(drv.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate")
+            self._disable_spares()
         except BaseException:
+            if self.exec is not None:
+                drv.cuGraphExecDestroy(self.exec)
+                self.exec = None
             self._destroy_graphs()
             raise
         self._exec_h = int(self.exec)
         self._arm()
+
+    # spare nodes: after every node of a flat graph of kernel nodes, disabled in its executable graph
+    SPARES = 2
+
+    @classmethod
+    def _make_spares(cls, drv, graph, plan: GraphPlan, nodes: list) -> tuple[list, str | None]:
+        """Add ``SPARES`` kernel nodes to ``graph`` (the template, before it is instantiated), the first after every
+        node that nothing depends on, each next one after the one before, doing the last node's work; returns
+        ``([(handle, None), ...], the code key they name)`` (``([], None)`` where the graph does not qualify: regions,
+        stamps, another device's crossing, a last node that is no plain kernel node).
+
+        Disabled in the executable graph (``_disable_spares``), they cost nothing when it runs, and each runs after
+        every node before it: a block added at the end, whatever it depends on, can take one over
+        (``_inplace.extend``: its parameters in both graphs, ``cuGraphNodeSetEnabled``) instead of a new
+        instantiation of the template. The
+        executable graph then orders that block after all others (it may run later than it could, never
+        earlier), until the next instantiation."""
+        if not cls.SPARES or not nodes or plan.parents or plan.stamps is not None:
+            return [], None
+        last = nodes[-1]
+        if type(last) is not KernelNode or last.handle_slots:
+            return [], None
+        depended: set[int] = set()
+        depended.update(*plan.deps)
+        deps = [n.handle for n in nodes if n.plan.id not in depended]
+        spares: list = []
+        for _ in range(cls.SPARES):
+            h = check(drv.cuGraphAddKernelNode(graph, deps, len(deps), last.params), "cuGraphAddKernelNode (spare)")
+            spares.append((h, None))
+            deps = [h]
+        return spares, last.plan.code_key
+
+    def _disable_spares(self) -> None:
+        for h, _ in self.spares:
+            check(self.api.cuGraphNodeSetEnabled(self.exec, h, 0), "cuGraphNodeSetEnabled (spare)")
 
     def upload(self, stream) -> None:
         """Upload the executable graph to the device in ``stream`` without running it (``cuGraphUpload``):
@@ -187,234 +235,6 @@ class CompiledGraph:
         self.launcher = self.fast.launcher(self._exec_h)
         self.patches = _Table(self)
 
-    @classmethod
-    def grow(cls, old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
-             present: frozenset | set, capture: Capture | None = None) -> CompiledGraph | None:
-        """``plan``'s graph made from ``old``'s template graph in place, or None where that does not apply.
-
-        For the common live edit, nodes added after or removed from the end of a plan that begins with
-        ``old``'s nodes (the same node plans: the planner's ``Replanner`` keeps them): the leading nodes stay
-        in ``old``'s template graph as they are (a node whose buffers moved, as an output that became an
-        intermediate and now shares memory, gets its new pointers there: ``cuGraphKernelNodeSetParams``),
-        the new nodes are added after their dependencies, the old trailing nodes are destroyed
-        (``cuGraphDestroyNode``), and the template is instantiated anew; ``old``'s executable graph is
-        independent of its template once instantiated and keeps running until it is retired. The template,
-        and the nodes kept, are the new graph's from then on (``old.close`` leaves them).
-
-        Applies only on the thread that runs ``old`` (its template is touched; a CUgraph is not thread-safe),
-        to flat graphs of kernel nodes without regions or stamps whose executable graph still matches the
-        template (``growable``, ``touched``), whose functions are the same objects, and where every node
-        removed belongs to a block no longer in the pipeline (``present``: the ids of those that are), so
-        that nothing will update it in ``old``'s executable graph again. On failure, the nodes added are
-        destroyed, the kept nodes' arguments are restored and ``old`` keeps running (it takes no more grows).
-        """
-        k = cls._kept(old, plan, functions, pointers, present)
-        if k is None:
-            return None
-        drv, graph, ctx = old.api, old.graph, old._ctx
-        g = cls.__new__(cls)
-        g.plan, g.stamps, g.api, g.fast, g._ctx, g._exec_h = plan, None, drv, old.fast, ctx, 0
-        g.pointers = dict(pointers)
-        g.built = g.pointers.copy()
-        g.exec, g._dirty, g.functions, g.regions = None, set(), functions, False
-        g.growable, g.touched, g.plain, g.keeps = True, set(), k, frozenset()  # (instantiated anew: no others)
-        g.patches, g._consumers = _Table(g), None
-        kept = old.nodes[:k]
-        gone = old.nodes[k:]
-        tail = plan.nodes[k:]
-        kinds = [kind_of(n) for n in tail]
-        b = BuildContext(drv, ctx, graph, functions, pointers, capture)
-        by_kind: dict[type[GraphNode], list] = {}
-        for n, kd in zip(tail, kinds, strict=True):
-            by_kind.setdefault(kd, []).append(n)
-        for kd, plans in by_kind.items():
-            kd.prepare(plans, b)
-        g.args = b.args
-        held = old.held + ((old.args,) if old.args is not None else ())
-        if len(held) > 4:  # keep only the storages some kept node points into
-            live = {id(n.storage) for n in kept}
-            held = tuple(st for st in held if id(st) in live)
-        g.held = held
-        # kept nodes whose buffers moved: the new pointers in their arguments and in the template's node
-        moved = cls._moved(old, pointers)
-        saved: list = []  # (node, [(view, index, old word)]) to restore on failure
-        nodes = list(kept)
-        added: list = []
-        try:
-            if moved:
-                saved = cls._repoint(kept, moved, pointers)
-                for node, _ in saved:
-                    node.set_template(drv)
-            for n, kd in zip(tail, kinds, strict=True):
-                node = kd.make(n, b)
-                node.add(drv, graph, [nodes[d].handle for d in plan.deps[n.id]], ctx)
-                nodes.append(node)
-                added.append(node)
-            if isinstance(g.args, ArgStorage):
-                g.args.seal()
-            for node in gone:
-                node.remove(drv)
-            g.exec = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        except BaseException:
-            for node in added:
-                drv.cuGraphDestroyNode(node.handle)  # (an undo: its own error would hide the first)
-                node.release(drv)
-            for node in cls._restore(saved):
-                drv.cuGraphKernelNodeSetParams(node.handle, node.params)
-            if any(node.handle is None for node in gone):
-                old.growable = False  # its template lost nodes its executable graph still runs
-                old._consumers = None
-            raise
-        g.nodes = nodes
-        old.graph = None  # the template is the new graph's now
-        g.graph = graph
-        g._exec_h = int(g.exec)
-        g._arm()
-        return g
-
-    @classmethod
-    def shrink(cls, old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
-               present: frozenset | set) -> CompiledGraph | None:
-        """``plan``'s graph made from ``old``'s by taking its trailing nodes out, without instantiating anything;
-        None where that does not apply.
-
-        For the other half of the common live edit, nodes removed from the end of a plan that is otherwise
-        ``old``'s (the same node plans, in the same order, with the same dependencies): the removed nodes are
-        disabled in ``old``'s executable graph (``cuGraphNodeSetEnabled``: a disabled node does nothing when the
-        graph runs, so the buffers it named may go) and destroyed in its template, a kept node whose buffers moved
-        gets its new pointers in both (``cuGraphExecKernelNodeSetParams``, ``cuGraphKernelNodeSetParams``), and
-        the new graph takes both over: a removal costs a few driver calls per node instead of an instantiation,
-        an upload and the old executable graph's destruction. The executable graph then has nodes its template
-        lacks; they are never named again (a later grow instantiates the template anew).
-
-        Applies where ``grow`` does (see there: the thread that runs ``old``, flat graphs of kernel nodes, a
-        template that matches the executable graph, nodes removed only of blocks that left), where the removed
-        nodes run code that a kept node runs too (``keeps``: their modules stay loaded while the executable graph
-        lives, and nothing would unload them now anyway). Where the driver
-        refuses a call before the first node is destroyed, ``old`` is left as it was (the nodes disabled so far
-        enabled again, the arguments restored) and None is returned (the caller builds otherwise); a failure to
-        destroy a node raises, leaving ``old`` as a failed ``grow`` does.
-        """
-        k = cls._kept(old, plan, functions, pointers, present)
-        if k is None or k != len(plan.nodes):
-            return None
-        drv, exec_h = old.api, old.exec
-        kept, gone = old.nodes[:k], old.nodes[k:]
-        # a removed node names its function in the executable graph as long as it lives: only where a kept node runs
-        # the same code (its module stays loaded anyway), so that removing a block still unloads code nothing runs
-        codes = {node.plan.code_key for node in gone}
-        if not codes <= {n.code_key for n in plan.nodes}:
-            return None
-        moved = cls._moved(old, pointers)
-        off: list = []
-        saved: list = []  # (node, [(view, index, old word)]) to restore on failure
-        try:
-            for node in gone:
-                check(drv.cuGraphNodeSetEnabled(exec_h, node.handle, 0), f"cuGraphNodeSetEnabled ({node.plan.label})")
-                off.append(node)
-            if moved:
-                saved = cls._repoint(kept, moved, pointers)
-                for node, _ in saved:
-                    node.apply(drv, exec_h, node.handle, old._ctx)
-                    node.set_template(drv)
-        except BaseException as e:
-            for node in off:
-                drv.cuGraphNodeSetEnabled(exec_h, node.handle, 1)  # (an undo: its own error would hide the first)
-            for node in cls._restore(saved):
-                drv.cuGraphExecKernelNodeSetParams(exec_h, node.handle, node.params)
-                drv.cuGraphKernelNodeSetParams(node.handle, node.params)
-            if isinstance(e, CudaError):
-                return None
-            raise
-        try:
-            for node in gone:
-                node.remove(drv)
-        except BaseException:
-            old.growable = False  # its template lost nodes (disabled in its executable graph, which runs on)
-            old._consumers = None
-            raise
-        g = cls.__new__(cls)
-        g.plan, g.stamps, g.api, g.fast, g._ctx = plan, None, drv, old.fast, old._ctx
-        g.pointers = dict(pointers)
-        g.built = g.pointers.copy()
-        g._dirty, g.functions, g.regions = set(), functions, False
-        g.growable, g.touched, g.plain, g.keeps = True, set(), k, old.keeps | codes
-        g.patches, g._consumers = _Table(g), None
-        g.args = None  # (no node of its own: the kept nodes' arguments are in the storages it holds)
-        g.held = old.held + ((old.args,) if old.args is not None else ())
-        g.nodes = list(kept)
-        g.graph, g.exec = old.graph, exec_h
-        old.graph = old.exec = None  # (both are the new graph's now: closing old frees neither)
-        g._exec_h = int(exec_h)
-        g._arm()
-        return g
-
-    @staticmethod
-    def _repoint(nodes, moved: set[int], pointers: Mapping[int, int]) -> list:
-        """Write the new address (``pointers``) of each buffer in ``moved`` into the arguments of the ``nodes`` that
-        use it; [(node, [(view, index, old word), ...]), ...] for the nodes changed (what ``_restore`` undoes)."""
-        saved = []
-        for node in nodes:
-            if moved.isdisjoint(node.buffer_args):
-                continue
-            words = []
-            for bid in moved.intersection(node.buffer_args):
-                for i in node.buffer_args[bid]:
-                    view, idx = node.slots[i]
-                    words.append((view, idx, int(view[idx])))
-                    view[idx] = pointers[bid]
-            saved.append((node, words))
-        return saved
-
-    @staticmethod
-    def _restore(saved: list) -> list:
-        """Put back the words ``_repoint`` replaced; the nodes whose arguments it restored."""
-        for _, words in saved:
-            for view, idx, word in words:
-                view[idx] = word
-        return [node for node, _ in saved]
-
-    @staticmethod
-    def _moved(old: CompiledGraph, pointers: Mapping[int, int]) -> set[int]:
-        """The buffers ``old`` was built with that have another address in ``pointers`` (the items' difference
-        is taken in C; a buffer ``old`` lacked has not moved)."""
-        built = old.built
-        return {bid for bid, _ in pointers.items() - built.items() if bid in built}
-
-    @staticmethod
-    def _kept(old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object], pointers: Mapping[int, int],
-              present: frozenset | set) -> int | None:
-        """How many leading nodes ``grow`` keeps of ``old``'s (None: it does not apply; see there)."""
-        if (old.exec is None or old.graph is None or not old.growable or old.regions or plan.parents
-                or plan.stamps is not None or old.plan.stamps is not None):
-            return None
-        was, now = old.plan.nodes, plan.nodes
-        limit = min(len(was), len(now))
-        k = limit
-        if not all(map(is_, now[:limit], was[:limit])):  # (in C: an edit at the end keeps every one)
-            k = 0
-            while now[k] is was[k]:
-                k += 1
-        if not k or (k == len(was) and k == len(now)) or plan.deps[:k] != old.plan.deps[:k]:
-            return None  # nothing kept, or nothing changed (the exec update's case)
-        plain, nodes = old.plain, old.nodes
-        while plain < k and type(nodes[plain]) is KernelNode and not nodes[plain].handle_slots:
-            plain += 1
-        old.plain = plain
-        if plain < k or (old.touched and min(old.touched) < k):
-            return None
-        for node in old.nodes[k:]:
-            if type(node) is not KernelNode or node.plan.block in present:
-                return None
-        for n in now[k:]:
-            kd = kind_of(n)
-            if kd.conditional or kd.starts_frame(n):
-                return None
-        for key, f in old.functions.items():
-            if functions.get(key, f) is not f:
-                return None
-        return k
-
     def adopt_exec(self, old: CompiledGraph) -> bool:
         """Take over ``old``'s executable graph through cuGraphExecUpdate when the topology is the same.
 
@@ -422,14 +242,28 @@ class CompiledGraph:
         the graph the exec was instantiated from) and old must not destroy them. Returns False if the
         driver refuses, leaving both graphs as they were.
         """
-        if old.exec is None or self.regions or old.regions or old.plan.topology() != self.plan.topology():
+        if (old.exec is None or self.regions or old.regions or old.plan.topology() != self.plan.topology()
+                or any(after is not None for _, after in old.spares)):
             return False  # (a graph with regions: its condition kernels pass handles of the graph they were made in)
         drv = self.api
+        mine_spares: list = []
+        if old.spares:  # the same spares after the end, or the topologies differ
+            mine_spares, _ = self._make_spares(drv, self.graph, self.plan, self.nodes)
+            if len(mine_spares) != len(old.spares):
+                for h, _ in mine_spares:
+                    drv.cuGraphDestroyNode(h)
+                return False
         err, _info = drv.cuGraphExecUpdate(old.exec, self.graph)
         if err:
+            for h, _ in mine_spares:
+                drv.cuGraphDestroyNode(h)
             return False
         for mine, theirs in zip(self.nodes, old.nodes, strict=True):
             mine.adopt(theirs.handle)
+        self.spares, old.spares = old.spares, []
+        self.keeps = self.keeps | old.keeps  # (the code its spares name)
+        for h, _ in self.spares:  # (disabled in the executable graph, whatever the update made of them)
+            check(drv.cuGraphNodeSetEnabled(old.exec, h, 0), "cuGraphNodeSetEnabled (spare)")
         check(drv.cuGraphDestroy(self.graph), "cuGraphDestroy")
         self.graph, old.graph = old.graph, None
         self.exec, old.exec = old.exec, None

@@ -19,7 +19,7 @@ import attrs
 import numpy as np
 
 from ..blocks._regions import stamp_code
-from ..cuda import _nvtx
+from ..cuda import _inplace, _nvtx
 from ..cuda._graph import CompiledGraph, capture_graph
 from ..cuda._memory import DeviceBuffer, copy_dtod_async, copy_htod_async
 from ..cuda._profile import StampRing
@@ -87,8 +87,9 @@ class Builder:
         self.last_build_ms: float | None = None  # how long the last successful rebuild took
         self._occupancy_warnings: list = []
         self.resized_in_place = 0  # resizes the running graph took by exec-node updates (see _resize)
-        self.grown = 0  # builds that grew the running graph's template in place (CompiledGraph.grow)
-        self.shrunk = 0  # builds that took nodes off the running graph's end in place (CompiledGraph.shrink)
+        self.grown = 0  # builds that grew the running graph's template in place (rxcuda.cuda._inplace.grow)
+        self.shrunk = 0  # builds that took nodes off the running graph's end in place (rxcuda.cuda._inplace.shrink)
+        self.extended = 0  # builds that put nodes added at the end into spare nodes (rxcuda.cuda._inplace.extend)
         # the last build's shared groups, by their first buffer: (their buffers, largest sizes: see _group_sizes)
         self._group_bytes: dict[int, tuple] = {}
         self.last_in_place = False
@@ -223,11 +224,13 @@ class Builder:
                 # nodes removed from the end: disabled in the running executable graph, which carries on (nothing
                 # instantiated); nodes added after the end (and some removed): the running graph's template grows
                 # in place. (Nothing below can fail once shrink took the running executable graph over.)
-                new = CompiledGraph.shrink(running, gp, functions, pointers, ids)
+                new = _inplace.shrink(running, gp, functions, pointers, ids)
                 if new is not None:
                     self.shrunk += 1
+                elif (new := _inplace.extend(running, gp, functions, pointers, ids, self.capture)) is not None:
+                    self.extended += 1
                 else:
-                    new = CompiledGraph.grow(running, gp, functions, pointers, ids, capture=self.capture)
+                    new = _inplace.grow(running, gp, functions, pointers, ids, capture=self.capture)
                     if new is not None:
                         self.grown += 1
             if new is None:
@@ -237,9 +240,9 @@ class Builder:
             if rt.stamps == "kernel":
                 self._occupancy(gp, functions)
             if new.exec is not None:
-                pass  # grown (instantiated already) or shrunk (the running one)
+                pass  # grown (instantiated already), shrunk or extended (the running one)
             elif background or running is None or not new.adopt_exec(running):
-                new.instantiate()
+                new.instantiate(spares=True)
                 if background:  # its first launch, on the frame thread, then finds it on the device
                     new.upload(rt.stream)
         except BaseException:

@@ -29,6 +29,10 @@ def _check(engine, chain, scales, x):
     np.testing.assert_allclose(engine.read(chain[-1]["out"]), want, rtol=2e-5)
 
 
+def _prod(scales) -> np.float32:
+    return np.float32(np.prod(np.asarray(scales, dtype=np.float64)))
+
+
 def _chain(engine, rng, kernels, n):
     """A chain of ``n`` scalar_mul blocks with random scales on a random input, checked against NumPy once:
     (blocks, scales, input)."""
@@ -115,14 +119,14 @@ def test_an_engine_starts_no_thread_beside_its_first_build(kernels):
 
 
 def test_blocks_added_and_removed_at_the_end_twenty_times_grow_the_graph_in_place(engine, rng, kernels):
-    """The common live edit: each block added after the end of the chain is built by growing the running graph's
-    template in place (``CompiledGraph.grow``), each removed from the end by disabling its node in the running
-    executable graph (``CompiledGraph.shrink``: nothing instantiated), and the chain computes what NumPy does
-    after every edit, on a fresh input each time (the kept nodes' pointers moved when their output became
-    an intermediate that shares memory, and back)."""
+    """The common live edit: each block added after the end of the chain takes a spare node of the running
+    executable graph over (``_inplace.extend``) or grows its template in place (``_inplace.grow``), each removed
+    from the end is disabled in the running executable graph (``_inplace.shrink``: nothing instantiated), and the
+    chain computes what NumPy does after every edit, on a fresh input each time (the kept nodes' pointers moved
+    when their output became an intermediate that shares memory, and back)."""
     chain, scales, x = _chain(engine, rng, kernels, 64)
     builder = engine._builder
-    grown, shrunk = builder.grown, builder.shrunk
+    grown, shrunk, extended = builder.grown, builder.shrunk, builder.extended
     for step in range(20):
         if step % 3 != 2:  # two added, one removed: the chain grows and shrinks at its end
             b, s = _mul(kernels, rng, f"end{step}")
@@ -136,8 +140,59 @@ def test_blocks_added_and_removed_at_the_end_twenty_times_grow_the_graph_in_plac
         x = rand(rng, N)
         engine.write(chain[0]["x"], x)
         _check(engine, chain, scales, x)
-        assert builder.grown + builder.shrunk == grown + shrunk + step + 1, "the edit was built anew, not in place"
+        in_place = builder.grown + builder.shrunk + builder.extended
+        assert in_place == grown + shrunk + extended + step + 1, "the edit was built anew, not in place"
     assert builder.shrunk == shrunk + 6  # every removal: no instantiation
+    assert builder.extended > extended  # blocks added into spare nodes (rxcuda.cuda._inplace.extend): none instantiated
     chain[3].set(scale=0.75)  # a value changed in the grown graph's exec reaches it
     scales[3] = 0.75
     _check(engine, chain, scales, x)
+
+
+def test_a_block_of_other_code_added_after_two_chains_takes_a_spare_over_and_computes(engine, rng, kernels):
+    """A block whose kernel is in another module, added after the ends of two chains, takes a spare node over (its
+    function and arguments set in the executable graph, then enabled: nothing instantiated), runs after both
+    chains, and computes what NumPy does; removed, and then another block of other code added in its place, the
+    same."""
+    a, sa, xa = _chain(engine, rng, kernels, 3)
+    b = []
+    sb = []
+    for i in range(3):
+        blk, s = _mul(kernels, rng, f"b{i}")
+        b.append(engine.add(blk))
+        sb.append(s)
+        if i:
+            engine.connect(b[-2]["out"], b[-1]["x"])
+    xb = rand(rng, N)
+    engine.write(b[0]["x"], xb)
+    engine.tick()
+    builder = engine._builder
+    assert engine._rt.graph.spares, "the graph was instantiated without spare nodes"
+    extended = builder.extended
+    add = engine.add(Block.from_kernel(kernels / "vector_add.ptx", size=N, name="sum"))
+    engine.connect(a[-1]["out"], add["a"])
+    engine.connect(b[-1]["out"], add["b"])
+    for _ in range(3):  # fresh inputs each frame
+        xa, xb = rand(rng, N), rand(rng, N)
+        engine.write(a[0]["x"], xa)
+        engine.write(b[0]["x"], xb)
+        frame = engine.tick()
+        assert frame.state == "ok" and frame.launched
+        want = xa * _prod(sa) + xb * _prod(sb)
+        np.testing.assert_allclose(engine.read(add["out"]), want, rtol=2e-5, atol=1e-6)
+    assert builder.extended == extended + 1, "the block was not put into a spare node"
+    engine.remove(add)  # (its code ran nowhere else: built without it, with spares after the end again)
+    assert engine.tick().state == "ok"
+    k = float(rng.uniform(0.5, 1.5))
+    sax = engine.add(Block.from_kernel(kernels / "saxpy.ptx", size=N, a=k, name="saxpy"))
+    engine.connect(a[-1]["out"], sax["x"])
+    engine.connect(b[-1]["out"], sax["y"])
+    for _ in range(3):
+        xa, xb = rand(rng, N), rand(rng, N)
+        engine.write(a[0]["x"], xa)
+        engine.write(b[0]["x"], xb)
+        frame = engine.tick()
+        assert frame.state == "ok" and frame.launched
+        want = np.float32(k) * (xa * _prod(sa)) + xb * _prod(sb)
+        np.testing.assert_allclose(engine.read(sax["y_out"]), want, rtol=2e-5, atol=1e-6)
+    assert builder.extended == extended + 2

@@ -2,12 +2,24 @@
 
 A test module that needs another driver overrides ``api`` (test_append.py counts calls); one that needs another
 engine overrides ``engine``.
+
+Graphs are built without spare nodes here (``CompiledGraph.SPARES = 0``), so that the tests that name the driver
+calls a build makes, or compare a template with a fresh build's, see the plan's nodes and nothing else; the tests
+marked ``spares`` (tests/unit/test_spares.py) build with the engine's default.
 """
 
 import pytest
 
 import rxcuda
 from rxcuda.cuda import NullDriver
+from rxcuda.cuda._graph import CompiledGraph
+
+SPARES = CompiledGraph.SPARES  # the engine's default
+
+
+@pytest.fixture(autouse=True)
+def _spares(request, monkeypatch):
+    monkeypatch.setattr(CompiledGraph, "SPARES", SPARES if request.node.get_closest_marker("spares") else 0)
 
 
 @pytest.fixture

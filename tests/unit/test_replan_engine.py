@@ -49,6 +49,9 @@ def _template(g: CompiledGraph) -> dict:
     """The graph's template as the null driver holds it: plan node id -> (the plan ids of the nodes it depends
     on, the parameters struct it was added or last set with)."""
     held = g.api.kernel_edges(g.graph)
+    spares = {int(h) for h, _ in g.spares}  # (disabled in the executable graph: see rxcuda.cuda._inplace.extend)
+    assert spares <= set(held)
+    held = {h: v for h, v in held.items() if h not in spares}
     ids = {node.handle_int: node.plan.id for node in g.nodes}
     assert set(held) == set(ids)  # every node of the plan, and no other (none left over from an earlier graph)
     return {ids[h]: (sorted(ids[d] for d in deps), params) for h, (deps, params) in held.items()}
@@ -232,7 +235,8 @@ def test_grown_graphs_hold_only_the_storages_their_kept_nodes_use(engine):
         engine.remove(extra)
         engine.tick()
         _check(engine)
-    assert builder.grown == 12 and builder.shrunk == 12  # each removal taken off the end in place
+    # each removal taken off the end in place, each addition after the first put into the node it left
+    assert builder.grown == 1 and builder.extended == 11 and builder.shrunk == 12
     g = engine._rt.graph
     assert len(g.held) <= 5
     assert {id(n.storage) for n in g.nodes} <= {id(s) for s in (*g.held, g.args)}
@@ -247,8 +251,9 @@ def _exec_calls(api, mark: int) -> list:
 @pytest.mark.parametrize("gone", [1, 3])
 def test_blocks_removed_from_the_end_are_disabled_in_the_running_executable_graph(engine, gone):
     """A removal at the end instantiates nothing: the removed nodes are disabled in the running executable graph
-    and destroyed in its template, which the new graph takes over with the executable graph itself; the next
-    addition grows the template and instantiates it anew, and only then is that executable graph destroyed."""
+    and stay in its template as spares, which the new graph takes over with the executable graph itself; the next
+    addition after a value changed in the executable graph alone grows the template (destroying the spares there)
+    and instantiates it anew, and only then is that executable graph destroyed."""
     api = engine._rt.api
     blocks = _chain(engine, 8)
     engine.tick()
@@ -265,7 +270,9 @@ def test_blocks_removed_from_the_end_are_disabled_in_the_running_executable_grap
     assert builder.shrunk == 1 and g._exec_h == exec_h and len(g.nodes) == 8 - gone
     calls = _exec_calls(api, mark)
     assert sorted(a for n, a in calls if n == "cuGraphNodeSetEnabled") == sorted((exec_h, h, 0) for h in handles)
-    assert sorted(a[0] for n, a in calls if n == "cuGraphDestroyNode") == sorted(handles)
+    assert not [n for n, _ in calls if n == "cuGraphDestroyNode"]
+    assert [int(h) for h, _ in g.spares] == handles  # in the template still, each after what it depended on
+    assert [after for _, after in g.spares] == [frozenset({i - 1}) for i in sorted(nodes)]
     assert not [n for n, _ in calls if n in ("cuGraphInstantiate", "cuGraphExecDestroy", "cuGraphUpload")]
     code = blocks[0].description.kernels[0].code.key
     assert g.keeps == {code} and code in engine._builder.codes  # (the disabled nodes' code stays loaded)
@@ -370,6 +377,11 @@ def test_a_grow_keeps_to_plain_kernel_nodes_the_exec_has_not_changed(engine):
     assert builder.shrunk == 1 and engine._rt.graph.plain >= 6  # the new graph shrinks, and grows, again
     extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name="extra4"))
     engine.connect(blocks[-1]["out"], extra["x"])
+    engine.tick()
+    assert builder.extended == 1  # (into the node the removal left: rxcuda.cuda._inplace.extend)
+    _check(engine)
+    extra = engine.add(Block.from_kernel("scalar_mul", size=N, scale=1.0, name="extra5"))
+    engine.connect(blocks[-1]["out"], extra["x"])  # (beside extra4: no spare runs after both blocks' ends)
     engine.tick()
     assert builder.grown == 4
     _check(engine)
