@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import logging
 import time
 
+import numpy as np
+
+from . import _native
 from ._driver import check, drv
 
 log = logging.getLogger("rxcuda")
@@ -55,6 +59,7 @@ class FastDriver:
             self._event_query = _fn(lib, "cuEventQuery", vp)
             self._set_params = _fn(lib, "cuGraphExecKernelNodeSetParams_v2", vp, vp, vp)
             self._elapsed = _fn(lib, "cuEventElapsedTime_v2", ctypes.POINTER(ctypes.c_float), vp, vp)
+            self._add_node = ctypes.cast(lib.cuGraphAddKernelNode_v2, vp).value
             self.native = True
         except Exception as e:  # OSError, AttributeError, pathfinder's DynamicLibNotFoundError
             if not _warned:
@@ -62,6 +67,32 @@ class FastDriver:
                 log.warning("rxcuda: the per-frame driver calls fall back to cuda.bindings (they release the GIL, "
                             "so frames may slow down under busy Python threads): %s", e)
         self._ms = ctypes.c_float()
+
+    @functools.cached_property
+    def batches(self) -> bool:
+        """Whether ``add_kernel_nodes`` can add a build's kernel nodes in one compiled call (the real driver and
+        the compiled module; elsewhere each node adds itself through cuda.bindings or the null driver)."""
+        return self.native and _native.hotpath() is not None
+
+    def add_kernel_nodes(self, graph, nodes: list, deps) -> list[int]:
+        """Add kernel ``nodes`` (whose CUDA_KERNEL_NODE_PARAMS are at ``node.params_ptr``) to ``graph``, node i after
+        the nodes ``deps[i]`` names by index (each below i), in one call of the compiled module
+        (``add_kernel_nodes`` in _hotpath.c, the GIL released): the nodes' handles as ints. Only where
+        ``batches``. Raises the CudaError of the first node the driver refuses, naming it."""
+        n = len(nodes)
+        params = np.fromiter([node.params_ptr for node in nodes], dtype=np.uint64, count=n)
+        counts = np.fromiter(map(len, deps), dtype=np.int64, count=n)
+        flat = np.fromiter(itertools.chain.from_iterable(deps), dtype=np.int64, count=int(counts.sum()))
+        out = np.zeros(max(n, 1), dtype=np.uint64)
+        hp = _native.hotpath()
+        assert hp is not None
+        failed, err = hp.add_kernel_nodes(self._add_node, int(graph), params.ctypes.data, counts.ctypes.data,
+                                          flat.ctypes.data, out.ctypes.data, n)
+        if err == -1:
+            raise RuntimeError(f"{nodes[failed].plan.label}: a dependency does not name an earlier node")
+        if err:
+            _raise(err, f"cuGraphAddKernelNode ({nodes[failed].plan.label})")
+        return out[:n].tolist()
 
     def launch(self, graph_exec: int, stream: int) -> None:
         err = self._launch(graph_exec, stream) if self.native else self.api.cuGraphLaunch(graph_exec, stream)[0]

@@ -120,7 +120,13 @@ class CompiledGraph:
                 first, kind = next((n, k) for n, k in zip(plan.nodes, kinds, strict=True) if k.starts_frame(n))
                 root = kind.make(first, b)
                 root.add(drv, self.graph, [], ctx)
-            for n, kind in zip(plan.nodes, kinds, strict=True):
+            if root is None and not self.regions and self.fast.batches and all(k is KernelNode for k in kinds):
+                # a flat graph of kernel nodes: made first, then added in one compiled call (~1 µs a node)
+                self.nodes = [KernelNode.make(n, b) for n in plan.nodes]
+                handles = self.fast.add_kernel_nodes(self.graph, self.nodes, plan.deps)
+                for node, h in zip(self.nodes, handles, strict=True):
+                    node.adopt(drv.CUgraphNode(h))
+            for n, kind in zip(plan.nodes, kinds, strict=True) if not self.nodes else ():
                 if root is not None and n is root.plan:
                     self.nodes.append(root)
                     continue

@@ -34,6 +34,7 @@
 #include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #ifdef _WIN32
@@ -836,10 +837,71 @@ static PyObject *noop_address(PyObject *module, PyObject *unused) {
     return PyLong_FromVoidPtr((void *)noop_set_params);
 }
 
+/* add_kernel_nodes(function, graph, params, counts, deps, out, n) -> (index, err): a graph build's kernel nodes in one
+   call (rxcuda.cuda._fast.FastDriver.add_kernel_nodes). ``function``: the address of cuGraphAddKernelNode_v2;
+   ``graph``: the CUgraph; ``params``, ``counts``, ``deps``, ``out``: addresses of arrays of ``n`` uint64 struct
+   addresses (CUDA_KERNEL_NODE_PARAMS), ``n`` int64 dependency counts, their int64 node indices one after another,
+   each below its own node's, and ``n`` uint64 node handles, written here. Node i is added after the nodes its
+   indices name, in order; the first failure stops: (its index, the CUresult), else (-1, 0). A dependency index
+   that does not name an earlier node gives (its node's index, -1) before any driver call for it. The GIL is
+   released meanwhile: nothing here touches a Python object. */
+typedef int (*add_kernel_node_fn)(void **node, void *graph, void *const *deps, size_t n, const void *params);
+
+static PyObject *add_kernel_nodes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "add_kernel_nodes takes 7 arguments");
+        return NULL;
+    }
+    void *addr[6];
+    for (int i = 0; i < 6; i++) {
+        addr[i] = PyLong_AsVoidPtr(args[i]);
+        if (addr[i] == NULL && PyErr_Occurred()) return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[6]);
+    if (n < 0 && PyErr_Occurred()) return NULL;
+    add_kernel_node_fn add = (add_kernel_node_fn)addr[0];
+    void *graph = addr[1];
+    const uint64_t *params = (const uint64_t *)addr[2];
+    const int64_t *counts = (const int64_t *)addr[3];
+    const int64_t *deps = (const int64_t *)addr[4];
+    void **out = (void **)addr[5];
+    void *local[32];
+    void **buf = local;
+    int64_t cap = 32;
+    Py_ssize_t failed = -1;
+    int err = 0;
+    int64_t j = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t c = counts[i];
+        if (c > cap) {
+            void **grown = (void **)malloc(sizeof(void *) * (size_t)c);
+            if (grown == NULL) { failed = i; err = -2; break; }
+            if (buf != local) free(buf);
+            buf = grown;
+            cap = c;
+        }
+        for (int64_t k = 0; k < c; k++) {
+            int64_t d = deps[j + k];
+            if (d < 0 || d >= i) { failed = i; err = -1; break; }
+            buf[k] = out[d];
+        }
+        if (err) break;
+        j += c;
+        err = add(&out[i], graph, buf, (size_t)c, (const void *)(uintptr_t)params[i]);
+        if (err) { failed = i; break; }
+    }
+    if (buf != local) free(buf);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(ni)", failed, err);
+}
+
 static PyMethodDef methods[] = {
     {"drain_one", (PyCFunction)(void (*)(void))drain_one, METH_FASTCALL,
      "drain_one(pending, table[, updates]) -> (names, None, events) | (None, params, events)"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a set-params function that does nothing"},
+    {"add_kernel_nodes", (PyCFunction)(void (*)(void))add_kernel_nodes, METH_FASTCALL,
+     "add_kernel_nodes(function, graph, params, counts, deps, out, n) -> (index, err)"},
     {NULL, NULL, 0, NULL},
 };
 

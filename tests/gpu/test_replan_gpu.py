@@ -2,6 +2,7 @@
 the middle, a value changed before an edit) computes what NumPy computes after every edit, while the planner
 takes over the unchanged blocks' part of the plan; blocks declared by path share one parsed kernel."""
 
+import ctypes
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import numpy as np
 from conftest import gpu_subprocess_env
 
 from rxcuda import Block
+from rxcuda.lowlevel import BufferArg
 
 N = 4099  # not a multiple of the block size: the last thread block is partial
 
@@ -196,3 +198,51 @@ def test_a_block_of_other_code_added_after_two_chains_takes_a_spare_over_and_com
         want = np.float32(k) * (xa * _prod(sa)) + xb * _prod(sb)
         np.testing.assert_allclose(engine.read(sax["y_out"]), want, rtol=2e-5, atol=1e-6)
     assert builder.extended == extended + 2
+
+
+def _deps_of(api, node) -> list[int]:
+    """The nodes ``node`` depends on in its graph, as the driver says ((err, deps, count) or, with edge data,
+    (err, deps, edges, count))."""
+    first = api.cuGraphNodeGetDependencies(node, 0)
+    assert int(first[0]) == 0, first
+    count = first[-1]
+    result = api.cuGraphNodeGetDependencies(node, count)
+    assert int(result[0]) == 0, result
+    return sorted(int(d) for d in result[1][:count])
+
+
+def test_a_graph_added_in_one_compiled_call_holds_each_nodes_function_launch_arguments_and_edges(engine, rng, kernels):
+    """A flat graph of kernel nodes is added in one compiled call (FastDriver.add_kernel_nodes, the structs written by
+    ArgStorage.fill): read back from the driver, each node of the template runs its plan's function with its
+    plan's launch and its arguments' address, after exactly its plan's dependencies; and the graph computes."""
+    a, sa, xa = _chain(engine, rng, kernels, 5)
+    b, sb, xb = _chain(engine, rng, kernels, 4)
+    add = engine.add(Block.from_kernel(kernels / "vector_add.ptx", size=N, name="sum"))
+    engine.connect(a[-1]["out"], add["a"])
+    engine.connect(b[-1]["out"], add["b"])
+    xa, xb = rand(rng, N), rand(rng, N)
+    engine.write(a[0]["x"], xa)
+    engine.write(b[0]["x"], xb)
+    frame = engine.tick()
+    assert frame.state == "ok" and frame.launched
+    np.testing.assert_allclose(engine.read(add["out"]), xa * _prod(sa) + xb * _prod(sb), rtol=2e-5, atol=1e-6)
+    rt = engine._rt
+    assert rt.fast.batches, "the compiled batch add is not in use on this machine"
+    g = rt.graph
+    api = rt.api
+    for node in g.nodes:
+        err, p = api.cuGraphKernelNodeGetParams(node.handle)
+        assert int(err) == 0, err
+        plan = node.plan
+        assert int(p.func) == int(g.functions[plan.code_key]), plan.label
+        assert (p.gridDimX, p.gridDimY, p.gridDimZ) == tuple(plan.launch.grid), plan.label
+        assert (p.blockDimX, p.blockDimY, p.blockDimZ) == tuple(plan.launch.block), plan.label
+        assert p.sharedMemBytes == plan.launch.shared_mem
+        words = ctypes.cast(int(p.kernelParams), ctypes.POINTER(ctypes.c_uint64))  # (the driver's copy or ours)
+        for i, arg in enumerate(plan.args):
+            if isinstance(arg, BufferArg):
+                assert ctypes.c_uint64.from_address(words[i]).value == g.pointers[arg.buffer], (plan.label, i)
+            else:
+                want = np.array([arg.value], dtype=np.float32 if arg.dtype == "f32" else np.int32)
+                assert ctypes.string_at(words[i], 4) == want.tobytes(), (plan.label, i)
+        assert _deps_of(api, node.handle) == sorted(g.nodes[d].handle_int for d in g.plan.deps[plan.id]), plan.label

@@ -1,0 +1,109 @@
+"""The compiled batch add of a build's kernel nodes (``add_kernel_nodes`` in rxcuda/cuda/_hotpath.c, used by
+``FastDriver.add_kernel_nodes`` on the real driver): driven here with a C-callable stand-in for
+cuGraphAddKernelNode_v2 that records what it is given, so the loop's dependencies, struct addresses, handles and
+failures are checked without a GPU (tests/gpu/test_replan_gpu.py reads a real template back). And the structs
+``ArgStorage.fill`` writes, against those cuda.bindings writes field by field."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from test_native import native, needs_native
+
+from rxcuda.cuda import _driver
+from rxcuda.cuda.nodes._kernel import STRIDE, ArgStorage, _layout
+from rxcuda.model._describe import Launch
+from rxcuda.model._graphplan import BufferArg, KernelNodePlan, ScalarArg
+
+ADD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                       ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_void_p)
+GRAPH = 0xABC000
+
+
+class Adder:
+    """Records (graph, dependency handles, params address) per call and hands out handles 0x1000, 0x1001, ...;
+    returns ``fail_with`` for the call numbered ``fail_at``."""
+
+    def __init__(self, fail_at: int = -1, fail_with: int = 0):
+        self.calls: list = []
+        self.fail_at, self.fail_with = fail_at, fail_with
+        self.fn = ADD(self._call)
+        self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
+
+    def _call(self, out, graph, deps, n, params):
+        if len(self.calls) == self.fail_at:
+            self.calls.append(None)
+            return self.fail_with
+        self.calls.append((graph, [deps[k] for k in range(n)], params))
+        out[0] = 0x1000 + len(self.calls) - 1
+        return 0
+
+
+def _run(adder: Adder, deps: list[tuple[int, ...]]):
+    n = len(deps)
+    params = np.arange(n, dtype=np.uint64) * np.uint64(STRIDE) + np.uint64(0x7F0000)
+    counts = np.array([len(d) for d in deps], dtype=np.int64)
+    flat = np.array([i for d in deps for i in d] or [0], dtype=np.int64)
+    out = np.zeros(max(n, 1), dtype=np.uint64)
+    result = native.add_kernel_nodes(adder.address, GRAPH, params.ctypes.data, counts.ctypes.data, flat.ctypes.data,
+                                     out.ctypes.data, n)
+    return result, params, out
+
+
+@needs_native
+def test_each_node_is_added_after_the_handles_of_its_dependencies_with_its_own_struct():
+    rng = np.random.default_rng()
+    deps = [()]
+    for i in range(1, 80):
+        k = int(rng.integers(0, min(i, 6) + 1))
+        deps.append(tuple(sorted(rng.choice(i, size=k, replace=False).tolist())))
+    deps.append(tuple(range(45)))  # more than the loop's 32 places on the stack
+    adder = Adder()
+    (failed, err), params, out = _run(adder, deps)
+    assert (failed, err) == (-1, 0)
+    assert out.tolist() == [0x1000 + i for i in range(len(deps))]
+    for i, (graph, handles, p) in enumerate(adder.calls):
+        assert graph == GRAPH and p == int(params[i])
+        assert handles == [0x1000 + d for d in deps[i]]
+
+
+@needs_native
+def test_the_first_refusal_stops_the_loop_and_names_its_node():
+    adder = Adder(fail_at=5, fail_with=700)
+    (failed, err), _, out = _run(adder, [()] + [(i,) for i in range(9)])
+    assert (failed, err) == (5, 700) and len(adder.calls) == 6
+    assert out[6:].tolist() == [0] * 4
+
+
+@needs_native
+@pytest.mark.parametrize("bad", [3, -1, 7])
+def test_a_dependency_that_names_no_earlier_node_stops_before_the_driver_call(bad):
+    adder = Adder()
+    (failed, err), _, _ = _run(adder, [(), (0,), (1,), (bad,), (3,)])
+    assert (failed, err) == (3, -1) and len(adder.calls) == 3
+
+
+def test_fill_writes_what_cuda_bindings_writes_field_by_field():
+    assert _layout() is not None, "CUDA_KERNEL_NODE_PARAMS's fields were not found in cuda.bindings' struct"
+    rng = np.random.default_rng()
+    plans = []
+    for i in range(12):
+        grid = tuple(int(x) for x in rng.integers(1, 1 << 16, 3))
+        block = (int(rng.integers(1, 33)), int(rng.integers(1, 9)), int(rng.integers(1, 5)))  # <= 1024 threads
+        args = () if i % 5 == 4 else (BufferArg(i), ScalarArg(i, "s", "f32", 4, float(rng.standard_normal())))
+        plans.append(KernelNodePlan(i, i, "k", f"code{i % 3}", Launch(grid, block, int(rng.integers(0, 1 << 15))),
+                                    args, frozenset(), frozenset(), f"b{i}/k"))
+    functions = {f"code{j}": _driver.drv.CUfunction(int(rng.integers(1, 1 << 62))) for j in range(3)}
+    storage = ArgStorage(plans)
+    storage.fill(functions)
+    for n in plans:
+        want = _driver.drv.CUDA_KERNEL_NODE_PARAMS()
+        want.func = functions[n.code_key]
+        want.gridDimX, want.gridDimY, want.gridDimZ = n.launch.grid
+        want.blockDimX, want.blockDimY, want.blockDimZ = n.launch.block
+        want.sharedMemBytes = n.launch.shared_mem
+        want.kernelParams = storage.ptrs_base + 8 * storage.starts[n.id][0] if n.args else 0
+        have = ctypes.string_at(storage.structs_base + STRIDE * storage.row[n.id], 48)  # (func .. kernelParams)
+        assert have == ctypes.string_at(want.getPtr(), 48), n.label
