@@ -125,7 +125,7 @@ class CompiledGraph:
                 self.nodes = [KernelNode.make(n, b) for n in plan.nodes]
                 handles = self.fast.add_kernel_nodes(self.graph, self.nodes, plan.deps)
                 for node, h in zip(self.nodes, handles, strict=True):
-                    node.adopt(drv.CUgraphNode(h))
+                    node.added_as(h)
             for n, kind in zip(plan.nodes, kinds, strict=True) if not self.nodes else ():
                 if root is not None and n is root.plan:
                     self.nodes.append(root)

@@ -2,7 +2,8 @@
 ``FastDriver.add_kernel_nodes`` on the real driver): driven here with a C-callable stand-in for
 cuGraphAddKernelNode_v2 that records what it is given, so the loop's dependencies, struct addresses, handles and
 failures are checked without a GPU (tests/gpu/test_replan_gpu.py reads a real template back). And the structs
-``ArgStorage.fill`` writes, against those cuda.bindings writes field by field."""
+``ArgStorage.fill`` writes, against those cuda.bindings writes field by field, and the arguments it writes a kind
+at a time."""
 
 from __future__ import annotations
 
@@ -96,8 +97,9 @@ def test_fill_writes_what_cuda_bindings_writes_field_by_field():
         plans.append(KernelNodePlan(i, i, "k", f"code{i % 3}", Launch(grid, block, int(rng.integers(0, 1 << 15))),
                                     args, frozenset(), frozenset(), f"b{i}/k"))
     functions = {f"code{j}": _driver.drv.CUfunction(int(rng.integers(1, 1 << 62))) for j in range(3)}
+    pointers = {i: int(rng.integers(1 << 20, 1 << 48)) * 256 for i in range(12)}
     storage = ArgStorage(plans)
-    storage.fill(functions)
+    storage.fill(functions, pointers)
     for n in plans:
         want = _driver.drv.CUDA_KERNEL_NODE_PARAMS()
         want.func = functions[n.code_key]
@@ -107,3 +109,6 @@ def test_fill_writes_what_cuda_bindings_writes_field_by_field():
         want.kernelParams = storage.ptrs_base + 8 * storage.starts[n.id][0] if n.args else 0
         have = ctypes.string_at(storage.structs_base + STRIDE * storage.row[n.id], 48)  # (func .. kernelParams)
         assert have == ctypes.string_at(want.getPtr(), 48), n.label
+        for a, (view, idx) in zip(n.args, storage.slots_of(n), strict=True):  # the arguments, as the driver reads them
+            got = view[idx].item()
+            assert got == (pointers[a.buffer] if isinstance(a, BufferArg) else np.float32(a.value)), n.label

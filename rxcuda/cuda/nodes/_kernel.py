@@ -15,7 +15,7 @@ import numpy as np
 
 from ...model import _dtypes
 from ...model._describe import Launch
-from ...model._graphplan import BufferArg, HandleArg, KernelNodePlan
+from ...model._graphplan import BufferArg, HandleArg, KernelNodePlan, ScalarArg
 from .._driver import check, drv
 from ._base import STAGED, BuildContext, GraphNode
 
@@ -46,13 +46,35 @@ class ArgStorage:
                 n_offsets, words = marks[-1]
                 offsets = previous.offsets[:n_offsets]
                 starts = {n.id: previous.starts[n.id] for n in plans[:same]}
+        # what ``fill`` writes for the plans after ``same``, gathered here: the buffer arguments' words and buffer ids,
+        # each kind of scalar's words and values, and each conditional handle (node id -> [(argument, word, region)]:
+        # written by the node, once the regions made their handles)
+        buffer_words: list[int] = []
+        buffer_ids: list[int] = []
+        scalars: dict[tuple, tuple[list[int], list]] = {}
+        self.handle_args: dict[int, list[tuple[int, int, int]]] = {}
         for n in plans[same:]:
             first = len(offsets)
-            for a in n.args:
+            for i, a in enumerate(n.args):
                 offsets.append(words)
-                words += 1 if isinstance(a, BufferArg) else -(-max(a.size, 1) // 8)
+                t = type(a)
+                if t is BufferArg:
+                    buffer_words.append(words)
+                    buffer_ids.append(a.buffer)
+                    words += 1
+                    continue
+                if t is HandleArg:
+                    self.handle_args.setdefault(n.id, []).append((i, words, a.region))
+                else:
+                    group = scalars.get((a.dtype, a.size))
+                    if group is None:
+                        group = scalars[a.dtype, a.size] = ([], [])
+                    group[0].append(words)
+                    group[1].append(a.value)
+                words += -(-max(a.size, 1) // 8)
             starts[n.id] = (first, offsets[first:])
             marks.append((len(offsets), words))
+        self._pending = (buffer_words, buffer_ids, scalars)
         self.words = np.zeros(max(words, 1), dtype=np.uint64)
         if same:
             self.words[:marks[same - 1][1]] = previous.sealed[:marks[same - 1][1]]  # type: ignore[union-attr]
@@ -72,12 +94,29 @@ class ArgStorage:
         self.structs = np.zeros(max(len(plans), 1) * STRIDE, dtype=np.uint8)
         self.structs_base = self.structs.ctypes.data
         self.row = {n.id: i for i, n in enumerate(plans)}
-        self.filled = False
+        self.filled = False  # the structs, by ``fill``
+        self.written = False  # the arguments of the plans after ``same``, by ``fill``
 
-    def fill(self, functions: Mapping[str, object]) -> None:
-        """Write every plan's CUDA_KERNEL_NODE_PARAMS (its function from ``functions`` by code key, its launch, the
-        address of its arguments' pointers) column by column: a struct made through cuda.bindings costs ~2 µs a
-        node, a build of 1000 kernel nodes writes these in ~0.5 ms."""
+    def fill(self, functions: Mapping[str, object], pointers: Mapping[int, int]) -> None:
+        """Write the arguments of the plans after ``same`` (their buffers' addresses from ``pointers``, their scalars'
+        values: conditional handles are the nodes' to write), a kind of argument at a time, and every plan's
+        CUDA_KERNEL_NODE_PARAMS (its function from ``functions`` by code key, its launch, the address of its
+        arguments' pointers) column by column: element by element, and a struct made through cuda.bindings, cost
+        ~4 µs a node; a build of 1000 kernel nodes writes all of it in ~1 ms."""
+        buffer_words, buffer_ids, scalars = self._pending
+        self._pending = ((), (), {})
+        if buffer_words:
+            self.words[np.array(buffer_words)] = np.fromiter(map(pointers.__getitem__, buffer_ids), dtype=np.uint64,
+                                                             count=len(buffer_ids))
+        for (dtype, size), (at, values) in scalars.items():
+            view, itemsize = self.scalar_view(dtype, size)
+            idx = np.array(at) * 8 // itemsize
+            try:
+                view[idx] = values
+            except (TypeError, ValueError, OverflowError):  # (as the element-by-element write would convert them)
+                for i, v in zip(idx.tolist(), values, strict=True):
+                    view[i] = v
+        self.written = True
         plans, layout = self.plans, _layout()
         if layout is None or not plans:
             return
@@ -115,6 +154,18 @@ class ArgStorage:
                 dt = _BY_SIZE.get(n, _BY_SIZE[1])
             found = self.scalar_views[dtype, size] = (self.typed(dt), dt.itemsize)
         return found
+
+    def slots_of(self, plan: KernelNodePlan) -> list[tuple[np.ndarray, int]]:
+        """(typed view, index) of each argument of ``plan``: where a value of its type is written."""
+        u64, views = self.words, self.scalar_views
+        slots = []
+        for a, w in zip(plan.args, self.starts[plan.id][1], strict=True):
+            if type(a) is ScalarArg:
+                view, itemsize = views.get((a.dtype, a.size)) or self.scalar_view(a.dtype, a.size)
+                slots.append((view, w * 8 // itemsize))
+            else:
+                slots.append((u64, w))
+        return slots
 
     def seal(self) -> None:
         """The build wrote every argument: keep a copy of the words as built (updates change ``words``)."""
@@ -163,7 +214,8 @@ class KernelNode(GraphNode):
     graph's ArgStorage (``slots[i]``: the (typed view, index) of argument i). ``handle_slots``: argument
     index -> region node id, for each argument that passes a region's conditional handle."""
 
-    __slots__ = ("_params", "slots", "buffer_args", "handle_int", "params_ptr", "handle_slots", "starts_at", "storage")
+    __slots__ = ("_params", "_slots", "_buffer_args", "_handle", "handle_int", "params_ptr", "handle_slots",
+                 "starts_at", "storage")
 
     kind = "kernel"
     eager = True
@@ -173,27 +225,58 @@ class KernelNode(GraphNode):
                  handles: Mapping[int, object] | None = None):
         super().__init__(plan)
         self.storage = storage  # the ArgStorage its kernelParams point into (kept alive with the node)
-        first, offsets = storage.starts[plan.id]
-        u64, views = storage.words, storage.scalar_views
-        slots = []
-        self.buffer_args: dict[int, list[int]] = {}
+        self._slots = self._buffer_args = None
         self.handle_slots: dict[int, int] = {}
-        for i, (a, w) in enumerate(zip(plan.args, offsets, strict=True)):
+        if storage.written and storage.row[plan.id] >= storage.same:  # its arguments are in the storage already
+            u64 = storage.words
+            for i, w, region in storage.handle_args.get(plan.id, ()):  # a condition kernel's conditional handles
+                u64[w] = handles[region] if handles else 0
+                self.handle_slots[i] = region
+        else:
+            self._write(pointers, handles)
+        self._bind(function, storage)
+
+    def _write(self, pointers: Mapping[int, int], handles: Mapping[int, object] | None) -> None:
+        """Write the node's arguments into its storage, one by one."""
+        for i, (a, (view, idx)) in enumerate(zip(self.plan.args, self.slots, strict=True)):
             if isinstance(a, BufferArg):
-                u64[w] = pointers[a.buffer]
-                slots.append((u64, w))
-                self.buffer_args.setdefault(a.buffer, []).append(i)
-            elif isinstance(a, HandleArg):  # a condition kernel's conditional handle
-                u64[w] = handles[a.region] if handles else 0
-                slots.append((u64, w))
+                view[idx] = pointers[a.buffer]
+            elif isinstance(a, HandleArg):
+                view[idx] = handles[a.region] if handles else 0
                 self.handle_slots[i] = a.region
             else:
-                view, itemsize = views.get((a.dtype, a.size)) or storage.scalar_view(a.dtype, a.size)
-                idx = w * 8 // itemsize
                 view[idx] = a.value
-                slots.append((view, idx))
-        self.slots = slots
-        self._bind(function, storage)
+
+    @property
+    def slots(self) -> list[tuple[np.ndarray, int]]:
+        """Argument i's (typed view of the storage, index) (made on first use: ``ArgStorage.slots_of``)."""
+        slots = self._slots
+        if slots is None:
+            slots = self._slots = self.storage.slots_of(self.plan)
+        return slots
+
+    @property
+    def buffer_args(self) -> dict[int, list[int]]:
+        """Buffer id -> the indices of the arguments that pass it (made on first use)."""
+        found = self._buffer_args
+        if found is None:
+            found = self._buffer_args = {}
+            for i, a in enumerate(self.plan.args):
+                if type(a) is BufferArg:
+                    found.setdefault(a.buffer, []).append(i)
+        return found
+
+    @property  # type: ignore[override]
+    def handle(self):
+        """The node's CUgraphNode (made on first use from ``handle_int`` where the graph was added in one call)."""
+        h = self._handle
+        if h is None and self.handle_int:
+            h = self._handle = drv.CUgraphNode(self.handle_int)
+        return h
+
+    @handle.setter
+    def handle(self, h) -> None:
+        self._handle = h
 
     @classmethod
     def follow(cls, old: KernelNode, function, storage: ArgStorage) -> KernelNode:
@@ -203,8 +286,8 @@ class KernelNode(GraphNode):
         node = cls.__new__(cls)
         node.plan = old.plan
         node.handle = None
-        node.slots = [(storage.typed(view.dtype), idx) for view, idx in old.slots]
-        node.buffer_args = old.buffer_args  # (never changed after a build: shared)
+        node._slots = None  # (the same places in the new storage: ArgStorage.slots_of)
+        node._buffer_args = old._buffer_args  # (never changed after a build: shared)
         node.handle_slots = {}
         node.storage = storage
         node._bind(function, storage)
@@ -239,7 +322,7 @@ class KernelNode(GraphNode):
     def prepare(cls, plans: list, b: BuildContext) -> None:
         was = b.previous
         b.args = ArgStorage(plans, was.args if was is not None and isinstance(was.args, ArgStorage) else None)
-        b.args.fill(b.functions)
+        b.args.fill(b.functions, b.pointers)
 
     @classmethod
     def make(cls, plan, b: BuildContext) -> KernelNode:
@@ -285,6 +368,11 @@ class KernelNode(GraphNode):
     def adopt(self, handle) -> None:
         self.handle = handle
         self.handle_int = int(handle)
+
+    def added_as(self, handle: int) -> None:
+        """The node was added to its graph as ``handle`` (an int: its CUgraphNode is made on first use)."""
+        self._handle = None
+        self.handle_int = handle
 
     def condition_of(self) -> int | None:
         return next(iter(self.handle_slots.values()), None)
