@@ -10,6 +10,7 @@ import numpy as np
 from conftest import gpu_subprocess_env
 
 from rxcuda import Block
+from rxcuda.cuda._graph import CompiledGraph
 from rxcuda.lowlevel import BufferArg
 
 N = 4099  # not a multiple of the block size: the last thread block is partial
@@ -151,11 +152,13 @@ def test_blocks_added_and_removed_at_the_end_twenty_times_grow_the_graph_in_plac
     _check(engine, chain, scales, x)
 
 
-def test_a_block_of_other_code_added_after_two_chains_takes_a_spare_over_and_computes(engine, rng, kernels):
+def test_a_block_of_other_code_added_after_two_chains_takes_a_spare_over_and_computes(engine, rng, kernels,
+                                                                                       monkeypatch):
     """A block whose kernel is in another module, added after the ends of two chains, takes a spare node over (its
     function and arguments set in the executable graph, then enabled: nothing instantiated), runs after both
     chains, and computes what NumPy does; removed, and then another block of other code added in its place, the
-    same."""
+    same. (Spares in graphs of any size here: the engine makes them from CompiledGraph.SPARES_MIN nodes.)"""
+    monkeypatch.setattr(CompiledGraph, "SPARES_MIN", 1)
     a, sa, xa = _chain(engine, rng, kernels, 3)
     b = []
     sb = []

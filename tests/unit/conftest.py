@@ -5,7 +5,8 @@ engine overrides ``engine``.
 
 Graphs are built without spare nodes here (``CompiledGraph.SPARES = 0``), so that the tests that name the driver
 calls a build makes, or compare a template with a fresh build's, see the plan's nodes and nothing else; the tests
-marked ``spares`` (tests/unit/test_spares.py) build with the engine's default.
+marked ``spares`` (tests/unit/test_spares.py) build with the engine's default number of spares, in graphs of any
+size (``spares(default_min=True)``: only in graphs of ``SPARES_MIN`` nodes or more, as the engine does).
 """
 
 import pytest
@@ -19,7 +20,10 @@ SPARES = CompiledGraph.SPARES  # the engine's default
 
 @pytest.fixture(autouse=True)
 def _spares(request, monkeypatch):
-    monkeypatch.setattr(CompiledGraph, "SPARES", SPARES if request.node.get_closest_marker("spares") else 0)
+    marked = request.node.get_closest_marker("spares")
+    monkeypatch.setattr(CompiledGraph, "SPARES", SPARES if marked else 0)
+    if marked and not marked.kwargs.get("default_min"):
+        monkeypatch.setattr(CompiledGraph, "SPARES_MIN", 1)  # (the tests' chains are short)
 
 
 @pytest.fixture
