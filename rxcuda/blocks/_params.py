@@ -161,7 +161,10 @@ class _Fields:
 def _fields() -> type:
     """Parameter's base: the compiled ``ParamBase`` where it builds, else :class:`_Fields`."""
     native = _native.hotpath()
-    return native.ParamBase if native is not None else _Fields
+    if native is None:
+        return _Fields
+    native.set_float64(np.float64)  # (a NumPy float for a float parameter: kept as float(v) without a _check call)
+    return native.ParamBase
 
 
 if TYPE_CHECKING:

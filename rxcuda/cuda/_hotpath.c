@@ -695,10 +695,31 @@ typedef struct {
     PyObject *name, *dtype, *value, *block, *check, *min, *max, *step, *plain, *lo, *hi;
 } ParamObject;
 
-/* 1: ``v`` passes the fast test unchanged (exactly type _plain, within [_lo, _hi]); 0: it needs _check; -1: error */
+/* numpy.float64 (a subclass of float), registered by rxcuda.blocks._params through set_float64: a value of that exact
+   type passes a float parameter's fast test as float(value) does, and is kept as that float (what _check returns) */
+static PyObject *float64_type = NULL;
+
+static PyObject *set_float64(PyObject *module, PyObject *type) {
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyFloat_Type)) {
+        PyErr_SetString(PyExc_TypeError, "set_float64 takes a subclass of float (numpy.float64)");
+        return NULL;
+    }
+    Py_XSETREF(float64_type, Py_NewRef(type));
+    Py_RETURN_NONE;
+}
+
+/* 1: ``v`` passes the fast test unchanged (exactly type _plain, within [_lo, _hi]); 2: ``v`` is a numpy.float64 for
+   a float parameter and float(v) passes it; 0: it needs _check; -1: error */
 static int param_fast(ParamObject *self, PyObject *v) {
-    if (self->plain == NULL || (PyObject *)Py_TYPE(v) != self->plain || self->lo == NULL || self->hi == NULL)
+    if (self->plain == NULL || self->lo == NULL || self->hi == NULL) return 0;
+    if ((PyObject *)Py_TYPE(v) != self->plain) {
+        if (self->plain == (PyObject *)&PyFloat_Type && float64_type != NULL && (PyObject *)Py_TYPE(v) == float64_type
+            && PyFloat_CheckExact(self->lo) && PyFloat_CheckExact(self->hi)) {
+            double d = PyFloat_AS_DOUBLE(v);
+            return PyFloat_AS_DOUBLE(self->lo) <= d && d <= PyFloat_AS_DOUBLE(self->hi) ? 2 : 0;
+        }
         return 0;
+    }
     if (PyFloat_CheckExact(v) && PyFloat_CheckExact(self->lo) && PyFloat_CheckExact(self->hi)) {
         double d = PyFloat_AS_DOUBLE(v); /* NaN fails both comparisons, as in Python */
         return PyFloat_AS_DOUBLE(self->lo) <= d && d <= PyFloat_AS_DOUBLE(self->hi);
@@ -724,7 +745,10 @@ static int param_set_value(ParamObject *self, PyObject *v, void *closure) {
     int fast = param_fast(self, v);
     if (fast < 0) return -1;
     PyObject *value;
-    if (fast) {
+    if (fast == 2) {
+        value = PyFloat_FromDouble(PyFloat_AS_DOUBLE(v));
+        if (value == NULL) return -1;
+    } else if (fast) {
         value = Py_NewRef(v);
     } else {
         if (self->check == NULL) {
@@ -900,6 +924,7 @@ static PyMethodDef methods[] = {
     {"drain_one", (PyCFunction)(void (*)(void))drain_one, METH_FASTCALL,
      "drain_one(pending, table[, updates]) -> (names, None, events) | (None, params, events)"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a set-params function that does nothing"},
+    {"set_float64", set_float64, METH_O, "set_float64(numpy.float64): the float subclass a float parameter takes fast"},
     {"add_kernel_nodes", (PyCFunction)(void (*)(void))add_kernel_nodes, METH_FASTCALL,
      "add_kernel_nodes(function, graph, params, counts, deps, out, n) -> (index, err)"},
     {NULL, NULL, 0, NULL},

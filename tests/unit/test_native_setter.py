@@ -58,10 +58,26 @@ def test_the_compiled_setter_keeps_and_refuses_what_the_python_one_does(dtype):
     rng = np.random.default_rng()
     values = [float(rng.standard_normal() * 100), int(rng.integers(-300, 300)), np.float32(rng.standard_normal()),
               np.int16(rng.integers(-100, 100)), True, "2.5", None, float("nan"), float("inf"), 1e300, 2**70, -1,
-              255, 256, float(rng.uniform(-1, 1))]
+              255, 256, float(rng.uniform(-1, 1)), np.float64(rng.standard_normal() * 100), np.float64("nan"),
+              np.float64("-inf"), np.float64(1e300), np.float64(-3.0)]
     c, py = _pair(dtype, 1)
     for v in values:
         assert _outcome(c, v) == _outcome(py, v), (dtype, v)
+
+
+def test_a_numpy_float64_is_kept_as_the_python_float_the_check_gives_and_folded_as_one():
+    """numpy.float64 takes the compiled fast test (rxcuda/cuda/_hotpath.c, set_float64): kept and folded as
+    float(v), as the check makes it; outside the range, or NaN, it goes through the check and is refused."""
+    rng = np.random.default_rng()
+    sink = pending_plan()
+    c, py = _pair("f32", 0.5, sink_c=sink, min=-10.0, max=10.0)
+    for _ in range(20):
+        v = np.float64(rng.uniform(-10, 10))
+        c.value = v
+        assert type(c.value) is float and c.value == float(v) and _outcome(c, v) == _outcome(py, v)
+        assert type(sink._params[(7, "p")]) is float and sink._params[(7, "p")] == float(v)
+    for v in (np.float64(10.5), np.float64("nan"), np.float64(-11)):
+        assert _outcome(c, v) == _outcome(py, v) and _outcome(c, v)[0] == "ValueError", v
 
 
 def test_the_compiled_setter_checks_a_declared_range_and_a_range_of_ints_for_a_float():
