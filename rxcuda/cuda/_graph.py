@@ -126,18 +126,19 @@ class CompiledGraph:
                 handles = self.fast.add_kernel_nodes(self.graph, self.nodes, plan.deps)
                 for node, h in zip(self.nodes, handles, strict=True):
                     node.added_as(h)
-            for n, kind in zip(plan.nodes, kinds, strict=True) if not self.nodes else ():
-                if root is not None and n is root.plan:
-                    self.nodes.append(root)
-                    continue
-                deps = [self.nodes[d].handle for d in plan.deps[n.id]]
-                if root is not None and not deps and n.id not in parents and kind.after_frame_start:
-                    deps = [root.handle]
-                parent = parents.get(n.id) if self.regions else None
-                target = self.graph if parent is None else self.nodes[parent[0]].bodies[parent[1]]
-                node = kind.make(n, b)
-                node.add(drv, target, deps, ctx)
-                self.nodes.append(node)
+            else:
+                for n, kind in zip(plan.nodes, kinds, strict=True):
+                    if root is not None and n is root.plan:
+                        self.nodes.append(root)
+                        continue
+                    deps = [self.nodes[d].handle for d in plan.deps[n.id]]
+                    if root is not None and not deps and n.id not in parents and kind.after_frame_start:
+                        deps = [root.handle]
+                    parent = parents.get(n.id) if self.regions else None
+                    target = self.graph if parent is None else self.nodes[parent[0]].bodies[parent[1]]
+                    node = kind.make(n, b)
+                    node.add(drv, target, deps, ctx)
+                    self.nodes.append(node)
             if isinstance(self.args, ArgStorage):
                 self.args.seal()
         except BaseException:

@@ -145,16 +145,9 @@ def shrink(old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object],
             check(drv.cuGraphNodeSetEnabled(exec_h, node.handle, 0), f"cuGraphNodeSetEnabled ({node.plan.label})")
             off.append(node)
         if moved:
-            saved = _repoint(kept, moved, pointers)
-            for node, _ in saved:
-                node.apply(drv, exec_h, node.handle, old._ctx)
-                node.set_template(drv)
+            _repoint_both(saved, kept, moved, pointers, drv, exec_h, old._ctx)
     except BaseException as e:
-        for node in off:
-            drv.cuGraphNodeSetEnabled(exec_h, node.handle, 1)  # (an undo: its own error would hide the first)
-        for node in _restore(saved):
-            drv.cuGraphExecKernelNodeSetParams(exec_h, node.handle, node.params)
-            drv.cuGraphKernelNodeSetParams(node.handle, node.params)
+        _undo(drv, exec_h, off, 1, saved)
         if isinstance(e, CudaError):
             return None
         raise
@@ -209,10 +202,7 @@ def extend(old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object],
     on: list = []
     try:
         if moved:
-            saved = _repoint(kept, moved, pointers)
-            for node, _ in saved:
-                node.apply(drv, exec_h, node.handle, ctx)
-                node.set_template(drv)
+            _repoint_both(saved, kept, moved, pointers, drv, exec_h, ctx)
         for node, (h, _) in zip(made, spares, strict=False):
             node.adopt(h)
             node.set_template(drv)
@@ -220,11 +210,7 @@ def extend(old: CompiledGraph, plan: GraphPlan, functions: Mapping[str, object],
             check(drv.cuGraphNodeSetEnabled(exec_h, h, 1), f"cuGraphNodeSetEnabled ({node.plan.label})")
             on.append(node)
     except BaseException as e:
-        for node in on:
-            drv.cuGraphNodeSetEnabled(exec_h, node.handle, 0)  # (an undo: its own error would hide the first)
-        for node in _restore(saved):
-            drv.cuGraphExecKernelNodeSetParams(exec_h, node.handle, node.params)
-            drv.cuGraphKernelNodeSetParams(node.handle, node.params)
+        _undo(drv, exec_h, on, 0, saved)
         if isinstance(e, CudaError):
             return None
         raise
@@ -287,6 +273,26 @@ def _repoint(nodes, moved: set[int], pointers: Mapping[int, int]) -> list:
                 view[idx] = pointers[bid]
         saved.append((node, words))
     return saved
+
+
+def _repoint_both(saved: list, nodes, moved: set[int], pointers: Mapping[int, int], drv, exec_h, ctx) -> None:
+    """``_repoint`` the running graph's ``nodes`` (into ``saved``, first: what ``_undo`` restores if a driver call
+    below fails) and give each node changed its new arguments in the executable graph and the template."""
+    saved.extend(_repoint(nodes, moved, pointers))
+    for node, _ in saved:
+        node.apply(drv, exec_h, node.handle, ctx)
+        node.set_template(drv)
+
+
+def _undo(drv, exec_h, toggled: list, enabled: int, saved: list) -> None:
+    """After a driver call of ``shrink`` or ``extend`` failed: the ``toggled`` nodes set back to ``enabled`` in the
+    executable graph, and the repointed nodes' arguments (``saved``) restored in both graphs. (Its own errors are
+    not checked: they would hide the first.)"""
+    for node in toggled:
+        drv.cuGraphNodeSetEnabled(exec_h, node.handle, enabled)
+    for node in _restore(saved):
+        drv.cuGraphExecKernelNodeSetParams(exec_h, node.handle, node.params)
+        drv.cuGraphKernelNodeSetParams(node.handle, node.params)
 
 
 def _restore(saved: list) -> list:

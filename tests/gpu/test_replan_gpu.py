@@ -160,17 +160,7 @@ def test_a_block_of_other_code_added_after_two_chains_takes_a_spare_over_and_com
     same. (Spares in graphs of any size here: the engine makes them from CompiledGraph.SPARES_MIN nodes.)"""
     monkeypatch.setattr(CompiledGraph, "SPARES_MIN", 1)
     a, sa, xa = _chain(engine, rng, kernels, 3)
-    b = []
-    sb = []
-    for i in range(3):
-        blk, s = _mul(kernels, rng, f"b{i}")
-        b.append(engine.add(blk))
-        sb.append(s)
-        if i:
-            engine.connect(b[-2]["out"], b[-1]["x"])
-    xb = rand(rng, N)
-    engine.write(b[0]["x"], xb)
-    engine.tick()
+    b, sb, xb = _chain(engine, rng, kernels, 3)
     builder = engine._builder
     assert engine._rt.graph.spares, "the graph was instantiated without spare nodes"
     extended = builder.extended

@@ -6,7 +6,6 @@ new nodes' arguments against a graph built from nothing (test_replan_engine.py's
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from test_replan_engine import N, _args, _chain, _check, _exec_calls, _fresh
 
@@ -132,10 +131,7 @@ def test_a_block_added_beside_the_end_runs_after_every_end_until_the_next_instan
     """Two chains, a block added after one of them: the spare it takes over runs after both ends (it may start
     later than it could, never earlier), and its arguments are a fresh build's."""
     a = _chain(engine, 3, prefix="a")
-    b = [engine.add(Block.from_kernel("scalar_mul", size=N, scale=2.0, name=f"b{i}")) for i in range(3)]
-    for x, y in zip(b, b[1:], strict=False):
-        engine.connect(x["out"], y["x"])
-    engine.write(b[0]["x"], np.ones(N, np.float32))
+    _chain(engine, 3, prefix="b")
     engine.tick()
     g0 = engine._rt.graph
     ends = {g0.nodes[-1].handle_int, g0.nodes[2].handle_int}
