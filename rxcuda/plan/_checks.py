@@ -57,6 +57,10 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
                       bound: Container[PortRef], report: Report, reshaped: list | None = None) -> bool:
     """Report what is wrong with ``c`` (see check_connection); True when nothing is. ``reshaped`` collects the
     connections that join different (compatible) declared shapes: the planner then resolves shapes."""
+    sb, db = blocks.get(c.src.block), blocks.get(c.dst.block)
+    if (sb is not None and db is not None and _plain(sb.ports, c.src.port, db.ports, c.dst.port)
+            and c.dst not in sources and c.dst not in bound):
+        return True  # an output to an input of the same element type and layout, the input free: the common case
     ports = []
     for end, want in ((c.src, "out"), (c.dst, "in")):
         block = blocks.get(end.block)
@@ -111,6 +115,29 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
                      c.dst.block)
         ok = False
     return ok
+
+
+_PLAIN: dict[tuple, tuple] = {}  # (id(src ports), src port, id(dst ports), dst port) -> (the ports tuples, plain)
+
+
+def _plain(src_ports: tuple, src: str, dst_ports: tuple, dst: str) -> bool:
+    """Whether port ``src`` of ``src_ports`` to port ``dst`` of ``dst_ports`` is a connection nothing is wrong
+    with whatever else holds (an output to an input, no append rules, the same element type, shape and strides),
+    worked out once per pair of ports tuples and names (a chain of one kernel's blocks asks the same each
+    time; the tuples are held, so their ids are not reused while the entry stands)."""
+    key = (id(src_ports), src, id(dst_ports), dst)
+    seen = _PLAIN.get(key)
+    if seen is not None and seen[0] is src_ports and seen[1] is dst_ports:
+        return seen[2]
+    sp = next((p for p in src_ports if p.name == src), None)
+    dp = next((p for p in dst_ports if p.name == dst), None)
+    plain = (sp is not None and dp is not None and sp.direction == "out" and dp.direction == "in"
+             and not _appends.involved(sp, dp) and sp.dtype == dp.dtype and sp.shape == dp.shape
+             and sp.strides == dp.strides)
+    if len(_PLAIN) >= 4096:
+        _PLAIN.clear()
+    _PLAIN[key] = (src_ports, dst_ports, plain)
+    return plain
 
 
 def _validate_connections(desc: PipelineDescription, report: Report, previous: _Checked | None = None,

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..model import _dtypes
 from ..model._describe import PipelineDescription
 from ..model._graphplan import GraphPlan, MemsetNodePlan
-from ._liveness import _SHAREABLE, MAX_NODES, _covers, pinned_buffers, place, share_memory, with_groups
+from ._liveness import _SHAREABLE, MAX_NODES, _covers, pinned_buffers, share_memory, with_groups
 
 _EVERY = 32  # ready buffers between two checkpoints of the greedy assignment
 
@@ -90,6 +91,7 @@ def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept
         changed.update(pinned ^ prev.pinned)
     else:
         anc, uses, clean = [], {}, {}
+    track = prev is not None  # (a whole pass looks at every buffer: no need to note which ones it touched)
     for nid in range(kept, len(nodes)):
         a = 0
         for d in deps[nid]:
@@ -97,15 +99,22 @@ def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept
         anc.append(a)
         n = nodes[nid]
         reads, writes = n.reads, n.writes
-        for group in (reads, writes):
-            for b in group:
-                changed.add(b)
-                used = uses.get(b)
-                if used is None:
-                    uses[b] = [nid]
-                elif used[-1] != nid:
-                    used.append(nid)
-        for b in writes:  # a definite write (see _liveness.shared_groups)
+        if track:
+            changed.update(reads)
+            changed.update(writes)
+        for b in reads:
+            used = uses.get(b)
+            if used is None:
+                uses[b] = [nid]
+            elif used[-1] != nid:
+                used.append(nid)
+        for b in writes:
+            used = uses.get(b)
+            if used is None:
+                uses[b] = [nid]
+            elif used[-1] != nid:
+                used.append(nid)
+            # a definite write (see _liveness.shared_groups)
             if (b not in reads and clean.get(b, nid) >= nid
                     and (not isinstance(n, MemsetNodePlan) or _covers(n, buffers[b]))):
                 clean[b] = nid
@@ -113,6 +122,9 @@ def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept
     def is_ready(b: int) -> int | None:
         if b >= len(buffers) or buffers[b].kind not in _SHAREABLE or b in pinned:
             return None
+        return _first(b)
+
+    def _first(b: int) -> int | None:
         used = uses.get(b)
         if not used:
             return None
@@ -125,7 +137,8 @@ def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept
         return first
 
     if prev is None:
-        ready = [(f, b) for b in range(len(buffers)) if (f := is_ready(b)) is not None]
+        ready = [(f, b) for b, bp in enumerate(buffers)
+                 if bp.kind in _SHAREABLE and b not in pinned and (f := _first(b)) is not None]
     else:
         ready = [e for e in prev.ready if e[1] not in changed]
         ready.extend((f, b) for b in changed if (f := is_ready(b)) is not None)
@@ -163,11 +176,49 @@ def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept
             choices.append(s)
         start = j
     slot_last = [uses[m[-1]] for m in slot_members]
+    itemsizes: dict = {}  # dtype -> item size
     for i in range(start, len(ready)):
         if i % _EVERY == 0 and (not marks or marks[-1][0] != i):
             marks.append((i, tuple(len(m) for m in slot_members), tuple(slot_size)))
         first, b = ready[i]
-        choices.append(place(slot_last, slot_size, slot_members, anc[first], buffers[b].nbytes, b, uses[b]))
+        bp = buffers[b]
+        dtype = bp.dtype
+        if dtype:
+            size = itemsizes.get(dtype)
+            if size is None:
+                size = itemsizes[dtype] = _dtypes.itemsize(dtype)
+            need = size * bp.count
+            if need < 4:
+                need = 4
+        else:
+            need = bp.nbytes
+        # (_liveness.place, inline: the slot whose last member's uses all come before this first write, the
+        # smallest that fits, else the largest; a new slot where none is free)
+        before = anc[first]
+        best, best_key = -1, None
+        for s, last in enumerate(slot_last):
+            for u in last:
+                if not (before >> u) & 1:
+                    break
+            else:
+                size = slot_size[s]
+                key = (0, size) if size >= need else (1, -size)
+                if best_key is None or key < best_key:
+                    best, best_key = s, key
+                    if size == need:
+                        break
+        used = uses[b]
+        if best < 0:
+            best = len(slot_members)
+            slot_last.append(used)
+            slot_size.append(need)
+            slot_members.append([b])
+        else:
+            slot_last[best] = used
+            if need > slot_size[best]:
+                slot_size[best] = need
+            slot_members[best].append(b)
+        choices.append(best)
     if not marks:
         marks.append((0, (), ()))
     state = Sharing(nodes, anc, uses, clean, pinned, ready, choices, slot_members, marks)

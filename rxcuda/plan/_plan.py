@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..model._bounds import count_problem
 from ..model._describe import (
     BlockEntry,
     CallSpec,
@@ -41,6 +40,8 @@ from ._checks import (
     _validate_connections,
     _validate_inputs,
 )
+from ._emit import check_counts as _check_counts
+from ._emit import emitter as _emitter
 from ._order import Report, hazard_deps, hazard_deps_after, ordered_blocks
 
 # The plan's named tuples made in the per-block loop are built as ``_new(Cls, (fields...))``: the same tuple
@@ -321,6 +322,12 @@ class _Planner:
 
     def emit_block(self, b: BlockEntry, sources: Mapping[PortRef, PortRef]) -> None:
         d, bid, label = b.desc, b.id, b.desc.name
+        # the common case, written once per block shape with its loops unrolled (rxcuda.plan._emit); the path
+        # below for the rest, and for a block that a resize reshapes or a delayed connection may feed
+        fast = _emitter(d.ports, d.scalars, d.kernels, d.internals)
+        if fast is not None and not self.delayed and not (self.resolved.blocks and bid in self.resolved.blocks):
+            fast(self, b, sources)
+            return
         bindings, fed, nodes, port_buffers = self.desc.bindings, self.desc.fed, self.nodes, self.port_buffers
         buffer_args, slots, values = self.buffer_args, self.slots, b.values
         # what a resize changes in this block (None: nothing): counts, derived scalars, launches (see _shapes)
@@ -530,34 +537,3 @@ def _step_facts(kernels: tuple, scalars: tuple) -> tuple[tuple, ...]:
 # once per ``ports`` tuple, and per ``kernels`` and ``scalars`` tuples: the blocks made from one kernel share them
 _port_info = by_identity(_port_facts)
 _step_info = by_identity(_step_facts, parts=2)
-
-
-def _check_counts(planner, b: BlockEntry, shaped, tied: Mapping[str, int | None]) -> dict[str, int]:
-    """A count parameter (``ScalarSpec.counts``) whose value this plan would pass exceeds a buffer it counts,
-    or is negative: an error naming the parameter, the port and its size (``rxcuda.model._bounds``), so the
-    plan is refused and the last good graph keeps running instead of a kernel indexing past a buffer. A count
-    that follows a size (``ScalarSpec.size_of``: a ``"size"`` default) and was set above what its buffers hold
-    now (set while they were larger, then resized back) shrinks with them instead: returns those values."""
-    clamped: dict[str, int] = {}  # (emit_block calls this only while the plan has no error: see there)
-    d = b.desc
-    buffers = planner.buffers
-    for s in d.scalars:
-        if not s.counts:
-            continue
-        value = b.value(s.name)
-        if shaped is not None and s.name in shaped.values:
-            value = shaped.values[s.name]
-        smallest = min((buffers[i].count for c in s.counts if (i := tied.get(c)) is not None), default=None)
-        if smallest is None or (type(value) is int and 0 <= value <= smallest):
-            continue  # fits: the common case, decided without building the message's pieces
-        caps = {c: buffers[tied[c]].count for c in s.counts if tied.get(c) is not None}
-        inputs = [p.name for p in d.ports if p.direction == "in" and p.counter is None]
-        found = count_problem(d.name, s.name, value, caps, inputs)
-        if found is not None and s.size_of is not None and value > 0:
-            clamped[s.name] = cap = min(caps.values())
-            planner.report.warning(f"{d.name}.{s.name} = {value} is more than port '{found[1]}' holds ({cap} "
-                                   f"elements); {s.name} follows the size of {s.size_of[0]}, so the frames pass "
-                                   f"{cap}. Set {s.name} <= {cap} to silence this", f"{d.name}.{s.name}", b.id)
-        elif found is not None:
-            planner.report.error(found[0], f"{d.name}.{s.name}", b.id)
-    return clamped

@@ -53,19 +53,31 @@ class ArgStorage:
         buffer_ids: list[int] = []
         scalars: dict[tuple, tuple[list[int], list]] = {}
         self.handle_args: dict[int, list[tuple[int, int, int]]] = {}
+        # (the loop runs once per argument of every node: 4000 for 1000 nodes of four arguments; its lists' appends
+        # are bound once, and a group of scalars is found by its (dtype, size) fields read by index)
+        put, put_word, put_id = offsets.append, buffer_words.append, buffer_ids.append
         for n in plans[same:]:
             first = len(offsets)
-            for i, a in enumerate(n.args):
-                offsets.append(words)
+            for a in n.args:
+                put(words)
                 t = type(a)
                 if t is BufferArg:
-                    buffer_words.append(words)
-                    buffer_ids.append(a.buffer)
+                    put_word(words)
+                    put_id(a[0])
                     words += 1
                     continue
+                if t is ScalarArg:
+                    size = a[3]
+                    group = scalars.get((a[2], size))
+                    if group is None:
+                        group = scalars[a[2], size] = ([], [])
+                    group[0].append(words)
+                    group[1].append(a[4])
+                    words += 1 if 0 <= size <= 8 else -(-max(size, 1) // 8)
+                    continue
                 if t is HandleArg:
-                    self.handle_args.setdefault(n.id, []).append((i, words, a.region))
-                else:
+                    self.handle_args.setdefault(n.id, []).append((len(offsets) - 1 - first, words, a.region))
+                else:  # (any other argument: a word per 8 bytes of its size, as a scalar's)
                     group = scalars.get((a.dtype, a.size))
                     if group is None:
                         group = scalars[a.dtype, a.size] = ([], [])
