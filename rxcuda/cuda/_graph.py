@@ -122,7 +122,7 @@ class CompiledGraph:
                 root.add(drv, self.graph, [], ctx)
             if root is None and not self.regions and self.fast.batches and all(k is KernelNode for k in kinds):
                 # a flat graph of kernel nodes: made first, then added in one compiled call (~1 µs a node)
-                self.nodes = [KernelNode.make(n, b) for n in plan.nodes]
+                self.nodes = KernelNode.make_all(list(plan.nodes), b)
                 handles = self.fast.add_kernel_nodes(self.graph, self.nodes, plan.deps)
                 for node, h in zip(self.nodes, handles, strict=True):
                     node.added_as(h)

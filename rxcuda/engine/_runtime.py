@@ -105,7 +105,7 @@ class Runtime:
             e = was.get(b.id)
             values, launches = b.values(), b.launches()
             if e is None or e.desc is not b.description or e.values != values or e.launches != launches:
-                e = BlockEntry(b.id, b.description, values, launches)
+                e = BlockEntry.of(b.id, b.description, values, launches)  # (dicts made for it alone)
             now[b.id] = e
             out.append(e)
         self.entries = now

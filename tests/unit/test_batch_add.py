@@ -14,7 +14,8 @@ import pytest
 from test_native import native, needs_native
 
 from rxcuda.cuda import _driver
-from rxcuda.cuda.nodes._kernel import STRIDE, ArgStorage, _layout
+from rxcuda.cuda.nodes._base import BuildContext
+from rxcuda.cuda.nodes._kernel import STRIDE, ArgStorage, KernelNode, _layout
 from rxcuda.model._describe import Launch
 from rxcuda.model._graphplan import BufferArg, KernelNodePlan, ScalarArg
 
@@ -112,3 +113,52 @@ def test_fill_writes_what_cuda_bindings_writes_field_by_field():
         for a, (view, idx) in zip(n.args, storage.slots_of(n), strict=True):  # the arguments, as the driver reads them
             got = view[idx].item()
             assert got == (pointers[a.buffer] if isinstance(a, BufferArg) else np.float32(a.value)), n.label
+
+
+def test_fill_after_a_previous_storage_and_with_one_launch_shared_writes_as_a_fresh_fill():
+    """The structs of a storage that took its leading nodes' layout over from the previous one (a re-plan), with
+    one Launch object shared by many nodes (the blocks of one kernel), are those of a storage made afresh."""
+    assert _layout() is not None
+    rng = np.random.default_rng()
+    shared = Launch((4, 1, 1), (256, 1, 1), 0)
+    plans = []
+    for i in range(40):
+        launch = shared if i % 4 else Launch((int(rng.integers(1, 99)), 1, 1), (128, 2, 1), 16 * i)
+        args = () if i % 9 == 8 else (BufferArg(i), ScalarArg(i, "n", "i32", 4, int(rng.integers(0, 1 << 20))))
+        plans.append(KernelNodePlan(i, i, "k", f"code{i % 2}", launch, args, frozenset(), frozenset(), f"b{i}/k"))
+    functions = {f"code{j}": _driver.drv.CUfunction(int(rng.integers(1, 1 << 62))) for j in range(2)}
+    pointers = {i: int(rng.integers(1 << 20, 1 << 48)) * 256 for i in range(40)}
+    before = ArgStorage(plans[:25])
+    before.fill(functions, pointers)
+    before.seal()
+    after = ArgStorage(plans, previous=before)
+    after.fill(functions, pointers)
+    fresh = ArgStorage(plans)
+    fresh.fill(functions, pointers)
+    assert after.same == 25
+    for n in plans:
+        got = ctypes.string_at(after.structs_base + STRIDE * after.row[n.id], 48)
+        want = bytearray(ctypes.string_at(fresh.structs_base + STRIDE * fresh.row[n.id], 48))
+        if n.args:  # (the pointer into each storage's own pointer array)
+            assert after.starts[n.id][0] == fresh.starts[n.id][0]
+            at = _layout().fields["args"][1]
+            want[at:at + 8] = (after.ptrs_base + 8 * after.starts[n.id][0]).to_bytes(8, "little")
+        assert got == bytes(want), n.label
+
+
+def test_make_all_gives_the_nodes_make_gives_on_a_cold_build():
+    """A cold build's kernel nodes, made in one loop (KernelNode.make_all), hold what make() gives each."""
+    rng = np.random.default_rng()
+    launch = Launch((4, 1, 1), (256, 1, 1), 0)
+    plans = [KernelNodePlan(i, i, "k", "code", launch, (BufferArg(i), ScalarArg(i, "s", "f32", 4, float(i))),
+                            frozenset({i}), frozenset({i + 1}), f"b{i}/k") for i in range(16)]
+    functions = {"code": _driver.drv.CUfunction(int(rng.integers(1, 1 << 62)))}
+    pointers = {i: int(rng.integers(1 << 20, 1 << 48)) * 256 for i in range(16)}
+    b = BuildContext(None, None, None, functions, pointers)
+    KernelNode.prepare(plans, b)
+    fast, one_by_one = KernelNode.make_all(plans, b), [KernelNode.make(p, b) for p in plans]
+    fields = [f for f in KernelNode.__slots__ if f not in ("_params",)] + ["plan"]
+    for x, y in zip(fast, one_by_one, strict=True):
+        assert {f: getattr(x, f) for f in fields} == {f: getattr(y, f) for f in fields}
+        assert x.handle is None and x.slots == y.slots and x.buffer_args == y.buffer_args == {x.plan.id: [0]}
+        assert ctypes.string_at(x.params_ptr, 48) == ctypes.string_at(x.params.getPtr(), 48)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from _pipeline import ADD, MUL, builder, kcode, ptr, scalar
 
-from rxcuda import KernelCode, KernelSignature, Launch, UnknownPortError, ValidationError
+from rxcuda import Block, KernelCode, KernelSignature, Launch, UnknownPortError, ValidationError
 
 
 # -- Launch -----------------------------------------------------------------------------------------------
@@ -146,3 +146,13 @@ def test_launch_block_size_is_checked_before_dividing():
         Launch.for_threads(100, block=0)
     with pytest.raises(ValueError, match=r"'block' must be an int from 1 to 1024 .*\(got 2048\)"):
         Launch.for_threads(100, block=2048)
+
+
+def test_a_block_entry_made_of_its_own_dicts_equals_one_made_through_the_converters():
+    from rxcuda.lowlevel import BlockEntry
+
+    block = Block.from_kernel("scalar_mul", size=8, name="m", scale=2.0)
+    values, launches = block.values(), block.launches()
+    fast = BlockEntry.of(block.id, block.description, values, launches)
+    assert fast == BlockEntry(block.id, block.description, values, launches)
+    assert fast.values is values and fast.value("scale") == 2.0 and fast.launch("scalar_mul") == block.launch()
