@@ -178,15 +178,7 @@ class _Planner:
         else:
             self.order, self.sources, self.emitted_from = blocks, sources, len(report.problems)
             start = self._resume(blocks, sources, same)  # (replaces the lists below when it takes work over)
-            marks, nodes, buffers, problems, first = self.marks, self.nodes, self.buffers, report.problems, \
-                self.emitted_from
-            if self.resumable:
-                for b in blocks[start:]:
-                    self.emit_block(b, sources)
-                    marks.append((len(nodes), len(buffers), len(problems) - first))
-            else:
-                for b in blocks[start:]:
-                    self.emit_block(b, sources)
+            self._emit_flat(blocks[start:], sources)
         # delayed outputs: a copy node each, after every other node (so after the producer and every reader)
         delays = _delays.emit_copies(self.delayed, self.port_buffers, self.by_key, self.buffers,
                                      self.nodes) if self.delayed else {}
@@ -319,6 +311,30 @@ class _Planner:
                 self.recapture.pop((bid, sc.name), None)
             for step in d.kernels:
                 self.kernel_nodes.pop((bid, step.name), None)
+
+    def _emit_flat(self, blocks: tuple[BlockEntry, ...], sources: Mapping[PortRef, PortRef]) -> None:
+        """``emit_block`` of each block in order (a flat pipeline), with a mark after each for a later re-plan
+        (``resumable``). The per-shape function (rxcuda.plan._emit) is looked up once per run of blocks of
+        one shape and called directly: the blocks of a chain of one kernel share every part of it."""
+        marks, nodes, buffers, problems, first = self.marks, self.nodes, self.buffers, self.report.problems, \
+            self.emitted_from
+        resumable, general = self.resumable, bool(self.delayed or self.resolved.blocks)
+        ports = scalars = kernels = internals = fast = None
+        for b in blocks:
+            d = b.desc
+            if general:
+                self.emit_block(b, sources)
+            else:
+                if d.ports is not ports or d.kernels is not kernels or d.scalars is not scalars \
+                        or d.internals is not internals:
+                    ports, scalars, kernels, internals = d.ports, d.scalars, d.kernels, d.internals
+                    fast = _emitter(ports, scalars, kernels, internals)
+                if fast is not None:
+                    fast(self, b, sources)
+                else:
+                    self.emit_block(b, sources)
+            if resumable:
+                marks.append((len(nodes), len(buffers), len(problems) - first))
 
     def emit_block(self, b: BlockEntry, sources: Mapping[PortRef, PortRef]) -> None:
         d, bid, label = b.desc, b.id, b.desc.name
