@@ -487,6 +487,7 @@ typedef struct {
     PyObject *lock, *locked; /* _lock and its bound ``locked`` (made once, when _lock is set) */
     PyObject *params;        /* _params */
     Py_ssize_t count, others;
+    Py_ssize_t values;       /* value_folds: parameter values (and launches, folded in Python) ever folded */
     PyObject *observed;      /* _observed */
     PyObject *event_type;    /* _event_type: ParameterChanged (NULL: _publish_value, in Python, publishes) */
 } PendingObject;
@@ -548,7 +549,10 @@ static int pending_fold(PendingObject *self, PyObject *key, PyObject *value) {
     int failed = !PyDict_Check(params);
     if (failed) PyErr_SetString(PyExc_TypeError, "PendingBase: _params is a dict");
     else failed = PyDict_SetItem(params, key, value) < 0;
-    if (!failed) self->count++;
+    if (!failed) {
+        self->count++;
+        self->values++;
+    }
     if (taken && unlock(self->lock) < 0) return -1;
     if (failed) return -1;
     if (PyTuple_Check(self->observed) && PyTuple_GET_SIZE(self->observed)) return publish_value(self, key, value);
@@ -612,6 +616,8 @@ static PyMemberDef pending_members[] = {
     {"_params", T_OBJECT_EX, offsetof(PendingObject, params), 0, "the pending values: (block id, name) -> value"},
     {"count", T_PYSSIZET, offsetof(PendingObject, count), 0, "changes folded since the last drain"},
     {"others", T_PYSSIZET, offsetof(PendingObject, others), 0, "... of which not parameter values"},
+    {"value_folds", T_PYSSIZET, offsetof(PendingObject, values), 0,
+     "parameter values and launches ever folded (never reset: see Runtime._entries)"},
     {"_observed", T_OBJECT_EX, offsetof(PendingObject, observed), 0, "who observes parameter changes (a tuple)"},
     {"_event_type", T_OBJECT, offsetof(PendingObject, event_type), 0, "the type of a parameter change's event"},
     {NULL},

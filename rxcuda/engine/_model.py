@@ -62,6 +62,7 @@ class Model:
                 block._desc = attrs.evolve(block._desc, name=name)
             rt.index.add_block(block.id, block.description)
             rt.blocks[block.id] = block
+            rt.forget(block.id)  # (what it changed while outside folded nowhere: its entry is made again)
             block._engine = engine
             block._sink = rt.pending
             block.state, block.message = "not built", ""

@@ -67,6 +67,7 @@ def replace_block(rt: Runtime, io: DataIO, engine, old: Block, new: Block,
                     rt.index.bind(ref)
         old.id, new.id = new.id, oid
         rt.blocks[oid] = new  # same key: the insertion order stays
+        rt.forget(oid)
         new._desc = desc
         new._engine = engine
         new._sink = rt.pending

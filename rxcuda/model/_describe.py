@@ -10,6 +10,7 @@ import difflib
 import hashlib
 import math
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Literal, NamedTuple
 
 import attrs
@@ -438,6 +439,7 @@ class ExternalBinding:
 
 
 _new_object, _set = object.__new__, object.__setattr__  # (BlockEntry.of)
+_ID = attrgetter("id")
 
 
 @attrs.frozen
@@ -500,10 +502,9 @@ class PipelineDescription:
     _by_id: Mapping[int, BlockEntry] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self):
-        by_id: dict[int, BlockEntry] = {}
-        for b in self.blocks:
-            by_id.setdefault(b.id, b)
-        object.__setattr__(self, "_by_id", by_id)
+        # (made in C: the entries in reverse, so that the first of a repeated id is the one kept)
+        backwards = self.blocks[::-1]
+        object.__setattr__(self, "_by_id", dict(zip(map(_ID, backwards), backwards, strict=True)))
 
     def block(self, block_id: int) -> BlockEntry:
         """The entry of the block with this id; KeyError when there is none."""

@@ -144,10 +144,15 @@ def pinned_buffers(gp: GraphPlan, desc: PipelineDescription) -> set[int]:
     pinned.update(delays.values())
     # the sources as PortRefs, collected in C; a plain (block, port) tuple equals its PortRef and hashes alike
     consumed = set(map(_SOURCE, desc.connections))
+    ports = outs = None  # (the output names of one ports tuple, worked out once per run of blocks sharing it)
     for entry in desc.blocks:
-        for p in entry.desc.ports:
-            if p.direction == "out" and (entry.id, p.name) not in consumed:
-                b = port_buffers.get(PortRef(entry.id, p.name))
+        if entry.desc.ports is not ports:
+            ports = entry.desc.ports
+            outs = tuple(p.name for p in ports if p.direction == "out")
+        bid = entry.id
+        for name in outs:  # type: ignore[union-attr]
+            if (bid, name) not in consumed:
+                b = port_buffers.get(PortRef(bid, name))
                 if b is not None:
                     pinned.add(b)
     for n in gp.nodes if desc.regions else ():  # (no region nodes without regions)

@@ -107,6 +107,9 @@ class PendingPlan:
         # both Rx filters ran on every parameter change)
         self._values = Broadcast(on_error=on_subscriber_error, on_observers=self._observers_changed)
         self._others = Broadcast(on_error=on_subscriber_error)  # every other change event
+        # parameter values and launches ever folded, never reset: while it stands still, no block in the engine
+        # changed a value or a launch (a snapshot then reuses the last one's entries: Runtime._entries)
+        self.value_folds = 0
         self._reset()
 
     def _observers_changed(self) -> None:
@@ -144,6 +147,7 @@ class PendingPlan:
         lock.acquire()  # (cheaper than ``with``; nothing between can raise: the key is a tuple of int and str)
         self._params[key] = value
         self.count += 1
+        self.value_folds += 1
         lock.release()
         if self._observed:
             self._publish_value(key, value)
@@ -184,12 +188,14 @@ class PendingPlan:
         t = type(ev)
         if t is ParameterChanged:
             self._params[(ev.block, ev.name)] = ev.value
+            self.value_folds += 1
             return
         self.others += 1
         if t is PortRebound:
             self._rebinds[(ev.block, ev.port)] = ev.array
         elif t is LaunchChanged:
             self._launches[(ev.block, ev.kernel)] = ev.launch
+            self.value_folds += 1
         elif t is CodeChanged:
             self._code[(ev.block, ev.kernel)] = ev.code
         elif isinstance(ev, STRUCTURE_EVENTS):
