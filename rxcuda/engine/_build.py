@@ -491,8 +491,26 @@ def _group_sizes(was: tuple | None, members: tuple) -> tuple[tuple, list[int]]:
         if old[:n] == members[:n]:
             if n == len(members):
                 return members, largest[:n]
-            return members, largest + list(accumulate((m.nbytes for m in members[n:]), max, initial=largest[-1]))[1:]
-    return members, list(accumulate((m.nbytes for m in members), max))
+            return members, largest + list(accumulate(_nbytes(members[n:]), max, initial=largest[-1]))[1:]
+    return members, list(accumulate(_nbytes(members), max))
+
+
+def _nbytes(members: tuple) -> list[int]:
+    """Each buffer's ``nbytes``, its dtype's item size looked up once per dtype (a chain's group holds hundreds of
+    buffers of one dtype)."""
+    sizes: dict = {}
+    out = []
+    for m in members:
+        dtype = m.dtype
+        if not dtype:
+            out.append(m.nbytes)
+            continue
+        size = sizes.get(dtype)
+        if size is None:
+            size = sizes[dtype] = _dtypes.itemsize(dtype)
+        n = size * m.count
+        out.append(n if n > 4 else 4)
+    return out
 
 
 def codes_in_use(gp: GraphPlan) -> set[str]:
