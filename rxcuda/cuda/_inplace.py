@@ -261,7 +261,9 @@ def _take_over(g: CompiledGraph, old: CompiledGraph, nodes: list, spares: list) 
 def _repoint(nodes, moved: set[int], pointers: Mapping[int, int]) -> list:
     """Write the new address (``pointers``) of each buffer in ``moved`` into the arguments of the ``nodes`` that
     use it; [(node, [(view, index, old word), ...]), ...] for the nodes changed (what ``_restore`` undoes)."""
-    saved = []
+    saved: list = []
+    if not moved:  # (the common case: every buffer kept its address; no node's buffer_args made for nothing)
+        return saved
     for node in nodes:
         if moved.isdisjoint(node.buffer_args):
             continue
