@@ -1,6 +1,6 @@
-"""The planner's per-shape emission (rxcuda.plan._emit) gives the general path's plan, field for field and in
-the same insertion order of every map, on a corpus of pipelines; shapes outside its case take the general
-path."""
+"""The planner's shortcuts give what its general paths give: the per-shape emission (rxcuda.plan._emit) the general
+emission's plan, field for field and in the same insertion order of every map, on a corpus of pipelines and random
+edits (shapes outside its case take the general path); the order of blocks added in the order they run, Kahn's."""
 
 from __future__ import annotations
 
