@@ -37,6 +37,24 @@ class BufferPlan(NamedTuple):
         return max(size * self.count, 4)
 
 
+def sizes_in_bytes(buffers) -> list[int]:
+    """Each buffer's ``nbytes``, its dtype's item size looked up once per dtype (the planner and the build size
+    hundreds of buffers of a few dtypes at a time)."""
+    itemsizes: dict = {}
+    out = []
+    for b in buffers:
+        dtype = b.dtype
+        if not dtype:
+            out.append(max(b.count, 4))
+            continue
+        size = itemsizes.get(dtype)
+        if size is None:
+            size = itemsizes[dtype] = _dtypes.itemsize(dtype)
+        n = size * b.count
+        out.append(n if n > 4 else 4)
+    return out
+
+
 class BufferArg(NamedTuple):
     """A node argument that is a buffer's device pointer (``buffer``: its id in ``GraphPlan.buffers``)."""
 

@@ -10,7 +10,7 @@ T = TypeVar("T")
 
 
 def by_identity(fn: Callable[..., T], parts: int = 1, limit: int = 4096) -> Callable[..., T]:
-    """``fn`` over ``parts`` objects (1 or 2), worked out once per objects and then looked up by their identities:
+    """``fn`` over ``parts`` objects, worked out once per objects and then looked up by their identities:
     for facts of immutable parts that many blocks share (the blocks made from one kernel share their
     ``kernels`` and ``scalars`` tuples), where hashing the parts' values would cost more than the fact. An
     entry holds its parts, so their ids are not reused while it stands; at ``limit`` entries the table starts
@@ -41,8 +41,17 @@ def by_identity(fn: Callable[..., T], parts: int = 1, limit: int = 4096) -> Call
         out = table[id(a), id(b)] = (a, b, fn(a, b))
         return out[2]
 
-    if parts not in (1, 2):
-        raise ValueError(f"by_identity takes parts=1 or 2 (got {parts!r})")
-    memo = one if parts == 1 else two
+    def many(*args):  # (three parts or more: a block's shape, say)
+        seen = table.get(tuple(map(id, args)))
+        if seen is not None and all(s is a for s, a in zip(seen, args, strict=False)):  # (seen: the parts, then fn's)
+            return seen[-1]
+        if len(table) >= limit:
+            table.clear()
+        out = table[tuple(map(id, args))] = (*args, fn(*args))
+        return out[-1]
+
+    if type(parts) is not int or parts < 1:
+        raise ValueError(f"by_identity takes parts >= 1 (got {parts!r})")
+    memo = one if parts == 1 else two if parts == 2 else many
     memo.table = table  # type: ignore[attr-defined]
     return memo

@@ -12,6 +12,7 @@ from typing import NamedTuple
 from ..model import _dtypes
 from ..model._describe import BlockDescription, BlockEntry, Connection, PipelineDescription, PortRef
 from ..model._errors import UnknownPortError
+from ..model._memo import by_identity
 from . import _appends, _delays, _shapes
 from ._order import Report, ordered
 
@@ -117,26 +118,26 @@ def _check_connection(c: Connection, blocks: Mapping[int, BlockDescription], sou
     return ok
 
 
-_PLAIN: dict[tuple, tuple] = {}  # (id(src ports), src port, id(dst ports), dst port) -> (the ports tuples, plain)
+def _plain_pairs(src_ports: tuple, dst_ports: tuple) -> dict[tuple[str, str], bool]:
+    return {}
+
+
+# (src ports tuple, dst ports tuple) -> (src port, dst port) -> plain: a chain of one kernel's blocks asks the same
+_pairs = by_identity(_plain_pairs, parts=2)
 
 
 def _plain(src_ports: tuple, src: str, dst_ports: tuple, dst: str) -> bool:
     """Whether port ``src`` of ``src_ports`` to port ``dst`` of ``dst_ports`` is a connection nothing is wrong
     with whatever else holds (an output to an input, no append rules, the same element type, shape and strides),
-    worked out once per pair of ports tuples and names (a chain of one kernel's blocks asks the same each
-    time; the tuples are held, so their ids are not reused while the entry stands)."""
-    key = (id(src_ports), src, id(dst_ports), dst)
-    seen = _PLAIN.get(key)
-    if seen is not None and seen[0] is src_ports and seen[1] is dst_ports:
-        return seen[2]
-    sp = next((p for p in src_ports if p.name == src), None)
-    dp = next((p for p in dst_ports if p.name == dst), None)
-    plain = (sp is not None and dp is not None and sp.direction == "out" and dp.direction == "in"
-             and not _appends.involved(sp, dp) and sp.dtype == dp.dtype and sp.shape == dp.shape
-             and sp.strides == dp.strides)
-    if len(_PLAIN) >= 4096:
-        _PLAIN.clear()
-    _PLAIN[key] = (src_ports, dst_ports, plain)
+    worked out once per pair of ports tuples and names."""
+    known = _pairs(src_ports, dst_ports)
+    plain = known.get((src, dst))
+    if plain is None:
+        sp = next((p for p in src_ports if p.name == src), None)
+        dp = next((p for p in dst_ports if p.name == dst), None)
+        plain = known[src, dst] = (sp is not None and dp is not None and sp.direction == "out"
+                                   and dp.direction == "in" and not _appends.involved(sp, dp)
+                                   and sp.dtype == dp.dtype and sp.shape == dp.shape and sp.strides == dp.strides)
     return plain
 
 

@@ -35,31 +35,24 @@ from typing import Any
 from ..model._bounds import count_problem
 from ..model._describe import BlockEntry, CallSpec, PortRef
 from ..model._graphplan import BufferArg, BufferPlan, KernelNodePlan, ScalarArg
+from ..model._memo import by_identity
 
 ENABLED = True  # (tests compare against the general path by turning it off)
-_LIMIT = 1024  # shapes kept before the table starts over
-
-_table: dict[tuple[int, int, int, int], tuple[Any, Any, Any, Any, Callable | None]] = {}
 
 
-def emitter(ports: tuple, scalars: tuple, kernels: tuple, internals: tuple) -> Callable | None:
-    """The specialised emission of blocks of this shape, ``fn(planner, block, sources)``, or None where the shape
-    needs the general path. Written once per shape and looked up by the parts' identities (an entry holds
-    its parts, so their ids are not reused while it stands)."""
-    key = (id(ports), id(scalars), id(kernels), id(internals))
-    seen = _table.get(key)
-    if seen is not None and seen[0] is ports and seen[1] is scalars and seen[2] is kernels and seen[3] is internals:
-        return seen[4]
-    if len(_table) >= _LIMIT:
-        _table.clear()
-    fn = _write(ports, scalars, kernels, internals) if ENABLED else None
-    _table[key] = (ports, scalars, kernels, internals, fn)
-    return fn
+def _written(ports: tuple, scalars: tuple, kernels: tuple, internals: tuple) -> Callable | None:
+    return _write(ports, scalars, kernels, internals) if ENABLED else None
+
+
+# ``emitter(ports, scalars, kernels, internals)``: the specialised emission of blocks of this shape,
+# ``fn(planner, block, sources)``, or None where the shape needs the general path; written once per shape and
+# looked up by the parts' identities
+emitter = by_identity(_written, parts=4, limit=1024)
 
 
 def clear() -> None:
     """Forget every shape's function (tests turning ``ENABLED`` on and off)."""
-    _table.clear()
+    emitter.table.clear()  # type: ignore[attr-defined]
 
 
 class _Source:

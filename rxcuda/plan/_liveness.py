@@ -51,7 +51,7 @@ import attrs
 
 from ..model import _dtypes
 from ..model._describe import PipelineDescription, PortRef
-from ..model._graphplan import GraphPlan, MemsetNodePlan, NodePlan
+from ..model._graphplan import GraphPlan, MemsetNodePlan, NodePlan, sizes_in_bytes
 
 _SHAREABLE = ("port", "internal")
 _SOURCE = attrgetter("src")
@@ -193,18 +193,7 @@ def shared_groups(gp: GraphPlan, desc: PipelineDescription) -> tuple[tuple[int, 
         if nid in looped:  # inside a while/for body (its region node should say so too)
             excluded.update(reads)
             excluded.update(writes)
-        for group in (reads, writes):
-            for b in group:
-                used = uses.get(b)
-                if used is None:
-                    uses[b] = [at]
-                elif used[-1] != at:
-                    used.append(at)
-        if top[nid] == nid and not hasattr(n, "bodies"):  # its writes are definite (see _writes_whole)
-            for b in writes:
-                if (b not in reads and clean.get(b, at) >= at
-                        and (not isinstance(n, MemsetNodePlan) or _covers(n, buffers[b]))):
-                    clean[b] = at
+        note_uses(uses, clean, n, at, buffers, top[nid] == nid and not hasattr(n, "bodies"))
 
     # each candidate with the position of its first writer, which must come before all its other uses. An
     # ancestor test is a shift of the later node's ancestor bits by the earlier position: it costs the
@@ -231,43 +220,65 @@ def shared_groups(gp: GraphPlan, desc: PipelineDescription) -> tuple[tuple[int, 
     slot_last: list[list[int]] = []  # per slot: the positions using its last member
     slot_size: list[int] = []
     slot_members: list[list[int]] = []
-    for first, b in ready:
-        place(slot_last, slot_size, slot_members, anc[first], buffers[b].nbytes, b, uses[b])
+    assign(ready, anc, uses, sizes_in_bytes(buffers[b] for _, b in ready), slot_last, slot_size, slot_members)
     return tuple(tuple(m) for m in slot_members if len(m) > 1)
 
 
-def place(slot_last: list[list[int]], slot_size: list[int], slot_members: list[list[int]], before: int, need: int,
-          b: int, used: list[int]) -> int:
-    """Put buffer ``b`` (``need`` bytes, first written where the ancestor bits are ``before``, used at ``used``)
-    into the slot :func:`best_slot` picks, or a new one; returns the slot."""
-    best = best_slot(slot_last, slot_size, before, need)
-    if best < 0:
-        slot_last.append(used)
-        slot_size.append(need)
-        slot_members.append([b])
-        return len(slot_members) - 1
-    slot_last[best] = used
-    slot_size[best] = max(slot_size[best], need)
-    slot_members[best].append(b)
-    return best
+def note_uses(uses: dict[int, list[int]], clean: dict[int, int], n: NodePlan, at: int, buffers, definite: bool
+              ) -> None:
+    """Record that node ``n`` uses its buffers at position ``at`` (``uses``: each buffer's positions, in order), and
+    where it writes one whole without reading it (``definite``: its writes happen whenever the frame runs, see
+    _writes_whole), the buffer's first such write (``clean``: its value then never comes from an earlier frame)."""
+    reads, writes = n.reads, n.writes
+    for group in (reads, writes):
+        for b in group:
+            used = uses.get(b)
+            if used is None:
+                uses[b] = [at]
+            elif used[-1] != at:
+                used.append(at)
+    if definite:
+        for b in writes:
+            if (b not in reads and clean.get(b, at) >= at
+                    and (not isinstance(n, MemsetNodePlan) or _covers(n, buffers[b]))):
+                clean[b] = at
 
 
-def best_slot(slot_last: list[list[int]], slot_size: list[int], before: int, need: int) -> int:
-    """The slot a buffer of ``need`` bytes whose first write has the ancestor bits ``before`` takes: one whose last
-    member's uses are all ancestors of that write, the smallest that fits, else the largest; -1 for none."""
-    best, best_key = -1, None
-    for s, last in enumerate(slot_last):
-        for u in last:
-            if not (before >> u) & 1:
-                break
-        else:
-            size = slot_size[s]
-            key = (0, size) if size >= need else (1, -size)  # the smallest that fits, else the largest
-            if best_key is None or key < best_key:
-                best, best_key = s, key
-                if size == need:
+def assign(ready: list[tuple[int, int]], anc: list[int], uses: Mapping[int, list[int]], needs: list[int],
+           slot_last: list[list[int]], slot_size: list[int], slot_members: list[list[int]]) -> list[int]:
+    """Put each buffer of ``ready`` ((position of its first write, buffer), in that order; ``needs``: their sizes
+    in bytes) into a slot, greedily, and return the slot each took. A slot is free for a buffer when every
+    position using its last member is an ancestor of the buffer's first write (its bit in ``anc``); of the free
+    ones it takes the smallest that fits, else the largest (growing it), else a new slot. One loop, the choice
+    inline: a chain's thousand buffers each ask it (``_liveshare`` continues it after a re-plan)."""
+    chosen = []
+    for (first, b), need in zip(ready, needs, strict=True):
+        before = anc[first]
+        best, best_key = -1, None
+        for s, last in enumerate(slot_last):
+            for u in last:
+                if not (before >> u) & 1:
                     break
-    return best
+            else:
+                size = slot_size[s]
+                key = (0, size) if size >= need else (1, -size)  # the smallest that fits, else the largest
+                if best_key is None or key < best_key:
+                    best, best_key = s, key
+                    if size == need:
+                        break
+        used = uses[b]
+        if best < 0:
+            best = len(slot_members)
+            slot_last.append(used)
+            slot_size.append(need)
+            slot_members.append([b])
+        else:
+            slot_last[best] = used
+            if need > slot_size[best]:
+                slot_size[best] = need
+            slot_members[best].append(b)
+        chosen.append(best)
+    return chosen
 
 
 def _writes_whole(n: NodePlan) -> bool:

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..model import _dtypes
 from ..model._describe import PipelineDescription
-from ..model._graphplan import GraphPlan, MemsetNodePlan
-from ._liveness import _SHAREABLE, MAX_NODES, _covers, pinned_buffers, share_memory, with_groups
+from ..model._graphplan import GraphPlan, sizes_in_bytes
+from ._liveness import _SHAREABLE, MAX_NODES, assign, note_uses, pinned_buffers, share_memory, with_groups
 
 _EVERY = 32  # ready buffers between two checkpoints of the greedy assignment
 
@@ -98,26 +97,10 @@ def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept
             a |= anc[d] | (1 << d)
         anc.append(a)
         n = nodes[nid]
-        reads, writes = n.reads, n.writes
         if track:
-            changed.update(reads)
-            changed.update(writes)
-        for b in reads:
-            used = uses.get(b)
-            if used is None:
-                uses[b] = [nid]
-            elif used[-1] != nid:
-                used.append(nid)
-        for b in writes:
-            used = uses.get(b)
-            if used is None:
-                uses[b] = [nid]
-            elif used[-1] != nid:
-                used.append(nid)
-            # a definite write (see _liveness.shared_groups)
-            if (b not in reads and clean.get(b, nid) >= nid
-                    and (not isinstance(n, MemsetNodePlan) or _covers(n, buffers[b]))):
-                clean[b] = nid
+            changed.update(n.reads)
+            changed.update(n.writes)
+        note_uses(uses, clean, n, nid, buffers, True)  # (a flat plan: every write is definite)
 
     def is_ready(b: int) -> int | None:
         if b >= len(buffers) or buffers[b].kind not in _SHAREABLE or b in pinned:
@@ -176,49 +159,15 @@ def _groups(gp: GraphPlan, desc: PipelineDescription, prev: Sharing | None, kept
             choices.append(s)
         start = j
     slot_last = [uses[m[-1]] for m in slot_members]
-    itemsizes: dict = {}  # dtype -> item size
-    for i in range(start, len(ready)):
+    needs = sizes_in_bytes(buffers[b] for _, b in ready[start:])
+    i = start
+    while i < len(ready):  # (_liveness.assign, a checkpoint every _EVERY entries)
         if i % _EVERY == 0 and (not marks or marks[-1][0] != i):
             marks.append((i, tuple(len(m) for m in slot_members), tuple(slot_size)))
-        first, b = ready[i]
-        bp = buffers[b]
-        dtype = bp.dtype
-        if dtype:
-            size = itemsizes.get(dtype)
-            if size is None:
-                size = itemsizes[dtype] = _dtypes.itemsize(dtype)
-            need = size * bp.count
-            if need < 4:
-                need = 4
-        else:
-            need = bp.nbytes
-        # (_liveness.place, inline: the slot whose last member's uses all come before this first write, the
-        # smallest that fits, else the largest; a new slot where none is free)
-        before = anc[first]
-        best, best_key = -1, None
-        for s, last in enumerate(slot_last):
-            for u in last:
-                if not (before >> u) & 1:
-                    break
-            else:
-                size = slot_size[s]
-                key = (0, size) if size >= need else (1, -size)
-                if best_key is None or key < best_key:
-                    best, best_key = s, key
-                    if size == need:
-                        break
-        used = uses[b]
-        if best < 0:
-            best = len(slot_members)
-            slot_last.append(used)
-            slot_size.append(need)
-            slot_members.append([b])
-        else:
-            slot_last[best] = used
-            if need > slot_size[best]:
-                slot_size[best] = need
-            slot_members[best].append(b)
-        choices.append(best)
+        end = min(len(ready), (i // _EVERY + 1) * _EVERY)
+        choices.extend(assign(ready[i:end], anc, uses, needs[i - start:end - start], slot_last, slot_size,
+                              slot_members))
+        i = end
     if not marks:
         marks.append((0, (), ()))
     state = Sharing(nodes, anc, uses, clean, pinned, ready, choices, slot_members, marks)

@@ -238,3 +238,20 @@ def test_blocks_added_in_the_order_they_run_are_ordered_as_kahns_order_does(seed
     want, stuck = _order.ordered(succ, index)
     assert not stuck and [e.id for e in got] == want
     assert _order._in_order(conns, index) == (want == [e.id for e in entries])
+
+
+def test_by_identity_of_several_parts_works_each_out_once_and_refuses_no_parts():
+    from rxcuda.model._memo import by_identity
+
+    calls = []
+
+    def total(*parts):
+        calls.append(parts)
+        return sum(map(len, parts))
+
+    memo = by_identity(total, parts=3)
+    a, b, c = (1,), (1, 2), (3,)
+    assert memo(a, b, c) == memo(a, b, c) == 4 and len(calls) == 1
+    assert memo(a, b, tuple([3])) == 4 and len(calls) == 2  # an equal part that is another object: worked out again
+    with pytest.raises(ValueError, match="parts >= 1"):
+        by_identity(total, parts=0)

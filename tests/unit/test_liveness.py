@@ -609,3 +609,16 @@ def test_keep_names_what_is_wrong_with_the_port(engine):
     with pytest.raises(rxcuda.UnknownPortError, match=r"block 'stray' has no port 'nope' \(ports: x, out\)"):
         engine.keep(stray["nope"])
     assert engine.describe().kept == frozenset()
+
+
+def test_sizes_in_bytes_are_the_buffers_nbytes():
+    """sizes_in_bytes (memory reuse's slot sizes, the item size looked up once per dtype) gives each BufferPlan's
+    nbytes, the 4-byte minimum and untyped buffers included."""
+    import random
+
+    from rxcuda.model._graphplan import BufferPlan, sizes_in_bytes
+
+    rng = random.Random(11)
+    buffers = [BufferPlan(i, ("k", i), f"b{i}", rng.choice(["f32", "f64", "u8", "i16", None]),
+                          rng.choice([0, 1, 3, 1024]), "port") for i in range(200)]
+    assert sizes_in_bytes(buffers) == [b.nbytes for b in buffers]
