@@ -33,6 +33,7 @@ from .blocks._composite import Composite, CompositeInstance
 from .blocks._regions import For, If, IfElse, Region, While
 from .cuda._device import device_info
 from .cuda._driver import probe
+from .distributed._isolated import Fault, IsolatedEngine  # the GPU side in a supervised child process
 from .engine._engine import AppliedUpdate, Diagnostic, Engine, EngineStream, Frame
 from .model._describe import CallSpec, CaptureArgs, KernelCode, KernelParam, KernelSignature, Launch
 from .model._dtypes import numpy_dtype, struct
@@ -108,11 +109,11 @@ __all__ = [
     "AppliedUpdate",
     "Block",
     "BlockBuilder",
+    "BoundsError",
     "Broadcast",
     "BufferStats",
     "CallSpec",
     "CaptureArgs",
-    "BoundsError",
     "CompileError",
     "ComposeError",
     "Composite",
@@ -123,6 +124,7 @@ __all__ = [
     "Engine",
     "EngineClosedError",
     "EngineStream",
+    "Fault",
     "Follow",
     "For",
     "ForeignBlockError",
@@ -133,6 +135,7 @@ __all__ = [
     "IfElse",
     "In",
     "InOut",
+    "IsolatedEngine",
     "KernelCode",
     "KernelFileError",
     "KernelParam",

@@ -20,6 +20,7 @@ the worker), :class:`DistributedFrame` (what ``tick()`` returns), :class:`Distri
 """
 
 from ._engine import Engine
+from ._isolated import Fault, IsolatedEngine, RestartingError
 from ._placement import Fragment, RemoteLink, Split, Worker, split
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
 
@@ -27,10 +28,13 @@ __all__ = [
     "DistributedDescription",
     "DistributedFrame",
     "Engine",
+    "Fault",
     "Fragment",
     "FragmentDiagnostic",
     "FragmentFrame",
+    "IsolatedEngine",
     "RemoteLink",
+    "RestartingError",
     "Split",
     "Worker",
     "split",

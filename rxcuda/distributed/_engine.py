@@ -38,7 +38,7 @@ from ..model._errors import EngineClosedError, ValidationError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
-from . import _board, _placement, _sharing
+from . import _board, _placement, _procs, _sharing
 from ._faults import Restarts
 from ._ray import ray_module as _ray
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
@@ -72,11 +72,12 @@ class Engine(Restarts, ClockSteps):
     ``start_timeout``: seconds to wait for Ray to place every worker (a worker asking for more than the cluster
     has would wait forever). ``stepping``: ``"auto"`` steps the frames of workers all on the driver's host through
     their clocks (named pipes, no Ray call per frame) and otherwise by a Ray call per worker and frame; ``"ray"``
-    always by Ray calls.
+    always by Ray calls. ``backend``: ``"ray"``, or ``"process"`` (workers are child processes of this one,
+    restarted by it, on this host and without Ray: what :class:`IsolatedEngine` runs on).
     """
 
     def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2,
-                 start_timeout: float = 120.0, stepping: str = "auto"):
+                 start_timeout: float = 120.0, stepping: str = "auto", backend: str = "ray"):
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"'max_in_flight' must be a positive int (got {max_in_flight!r})")
         if isinstance(start_timeout, bool) or not isinstance(start_timeout, int | float) or start_timeout <= 0:
@@ -86,7 +87,10 @@ class Engine(Restarts, ClockSteps):
         self._start_timeout = float(start_timeout)
         self._stepping = stepping
         self._workers = _placement.check_workers(workers)
-        ray = _ray()
+        if backend not in ("ray", "process"):
+            raise ValueError(f"'backend' must be 'ray' or 'process' (got {backend!r})")
+        self._backend = backend
+        ray = self._ray = _ray() if backend == "ray" else _procs  # _procs: the part of Ray's API used here
         self._owns_ray = False
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False)
@@ -131,16 +135,20 @@ class Engine(Restarts, ClockSteps):
             self.close()
             raise
 
+    def _actor_options(self, name: str, w: _placement.Worker) -> dict:
+        """The options worker ``name``'s actor is started with (Ray's, or a child process's: see _procs)."""
+        return {**w.ray_options(), "name": None} if self._backend == "ray" else _procs.options(name, w.ray_options())
+
     def _start_actors(self, ray) -> None:
         remote = ray.remote(FragmentHost)
         for name, w in self._workers.items():
-            opts = w.ray_options()
+            opts = self._actor_options(name, w)
             node = opts.pop("node_id", None)
             if node is not None:
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
                 opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-            self._actors[name] = remote.options(name=None, **opts).remote(name, w.null, self.max_in_flight + 1,
+            self._actors[name] = remote.options(**opts).remote(name, w.null, self.max_in_flight + 1,
                                                                         self._session)
         refs = {a.where.remote(): name for name, a in self._actors.items()}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self._start_timeout)
@@ -306,7 +314,7 @@ class Engine(Restarts, ClockSteps):
         w = self.placement(port.block)
         self._ship()
         self._drain(0)
-        return _ray().get(self._actors[w].read.remote(PortRef(port.block.id, port.name)))
+        return self._ray.get(self._actors[w].read.remote(PortRef(port.block.id, port.name)))
 
     def observe(self, port: PortHandle, *, every: int = 1) -> Observable:
         """A port on any worker as a local Observable of NumPy arrays, one after every ``every``-th frame,
@@ -443,7 +451,7 @@ class Engine(Restarts, ClockSteps):
             return self._drain_locked(keep)
 
     def _drain_locked(self, keep: int) -> dict[int, DistributedFrame]:
-        ray = _ray()
+        ray = self._ray
         done = {}
         while len(self._inflight) > keep:
             index, steps, reports, outs, params, writes = self._inflight.popleft()
@@ -524,7 +532,7 @@ class Engine(Restarts, ClockSteps):
         self._ship(strict=True)
 
     def _ship_locked(self) -> None:
-        ray = _ray()
+        ray = self._ray
         self._drain(0)
         with self._lock:
             self._dirty = False
@@ -575,13 +583,11 @@ class Engine(Restarts, ClockSteps):
         return distributed_dot(self.describe())
 
     def save_graph(self, path, format: str | None = None):
-        """Write :meth:`to_dot`'s picture to ``path`` (``.dot`` as text; ``.svg``, ``.png``, ``.pdf`` through
-        Graphviz, as ``rxcuda.save_graph`` does); returns the path."""
+        """Write :meth:`to_dot`'s picture to ``path`` (as ``rxcuda.save_graph``: ``.dot``, ``.svg``, ...)."""
         from ._dot import save
 
         return save(self.to_dot(), path, format)
 
-    # -- lifetime ------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise EngineClosedError("the distributed engine is closed; create a new one")
@@ -596,7 +602,7 @@ class Engine(Restarts, ClockSteps):
         if self._closed:
             return
         self._closed = True
-        ray = _ray()
+        ray = self._ray
         if self._stop_run is not None:
             with contextlib.suppress(Exception):
                 self._stop_run()

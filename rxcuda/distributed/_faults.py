@@ -10,7 +10,6 @@ from typing import Any
 from ..engine._engine import Diagnostic
 from . import _placement
 from ._ray import names_actor as _names
-from ._ray import ray_module as _ray
 
 RESTART_PATIENCE_S = 120.0  # how long a dead worker may take to be restarted and rebuilt before it is given up
 
@@ -20,6 +19,7 @@ class Restarts:
     here for the type checker)."""
 
     _actors: dict[str, Any]
+    _ray: Any  # Ray, or _procs
     _workers: dict[str, _placement.Worker]
     _down: dict[str, float]
     _gone: set[str]
@@ -41,7 +41,7 @@ class Restarts:
 
     def _step_failed(self, w: str, err: Exception, params: dict, writes: dict, died: bool | None = None) -> None:
         """``died``: whether the worker's process ended (None: as the Ray error says)."""
-        ray = _ray()
+        ray = self._ray
         if died is None:
             died = isinstance(err, ray.exceptions.RayActorError) and _names(err, self._actors[w])
         self._requeue(w, params, writes)
@@ -68,7 +68,7 @@ class Restarts:
                                _placement.structure(frag))
 
     def _check_restarts(self) -> None:
-        ray = _ray()
+        ray = self._ray
         for w, (ref, key) in list(self._rebuilding.items()):
             ready, _ = ray.wait([ref], timeout=0)
             if not ready:

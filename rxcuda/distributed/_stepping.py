@@ -10,7 +10,6 @@ from typing import Any
 
 from ..engine._engine import Diagnostic
 from . import _clock, _placement
-from ._ray import ray_module as _ray
 from ._worker import StepReport
 
 STEPPINGS = ("auto", "ray")
@@ -26,6 +25,7 @@ class ClockSteps:
     """The clock side of the distributed engine (its state, declared here for the type checker)."""
 
     _actors: dict[str, Any]
+    _ray: Any  # Ray, or _procs
     _where: dict[str, dict]
     _workers: dict[str, _placement.Worker]
     _session: str
@@ -56,7 +56,7 @@ class ClockSteps:
 
     def _clock_ready(self, workers) -> None:
         """A clock for each of ``workers`` (made again for a restarted one: a new process, new pipes)."""
-        ray = _ray()
+        ray = self._ray
         for w in workers:
             pid = self._where[w]["pid"]
             c = self._clocks.get(w)
@@ -94,18 +94,20 @@ class ClockSteps:
             c.observed = observed
         c.step(index)
 
+    def _on_silence(self, w: str, index: int, seconds: float) -> None:
+        """Worker ``w``, alive, has not answered frame ``index`` for ``seconds`` (called each ``_clock.CHECK_S``)."""
+        if seconds >= SILENCE_S and (w, index) not in self._silent:
+            self._silent.add((w, index))
+            c = self._clocks.get(w)
+            self._publish(w, Diagnostic("warning", w, f"worker '{w}' (process {c.pid if c else '?'}) is alive and has "
+                                        f"not finished frame {index} for {seconds:.0f} s; still waiting", index))
+
     def _clock_wait(self, index: int, workers: list[str]) -> dict[str, StepReport | tuple[Exception, bool | None]]:
         """Each worker's report of frame ``index`` from its clock, or (the error, whether the worker died)."""
-        ray = _ray()
+        ray = self._ray
         clocks = {w: self._clocks[w] for w in workers if w in self._clocks}
 
-        def silent(w: str, seconds: float) -> None:
-            if seconds >= SILENCE_S and (w, index) not in self._silent:
-                self._silent.add((w, index))
-                self._publish(w, Diagnostic("warning", w, f"worker '{w}' (process {clocks[w].pid}) is alive and has "
-                                            f"not finished frame {index} for {seconds:.0f} s; still waiting", index))
-
-        answers = _clock.wait(clocks, index, silent)
+        answers = _clock.wait(clocks, index, lambda w, seconds: self._on_silence(w, index, seconds))
         out: dict[str, StepReport | tuple[Exception, bool | None]] = {}
         for w in workers:
             a = answers.get(w, "dead")

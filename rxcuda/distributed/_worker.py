@@ -54,12 +54,15 @@ class StepReport:
 
 def _locked(method: _F) -> _F:
     """A worker's method run holding its lock: a Ray call and the clock's frame thread never touch its engine at
-    once."""
+    once. A lost GPU context ends the process (see :meth:`FragmentHost._lost`)."""
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):
         with self._lock:
-            return method(self, *args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            except DeviceLostError as e:  # a build, read or write that met a lost context: no call works again
+                self._lost(e)
 
     return cast(_F, run)
 
@@ -96,6 +99,7 @@ class FragmentHost:
         self._clock: _clock.ClockHand | None = None
         self._next: tuple[dict, dict] = ({}, {})  # the clock's posted parameters and writes for the next step
         self._observed_now: Mapping[PortRef, int] = {}  # the observed ports, as last posted
+        self._warm: Engine | None = None  # an engine made beforehand (prewarm), taken by the next build
 
     # -- where it runs -------------------------------------------------------------------------------------
     def where(self) -> dict:
@@ -109,8 +113,15 @@ class FragmentHost:
             ctx = ray.get_runtime_context()
             node, gpus = ctx.get_node_id(), [str(g) for g in ray.get_gpu_ids()]
         except Exception:  # no Ray here, or no actor context
-            pass
+            node = os.environ.get("RXCUDA_WORKER_NODE")  # a child process of the driver's (_procs): its host
         return {"node": node, "pid": self.pid, "gpus": gpus}
+
+    def prewarm(self) -> None:
+        """Make this process's engine (its CUDA context, streams and memory pool) before any fragment is sent, so
+        that a standby process taking over after a fault builds at once; the next :meth:`build` uses it."""
+        with self._lock:
+            if self.engine is None and self._warm is None:
+                self._warm = Engine(driver=_null_driver() if self.null else None)
 
     # -- the fragment ------------------------------------------------------------------------------------
     @_locked
@@ -122,7 +133,7 @@ class FragmentHost:
         :meth:`where`, with how many blocks were built, the GPU's UUID (``gpu``) and whether MPS serves it
         (``mps``)."""
         self._close_engine()
-        engine = Engine(driver=_null_driver() if self.null else None)
+        engine, self._warm = self._warm or Engine(driver=_null_driver() if self.null else None), None
         self.engine = engine
         engine.diagnostics.subscribe(self._diagnostics.append)
         desc = fragment.description
@@ -211,6 +222,8 @@ class FragmentHost:
         consumers of its ``ipc`` exports that this frame will not come."""
         try:
             return self._step(index, params, writes, observed, payloads)
+        except DeviceLostError as e:  # in the tick or in a read after it
+            self._lost(e)
         except BaseException:
             for board in self._boards.values():
                 board.skip(index)
@@ -254,10 +267,7 @@ class FragmentHost:
                 _links.host_receive(engine, self.port(ln.dst), data)
             self.received[ln.label] = self.received.get(ln.label, 0) + 1
         link_s = time.perf_counter() - t0 - waited
-        try:
-            frame = engine.tick()
-        except DeviceLostError as e:
-            self._lost(e)
+        frame = engine.tick()
         t0 = time.perf_counter()
         out: dict[PortRef, object] = {}
         for ln in self.fragment.exports:
@@ -329,7 +339,19 @@ class FragmentHost:
         worker in a new one with a new context, where it rebuilds its fragment."""
         log.critical("rxcuda worker '%s' (process %d) lost its GPU context and exits for Ray to restart it: %s",
                      self.name, self.pid, err)
+        from . import _procs
+
+        _procs.last_words(str(err))  # in a child process of the driver's (_procs): the reason reaches it
         os._exit(EXIT_CONTEXT_LOST)
+
+    @_locked
+    def inject(self, call: str, error: str = "CUDA_ERROR_ILLEGAL_ADDRESS", times: int = 1) -> None:
+        """Make the next ``times`` calls of ``call`` fail with ``error`` in this worker's null driver: a lost
+        context (or another driver error) without a GPU, for tests and fault drills."""
+        api = self._engine().device.api
+        if not hasattr(api, "fail"):
+            raise RuntimeError(f"worker '{self.name}' runs on a GPU: inject() fails calls of the null driver only")
+        api.fail(call, error, times)
 
     def crash(self) -> None:
         """End this worker's process at once, as a fault would (fault drills, tests)."""

@@ -1,0 +1,178 @@
+"""What surviving faults costs: rxcuda.IsolatedEngine (the GPU side in a supervised child process) beside the
+in-process rxcuda.Engine, in one run, and what a fault or a hang costs the isolated one.
+
+    python bench/faults.py [--frames 500] [--faults 5]
+    python bench/faults.py --null      # the same on the null driver (no GPU: host costs and restarts only)
+
+Prints one table with the card's name:
+- frame time of a chain of 100 small kernels (tick, waited for), in-process and isolated;
+- one parameter change: the setter on the user's thread, and what it adds to the next frame;
+- a 4 MiB read (engine.read, to a NumPy array);
+- fault -> next good frame (a kernel writing through a null pointer), and hang -> next good frame (a kernel that
+  never returns, deadline 1 s), with their phases: the fault seen -> the standby serving -> the pipeline built in
+  it -> the first good frame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import rxcuda  # noqa: E402
+from rxcuda.distributed import _procs  # noqa: E402
+
+N_SMALL = 1 << 12
+N_READ = 1 << 20  # 4 MiB of float32
+BAD = ('extern "C" __global__ void bad(const float* x, float* out, int n) '
+       "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = ((const float*)0)[i]; }")
+SPIN = ('extern "C" __global__ void spin(const float* x, float* out, int n) '
+        "{ volatile const float* v = x; while (v[0] == 0.0f) { } out[0] = v[0]; }")
+
+
+def _chain(engine, n: int, size: int):
+    blocks = [engine.add(rxcuda.Block.from_kernel("scalar_mul", size=size, name=f"m{i}", scale=1.0))
+              for i in range(n)]
+    for a, b in zip(blocks, blocks[1:], strict=False):
+        engine.connect(a["out"], b["x"])
+    engine.write(blocks[0]["x"], np.random.default_rng().standard_normal(size).astype(np.float32))
+    return blocks
+
+
+def _median_us(fn, frames: int, repeats: int = 5) -> float:
+    for _ in range(max(frames // 10, 10)):
+        fn()
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(frames):
+            fn()
+        runs.append((time.perf_counter() - t0) / frames * 1e6)
+    return statistics.median(runs)
+
+
+def _costs(engine, frames: int) -> dict[str, float]:
+    blocks = _chain(engine, 100, N_SMALL)
+    engine.tick()
+    out: dict[str, float] = {}
+    out["frame"] = _median_us(engine.tick, frames)
+    p = blocks[50].params["scale"]
+    values = iter(np.random.default_rng().uniform(0.5, 1.5, 10_000_000).tolist())
+
+    def setter() -> None:
+        p.value = next(values)
+
+    out["setter"] = _median_us(setter, frames * 10)
+
+    def set_and_tick() -> None:
+        p.value = next(values)
+        engine.tick()
+
+    out["change"] = _median_us(set_and_tick, frames) - out["frame"]
+    for b in blocks:
+        engine.remove(b)
+    big = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N_READ, name="big"))
+    engine.write(big["x"], np.random.default_rng().standard_normal(N_READ).astype(np.float32))
+    engine.tick()
+    out["read"] = _median_us(lambda: engine.read(big["out"]), max(frames // 10, 20))
+    x = engine.read(big["x"])
+    np.testing.assert_allclose(engine.read(big["out"]), x * np.float32(big.params["scale"].value), rtol=1e-6)
+    engine.remove(big)
+    return out
+
+
+def _recover(engine, source: str, name: str, zeros: bool, faults: int) -> dict[str, list[float]]:
+    """Fault ``faults`` times with the kernel ``source`` beside a good block; the phases of each recovery."""
+    good = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N_SMALL, name="good", scale=2.0))
+    x = np.random.default_rng().standard_normal(N_SMALL).astype(np.float32)
+    engine.write(good["x"], x)
+    phases: dict[str, list[float]] = {"seen -> serving": [], "serving -> built": [], "built -> good frame": [],
+                                      "total": [], "detect": []}
+    actor = _procs.actor_of(engine.actor("gpu"))
+    for _ in range(faults):
+        engine.wait_ready(60)
+        while actor.standby is None or not actor.standby.ready.is_set():  # a warm spare, as in a long session
+            time.sleep(0.05)
+        time.sleep(0.5)  # the spare's prewarm
+        assert engine.tick().state == "ok"
+        bad = engine.add(rxcuda.Block.from_cuda(source, size=N_SMALL, name=name))
+        engine.write(bad["x"], np.zeros(N_SMALL, np.float32) if zeros else x)
+        before = len(engine.faults)
+        t0 = time.perf_counter()
+        while len(engine.faults) == before:
+            engine.tick()
+        seen = engine.faults[-1].seen_at
+        phases["detect"].append(seen - t0)
+        engine.remove(bad)
+        served = built = None
+        while True:
+            if served is None and actor.current is not None and actor.current.pid != actor.deaths[-1]["pid"]:
+                served = time.perf_counter()
+            f = engine.tick()
+            if built is None and "gpu" not in engine._down:
+                built = time.perf_counter()
+            if f.state == "ok":
+                break
+        done = time.perf_counter()
+        served = served or built or done
+        built = built or done
+        phases["seen -> serving"].append(served - seen)
+        phases["serving -> built"].append(built - served)
+        phases["built -> good frame"].append(done - built)
+        phases["total"].append(engine.faults[-1].recovered_s or (done - seen))
+        np.testing.assert_allclose(engine.read(good["out"]), x * np.float32(2.0), rtol=1e-6)
+    engine.remove(good)
+    return phases
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frames", type=int, default=500)
+    ap.add_argument("--faults", type=int, default=5)
+    ap.add_argument("--null", action="store_true", help="the null driver (no GPU)")
+    args = ap.parse_args()
+    if args.null:
+        local = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())
+        card = "null driver"
+    else:
+        local = rxcuda.Engine()
+        card = local.device.name
+    try:
+        base = _costs(local, args.frames)
+    finally:
+        local.close()
+    iso = rxcuda.IsolatedEngine(null=args.null, deadline=1.0)
+    try:
+        mine = _costs(iso, args.frames)
+        print(f"\n## rxcuda.IsolatedEngine beside rxcuda.Engine ({card})\n")
+        print("| per frame | in-process Engine | IsolatedEngine | ratio |")
+        print("|---|---:|---:|---:|")
+        for key, label in (("frame", "100 kernels, tick (waited for)"), ("setter", "one parameter change: the setter"),
+                           ("change", "one parameter change: added to the next frame"),
+                           ("read", "a 4 MiB read")):
+            print(f"| {label} | {base[key]:.2f} us | {mine[key]:.2f} us | {mine[key] / base[key]:.2f}x |")
+        if args.null:
+            return
+        rows = (("fault (null pointer)", BAD, "bad", False), ("hang (deadline 1 s)", SPIN, "spin", True))
+        print(f"\n## Recovery, IsolatedEngine ({card}; median of {args.faults}, ms)\n")
+        print("| what | detect | seen -> serving | serving -> built | built -> good frame | fault -> good frame |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for label, src, name, zeros in rows:
+            ph = _recover(iso, src, name, zeros, args.faults)
+            med = {k: statistics.median(v) * 1e3 for k, v in ph.items()}
+            print(f"| {label} | {med['detect']:.1f} | {med['seen -> serving']:.1f} | {med['serving -> built']:.1f} "
+                  f"| {med['built -> good frame']:.1f} | {med['total']:.1f} |")
+        print(f"\nfaults survived in this run: {len(iso.faults)}, GPU processes replaced: {iso.restarts}")
+    finally:
+        iso.close()
+
+
+if __name__ == "__main__":
+    main()

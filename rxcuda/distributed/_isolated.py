@@ -1,0 +1,343 @@
+"""An engine whose GPU side runs in a supervised child process, so that a faulting or hanging kernel costs
+frames, not the session.
+
+After a kernel faults (an illegal address, a trap, a failed device assert), every CUDA context of the faulting
+process is lost, a second context and a reset primary context included; a child process's fault leaves the
+parent untouched (measured on an H100, driver 580: ../shared/GPU-FACTS.md, "Faults"). So the pipeline the user
+holds lives here, in the user's process (blocks, parameters, bindings, the arrays written, observers), and its
+GPU side is one worker of the distributed engine's kind (``FragmentHost``) in a child process (``_procs``: no
+Ray), stepped through its clock (named pipes). When the child dies -- a lost context makes it exit, a frame past
+its deadline makes this side kill it -- the frame is reported (``Frame.state == "error"`` and one error
+:class:`Diagnostic` with the CUDA error and the kernels of the frame), code that had not yet completed a frame is
+rolled back to the last code that did and quarantined (not taken again until its file or code changes), and the
+standby process (started beforehand, its CUDA context made) takes over: it builds the pipeline from its
+description with the last parameter values and the arrays last written, and frames resume.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+from reactivex import Observable
+from reactivex.disposable import Disposable
+
+from ..blocks._blocks import Block, PortHandle
+from ..engine._engine import Diagnostic, Frame
+from ..model._describe import KernelSpec, PortRef
+from ..model._errors import RxcudaError
+from ..model._events import ParameterChanged
+from ..streams._broadcast import Broadcast
+from . import _procs
+from ._engine import Engine as _Distributed
+from ._placement import Worker
+from ._records import DistributedFrame
+
+WORKER = "gpu"  # the one worker's name
+DEADLINE_S = 5.0  # a frame not finished by then is a hang: its process is ended and replaced
+HOLD_AFTER = 3  # faults in a row with no good frame between them, after which frames wait for a change
+
+
+class RestartingError(RxcudaError, RuntimeError):
+    """The GPU process is being replaced after a fault and did not come back in time to answer."""
+
+
+@attrs.frozen
+class Fault:
+    """One fault the isolated engine survived: the frame it ended, what ended it (``"fault"``: the process lost
+    its CUDA context; ``"hang"``: the frame passed its deadline; ``"crash"``: the process ended otherwise), the
+    error as the GPU process reported it, the code rolled back (``block.kernel`` -> the file of the code that
+    faulted), and, once frames resumed, seconds from the fault seen to the next good frame."""
+
+    frame: int
+    kind: str
+    message: str
+    rolled_back: tuple[tuple[str, str], ...] = ()
+    seen_at: float = 0.0
+    recovered_s: float | None = None
+
+
+class IsolatedEngine(_Distributed):
+    """A pipeline on one GPU whose kernels run in a supervised child process: a kernel that faults (an index
+    past a buffer, a null pointer, ``__trap()``) or never finishes costs frames, not your Python session.
+
+    >>> import numpy as np, rxcuda
+    >>> with rxcuda.IsolatedEngine() as engine:                                  # doctest: +SKIP
+    ...     mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, scale=2.0))
+    ...     engine.write(mul["x"], np.ones(1024, np.float32))
+    ...     frame = engine.tick()                   # built and launched in the GPU process
+    ...     float(engine.read(mul["out"])[0])
+    2.0
+
+    Its verbs are the distributed engine's (``add``, ``connect``, ``set``/``bind``, ``write``/``read``,
+    ``feed``/``observe``, ``tick``/``run``, ``watch``, ``close``); ``tick()`` returns a :class:`Frame` and
+    ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index);
+    ``null=True``: the null driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as
+    a hang and the process is replaced. ``standby``: keep a spare process ready (its CUDA context made), so
+    that a restart does not wait for a new interpreter. ``max_restarts``: how many processes may be replaced
+    in this engine's life.
+
+    After a fault, :attr:`faults` lists what happened; frames in which no GPU process served are ``"idle"``
+    (not launched). GPU-side state that lived only on the device (a delayed connection's feedback, an output
+    never read) restarts from its initial value.
+    """
+
+    def __init__(self, *, device: int = 0, null: bool = False, deadline: float = DEADLINE_S, standby: bool = True,
+                 max_restarts: int = 1000, max_in_flight: int = 2):
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
+            raise ValueError(f"'deadline' must be a positive number of seconds (got {deadline!r})")
+        if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+            raise ValueError(f"'device' must be a GPU's index, an int >= 0 (got {device!r})")
+        self.deadline = float(deadline)
+        self.device_index = device
+        self._use_standby = standby
+        self._null = null
+        self.faults: list[Fault] = []
+        self._good: dict[tuple[int, str], Any] = {}  # (block id, kernel) -> the code that completed a frame
+        self._bad: dict[tuple[int, str], set[str]] = {}  # (block id, kernel) -> keys of code that faulted
+        self._code_moved = True  # code or structure changed since the last good frame (take _good again)
+        self._faulted: set[int] = set()  # frames a fault ended
+        self._in_a_row = 0  # faults since the last good frame
+        self._held = False  # frames wait for a change (the same fault came back HOLD_AFTER times)
+        self._last_ok: Frame | None = None
+        self._plain = Broadcast(on_error=lambda e, item: None)  # Diagnostic, as a local engine's
+        self._iframes = Broadcast(on_error=lambda e, item: None)  # Frame, as a local engine's
+        super().__init__({WORKER: Worker(null=null, max_restarts=max_restarts)}, backend="process",
+                         max_in_flight=max_in_flight)
+        self._subs.append(self._model.changes.subscribe(self._moved))
+
+    # -- the child process ---------------------------------------------------------------------------------
+    def _actor_options(self, name: str, w: Worker) -> dict:
+        opts = super()._actor_options(name, w)
+        env = dict(opts.get("env") or {})
+        if not self._null:
+            env["CUDA_VISIBLE_DEVICES"] = _visible(self.device_index)
+        opts.update(env=env, standby=self._use_standby)
+        return opts
+
+    @property
+    def pid(self) -> int | None:
+        """The process the GPU side runs in now (another one after each fault)."""
+        return _procs.actor_of(self._actors[WORKER]).pid()
+
+    @property
+    def restarts(self) -> int:
+        """How many GPU processes were replaced so far."""
+        return _procs.actor_of(self._actors[WORKER]).restarts
+
+    def add(self, block: Block, *, on: str | None = None) -> Block:  # type: ignore[override]
+        """Add a block to the pipeline; it is built in the GPU process before the next frame."""
+        return super().add(block, on=on or WORKER)
+
+    def watch(self, *, debounce: float = 0.05) -> Disposable:
+        """Reload kernels when their files are saved: the new code is compiled here and swapped into the GPU
+        process before a following frame; code that faults is rolled back and not taken again until its file
+        changes."""
+        return self._model.watch(debounce=debounce)
+
+    # -- frames ----------------------------------------------------------------------------------------------
+    def tick(self) -> Frame:  # type: ignore[override]
+        """Run one frame in the GPU process and wait for it. A frame a fault ended has ``state == "error"``
+        (a diagnostic says what happened); while the process is replaced, frames are ``"idle"``."""
+        self._check_open()
+        if self._loop is not None:
+            raise RuntimeError("run() drives the frames; dispose it before calling tick() yourself")
+        index = self._submit()
+        got = self._drain(0).get(index)
+        return self._frame_of(index, got)
+
+    def _submit_locked(self) -> int:
+        self._quarantine()
+        if self._held:
+            self._index += 1
+            return self._index
+        if WORKER in self._down and WORKER not in self._rebuilding:  # held until now: replace the process
+            self._rebuild(WORKER)
+        return super()._submit_locked()
+
+    def _drain(self, keep: int) -> dict[int, DistributedFrame]:
+        done = super()._drain(keep)
+        for index, df in done.items():
+            f = self._frame_of(index, df)
+            if self._iframes.observers:
+                self._iframes.emit(f)
+        return done
+
+    def _frame_of(self, index: int, df: DistributedFrame | None) -> Frame:
+        f = df.fragments.get(WORKER) if df is not None else None
+        if f is not None:
+            if f.state == "ok":
+                self._good_frame()
+            return f._replace(index=index)
+        state = "error" if index in self._faulted else "idle"
+        return Frame(index, 0.0, (), state, False)
+
+    @property
+    def frames(self) -> Observable:
+        """One :class:`Frame` per frame, as a local engine's (``"error"`` for a frame a fault ended)."""
+        return self._iframes.observable
+
+    @property
+    def diagnostics(self) -> Observable:
+        """The GPU process's diagnostics, this side's (a fault, a rollback, the process back), as
+        :class:`Diagnostic`."""
+        return self._plain.observable
+
+    def _publish(self, worker: str, d: Diagnostic) -> None:
+        super()._publish(worker, d)
+        self._plain.emit(d)
+
+    # -- faults ----------------------------------------------------------------------------------------------
+    def _good_frame(self) -> None:
+        self._in_a_row = 0
+        if self.faults and self.faults[-1].recovered_s is None:
+            f = self.faults[-1]
+            self.faults[-1] = attrs.evolve(f, recovered_s=time.perf_counter() - f.seen_at)
+        if self._code_moved:
+            self._code_moved = False
+            self._good = self._codes()
+
+    def _codes(self) -> dict[tuple[int, str], Any]:
+        with self._lock:
+            return {(b.id, k.name): k.code for b in self._model.blocks for k in b.description.kernels
+                    if isinstance(k, KernelSpec)}
+
+    def _moved(self, event) -> None:
+        self._held = False  # a change: frames are tried again
+        if not isinstance(event, ParameterChanged):
+            self._code_moved = True
+
+    def _step_failed(self, w: str, err: Exception, params: dict, writes: dict, died: bool | None = None) -> None:
+        if died is False or (died is None and not isinstance(err, _procs.RayActorError)):
+            super()._step_failed(w, err, params, writes, died)
+            return
+        if w in self._down or w in self._gone:
+            self._requeue(w, params, writes)
+            return
+        now = time.perf_counter()
+        index = self._index
+        self._faulted.add(index)
+        actor = _procs.actor_of(self._actors[w])
+        actor.settle()
+        death = actor.deaths[-1] if actor.deaths else {}
+        words, cause, code = death.get("words"), death.get("cause"), death.get("exit")
+        kind = "hang" if cause == "deadline" else "fault" if words else "crash"
+        rolled = self._roll_back()
+        what = {"hang": f"did not finish within its deadline of {self.deadline:g} s and its GPU process was ended",
+                "fault": f"faulted on the GPU: {words}",
+                "crash": f"ended with its GPU process ({_how(code)})"}[kind]
+        subject, block_id = "frame", None
+        if rolled:
+            names = ", ".join(f"{k} (code from {src})" for k, src in rolled)
+            what += (f". Rolled back to the last good code, and not taken again until it changes: {names}")
+            subject = rolled[0][0].split(".")[0]
+            block_id = next((b.id for b in self._model.blocks if b.name == subject), None)
+        self._in_a_row += 1
+        if self._in_a_row >= HOLD_AFTER and not rolled:
+            self._held = True
+            what += (f". The same pipeline faulted {self._in_a_row} times in a row: frames wait until a parameter, "
+                     "code or the structure changes")
+        else:
+            what += ". The GPU process is replaced and rebuilds the pipeline with the last values and inputs"
+        self.faults.append(Fault(index, kind, words or what, rolled, now))
+        self._requeue(w, params, writes)
+        self._down[w] = now
+        self._publish(w, Diagnostic("error", subject, f"frame {index} {what}", index, block_id))
+        if not self._held:
+            self._rebuild(w)
+
+    def _roll_back(self) -> tuple[tuple[str, str], ...]:
+        """Code that had not completed a frame when the fault came goes back to the code that had; its key is
+        remembered (quarantine)."""
+        out = []
+        now = self._codes()
+        for key, code in now.items():
+            good = self._good.get(key)
+            if good is None or good.key == code.key:
+                continue
+            self._bad.setdefault(key, set()).add(code.key)
+            block = self._block(key[0])
+            if block is not None:
+                block.set_code(key[1], good)
+                out.append((f"{block.name}.{key[1]}", code.origin))
+        return tuple(out)
+
+    def _quarantine(self) -> None:
+        """Code that faulted before, set again (the same file saved unchanged, set_code with it) goes back to the
+        last good code with a diagnostic, before it reaches the GPU process."""
+        if not self._bad or not self._dirty:
+            return
+        for key, code in self._codes().items():
+            if code.key in self._bad.get(key, ()):
+                good, block = self._good.get(key), self._block(key[0])
+                if good is None or block is None:
+                    continue
+                block.set_code(key[1], good)
+                self._publish(WORKER, Diagnostic("error", block.name, f"{block.name}.{key[1]}: the code from "
+                                                 f"{code.origin} faulted before and is not taken again until it "
+                                                 "changes; the last good code keeps running", self._index, block.id))
+
+    def _block(self, bid: int) -> Block | None:
+        return next((b for b in self._model.blocks if b.id == bid), None)
+
+    def _on_silence(self, w: str, index: int, seconds: float) -> None:
+        if seconds >= self.deadline:
+            _procs.actor_of(self._actors[w]).kill(no_restart=False, cause="deadline")
+            return
+        super()._on_silence(w, index, seconds)
+
+    # -- data ----------------------------------------------------------------------------------------------------
+    def read(self, port: PortHandle):
+        """The port's value after the frames submitted so far. While the GPU process is replaced after a fault,
+        waits for it (up to the deadline plus a start) and reads the rebuilt pipeline's value; raises
+        :class:`RestartingError` if it does not come back."""
+        self._check_open()
+        self.placement(port.block)
+        ref = PortRef(port.block.id, port.name)
+        end = time.monotonic() + self.deadline + _procs.START_TIMEOUT_S
+        while True:
+            self._ship()
+            self._drain(0)
+            self._wait_back(end)
+            try:
+                return _procs.get(self._actors[WORKER].read.remote(ref), timeout=max(0.0, end - time.monotonic()))
+            except _procs.RayActorError:
+                continue  # it died while reading: the restart is seen by the next frame's check
+            except _procs.GetTimeoutError:
+                _procs.actor_of(self._actors[WORKER]).kill(no_restart=False, cause="deadline")
+                raise RestartingError(f"reading {port.block.name}.{port.name} took past the deadline; the GPU "
+                                      "process was ended and is replaced") from None
+
+    def _wait_back(self, end: float) -> None:
+        while WORKER in self._down and time.monotonic() < end:
+            self._check_restarts()
+            if WORKER in self._down:
+                time.sleep(0.002)
+        if WORKER in self._down or WORKER in self._gone:
+            raise RestartingError("the GPU process is being replaced after a fault and is not back yet")
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until a GPU process serves the pipeline again (after a fault)."""
+        self._wait_back(time.monotonic() + timeout)
+
+    def __repr__(self) -> str:
+        return (f"<IsolatedEngine device={self.device_index} blocks={len(self._placement)} frame={self._index} "
+                f"faults={len(self.faults)}>")
+
+
+def _visible(device: int) -> str:
+    import os
+
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if seen:
+        ids = [s.strip() for s in seen.split(",") if s.strip()]
+        if device < len(ids):
+            return ids[device]
+    return str(device)
+
+
+def _how(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    return f"killed by signal {-code}" if code < 0 else f"exit status {code}"

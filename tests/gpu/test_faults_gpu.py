@@ -1,0 +1,181 @@
+"""Faults survived in one session: an IsolatedEngine (its GPU side in a supervised child process) meets kernels
+that really fault or never finish, one after another in this one process, and after each recovery its frames
+are exact again (checked against NumPy on fresh random inputs). The same logic on the null driver runs in CI:
+tests/unit/test_isolated.py.
+
+Marked ``gpu_fault`` (run last): a fault anywhere on the GPU can leave CUDA-OpenGL interop on the machine
+broken until the GPU is reset (tests/gpu/conftest.py), whatever process it happened in."""
+
+import pathlib
+import time
+
+import numpy as np
+import pytest
+
+import rxcuda
+
+pytestmark = pytest.mark.gpu_fault
+
+N = 1 << 16
+FAR = "((size_t)1 << 44)"  # 16 TiB past: never mapped
+
+FAULTS = {
+    "write past a buffer": f"out[i + {FAR} / 4] = x[i];",
+    "read far past a buffer": f"out[i] = x[i + {FAR} / 4];",
+    "null pointer": "out[i] = ((const float*)0)[i];",
+    "misaligned vector access": "float4 v = *(const float4*)((const char*)x + 4 + 16 * i); out[i] = v.x;",
+    "trap": "if (i == 7) __trap(); out[i] = x[i];",
+    "device assert": 'if (i == 3) __assertfail("x[i] < 0", "probe.cu", 1, "bad", 1); out[i] = x[i];',
+}
+PRELUDE = ('extern "C" __device__ void __assertfail(const char*, const char*, unsigned int, const char*, '
+           'unsigned long long);\n')
+
+
+def _source(body: str, name: str = "bad") -> str:
+    return (PRELUDE + f'extern "C" __global__ void {name}(const float* x, float* out, int n) '
+            "{ size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; if (i < n) { " + body + " } }")
+
+
+@pytest.fixture(scope="module")
+def session():
+    """One engine for every fault, as a user's session would have: a good block that must keep computing."""
+    engine = rxcuda.IsolatedEngine(deadline=2.0)
+    good = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="good"))
+    diags: list = []
+    engine.diagnostics.subscribe(diags.append)
+    yield engine, good, diags
+    engine.close()
+
+
+def _until_ok(engine, seconds=60.0):
+    end = time.monotonic() + seconds
+    seen = []
+    while time.monotonic() < end:
+        f = engine.tick()
+        seen.append(f)
+        if f.state == "ok":
+            return seen
+        time.sleep(0.002)
+    raise AssertionError(f"no good frame within {seconds} s: {seen[-3:]}; faults {engine.faults[-2:]}")
+
+
+def _exact(engine, good, frames=3):
+    """A few frames with fresh random inputs and a fresh scale: each one exact against NumPy."""
+    rng = np.random.default_rng()
+    for _ in range(frames):
+        x = rng.standard_normal(N).astype(np.float32)
+        scale = float(rng.uniform(-4, 4))
+        engine.write(good["x"], x)
+        good.params["scale"].value = scale
+        f = engine.tick()
+        assert f.state == "ok", (f, engine.faults[-1:])
+        np.testing.assert_allclose(engine.read(good["out"]), x * np.float32(scale), rtol=1e-6)
+
+
+def _fault_then_exact(session, block, expect_kind="fault"):
+    engine, good, diags = session
+    before = len(engine.faults)
+    pid = engine.pid
+    seen = []
+    end = time.monotonic() + 60
+    while len(engine.faults) == before and time.monotonic() < end:  # until the fault (or the hang) is seen
+        seen.append(engine.tick())
+    if block is not None:  # the user takes the faulting block out (a rolled back code needs nothing)
+        engine.remove(block)
+    seen += _until_ok(engine)
+    assert len(engine.faults) == before + 1, engine.faults[before:]
+    fault = engine.faults[-1]
+    assert fault.kind == expect_kind, fault
+    assert any(f.state == "error" for f in seen)
+    assert engine.pid != pid
+    errors = [d for d in diags if d.severity == "error" and f"frame {fault.frame} " in d.message]
+    assert len(errors) == 1, errors
+    _exact(engine, good)
+    return fault
+
+
+def test_the_session_starts_exact(session):
+    engine, good, _ = session
+    _exact(engine, good)
+
+
+@pytest.mark.parametrize("case", list(FAULTS))
+def test_a_faulting_kernel_costs_frames_not_the_session(session, case):
+    engine, good, _ = session
+    bad = engine.add(rxcuda.Block.from_cuda(_source(FAULTS[case]), size=N, name="bad"))
+    engine.write(bad["x"], np.random.default_rng().standard_normal(N).astype(np.float32))
+    fault = _fault_then_exact(session, bad)
+    assert "lost" in fault.message and "bad/bad" in fault.message  # the CUDA error and the frame's kernels
+    assert fault.recovered_s is not None
+
+
+def test_a_kernel_that_never_returns_is_a_hang(session):
+    engine, good, _ = session
+    src = ('extern "C" __global__ void spin(const float* x, float* out, int n) '
+           "{ volatile const float* v = x; while (v[0] == 0.0f) { } out[0] = v[0]; }")
+    spin = engine.add(rxcuda.Block.from_cuda(src, size=N, name="spin"))
+    engine.write(spin["x"], np.zeros(N, np.float32))
+    t0 = time.monotonic()
+    fault = _fault_then_exact(session, spin, "hang")
+    assert time.monotonic() - t0 < engine.deadline + 30
+    assert fault.recovered_s is not None
+
+
+def test_a_kernel_that_faults_only_on_frame_100(session):
+    engine, good, _ = session
+    late = engine.add(rxcuda.Block.from_cuda(_source(f"out[i] = x[i]; if (x[0] > 0.5f) out[i + {FAR} / 4] = 1;",
+                                                     "late"), size=N, name="late"))
+    zeros = np.zeros(N, np.float32)
+    engine.write(late["x"], zeros)
+    for _ in range(99):
+        assert engine.tick().state == "ok"
+    trigger = zeros.copy()
+    trigger[0] = 1.0
+    engine.write(late["x"], trigger)  # frame 100 faults: the data says so
+    _fault_then_exact(session, late)
+
+
+def test_code_that_faults_is_rolled_back_and_the_last_good_code_runs(session):
+    engine, good, diags = session
+    last_good = good.description.kernel("scalar_mul").code
+    src = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
+           f"{{ size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; if (i < n) out[i + {FAR} / 4] = x[i]; }}")
+    bad = rxcuda.compile_cuda(src)
+    good.set_code("scalar_mul", bad)  # swapped in place in the GPU process: its first frame faults
+    _fault_then_exact(session, None)
+    assert engine.faults[-1].rolled_back == (("good.scalar_mul", bad.origin),)
+    assert good.description.kernel("scalar_mul").code.key == last_good.key
+    good.set_code("scalar_mul", bad)  # the same code again: not taken, no new fault
+    before = len(engine.faults)
+    _exact(engine, good)
+    assert len(engine.faults) == before
+    assert any("faulted before and is not taken again" in d.message for d in diags)
+
+
+def test_a_hot_reloaded_cu_that_faults_on_its_first_frame(session, tmp_path):
+    engine, good, diags = session
+    path = pathlib.Path(tmp_path) / "shift.cu"
+    ok = ('extern "C" __global__ void shift(const float* x, float* out, float c, int n) '
+          "{ size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; if (i < n) out[i] = x[i] + c; }")
+    path.write_text(ok)
+    shift = engine.add(rxcuda.Block.from_cuda(str(path), size=N, name="shift", c=1.5))
+    x = np.random.default_rng().standard_normal(N).astype(np.float32)
+    engine.write(shift["x"], x)
+    stop = engine.watch()
+    try:
+        assert engine.tick().state == "ok"
+        np.testing.assert_allclose(engine.read(shift["out"]), x + np.float32(1.5), rtol=1e-6)
+        path.write_text(ok.replace("out[i] = x[i] + c;", f"out[i + {FAR} / 4] = x[i] + c;"))  # saved: it faults
+        before = len(engine.faults)
+        end = time.monotonic() + 30
+        while len(engine.faults) == before and time.monotonic() < end:  # the watcher reloads, the frame faults
+            engine.tick()
+            time.sleep(0.01)
+        assert len(engine.faults) == before + 1
+        assert engine.faults[-1].rolled_back == (("shift.shift", str(path)),)
+        _until_ok(engine)
+        np.testing.assert_allclose(engine.read(shift["out"]), x + np.float32(1.5), rtol=1e-6)  # last good code
+        _exact(engine, good)
+    finally:
+        stop.dispose()
+        engine.remove(shift)

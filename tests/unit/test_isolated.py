@@ -1,0 +1,175 @@
+"""The isolated engine (rxcuda.IsolatedEngine) on the null driver: its GPU side in a child process that is
+replaced after a lost context, a hang or a kill, with the last values, the inputs written and the last good
+code; the standby process; code that faulted rolled back and quarantined. The same on a GPU, with kernels that
+really fault: tests/gpu/test_faults_gpu.py."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import rxcuda
+from rxcuda.distributed import IsolatedEngine, _procs
+
+N = 256
+
+
+def _until_ok(engine, seconds=60.0):
+    """Tick until a frame is good again; the frames seen on the way."""
+    seen = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        f = engine.tick()
+        seen.append(f)
+        if f.state == "ok":
+            return seen
+        time.sleep(0.005)
+    raise AssertionError(f"no good frame within {seconds} s: {seen[-3:]}")
+
+
+@pytest.fixture
+def engine():
+    e = IsolatedEngine(null=True, deadline=1.0)
+    yield e
+    e.close()
+
+
+def test_a_lost_context_costs_a_frame_and_keeps_values_and_inputs(engine):
+    diags = []
+    engine.diagnostics.subscribe(diags.append)
+    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
+    x = np.random.default_rng().standard_normal(N).astype(np.float32)
+    engine.write(mul["x"], x)
+    assert engine.tick().state == "ok"
+    mul.params["scale"].value = 3.5
+    assert engine.tick().state == "ok"
+    first = engine.pid
+    engine._ray.get(engine.actor("gpu").inject.remote("cuStreamSynchronize"))
+    engine._ray.get(engine.actor("gpu").inject.remote("cuGraphLaunch"))  # whichever the frame waits with
+    frames = _until_ok(engine)
+    assert frames[0].state == "error" and not frames[0].launched
+    assert engine.pid != first and engine.restarts == 1
+    fault = engine.faults[-1]
+    assert fault.kind == "fault" and "CUDA_ERROR_ILLEGAL_ADDRESS" in fault.message
+    assert fault.recovered_s is not None and fault.recovered_s > 0
+    errors = [d for d in diags if d.severity == "error"]
+    assert len(errors) == 1 and "faulted on the GPU" in errors[0].message
+    assert f"frame {fault.frame}" in errors[0].message
+    # what the user wrote survived: the rebuilt fragment has the last scale and the input is host-fed
+    worker = engine.actor("gpu")
+    desc = engine._ray.get(worker.describe.remote())
+    assert desc.blocks[0].values["scale"] == 3.5
+    assert desc.fed  # the input is written again (its numbers are checked on a GPU: tests/gpu/test_faults_gpu.py)
+    mul.params["scale"].value = 1.5  # and it still takes changes
+    assert engine.tick().state == "ok"
+    assert engine._ray.get(worker.describe.remote()).blocks[0].values["scale"] == 1.5
+
+
+def test_a_frame_past_its_deadline_is_a_hang_the_process_is_replaced(engine):
+    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
+    engine.write(mul["x"], np.ones(N, np.float32))
+    assert engine.tick().state == "ok"
+    first = engine.pid
+    engine._ray.get(engine.actor("gpu").throttle.remote(30.0))  # every frame now takes 30 s: past the deadline
+    t0 = time.monotonic()
+    frames = _until_ok(engine)
+    assert time.monotonic() - t0 < 20  # the deadline (1 s) and a restart, not the 30 s
+    assert frames[0].state == "error"
+    assert engine.faults[-1].kind == "hang" and engine.pid != first
+
+
+def test_a_killed_process_is_a_crash_and_the_standby_takes_over(engine):
+    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
+    engine.write(mul["x"], np.ones(N, np.float32))
+    assert engine.tick().state == "ok"
+    actor = _procs.actor_of(engine.actor("gpu"))
+    assert actor.standby is not None  # a spare, started beforehand
+    spare = actor.standby.pid
+    os.kill(engine.pid, signal.SIGKILL)
+    _until_ok(engine)
+    assert engine.pid == spare
+    assert engine.faults[-1].kind == "crash" and "signal 9" in engine.faults[-1].message
+    deadline = time.monotonic() + 30
+    while actor.standby is None and time.monotonic() < deadline:  # a new spare is started for the next one
+        time.sleep(0.05)
+    assert actor.standby is not None and actor.standby.pid != spare
+
+
+def test_code_that_faults_on_its_first_frame_is_rolled_back_and_quarantined(engine):
+    diags = []
+    engine.diagnostics.subscribe(diags.append)
+    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
+    engine.write(mul["x"], np.ones(N, np.float32))
+    assert engine.tick().state == "ok"
+    good = mul.description.kernel("scalar_mul").code
+    src = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
+           '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = x[i] * scale + 1.0f; }')
+    bad = rxcuda.compile_cuda(src)
+    engine._ray.get(engine.actor("gpu").inject.remote("cuStreamSynchronize"))  # the next frame faults ...
+    engine._ray.get(engine.actor("gpu").inject.remote("cuGraphLaunch"))
+    mul.set_code("scalar_mul", bad)  # ... the first one with the new code (swapped in place)
+    _until_ok(engine)
+    fault = engine.faults[-1]
+    assert fault.rolled_back == (("mul.scalar_mul", bad.origin),)
+    assert mul.description.kernel("scalar_mul").code.key == good.key  # back to the last good code
+    assert any("Rolled back to the last good code" in d.message and d.subject == "mul" for d in diags)
+    # the same code again is not taken: rolled back before it reaches the GPU process, with a diagnostic
+    mul.set_code("scalar_mul", bad)
+    assert engine.tick().state == "ok"
+    assert mul.description.kernel("scalar_mul").code.key == good.key
+    assert any("faulted before and is not taken again" in d.message for d in diags)
+
+
+def test_the_same_fault_again_and_again_holds_the_frames_until_something_changes(engine):
+    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
+    engine.write(mul["x"], np.ones(N, np.float32))
+    assert engine.tick().state == "ok"
+    for _ in range(3):
+        engine.wait_ready()
+        engine._ray.get(engine.actor("gpu").inject.remote("cuStreamSynchronize", times=1000))
+        engine._ray.get(engine.actor("gpu").inject.remote("cuGraphLaunch", times=1000))
+        for _ in range(200):
+            if engine.tick().state == "error":
+                break
+    assert engine._held
+    f = engine.tick()
+    assert f.state == "idle" and not f.launched
+    mul.params["scale"].value = 2.0  # a change: frames are tried again
+    _until_ok(engine)
+
+
+def test_bad_arguments_are_refused_with_the_fix():
+    with pytest.raises(ValueError, match="'deadline' must be a positive number"):
+        IsolatedEngine(null=True, deadline=0)
+    with pytest.raises(ValueError, match="'device' must be a GPU's index"):
+        IsolatedEngine(null=True, device=-1)
+
+
+def test_process_actors_answer_calls_and_report_how_a_process_ended():
+    a = _procs.remote(dict).options(max_restarts=1, standby=False).remote(k=1)
+    try:
+        assert _procs.get(a.get.remote("k"), timeout=60) == 1
+        with pytest.raises(_procs.RayTaskError) as e:
+            _procs.get(a.pop.remote("x"), timeout=60)
+        assert isinstance(e.value.as_instanceof_cause(), KeyError)
+        pid = _procs.actor_of(a).pid()
+        os.kill(pid, signal.SIGKILL)
+        # the actor goes on in a new process (a restart is left), constructed with the same arguments; a call
+        # that reached the old one as it died is refused as Ray refuses it (ActorUnavailableError: ask again)
+        for _ in range(100):
+            try:
+                assert _procs.get(a.get.remote("k"), timeout=60) == 1
+                break
+            except _procs.ActorUnavailableError:
+                time.sleep(0.05)
+        assert _procs.actor_of(a).pid() != pid
+        death = _procs.actor_of(a).deaths[-1]
+        assert death["exit"] == -signal.SIGKILL
+        os.kill(_procs.actor_of(a).pid(), signal.SIGKILL)  # no restart left: calls fail, saying how it ended
+        time.sleep(0.5)
+        with pytest.raises(_procs.RayActorError):
+            _procs.get(a.get.remote("k"), timeout=60)
+    finally:
+        _procs.stop(a)
