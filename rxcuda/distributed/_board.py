@@ -319,3 +319,56 @@ def remove_boards(session: str) -> None:
     for n in names:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(board_dir(), n))
+
+
+class SharedArrays:
+    """Arrays one process writes into files of :func:`board_dir` (memory) and another copies out: a large read
+    crosses between processes as two memory copies instead of being pickled through a pipe. The writer keeps one
+    file per name, grown as needed; each side keeps its mappings open."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix  # rxcuda-<session>-...: remove_boards(session) removes what a killed writer left
+        self._maps: dict[str, tuple[int, mmap.mmap]] = {}
+
+    def _map(self, path: str, nbytes: int, create: bool) -> mmap.mmap:
+        had = self._maps.get(path)
+        if had is not None and had[0] >= nbytes:
+            return had[1]
+        if had is not None:
+            had[1].close()
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
+        try:
+            size = max(nbytes, 1)
+            if create and os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+            size = max(os.fstat(fd).st_size, size)
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self._maps[path] = (size, mm)
+        return mm
+
+    def put(self, name: str, arr: np.ndarray) -> tuple[str, tuple, str]:
+        """Write ``arr`` under ``name``; returns the handle :meth:`take` reads it by."""
+        arr = np.ascontiguousarray(arr)
+        path = os.path.join(board_dir(), f"{self.prefix}-{re.sub(r'[^A-Za-z0-9_]', '_', name)[:60]}")
+        mm = self._map(path, arr.nbytes, True)
+        if arr.nbytes:
+            np.frombuffer(mm, np.uint8, arr.nbytes)[:] = arr.reshape(-1).view(np.uint8)
+        return path, arr.shape, arr.dtype.str
+
+    def take(self, handle: tuple[str, tuple, str]) -> np.ndarray:
+        """A copy of the array a :meth:`put` (in this or another process) wrote."""
+        path, shape, dtype = handle
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        if count == 0:
+            return np.empty(shape, dt)
+        mm = self._map(path, count * dt.itemsize, False)
+        return np.frombuffer(mm, dt, count).reshape(shape).copy()
+
+    def close(self) -> None:
+        for _, mm in self._maps.values():
+            with contextlib.suppress(Exception):
+                mm.close()
+        self._maps.clear()

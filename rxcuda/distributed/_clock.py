@@ -7,9 +7,12 @@ FIFO in ``/dev/shm``), and a frame thread in the worker, blocked reading that pi
 for all its workers at once. A pipe both wakes the other process (a blocking read, no spinning) and carries the
 record (a write of at most ``PIPE_BUF`` bytes arrives whole), so there is no shared-memory block to order.
 
-What does not fit a fixed record crosses by Ray, and only when there is some: parameters, writes and the observed
-ports go with a ``post(generation, seq, ...)`` call the driver does not wait for (the frame's record names the
-``seq`` the worker must have applied first, so a change made between two frames lands in the next one); observed
+What does not fit a fixed record crosses beside it, and only when there is some: parameters, writes and the
+observed ports changed since the last frame follow the request in the go pipe, pickled, when they are small
+(``INLINE_MAX``), else go with a ``post(generation, seq, ...)`` call the driver does not wait for (the frame's
+record names the ``seq`` the worker must have applied first, so a change made between two frames lands in the next
+one). Each end polls its pipe for ``SPIN_S`` (``RXCUDA_CLOCK_SPIN_US``; 300 µs on hosts of 8 cores or more, else
+0) before it sleeps in the kernel: a frame of small kernels ends sooner than a sleeping thread is woken; observed
 values, diagnostics, a profiled frame or a step's error come back through ``collect(index)`` when the record says
 so. A worker's death is its done pipe hanging up (or, polled every ``CHECK_S``, its process gone): the driver
 never blocks on a dead worker. A restarted worker gets a new clock (new pipes, a new generation).
@@ -27,6 +30,7 @@ import contextlib
 import itertools
 import math
 import os
+import pickle
 import queue
 import select
 import struct
@@ -38,7 +42,12 @@ from ..engine._records import Frame
 from ..model._events import Tier
 from ._board import _alive, board_dir
 
-REQUEST = struct.Struct("<qq")  # frame index (STOP: end the frame thread), control messages to apply first
+# frame index (STOP: end the frame thread), control messages to apply first, bytes of the last one following inline
+REQUEST = struct.Struct("<qqq")
+INLINE_MAX = 16 << 10  # a control message this small travels in the go pipe after its request (no Ray call)
+# each end polls its pipe this long before it sleeps: on hosts of 8 cores or more (two spinning ends on a small
+# machine take the cores the frame needs: 2 cores, null driver, 100 kernels: 125 us a frame without, 1483 with)
+SPIN_S = float(os.environ.get("RXCUDA_CLOCK_SPIN_US", "300" if (os.cpu_count() or 1) >= 8 else "0")) * 1e-6
 RECORD = struct.Struct("<qqqqqqdd")  # index, status, flags, engine frame, tiers, state | launched << 8 | frames << 16,
 #                                      host_us, gpu_us (nan: none)
 STOP = -1
@@ -106,14 +115,15 @@ class Clock:
             self.close()
             raise
 
-    def step(self, index: int) -> None:
-        os.write(self.go, REQUEST.pack(index, self.seq))
+    def step(self, index: int, inline: bytes = b"") -> None:
+        """Request frame ``index``; ``inline``: the control message numbered ``seq`` (pickled), sent with it."""
+        os.write(self.go, REQUEST.pack(index, self.seq, len(inline)) + inline)
 
     def close(self) -> None:
         """Tell the frame thread to end, close the pipes and remove them."""
         if self.go >= 0:
             with contextlib.suppress(OSError):
-                os.write(self.go, REQUEST.pack(STOP, 0))
+                os.write(self.go, REQUEST.pack(STOP, 0, 0))
         for fd in (self.go, self.done):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -135,6 +145,14 @@ def wait(clocks: Mapping[str, Clock], index: int, on_silence: Callable[[str, flo
     for fd in left:
         poller.register(fd, select.POLLIN)
     start = time.monotonic()
+    spin = start + SPIN_S
+    while left and time.monotonic() < spin:  # a frame often ends within microseconds: no sleep and wake-up then
+        for fd, (w, _c) in list(left.items()):
+            answer = _read(fd, index)
+            if answer is not None:
+                got[w] = answer
+                poller.unregister(fd)
+                del left[fd]
     while left:
         events = poller.poll(CHECK_S * 1000)
         for fd, ev in events:
@@ -186,7 +204,7 @@ class ClockHand:
         self._applied = 0
         self.more: dict[int, object] = {}  # frame -> what collect() gives for it
         self.frames = 0  # frames stepped through this clock
-        self._go = os.open(go_path, os.O_RDONLY)  # the driver holds it open: no wait
+        self._go = os.open(go_path, os.O_RDONLY | os.O_NONBLOCK)  # the driver holds it open: no wait
         self._done = os.open(done_path, os.O_WRONLY)
         self.thread = threading.Thread(target=self._run, name=f"rxcuda-clock-{generation}", daemon=True)
         self.thread.start()
@@ -194,8 +212,12 @@ class ClockHand:
     def post(self, seq: int, message) -> None:
         self._posted.put((seq, message))
 
-    def _take(self, upto: int) -> None:
+    def _take(self, upto: int, inline: object = None) -> None:
+        """Apply the control messages up to ``upto``: posted ones (Ray calls), then ``inline`` (numbered
+        ``upto``, read from the go pipe) when there is one."""
         messages = []
+        if inline is not None:
+            upto -= 1
         deadline = time.monotonic() + POST_TIMEOUT_S
         while self._applied < upto:
             try:
@@ -205,19 +227,28 @@ class ClockHand:
                                    f"{POST_TIMEOUT_S:g} s (message {self._applied} did)") from None
             self._applied = seq
             messages.append(m)
+        if inline is not None:
+            self._applied = upto + 1
+            messages.append(inline)
         if messages:
             self._apply(messages)
 
     def _run(self) -> None:
         while True:
-            raw = _read_exact(self._go, REQUEST.size)
+            raw = _read_exact(self._go, REQUEST.size, SPIN_S)
             if raw is None:
                 break  # the driver's end is gone
-            index, upto = REQUEST.unpack(raw)
+            index, upto, nbytes = REQUEST.unpack(raw)
             if index == STOP:
                 break
+            inline = None
+            if nbytes:
+                payload = _read_exact(self._go, nbytes)
+                if payload is None:
+                    break
+                inline = pickle.loads(payload)
             try:
-                self._take(upto)
+                self._take(upto, inline)
                 frame, extra = self._step(index)  # extra: (observed values, diagnostics) or None
                 self.frames += 1
                 status, more = DONE, (frame, *extra, None) if extra is not None else None
@@ -240,11 +271,18 @@ class ClockHand:
         self.thread.join(timeout)
 
 
-def _read_exact(fd: int, n: int) -> bytes | None:
+def _read_exact(fd: int, n: int, spin: float = 0.0) -> bytes | None:
+    """``n`` bytes from the (non-blocking) pipe ``fd``, polling it for ``spin`` seconds before sleeping in
+    ``select``; None once the other end is gone."""
     buf = b""
+    end = time.monotonic() + spin
     while len(buf) < n:
         try:
             part = os.read(fd, n - len(buf))
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                select.select([fd], [], [])
+            continue
         except OSError:
             return None
         if not part:

@@ -95,7 +95,7 @@ class Restarts:
                 continue
             self._down.pop(w)
             self._built[w] = key
-            self._where[w] = {k: where[k] for k in ("node", "pid", "gpus", "gpu", "mps") if k in where}
+            self._where[w] = {k: where[k] for k in ("node", "pid", "gpus", "gpu", "mps", "build_s") if k in where}
             self._publish(w, Diagnostic("info", w, f"worker '{w}' is back after {time.perf_counter() - since:.1f} s "
                                         f"(process {where['pid']}): its fragment was rebuilt with the last "
                                         "parameter values", self._index))

@@ -29,7 +29,7 @@ from ..model._describe import KernelSpec, PortRef
 from ..model._errors import RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
-from . import _procs
+from . import _board, _procs
 from ._engine import Engine as _Distributed
 from ._placement import Worker
 from ._records import DistributedFrame
@@ -54,8 +54,10 @@ class Fault:
     kind: str
     message: str
     rolled_back: tuple[tuple[str, str], ...] = ()
-    seen_at: float = 0.0
-    recovered_s: float | None = None
+    seen_at: float = 0.0  # time.perf_counter() when this side saw it
+    recovered_s: float | None = None  # seen -> the next good frame
+    back_s: float | None = None  # seen -> a new GPU process serves the pipeline, built
+    build_s: float | None = None  # of which the build in the new process
 
 
 class IsolatedEngine(_Distributed):
@@ -105,6 +107,7 @@ class IsolatedEngine(_Distributed):
         self._iframes = Broadcast(on_error=lambda e, item: None)  # Frame, as a local engine's
         super().__init__({WORKER: Worker(null=null, max_restarts=max_restarts)}, backend="process",
                          max_in_flight=max_in_flight)
+        self._shared = _board.SharedArrays(f"rxcuda-{self._session}-read")  # reads come back through memory
         self._subs.append(self._model.changes.subscribe(self._moved))
 
     # -- the child process ---------------------------------------------------------------------------------
@@ -281,6 +284,14 @@ class IsolatedEngine(_Distributed):
     def _block(self, bid: int) -> Block | None:
         return next((b for b in self._model.blocks if b.id == bid), None)
 
+    def _check_restarts(self) -> None:
+        was = WORKER in self._down
+        super()._check_restarts()
+        if was and WORKER not in self._down and self.faults and self.faults[-1].back_s is None:
+            f = self.faults[-1]
+            self.faults[-1] = attrs.evolve(f, back_s=time.perf_counter() - f.seen_at,
+                                           build_s=self._where.get(WORKER, {}).get("build_s"))
+
     def _on_silence(self, w: str, index: int, seconds: float) -> None:
         if seconds >= self.deadline:
             _procs.actor_of(self._actors[w]).kill(no_restart=False, cause="deadline")
@@ -301,7 +312,9 @@ class IsolatedEngine(_Distributed):
             self._drain(0)
             self._wait_back(end)
             try:
-                return _procs.get(self._actors[WORKER].read.remote(ref), timeout=max(0.0, end - time.monotonic()))
+                handle = _procs.get(self._actors[WORKER].read_shared.remote(ref),
+                                    timeout=max(0.0, end - time.monotonic()))
+                return self._shared.take(handle)
             except _procs.RayActorError:
                 continue  # it died while reading: the restart is seen by the next frame's check
             except _procs.GetTimeoutError:
@@ -316,6 +329,11 @@ class IsolatedEngine(_Distributed):
                 time.sleep(0.002)
         if WORKER in self._down or WORKER in self._gone:
             raise RestartingError("the GPU process is being replaced after a fault and is not back yet")
+
+    def close(self) -> None:
+        """Stop the frames, end the GPU process (and its standby) and remove what they left in shared memory."""
+        super().close()
+        self._shared.close()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until a GPU process serves the pipeline again (after a fault)."""

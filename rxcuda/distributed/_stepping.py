@@ -6,6 +6,7 @@ small."""
 from __future__ import annotations
 
 import os
+import pickle
 from typing import Any
 
 from ..engine._engine import Diagnostic
@@ -83,16 +84,21 @@ class ClockSteps:
             self._clock_drop(w)
 
     def _clock_step(self, w: str, index: int, params: dict, writes: dict, observed: dict) -> None:
-        """Step ``w`` through its clock: what changed since the last frame first, by a Ray call not waited for."""
+        """Step ``w`` through its clock: what changed since the last frame goes with the request in the go pipe
+        (or, past ``_clock.INLINE_MAX`` bytes, by a Ray call not waited for, before it)."""
         c = self._clocks.get(w)
         if c is None:
             return  # gone: its answer is "dead"
+        inline = b""
         if params or writes or observed is not c.observed:
             c.seq += 1
-            self._actors[w].post.remote(c.generation, c.seq, params, writes,
-                                        None if observed is c.observed else observed)
+            message = (params, writes, None if observed is c.observed else observed)
+            inline = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+            if len(inline) > _clock.INLINE_MAX:  # large writes: by a call the driver does not wait for
+                self._actors[w].post.remote(c.generation, c.seq, *message)
+                inline = b""
             c.observed = observed
-        c.step(index)
+        c.step(index, inline)
 
     def _on_silence(self, w: str, index: int, seconds: float) -> None:
         """Worker ``w``, alive, has not answered frame ``index`` for ``seconds`` (called each ``_clock.CHECK_S``)."""

@@ -100,6 +100,7 @@ class FragmentHost:
         self._next: tuple[dict, dict] = ({}, {})  # the clock's posted parameters and writes for the next step
         self._observed_now: Mapping[PortRef, int] = {}  # the observed ports, as last posted
         self._warm: Engine | None = None  # an engine made beforehand (prewarm), taken by the next build
+        self._shared: _board.SharedArrays | None = None  # what read_shared wrote
 
     # -- where it runs -------------------------------------------------------------------------------------
     def where(self) -> dict:
@@ -121,7 +122,14 @@ class FragmentHost:
         that a standby process taking over after a fault builds at once; the next :meth:`build` uses it."""
         with self._lock:
             if self.engine is None and self._warm is None:
-                self._warm = Engine(driver=_null_driver() if self.null else None)
+                probe = Engine(driver=_null_driver() if self.null else None)
+                try:  # a first build and frame: what a process pays once (imports, the first module load, launch)
+                    b = probe.add(Block.from_kernel("scalar_mul", size=256, name="prewarm"))
+                    probe.write(b["x"], _zeros(b["x"]))
+                    probe.tick()
+                    self._warm = Engine(driver=_null_driver() if self.null else None)
+                finally:
+                    probe.close()
 
     # -- the fragment ------------------------------------------------------------------------------------
     @_locked
@@ -132,6 +140,7 @@ class FragmentHost:
         serve frames from ``since`` on (the consumers skip older ones, its predecessor's). Returns
         :meth:`where`, with how many blocks were built, the GPU's UUID (``gpu``) and whether MPS serves it
         (``mps``)."""
+        t0 = time.perf_counter()
         self._close_engine()
         engine, self._warm = self._warm or Engine(driver=_null_driver() if self.null else None), None
         self.engine = engine
@@ -171,7 +180,8 @@ class FragmentHost:
                 if self.device_slots:
                     self._receivers[ln.dst] = _links.IpcReceiver(engine, self.port(ln.dst))
         device = engine.device
-        return {**self.where(), "blocks": len(blocks), "gpu": device.uuid, "mps": device.mps}
+        return {**self.where(), "blocks": len(blocks), "gpu": device.uuid, "mps": device.mps,
+                "build_s": time.perf_counter() - t0}
 
     def _export(self, engine: Engine, ln: RemoteLink, since: int) -> _board.LinkBoard:
         """The board an exported port's ipc links publish on: its slots in device memory (exported once, their
@@ -307,6 +317,13 @@ class FragmentHost:
     def read(self, ref: PortRef):
         """A port's value now (waits for the frames in flight)."""
         return self._engine().read(self.port(ref))
+
+    @_locked
+    def read_shared(self, ref: PortRef) -> tuple:
+        """:meth:`read` into shared memory (``_board.SharedArrays``): the handle the driver copies it out by."""
+        if self._shared is None:
+            self._shared = _board.SharedArrays(f"rxcuda-{self.session}-read-{self.pid}")
+        return self._shared.put(f"{ref.block}-{ref.port}", self._engine().read(self.port(ref)))
 
     @_locked
     def write(self, ref: PortRef, data) -> None:

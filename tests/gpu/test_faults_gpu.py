@@ -25,14 +25,12 @@ FAULTS = {
     "null pointer": "out[i] = ((const float*)0)[i];",
     "misaligned vector access": "float4 v = *(const float4*)((const char*)x + 4 + 16 * i); out[i] = v.x;",
     "trap": "if (i == 7) __trap(); out[i] = x[i];",
-    "device assert": 'if (i == 3) __assertfail("x[i] < 0", "probe.cu", 1, "bad", 1); out[i] = x[i];',
+    "device assert": 'if (i == 3) __assertfail("x[i] < 0", "probe.cu", 1, "bad", 1); out[i] = x[i];',  # NVRTC's
 }
-PRELUDE = ('extern "C" __device__ void __assertfail(const char*, const char*, unsigned int, const char*, '
-           'unsigned long long);\n')
 
 
 def _source(body: str, name: str = "bad") -> str:
-    return (PRELUDE + f'extern "C" __global__ void {name}(const float* x, float* out, int n) '
+    return (f'extern "C" __global__ void {name}(const float* x, float* out, int n) '
             "{ size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; if (i < n) { " + body + " } }")
 
 
