@@ -8,6 +8,7 @@ Prints one table with the card's name:
 - frame time of a chain of 100 small kernels (tick, waited for), in-process and isolated;
 - one parameter change: the setter on the user's thread, and what it adds to the next frame;
 - a 4 MiB read (engine.read, to a NumPy array);
+- what a trial run (new code run once in the standby before the GPU process takes it) adds to a code change;
 - fault -> next good frame (a kernel writing through a null pointer), and hang -> next good frame (a kernel that
   never returns, deadline 1 s), with their phases: from the frame's launch to the fault seen here (for a hang,
   the deadline), -> the standby serving the pipeline built in it (of which the build), -> the next good frame.
@@ -104,7 +105,6 @@ def _recover(engine, source: str, name: str, zeros: bool, faults: int) -> dict[s
         assert engine.tick().state == "ok"
         bad = engine.add(rxcuda.Block.from_cuda(source, size=N_SMALL, name=name))
         engine.write(bad["x"], np.zeros(N_SMALL, np.float32) if zeros else x)
-        assert engine.tick().state == "ok" or zeros  # built (and compiled) before the timing starts
         before = len(engine.faults)
         t0 = time.perf_counter()
         while len(engine.faults) == before:
@@ -118,9 +118,35 @@ def _recover(engine, source: str, name: str, zeros: bool, faults: int) -> dict[s
         phases["build"].append(f.build_s or 0.0)
         phases["back -> good frame"].append((f.recovered_s or 0.0) - (f.back_s or 0.0))
         phases["total"].append(f.recovered_s or 0.0)
+        print(f"  {name}: {f.kind}, build phases in the new process {engine._where['gpu'].get('build_phases')}")
         np.testing.assert_allclose(engine.read(good["out"]), x * np.float32(2.0), rtol=1e-6)
     engine.remove(good)
     return phases
+
+
+SHIFT = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
+         "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = x[i] * scale + %s; }")
+
+
+def _code_swaps(engine, swaps: int) -> float:
+    """Median ms of a tick that takes new code (a Code-tier change) in a 10-block chain, the code alternating."""
+    blocks = _chain(engine, 10, N_SMALL)
+    engine.tick()
+    codes = [rxcuda.compile_cuda(SHIFT % c) for c in ("0.0f", "1.0f")]
+    times = []
+    for i in range(swaps):
+        if engine.trial:
+            actor = _procs.actor_of(engine.actor("gpu"))
+            while actor.standby is None or not actor.standby.ready.is_set():
+                time.sleep(0.01)
+        blocks[5].set_code("scalar_mul", codes[i % 2])
+        t0 = time.perf_counter()
+        assert engine.tick().state == "ok"
+        times.append(time.perf_counter() - t0)
+    for b in blocks:
+        engine.remove(b)
+    engine.tick()
+    return statistics.median(times) * 1e3
 
 
 def main() -> None:
@@ -149,6 +175,16 @@ def main() -> None:
                            ("change", "one parameter change: added to the next frame"),
                            ("read", "a 4 MiB read")):
             print(f"| {label} | {base[key]:.2f} us | {mine[key]:.2f} us | {mine[key] / base[key]:.2f}x |")
+        trial = _code_swaps(iso, 20)
+        iso.trial = False
+        untried = _code_swaps(iso, 20)
+        iso.trial = True
+        print(f"\n## New code in a 10-block chain, IsolatedEngine ({card}; median of 20 swaps)\n")
+        print("| the tick that takes it | ms |")
+        print("|---|---:|")
+        print(f"| swapped in untried (trial=False) | {untried:.2f} |")
+        print(f"| run once in the standby first (trial=True, the default) | {trial:.2f} |")
+        print(f"| trial run added to a code change | {trial - untried:.2f} |")
         if args.null:
             return
         rows = (("fault (null pointer)", BAD, "bad", False), ("hang (deadline 1 s)", SPIN, "spin", True))

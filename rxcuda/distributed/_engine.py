@@ -386,8 +386,8 @@ class Engine(Restarts, ClockSteps):
             return self._submit_locked()
 
     def _submit_locked(self) -> int:
+        self._check_restarts()  # first: a worker back with a fragment older than the pipeline is shipped again
         self._ship()
-        self._check_restarts()
         steps, skipped = self._frame_plan()
         with self._lock:
             self._index += 1

@@ -11,6 +11,7 @@ from ..engine._engine import Diagnostic
 from . import _placement
 from ._ray import names_actor as _names
 
+_WHERE = ("node", "pid", "gpus", "gpu", "mps", "build_s", "build_phases")  # what a rebuilt worker's answer keeps
 RESTART_PATIENCE_S = 120.0  # how long a dead worker may take to be restarted and rebuilt before it is given up
 
 
@@ -29,6 +30,7 @@ class Restarts:
     _writes: dict
     _placement: dict[int, str]
     _index: int
+    _dirty: bool
 
     def _publish(self, worker: str, d: Diagnostic) -> None:
         raise NotImplementedError
@@ -95,7 +97,8 @@ class Restarts:
                 continue
             self._down.pop(w)
             self._built[w] = key
-            self._where[w] = {k: where[k] for k in ("node", "pid", "gpus", "gpu", "mps", "build_s") if k in where}
+            self._dirty = True  # what changed while it was down (a block removed) is shipped first
+            self._where[w] = {k: where[k] for k in _WHERE if k in where}
             self._publish(w, Diagnostic("info", w, f"worker '{w}' is back after {time.perf_counter() - since:.1f} s "
                                         f"(process {where['pid']}): its fragment was rebuilt with the last "
                                         "parameter values", self._index))

@@ -29,7 +29,7 @@ from ..model._describe import KernelSpec, PortRef
 from ..model._errors import RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
-from . import _board, _procs
+from . import _board, _placement, _procs
 from ._engine import Engine as _Distributed
 from ._placement import Worker
 from ._records import DistributedFrame
@@ -37,6 +37,7 @@ from ._records import DistributedFrame
 WORKER = "gpu"  # the one worker's name
 DEADLINE_S = 5.0  # a frame not finished by then is a hang: its process is ended and replaced
 HOLD_AFTER = 3  # faults in a row with no good frame between them, after which frames wait for a change
+TRIAL_BUILD_S = 10.0  # what a trial run's build may take beyond the deadline of its frame
 
 
 class RestartingError(RxcudaError, RuntimeError):
@@ -46,7 +47,8 @@ class RestartingError(RxcudaError, RuntimeError):
 @attrs.frozen
 class Fault:
     """One fault the isolated engine survived: the frame it ended, what ended it (``"fault"``: the process lost
-    its CUDA context; ``"hang"``: the frame passed its deadline; ``"crash"``: the process ended otherwise), the
+    its CUDA context; ``"hang"``: the frame passed its deadline; ``"crash"``: the process ended otherwise;
+    ``"trial"``: new code faulted or hung in its trial run in the standby, costing no frame), the
     error as the GPU process reported it, the code rolled back (``block.kernel`` -> the file of the code that
     faulted), and, once frames resumed, seconds from the fault seen to the next good frame."""
 
@@ -77,8 +79,10 @@ class IsolatedEngine(_Distributed):
     ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index);
     ``null=True``: the null driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as
     a hang and the process is replaced. ``standby``: keep a spare process ready (its CUDA context made), so
-    that a restart does not wait for a new interpreter. ``max_restarts``: how many processes may be replaced
-    in this engine's life.
+    that a restart does not wait for a new interpreter. ``trial``: new code (a saved file under :meth:`watch`,
+    ``set_code``) first runs one frame of the pipeline in the standby, on the inputs last written, and reaches
+    the running graph only if that frame ran clean: code that faults there costs no frame at all.
+    ``max_restarts``: how many processes may be replaced in this engine's life.
 
     After a fault, :attr:`faults` lists what happened; frames in which no GPU process served are ``"idle"``
     (not launched). GPU-side state that lived only on the device (a delayed connection's feedback, an output
@@ -86,12 +90,14 @@ class IsolatedEngine(_Distributed):
     """
 
     def __init__(self, *, device: int = 0, null: bool = False, deadline: float = DEADLINE_S, standby: bool = True,
-                 max_restarts: int = 1000, max_in_flight: int = 2):
+                 trial: bool = True, max_restarts: int = 1000, max_in_flight: int = 2):
         if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
             raise ValueError(f"'deadline' must be a positive number of seconds (got {deadline!r})")
         if isinstance(device, bool) or not isinstance(device, int) or device < 0:
             raise ValueError(f"'device' must be a GPU's index, an int >= 0 (got {device!r})")
         self.deadline = float(deadline)
+        self.trial = bool(trial) and standby  # new code runs once in the standby before the GPU process takes it
+        self.trial_s: list[float] = []  # how long each trial run took (from the change shipped to its answer)
         self.device_index = device
         self._use_standby = standby
         self._null = null
@@ -249,6 +255,50 @@ class IsolatedEngine(_Distributed):
         self._publish(w, Diagnostic("error", subject, f"frame {index} {what}", index, block_id))
         if not self._held:
             self._rebuild(w)
+
+    def _ship_locked(self) -> None:
+        if self.trial and self._good and WORKER in self._built and WORKER not in self._down:
+            self._try_first()
+        super()._ship_locked()
+
+    def _try_first(self) -> None:
+        """Only code (or launches) changed since the GPU process built the pipeline: run the new pipeline once in
+        the standby first. Code that faults or hangs there is rolled back and quarantined before the GPU process
+        sees it; a build error is left to the GPU process's own report."""
+        with self._lock:
+            frag = self._split_now().fragments.get(WORKER)
+        was = self._built[WORKER]
+        if frag is None or (key := _placement.structure(frag)) == was or \
+                _placement.skeleton(key) != _placement.skeleton(was):
+            return
+        mine = {b.id for b in frag.description.blocks}
+        writes = {r: a for r, a in self._writes.items() if r.block in mine}
+        actor = _procs.actor_of(self._actors[WORKER])
+        t0 = time.perf_counter()
+        ref = actor.call_standby("trial", (frag, writes), {}, timeout=self.deadline)
+        if ref is None:
+            return  # no standby ready: the code goes in untried
+        try:
+            ref.result(self.deadline + TRIAL_BUILD_S)
+        except _procs.GetTimeoutError:
+            actor.kill_standby("deadline")
+            self._trial_failed(f"did not finish within the deadline of {self.deadline:g} s")
+        except _procs.RayActorError as e:
+            self._trial_failed(f"faulted: {e.last_words or e}")
+        except _procs.RayTaskError:
+            pass  # it cannot be built: the GPU process reports that as it would without a trial
+        else:
+            self.trial_s.append(time.perf_counter() - t0)
+
+    def _trial_failed(self, what: str) -> None:
+        rolled = self._roll_back()
+        names = ", ".join(f"{k} (code from {src})" for k, src in rolled) or "the new code"
+        subject = rolled[0][0].split(".")[0] if rolled else "trial"
+        block_id = next((b.id for b in self._model.blocks if b.name == subject), None)
+        message = (f"{names}: its trial run in the standby process {what}. It never reached the running graph: the "
+                   "last good code keeps running, and this code is not taken again until it changes")
+        self.faults.append(Fault(self._index, "trial", message, rolled, time.perf_counter(), 0.0))
+        self._publish(WORKER, Diagnostic("error", subject, message, self._index, block_id))
 
     def _roll_back(self) -> tuple[tuple[str, str], ...]:
         """Code that had not completed a frame when the fault came goes back to the code that had; its key is

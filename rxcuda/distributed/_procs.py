@@ -235,6 +235,7 @@ class _Process:
         self.words: str | None = None
         self.cause: str | None = None  # why this side ended it
         self.dead = False
+        self.used = False  # a standby that ran a trial
         self.conn.send((actor.module, actor.qualname, actor.args, actor.kwargs))
         self.reader = threading.Thread(target=self._read, name=f"rxcuda-actor-{actor.name}-{self.pid}", daemon=True)
         self.reader.start()
@@ -317,7 +318,8 @@ class _Actor:
         self._calls = itertools.count(1)
         self._cond = threading.Condition()
         self.killed = False
-        self.deaths: list[dict] = []  # how each process ended: pid, exit code, last words, cause, when
+        self.deaths: list[dict] = []  # how each serving process ended: pid, exit code, last words, cause, when
+        self.trials: list[dict] = []  # how each standby process ended: the same (a trial that faulted, say)
         self.current: _Process | None = _Process(self)
         self.standby: _Process | None = None
         self._check_started(self.current)
@@ -374,6 +376,22 @@ class _Actor:
         return ActorDiedError(f"actor {self.name}'s process {p.pid} ended ({how}){words}", self.actor_id,
                               exit_code=code, last_words=p.words, cause=p.cause)
 
+    def call_standby(self, method: str, args: tuple, kwargs: dict, timeout: float = START_TIMEOUT_S) -> Ref | None:
+        """Call ``method`` on the standby process (a trial: its failure costs the spare, not the actor), once it is
+        ready; None where there is no standby. A standby that dies this way is replaced by a new one."""
+        p = self.standby
+        if p is None or not p.ready.wait(timeout) or p.dead or p.failed is not None:
+            return None
+        p.used = True
+        ref = Ref(self.actor_id)
+        p.send(next(self._calls), method, args, kwargs, ref)
+        return ref
+
+    def kill_standby(self, cause: str) -> None:
+        p = self.standby
+        if p is not None:
+            p.kill(cause)
+
     def _died(self, p: _Process, code: int | None) -> None:
         err = self._death(p)
         if p is self.current and not self.killed and self.restarts < self.max_restarts:
@@ -384,20 +402,29 @@ class _Actor:
             ref._set(error=err)
         p.pending.clear()
         with self._cond:
-            if p is self.standby:
+            standby = p is self.standby
+            if standby:
                 self.standby = None
-                if not self.killed:  # a standby that could not start: try once more, later
-                    self.deaths.append({"pid": p.pid, "exit": code, "words": p.words, "cause": "standby"})
-                return
+                if self.killed:
+                    return
+                self.trials.append({"pid": p.pid, "exit": code, "words": p.words, "cause": p.cause})
+                if not p.used:  # it died starting: no new one (it would die the same way)
+                    return
+        if not standby and self._serving_died(p, code) is None:
+            return
+        self._spare()  # a new spare: for the next restart, or for the next trial
+
+    def _serving_died(self, p: _Process, code: int | None):
+        with self._cond:
             if p is not self.current:
-                return
+                return None
             self.deaths.append({"pid": p.pid, "exit": code, "words": p.words, "cause": p.cause,
                                 "at": time.perf_counter()})
             self.current = None
             if self.killed or self.restarts >= self.max_restarts:
                 self.killed = True
                 self._cond.notify_all()
-                return
+                return None
             self.restarts += 1
             nxt, self.standby = self.standby, None
         if nxt is None or nxt.dead or nxt.failed is not None:
@@ -408,11 +435,11 @@ class _Actor:
                 with self._cond:
                     self.killed = True
                     self._cond.notify_all()
-                return
+                return None
         with self._cond:
             self.current = nxt
             self._cond.notify_all()
-        self._spare()
+        return nxt
 
     def settle(self, timeout: float = 5.0) -> None:
         """Wait until the process serving now, if it is ending (its pipe hung up), has ended and its death been

@@ -101,6 +101,7 @@ class FragmentHost:
         self._observed_now: Mapping[PortRef, int] = {}  # the observed ports, as last posted
         self._warm: Engine | None = None  # an engine made beforehand (prewarm), taken by the next build
         self._shared: _board.SharedArrays | None = None  # what read_shared wrote
+        self._armed: list[tuple[str, str]] = []  # driver calls the next trial fails (arm: tests)
 
     # -- where it runs -------------------------------------------------------------------------------------
     def where(self) -> dict:
@@ -116,6 +117,23 @@ class FragmentHost:
         except Exception:  # no Ray here, or no actor context
             node = os.environ.get("RXCUDA_WORKER_NODE")  # a child process of the driver's (_procs): its host
         return {"node": node, "pid": self.pid, "gpus": gpus}
+
+    @_locked
+    def trial(self, fragment: Fragment, writes: Mapping[PortRef, object]) -> dict:
+        """Build ``fragment`` and run one frame of it (waited for), then let it go, keeping this process a warm
+        standby: new code proven on the inputs last written before the serving process takes it. A kernel that
+        faults ends this process (a lost context), which is the answer; returns the frame's state and the
+        seconds it all took."""
+        t0 = time.perf_counter()
+        self.build(fragment, writes)
+        armed, self._armed = self._armed, []
+        for call, error in armed:
+            self._engine().device.api.fail(call, error)
+        state = self._engine().tick().state
+        nxt = Engine(driver=_null_driver() if self.null else None)  # before the close: the context stays made
+        self._close_engine()
+        self._warm = nxt
+        return {"state": state, "seconds": time.perf_counter() - t0}
 
     def prewarm(self) -> None:
         """Make this process's engine (its CUDA context, streams and memory pool) before any fragment is sent, so
@@ -170,7 +188,9 @@ class FragmentHost:
                 engine.write(self.port(ref), _zeros(self.port(ref)))
         for ref, shape in desc.shapes.items():
             engine.resize(self.port(ref), shape)
+        t1 = time.perf_counter()
         engine.rebuild()  # built now: a fragment that cannot be built raises here, where the driver ships it
+        t2 = time.perf_counter()
         for ln in fragment.exports:
             if ln.transport == "ipc" and ln.src not in self._boards:
                 self._boards[ln.src] = self._export(engine, ln, since)
@@ -181,7 +201,7 @@ class FragmentHost:
                     self._receivers[ln.dst] = _links.IpcReceiver(engine, self.port(ln.dst))
         device = engine.device
         return {**self.where(), "blocks": len(blocks), "gpu": device.uuid, "mps": device.mps,
-                "build_s": time.perf_counter() - t0}
+                "build_s": time.perf_counter() - t0, "build_phases": {"blocks": t1 - t0, "graph": t2 - t1}}
 
     def _export(self, engine: Engine, ln: RemoteLink, since: int) -> _board.LinkBoard:
         """The board an exported port's ipc links publish on: its slots in device memory (exported once, their
@@ -369,6 +389,10 @@ class FragmentHost:
         if not hasattr(api, "fail"):
             raise RuntimeError(f"worker '{self.name}' runs on a GPU: inject() fails calls of the null driver only")
         api.fail(call, error, times)
+
+    def arm(self, call: str, error: str = "CUDA_ERROR_ILLEGAL_ADDRESS") -> None:
+        """Make the next :meth:`trial`'s null driver fail ``call`` with ``error`` (tests of trial runs)."""
+        self._armed.append((call, error))
 
     def crash(self) -> None:
         """End this worker's process at once, as a fault would (fault drills, tests)."""

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import rxcuda
+from rxcuda.distributed import _procs
 
 pytestmark = pytest.mark.gpu_fault
 
@@ -133,24 +134,55 @@ def test_a_kernel_that_faults_only_on_frame_100(session):
     _fault_then_exact(session, late)
 
 
-def test_code_that_faults_is_rolled_back_and_the_last_good_code_runs(session):
+BAD_MUL = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
+           f"{{ size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; if (i < n) out[i + {FAR} / 4] = x[i]; }}")
+
+
+def _standby_ready(engine):
+    actor = _procs.actor_of(engine.actor("gpu"))
+    end = time.monotonic() + 60
+    while (actor.standby is None or not actor.standby.ready.is_set()) and time.monotonic() < end:
+        time.sleep(0.02)
+    time.sleep(1.0)  # its prewarm (a first build and frame)
+
+
+def test_code_that_faults_in_its_trial_run_costs_no_frame(session):
     engine, good, diags = session
     last_good = good.description.kernel("scalar_mul").code
-    src = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
-           f"{{ size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; if (i < n) out[i + {FAR} / 4] = x[i]; }}")
-    bad = rxcuda.compile_cuda(src)
-    good.set_code("scalar_mul", bad)  # swapped in place in the GPU process: its first frame faults
-    _fault_then_exact(session, None)
-    assert engine.faults[-1].rolled_back == (("good.scalar_mul", bad.origin),)
+    _standby_ready(engine)
+    serving, before = engine.pid, len(engine.faults)
+    bad = rxcuda.compile_cuda(BAD_MUL)
+    good.set_code("scalar_mul", bad)  # tried in the standby first: it faults there
+    f = engine.tick()
+    assert f.state == "ok" and f.launched
+    assert engine.pid == serving and len(engine.faults) == before + 1
+    fault = engine.faults[-1]
+    assert fault.kind == "trial" and fault.rolled_back == (("good.scalar_mul", bad.origin),)
     assert good.description.kernel("scalar_mul").code.key == last_good.key
-    good.set_code("scalar_mul", bad)  # the same code again: not taken, no new fault
-    before = len(engine.faults)
     _exact(engine, good)
-    assert len(engine.faults) == before
-    assert any("faulted before and is not taken again" in d.message for d in diags)
+    assert engine.pid == serving
 
 
-def test_a_hot_reloaded_cu_that_faults_on_its_first_frame(session, tmp_path):
+def test_code_that_faults_live_is_rolled_back_and_the_last_good_code_runs(session):
+    engine, good, diags = session
+    last_good = good.description.kernel("scalar_mul").code
+    engine.trial = False  # straight into the running graph, as without a standby
+    try:
+        bad = rxcuda.compile_cuda(BAD_MUL.replace("out[i + ", "out[1 + i + "))  # another code than the trial's
+        good.set_code("scalar_mul", bad)  # swapped in place in the GPU process: its first frame faults
+        _fault_then_exact(session, None)
+        assert engine.faults[-1].rolled_back == (("good.scalar_mul", bad.origin),)
+        assert good.description.kernel("scalar_mul").code.key == last_good.key
+        good.set_code("scalar_mul", bad)  # the same code again: not taken, no new fault
+        before = len(engine.faults)
+        _exact(engine, good)
+        assert len(engine.faults) == before
+        assert any("faulted before and is not taken again" in d.message for d in diags)
+    finally:
+        engine.trial = True
+
+
+def test_a_hot_reloaded_cu_that_faults_on_its_first_frame_costs_no_frame(session, tmp_path):
     engine, good, diags = session
     path = pathlib.Path(tmp_path) / "shift.cu"
     ok = ('extern "C" __global__ void shift(const float* x, float* out, float c, int n) '
@@ -163,15 +195,19 @@ def test_a_hot_reloaded_cu_that_faults_on_its_first_frame(session, tmp_path):
     try:
         assert engine.tick().state == "ok"
         np.testing.assert_allclose(engine.read(shift["out"]), x + np.float32(1.5), rtol=1e-6)
+        _standby_ready(engine)
+        serving, before = engine.pid, len(engine.faults)
         path.write_text(ok.replace("out[i] = x[i] + c;", f"out[i + {FAR} / 4] = x[i] + c;"))  # saved: it faults
-        before = len(engine.faults)
+        states = []
         end = time.monotonic() + 30
-        while len(engine.faults) == before and time.monotonic() < end:  # the watcher reloads, the frame faults
-            engine.tick()
+        while len(engine.faults) == before and time.monotonic() < end:  # the watcher reloads, the trial faults
+            states.append(engine.tick().state)
             time.sleep(0.01)
         assert len(engine.faults) == before + 1
+        assert engine.faults[-1].kind == "trial"
         assert engine.faults[-1].rolled_back == (("shift.shift", str(path)),)
-        _until_ok(engine)
+        assert set(states) == {"ok"} and engine.pid == serving  # not one frame lost
+        assert engine.tick().state == "ok"
         np.testing.assert_allclose(engine.read(shift["out"]), x + np.float32(1.5), rtol=1e-6)  # last good code
         _exact(engine, good)
     finally:

@@ -173,3 +173,56 @@ def test_process_actors_answer_calls_and_report_how_a_process_ended():
             _procs.get(a.get.remote("k"), timeout=60)
     finally:
         _procs.stop(a)
+
+
+def _standby_ready(engine):
+    actor = _procs.actor_of(engine.actor("gpu"))
+    end = time.monotonic() + 60
+    while (actor.standby is None or not actor.standby.ready.is_set()) and time.monotonic() < end:
+        time.sleep(0.02)
+    return actor
+
+
+SHIFTED = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
+           '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = x[i] * scale + 1.0f; }')
+
+
+def test_new_code_that_faults_in_its_trial_run_never_reaches_the_running_graph(engine):
+    diags = []
+    engine.diagnostics.subscribe(diags.append)
+    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
+    engine.write(mul["x"], np.ones(N, np.float32))
+    assert engine.tick().state == "ok"
+    good = mul.description.kernel("scalar_mul").code
+    actor = _standby_ready(engine)
+    spare = actor.standby.pid
+    for call in ("cuStreamSynchronize", "cuGraphLaunch"):  # the standby's trial of the next code loses its context
+        _procs.get(actor.call_standby("arm", (call,), {}), timeout=60)
+    serving = engine.pid
+    bad = rxcuda.compile_cuda(SHIFTED)
+    mul.set_code("scalar_mul", bad)
+    f = engine.tick()
+    assert f.state == "ok" and f.launched  # no frame lost: the running graph never saw the code
+    assert engine.pid == serving and engine.restarts == 0
+    fault = engine.faults[-1]
+    assert fault.kind == "trial" and fault.rolled_back == (("mul.scalar_mul", bad.origin),)
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in fault.message
+    assert mul.description.kernel("scalar_mul").code.key == good.key
+    assert [d for d in diags if d.severity == "error" and "trial run" in d.message]
+    assert actor.trials and actor.trials[-1]["pid"] == spare and actor.trials[-1]["exit"] == 70
+    _standby_ready(engine)  # a new spare for the next trial or restart
+    assert actor.standby.pid != spare
+
+
+def test_new_code_that_runs_clean_in_its_trial_is_swapped_in(engine):
+    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
+    engine.write(mul["x"], np.ones(N, np.float32))
+    assert engine.tick().state == "ok"
+    _standby_ready(engine)
+    serving = engine.pid
+    new = rxcuda.compile_cuda(SHIFTED)
+    mul.set_code("scalar_mul", new)
+    assert engine.tick().state == "ok"
+    assert engine.trial_s and engine.pid == serving and not engine.faults
+    desc = engine._ray.get(engine.actor("gpu").describe.remote())
+    assert desc.blocks[0].desc.kernel("scalar_mul").code.key == new.key  # the serving process runs it now
