@@ -270,6 +270,12 @@ class ClockHand:
     def stop(self, timeout: float = 5.0) -> None:
         self.thread.join(timeout)
 
+    def hang_up(self) -> None:
+        """Close this end's pipes now (the process is about to end): the driver sees the hang-up at once."""
+        for fd in (self._go, self._done):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
 
 def _read_exact(fd: int, n: int, spin: float = 0.0) -> bytes | None:
     """``n`` bytes from the (non-blocking) pipe ``fd``, polling it for ``spin`` seconds before sleeping in

@@ -149,6 +149,7 @@ def last_words(text: str) -> None:
     conn, lock = _served
     with contextlib.suppress(Exception), lock:
         conn.send(("died", str(text)))
+        conn.close()  # the parent hears of it now, not once the driver has torn the process's context down
 
 
 def serve(fd: int) -> None:
@@ -236,6 +237,7 @@ class _Process:
         self.cause: str | None = None  # why this side ended it
         self.dead = False
         self.used = False  # a standby that ran a trial
+        self.recorded = threading.Event()  # its death is in the actor's deaths (or trials)
         self.conn.send((actor.module, actor.qualname, actor.args, actor.kwargs))
         self.reader = threading.Thread(target=self._read, name=f"rxcuda-actor-{actor.name}-{self.pid}", daemon=True)
         self.reader.start()
@@ -265,8 +267,10 @@ class _Process:
         self._ended()
 
     def _ended(self) -> None:
-        with contextlib.suppress(Exception):
-            self.popen.wait(timeout=5)
+        try:  # a process that said why it ends has closed its pipe and exits: no need to wait for its teardown
+            self.popen.wait(timeout=0.05 if self.words else 5)
+        except subprocess.TimeoutExpired:
+            threading.Thread(target=self.popen.wait, name=f"rxcuda-reap-{self.pid}", daemon=True).start()
         self.dead = True
         self.ready.set()
         code = self.popen.returncode
@@ -408,6 +412,7 @@ class _Actor:
                 if self.killed:
                     return
                 self.trials.append({"pid": p.pid, "exit": code, "words": p.words, "cause": p.cause})
+                p.recorded.set()
                 if not p.used:  # it died starting: no new one (it would die the same way)
                     return
         if not standby and self._serving_died(p, code) is None:
@@ -420,6 +425,7 @@ class _Actor:
                 return None
             self.deaths.append({"pid": p.pid, "exit": code, "words": p.words, "cause": p.cause,
                                 "at": time.perf_counter()})
+            p.recorded.set()
             self.current = None
             if self.killed or self.restarts >= self.max_restarts:
                 self.killed = True
@@ -441,17 +447,12 @@ class _Actor:
             self._cond.notify_all()
         return nxt
 
-    def settle(self, timeout: float = 5.0) -> None:
-        """Wait until the process serving now, if it is ending (its pipe hung up), has ended and its death been
-        handled: its exit status and last words are then in :attr:`deaths`."""
+    def settle(self, timeout: float = 2.0) -> None:
+        """Wait until the death of the process serving now, which the caller saw coming (its clock's pipe hung
+        up), is recorded: its exit status and last words are then in :attr:`deaths`."""
         p = self.current
-        if p is None:
-            return
-        try:
-            p.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return
-        p.reader.join(timeout)
+        if p is not None:
+            p.recorded.wait(timeout)
 
     def pid(self) -> int | None:
         p = self.current

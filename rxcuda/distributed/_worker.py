@@ -378,6 +378,8 @@ class FragmentHost:
                      self.name, self.pid, err)
         from . import _procs
 
+        if self._clock is not None:
+            self._clock.hang_up()  # the driver waiting for this frame hears of it at once
         _procs.last_words(str(err))  # in a child process of the driver's (_procs): the reason reaches it
         os._exit(EXIT_CONTEXT_LOST)
 

@@ -24,7 +24,8 @@ FAULTS = {
     "write past a buffer": f"out[i + {FAR} / 4] = x[i];",
     "read far past a buffer": f"out[i] = x[i + {FAR} / 4];",
     "null pointer": "out[i] = ((const float*)0)[i];",
-    "misaligned vector access": "float4 v = *(const float4*)((const char*)x + 4 + 16 * i); out[i] = v.x;",
+    "misaligned vector access": ("float4 v = *(const float4*)((const char*)x + 4 + 16 * i); "
+                                 "out[i] = v.x + v.y + v.z + v.w;"),  # every lane used: one vector load
     "trap": "if (i == 7) __trap(); out[i] = x[i];",
     "device assert": 'if (i == 3) __assertfail("x[i] < 0", "probe.cu", 1, "bad", 1); out[i] = x[i];',  # NVRTC's
 }
