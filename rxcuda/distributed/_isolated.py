@@ -24,12 +24,13 @@ from reactivex import Observable
 from reactivex.disposable import Disposable
 
 from ..blocks._blocks import Block, PortHandle
+from ..blocks._regions import Region
 from ..engine._engine import Diagnostic, Frame
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
-from . import _board, _placement, _procs
+from . import _board, _clock, _placement, _procs
 from ._engine import Engine as _Distributed
 from ._placement import Worker
 from ._records import DistributedFrame
@@ -136,8 +137,25 @@ class IsolatedEngine(_Distributed):
         return _procs.actor_of(self._actors[WORKER]).restarts
 
     def add(self, block: Block, *, on: str | None = None) -> Block:  # type: ignore[override]
-        """Add a block to the pipeline; it is built in the GPU process before the next frame."""
-        return super().add(block, on=on or WORKER)
+        """Add a block, or a region (``If``, ``While``, ...) with the blocks of its bodies, to the pipeline; it is
+        built in the GPU process before the next frame."""
+        if not isinstance(block, Region):
+            return super().add(block, on=on or WORKER)
+        self._check_open()
+        with self._lock:
+            self._model.add(block)
+            for b in _members(block):
+                self._placement[b.id] = WORKER
+            self._dirty = True
+        return block
+
+    def remove(self, block: Block) -> None:
+        """Take a block (a region with the blocks of its bodies) out of the pipeline."""
+        members = _members(block) if isinstance(block, Region) else [block]
+        super().remove(block)
+        with self._lock:
+            for b in members[1:]:
+                self._placement.pop(b.id, None)
 
     def watch(self, *, debounce: float = 0.05) -> Disposable:
         """Reload kernels when their files are saved: the new code is compiled here and swapped into the GPU
@@ -152,9 +170,41 @@ class IsolatedEngine(_Distributed):
         self._check_open()
         if self._loop is not None:
             raise RuntimeError("run() drives the frames; dispose it before calling tick() yourself")
+        with self._frame_lock:
+            frame = self._fast_tick()
+        if frame is not None:
+            return frame
         index = self._submit()
         got = self._drain(0).get(index)
-        return self._frame_of(index, got)
+        return self._frame_of(index, got, emit=False)
+
+    def _fast_tick(self) -> Frame | None:
+        """The common frame, when nothing is to be shipped, no restart is under way, nothing is in flight and the
+        clock runs: one request (with the parameters and writes since the last frame) and its answer, without the
+        distributed engine's general bookkeeping. None where the general path must run."""
+        c = self._clocks.get(WORKER)
+        plan = self._plan
+        if (c is None or plan is None or plan[0] is not self._split or plan[1] or self._dirty or self._inflight
+                or self._down or self._rebuilding or self._held):
+            return None
+        with self._lock:
+            params, writes = self._pending_params[WORKER], self._pending_writes[WORKER]
+            if params:
+                self._pending_params[WORKER] = {}
+            if writes:
+                self._pending_writes[WORKER] = {}
+            observed = self._observed[WORKER]
+            self._index += 1
+            index = self._index
+        self._clock_step(WORKER, index, params, writes, observed)
+        answer = _clock.wait({WORKER: c}, index, lambda w, seconds: self._on_silence(w, index, seconds))
+        rep = self._clock_answer(WORKER, index, answer.get(WORKER, "dead"), c)
+        frames: dict = {WORKER: None}
+        if isinstance(rep, tuple):
+            self._step_failed(WORKER, rep[0], params, writes, rep[1])
+        else:
+            self._report(WORKER, index, rep, frames)
+        return self._frame_of(index, DistributedFrame(index, frames))
 
     def _submit_locked(self) -> int:
         self._quarantine()
@@ -168,19 +218,22 @@ class IsolatedEngine(_Distributed):
     def _drain(self, keep: int) -> dict[int, DistributedFrame]:
         done = super()._drain(keep)
         for index, df in done.items():
-            f = self._frame_of(index, df)
-            if self._iframes.observers:
-                self._iframes.emit(f)
+            self._frame_of(index, df)
         return done
 
-    def _frame_of(self, index: int, df: DistributedFrame | None) -> Frame:
+    def _frame_of(self, index: int, df: DistributedFrame | None, emit: bool = True) -> Frame:
+        """The Frame of distributed frame ``index`` (a good one moves the last good code on), emitted on
+        :attr:`frames` unless ``emit`` is off (it was, when its frame was drained)."""
         f = df.fragments.get(WORKER) if df is not None else None
         if f is not None:
             if f.state == "ok":
                 self._good_frame()
-            return f._replace(index=index)
-        state = "error" if index in self._faulted else "idle"
-        return Frame(index, 0.0, (), state, False)
+            frame = f._replace(index=index)
+        else:
+            frame = Frame(index, 0.0, (), "error" if index in self._faulted else "idle", False)
+        if emit and self._iframes.observers:
+            self._iframes.emit(frame)
+        return frame
 
     @property
     def frames(self) -> Observable:
@@ -233,7 +286,8 @@ class IsolatedEngine(_Distributed):
         words, cause, code = death.get("words"), death.get("cause"), death.get("exit")
         kind = "hang" if cause == "deadline" else "fault" if words else "crash"
         rolled = self._roll_back()
-        what = {"hang": f"did not finish within its deadline of {self.deadline:g} s and its GPU process was ended",
+        what = {"hang": f"did not finish within its deadline of {self.deadline:g} s and its GPU process was ended"
+                        + _loops(self._model.blocks),
                 "fault": f"faulted on the GPU: {words}",
                 "crash": f"ended with its GPU process ({_how(code)})"}[kind]
         subject, block_id = "frame", None
@@ -392,6 +446,25 @@ class IsolatedEngine(_Distributed):
     def __repr__(self) -> str:
         return (f"<IsolatedEngine device={self.device_index} blocks={len(self._placement)} frame={self._index} "
                 f"faults={len(self.faults)}>")
+
+
+def _loops(blocks) -> str:
+    """What a hang message says of the pipeline's loops: a While runs until its condition clears or its
+    ``max_iterations``, which may take longer than the deadline."""
+    loops = [f"{type(b).__name__} '{b.name}' (at most {b.params['max_iterations'].value} passes)" for b in blocks
+             if isinstance(b, Region) and b.kind == "while"]
+    if not loops:
+        return ""
+    return (f" (its loops: {', '.join(loops)}; a condition that never clears runs every pass: lower "
+            "max_iterations, or fix the condition)")
+
+
+def _members(region: Region) -> list[Block]:
+    """A region, the blocks of its bodies, and theirs (nested regions)."""
+    out: list[Block] = [region]
+    for b in region.members:
+        out.extend(_members(b) if isinstance(b, Region) else [b])
+    return out
 
 
 def _visible(device: int) -> str:

@@ -110,31 +110,28 @@ class ClockSteps:
 
     def _clock_wait(self, index: int, workers: list[str]) -> dict[str, StepReport | tuple[Exception, bool | None]]:
         """Each worker's report of frame ``index`` from its clock, or (the error, whether the worker died)."""
-        ray = self._ray
         clocks = {w: self._clocks[w] for w in workers if w in self._clocks}
-
         answers = _clock.wait(clocks, index, lambda w, seconds: self._on_silence(w, index, seconds))
-        out: dict[str, StepReport | tuple[Exception, bool | None]] = {}
-        for w in workers:
-            a = answers.get(w, "dead")
-            if isinstance(a, str):
-                pid = clocks[w].pid if w in clocks else self._where[w]["pid"]
-                self._clock_drop(w)
-                out[w] = (WorkerGone(f"process {pid} ended"), True)
-                continue
-            status, flags, frame = a
-            seen, diags, err = {}, (), None
-            if flags & _clock.MORE:
-                try:
-                    more = ray.get(self._actors[w].collect.remote(index))
-                except ray.exceptions.RayError as e:
-                    out[w] = (e, None)
-                    continue
-                if more is not None:
-                    full, seen, diags, err = more
-                    frame = full or frame
-            if status == "failed":
-                out[w] = (RuntimeError(err or "its step failed"), False)
-                continue
-            out[w] = StepReport(w, index, frame, seen, diags, clocks[w].pid)
-        return out
+        return {w: self._clock_answer(w, index, answers.get(w, "dead"), clocks.get(w)) for w in workers}
+
+    def _clock_answer(self, w: str, index: int, a, clock) -> StepReport | tuple[Exception, bool | None]:
+        """What worker ``w``'s clock answered for frame ``index`` (``_clock.wait``'s answer) as its report, or
+        (the error, whether the worker died)."""
+        ray = self._ray
+        if isinstance(a, str):
+            pid = clock.pid if clock is not None else self._where[w]["pid"]
+            self._clock_drop(w)
+            return WorkerGone(f"process {pid} ended"), True
+        status, flags, frame = a
+        seen, diags, err = {}, (), None
+        if flags & _clock.MORE:
+            try:
+                more = ray.get(self._actors[w].collect.remote(index))
+            except ray.exceptions.RayError as e:
+                return e, None
+            if more is not None:
+                full, seen, diags, err = more
+                frame = full or frame
+        if status == "failed":
+            return RuntimeError(err or "its step failed"), False
+        return StepReport(w, index, frame, seen, diags, clock.pid)

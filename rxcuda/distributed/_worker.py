@@ -164,15 +164,22 @@ class FragmentHost:
         self.engine = engine
         engine.diagnostics.subscribe(self._diagnostics.append)
         desc = fragment.description
+        regions = {r.id: r for r in desc.regions}
         blocks: dict[int, Block] = {}
         for entry in desc.blocks:
-            b = Block(entry.desc)
+            b = Block(entry.desc) if entry.id not in regions else _region(entry.desc, regions[entry.id].kind)
             if entry.values:
                 b.set(**entry.values)
             for kernel, la in entry.launches.items():
                 b.set_launch(kernel, grid=la.grid, block=la.block, shared_mem=la.shared_mem)
-            engine.add(b)
             blocks[entry.id] = b
+        for r in regions.values():  # the blocks of their bodies, by the ids the description names
+            blocks[r.id].bodies = tuple(tuple(blocks[m] for m in body) for body in r.bodies)  # type: ignore[attr-defined]
+            blocks[r.id].unroll = r.unroll  # type: ignore[attr-defined]
+        inner = {m for r in regions.values() for m in r.members}
+        for entry in desc.blocks:  # a region with its bodies (nested ones inside it), then the blocks outside any
+            if entry.id not in inner:
+                engine.add(blocks[entry.id])
         self.blocks = blocks
         self.fragment = fragment
         for c in desc.connections:
@@ -443,6 +450,17 @@ class FragmentHost:
     def _clock_step(self, index: int):
         with self._lock:
             (params, writes), self._next = self._next, ({}, {})
+            frag, engine = self.fragment, self.engine
+            if (engine is not None and frag is not None and not (params or writes or self._observed_now or self._delay)
+                    and not frag.imports and not frag.exports):  # nothing but the frame: step()'s general path skipped
+                try:
+                    frame = engine.tick()
+                except DeviceLostError as e:
+                    self._lost(e)
+                if not self._diagnostics:
+                    return frame, None
+                diags, self._diagnostics = tuple(self._diagnostics), []
+                return frame, ({}, diags)
             _out, rep = self.step(index, params, writes, self._observed_now)
         return rep.frame, (rep.observed, rep.diagnostics) if rep.observed or rep.diagnostics else None
 
@@ -473,6 +491,17 @@ class FragmentHost:
         self._receivers, self._senders, self._readers, self._boards = {}, {}, {}, {}
         engine.close()
         self.engine = None
+
+
+def _region(desc, kind: str) -> Block:
+    """A region block (``If``, ``While``, ...) of ``kind`` as the description has it; its bodies are set by the
+    caller and its condition is one of the fragment's connections."""
+    from ..blocks._regions import For, If, IfElse, While
+
+    region = object.__new__({"if": If, "ifelse": IfElse, "while": While, "for": For}[kind])
+    Block.__init__(region, desc)
+    region.condition = None  # connected with the other connections
+    return region
 
 
 def _null_driver():

@@ -214,3 +214,75 @@ def test_a_hot_reloaded_cu_that_faults_on_its_first_frame_costs_no_frame(session
     finally:
         stop.dispose()
         engine.remove(shift)
+
+
+COMPARE = r"""
+extern "C" __global__ void compare(const float* v, unsigned* flag, float level) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *flag = v[0] > level;
+}
+extern "C" __global__ void affine(const float* x, float* out, float c, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] * c + 1.0f;
+}
+"""
+
+
+def _compare(name: str):
+    b = rxcuda.BlockBuilder(name, size=N)
+    k = b.add_kernel(rxcuda.compile_cuda(COMPARE, entry="compare"), threads=1)
+    b.input("v", k["v"])
+    b.output("flag", k["flag"], count=1)
+    b.scalar("level", k["level"], default=0.0)
+    return b.build()
+
+
+def test_a_fault_inside_a_region_body(session):
+    engine, good, _ = session
+    cmp = engine.add(_compare("cmp"))
+    engine.write(cmp["v"], np.ones(N, np.float32))  # the flag is set: the body runs
+    bad = rxcuda.Block.from_cuda(_source(FAULTS["null pointer"]), size=N, name="inbody")
+    gate = engine.add(rxcuda.If(cmp["flag"], [bad]))
+    engine.write(bad["x"], np.ones(N, np.float32))
+    fault = _fault_then_exact(session, gate)
+    assert "inbody/bad" in fault.message
+    engine.remove(cmp)
+    _exact(engine, good)
+
+
+def test_a_while_whose_condition_never_clears_is_a_hang_that_names_the_loop(session):
+    engine, good, diags = session
+    cmp = _compare("forever")
+    step = rxcuda.Block.from_kernel(rxcuda.compile_cuda(COMPARE, entry="affine"), size=N, name="step", c=1.0)
+    loop = engine.add(rxcuda.While(cmp["flag"], [step, cmp], name="loop"))  # 1,000,000 passes: past the deadline
+    engine.write(cmp["v"], np.ones(N, np.float32))  # v never changes: the flag never clears
+    engine.write(step["x"], np.ones(N, np.float32))
+    fault = _fault_then_exact(session, loop, "hang")
+    message = next(d.message for d in reversed(diags) if f"frame {fault.frame} " in d.message)
+    assert "While 'loop' (at most 1000000 passes)" in message
+
+
+def test_a_library_call_runs_isolated_and_a_too_small_buffer_is_refused(session):
+    from rxcuda import libraries as lib
+
+    engine, good, _ = session
+    m = 64
+    mm = engine.add(rxcuda.Block.from_call(lib.gemm(m, m, m), name="mm"))
+    rng = np.random.default_rng()
+    a, b = (rng.standard_normal((m, m)).astype(np.float32) for _ in range(2))
+    engine.write(mm["a"], a)
+    engine.write(mm["b"], b)
+    assert engine.tick().state == "ok"
+    np.testing.assert_allclose(engine.read(mm["c"]).reshape(m, m), a @ b, rtol=1e-4, atol=1e-4)
+    small = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=m, name="small"))
+    engine.write(small["x"], np.ones(m, np.float32))
+    before = len(engine.faults)
+    try:  # a buffer too small for the call is refused before it runs: at connect, or when the change is planned
+        engine.connect(small["out"], mm["a"])
+        engine.tick()  # a diagnostic; the GPU process keeps its last good pipeline
+    except rxcuda.ValidationError:
+        pass
+    np.testing.assert_allclose(engine.read(mm["c"]).reshape(m, m), a @ b, rtol=1e-4, atol=1e-4)
+    assert len(engine.faults) == before
+    engine.remove(small)
+    engine.remove(mm)
+    _exact(engine, good)

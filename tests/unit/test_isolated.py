@@ -226,3 +226,29 @@ def test_new_code_that_runs_clean_in_its_trial_is_swapped_in(engine):
     assert engine.trial_s and engine.pid == serving and not engine.faults
     desc = engine._ray.get(engine.actor("gpu").describe.remote())
     assert desc.blocks[0].desc.kernel("scalar_mul").code.key == new.key  # the serving process runs it now
+
+
+def test_regions_are_built_in_the_gpu_process_with_their_bodies(engine):
+    from _pipeline import builder, kcode, ptr, scalar
+
+    b = builder("check")
+    k = b.add_kernel(kcode("flag", ptr("x"), ptr("flag", "out", "u32"), scalar("n", default=64)))
+    b.input("x", k["x"])
+    b.output("flag", k["flag"], count=1)
+    check = engine.add(b.build())
+    inner = rxcuda.Block.from_kernel("scalar_mul", size=N, name="inner")
+    loop = rxcuda.While(check["flag"], [inner], max_iterations=7)
+    engine.add(loop)
+    engine.write(check["x"], np.ones(64, np.float32))
+    engine.write(inner["x"], np.ones(N, np.float32))
+    assert engine.tick().state == "ok"
+    desc = engine._ray.get(engine.actor("gpu").describe.remote())
+    (region,) = desc.regions
+    names = {e.id: e.desc.name for e in desc.blocks}
+    assert region.kind == "while" and [names[m] for m in region.members] == ["inner"]
+    assert {e.desc.name: e.values.get("max_iterations") for e in desc.blocks}["while"] == 7
+    engine.remove(loop)  # with its body
+    assert engine.tick().state == "ok"
+    desc = engine._ray.get(engine.actor("gpu").describe.remote())
+    assert desc.regions == () and [e.desc.name for e in desc.blocks] == ["check"]
+    assert set(engine._placement) == {check.id}
