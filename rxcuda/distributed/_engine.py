@@ -36,6 +36,7 @@ from ..engine._engine import Engine as LocalEngine
 from ..model._describe import PortRef
 from ..model._errors import EngineClosedError, ValidationError
 from ..model._events import ParameterChanged
+from ..plan._plan import plan
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
 from . import _board, _placement, _procs, _sharing
@@ -536,8 +537,8 @@ class Engine(Restarts, ClockSteps):
         self._drain(0)
         with self._lock:
             self._dirty = False
-            if self._placement:
-                self._model.rebuild()  # the whole pipeline validated at once, as one local engine would
+            if self._placement:  # the whole pipeline validated at once by the planner (nothing set up or captured here)
+                plan(self._model.describe(), reuse_memory=False)
             split = self._split_now()
             builds = {}
             for w, frag in split.fragments.items():
@@ -579,7 +580,6 @@ class Engine(Restarts, ClockSteps):
     def to_dot(self) -> str:
         """A picture of the pipeline (DOT text): a cluster per worker, links drawn bold with their transport."""
         from ._dot import distributed_dot
-
         return distributed_dot(self.describe())
 
     def save_graph(self, path, format: str | None = None):
