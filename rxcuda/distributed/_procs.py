@@ -158,7 +158,7 @@ def serve(fd: int) -> None:
     conn = Connection(fd)
     lock = threading.Lock()
     _served = (conn, lock)
-    module, qualname, args, kwargs = conn.recv()
+    module, qualname, args, kwargs = pickle.loads(conn.recv_bytes())
     try:
         obj = _find(module, qualname)(*args, **kwargs)
     except BaseException as e:  # the parent raises it from the handle's constructor
@@ -169,7 +169,7 @@ def serve(fd: int) -> None:
         conn.send(("ready", os.getpid()))
     while True:
         try:
-            msg = conn.recv()
+            msg = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             break
         if msg is None:
@@ -205,6 +205,14 @@ def _picklable(e: BaseException) -> BaseException:
 
 
 # -- the parent's side ----------------------------------------------------------------------------------------------
+def _dumps(obj) -> bytes:
+    """What goes to a child: pickled by cloudpickle, which also takes the closures library calls carry (their
+    capture and setup functions); its output loads with the standard pickle."""
+    import cloudpickle
+
+    return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def _child_env(env: dict[str, str] | None) -> dict[str, str]:
     """The child's environment: this one, with rxcuda importable from where this process imports it."""
     out = dict(os.environ)
@@ -238,7 +246,7 @@ class _Process:
         self.dead = False
         self.used = False  # a standby that ran a trial
         self.recorded = threading.Event()  # its death is in the actor's deaths (or trials)
-        self.conn.send((actor.module, actor.qualname, actor.args, actor.kwargs))
+        self.conn.send_bytes(_dumps((actor.module, actor.qualname, actor.args, actor.kwargs)))
         self.reader = threading.Thread(target=self._read, name=f"rxcuda-actor-{actor.name}-{self.pid}", daemon=True)
         self.reader.start()
 
@@ -279,8 +287,9 @@ class _Process:
     def send(self, call: int, method: str, args, kwargs, ref: Ref) -> None:
         self.pending[call] = ref
         try:
+            data = _dumps((call, method, args, kwargs))
             with self.send_lock:
-                self.conn.send((call, method, args, kwargs))
+                self.conn.send_bytes(data)
         except (OSError, ValueError):  # the pipe closed: the reader fails the call
             pass
         if self.dead:  # it ended before the call reached the pending table the reader emptied
@@ -294,7 +303,7 @@ class _Process:
 
     def stop(self) -> None:
         with contextlib.suppress(Exception), self.send_lock:
-            self.conn.send(None)
+            self.conn.send_bytes(pickle.dumps(None))
         try:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
