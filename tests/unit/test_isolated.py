@@ -14,6 +14,16 @@ import rxcuda
 from rxcuda.distributed import IsolatedEngine, _procs
 
 N = 256
+SHIFTED = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
+           '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = x[i] * scale + 1.0f; }')
+
+
+def _running(engine):
+    """A scalar_mul block built and run once (its first good frame: the last good code from then on)."""
+    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
+    engine.write(mul["x"], np.ones(N, np.float32))
+    assert engine.tick().state == "ok"
+    return mul
 
 
 def _until_ok(engine, seconds=60.0):
@@ -68,9 +78,7 @@ def test_a_lost_context_costs_a_frame_and_keeps_values_and_inputs(engine):
 
 
 def test_a_frame_past_its_deadline_is_a_hang_the_process_is_replaced(engine):
-    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
-    engine.write(mul["x"], np.ones(N, np.float32))
-    assert engine.tick().state == "ok"
+    _running(engine)
     first = engine.pid
     engine._ray.get(engine.actor("gpu").throttle.remote(30.0))  # every frame now takes 30 s: past the deadline
     t0 = time.monotonic()
@@ -81,9 +89,7 @@ def test_a_frame_past_its_deadline_is_a_hang_the_process_is_replaced(engine):
 
 
 def test_a_killed_process_is_a_crash_and_the_standby_takes_over(engine):
-    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
-    engine.write(mul["x"], np.ones(N, np.float32))
-    assert engine.tick().state == "ok"
+    _running(engine)
     actor = _procs.actor_of(engine.actor("gpu"))
     assert actor.standby is not None  # a spare, started beforehand
     spare = actor.standby.pid
@@ -100,13 +106,9 @@ def test_a_killed_process_is_a_crash_and_the_standby_takes_over(engine):
 def test_code_that_faults_on_its_first_frame_is_rolled_back_and_quarantined(engine):
     diags = []
     engine.diagnostics.subscribe(diags.append)
-    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
-    engine.write(mul["x"], np.ones(N, np.float32))
-    assert engine.tick().state == "ok"
+    mul = _running(engine)
     good = mul.description.kernel("scalar_mul").code
-    src = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
-           '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = x[i] * scale + 1.0f; }')
-    bad = rxcuda.compile_cuda(src)
+    bad = rxcuda.compile_cuda(SHIFTED)
     engine._ray.get(engine.actor("gpu").inject.remote("cuStreamSynchronize"))  # the next frame faults ...
     engine._ray.get(engine.actor("gpu").inject.remote("cuGraphLaunch"))
     mul.set_code("scalar_mul", bad)  # ... the first one with the new code (swapped in place)
@@ -123,9 +125,7 @@ def test_code_that_faults_on_its_first_frame_is_rolled_back_and_quarantined(engi
 
 
 def test_the_same_fault_again_and_again_holds_the_frames_until_something_changes(engine):
-    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
-    engine.write(mul["x"], np.ones(N, np.float32))
-    assert engine.tick().state == "ok"
+    mul = _running(engine)
     for _ in range(3):
         engine.wait_ready()
         engine._ray.get(engine.actor("gpu").inject.remote("cuStreamSynchronize", times=1000))
@@ -183,16 +183,11 @@ def _standby_ready(engine):
     return actor
 
 
-SHIFTED = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
-           '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = x[i] * scale + 1.0f; }')
-
 
 def test_new_code_that_faults_in_its_trial_run_never_reaches_the_running_graph(engine):
     diags = []
     engine.diagnostics.subscribe(diags.append)
-    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
-    engine.write(mul["x"], np.ones(N, np.float32))
-    assert engine.tick().state == "ok"
+    mul = _running(engine)
     good = mul.description.kernel("scalar_mul").code
     actor = _standby_ready(engine)
     spare = actor.standby.pid
@@ -215,9 +210,7 @@ def test_new_code_that_faults_in_its_trial_run_never_reaches_the_running_graph(e
 
 
 def test_new_code_that_runs_clean_in_its_trial_is_swapped_in(engine):
-    mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
-    engine.write(mul["x"], np.ones(N, np.float32))
-    assert engine.tick().state == "ok"
+    mul = _running(engine)
     _standby_ready(engine)
     serving = engine.pid
     new = rxcuda.compile_cuda(SHIFTED)
