@@ -30,9 +30,12 @@ test: $(STAMP) chromium
 install: $(STAMP)
 
 # The documentation site (mkdocs.yml, docs/) into site/, warnings as errors (--strict); needs no internet and
-# no GPU. `$(VENV)/bin/mkdocs serve` serves it while you edit.
+# no GPU. Open site/index.html in a browser (it navigates and searches from disk); `$(VENV)/bin/mkdocs serve`
+# serves it while you edit. Not --quiet: that silences the warnings, and --strict then has none to count; the
+# output is shown only when the build fails.
 docs: $(STAMP)
-	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+	@out=$$(NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site 2>&1) \
+		|| { printf '%s\n' "$$out"; exit 1; }
 
 # tests/browser run the live view in headless Chromium: Debian's chromium package, driven by Playwright (from
 # the dev extra) with that executable, so no browser is downloaded. When it is missing and this runs as root

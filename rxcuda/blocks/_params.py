@@ -203,6 +203,17 @@ engine.resize(scalar_mul['x'], shape)
 
     __slots__ = ()  # (the fields are the base's)
 
+    if TYPE_CHECKING:  # declared for the API reference (Griffe reads it) and the type checker; at run time the
+        # base's descriptor (compiled, or _Fields.value) is the one that runs
+
+        @property
+        def value(self) -> Any:
+            """The parameter's value: what the next frame passes to the kernels. Setting it checks the value (its
+            type, range and, for a count, the buffers it counts) and folds it into the engine's pending plan."""
+
+        @value.setter
+        def value(self, v: Any) -> None: ...
+
     def __init__(self, block: Any, name: str, dtype: str, value, min=None, max=None, step=None,
                  counts: tuple[str, ...] = ()):
         self.name = name

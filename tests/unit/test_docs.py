@@ -333,25 +333,88 @@ def test_the_layout_names_only_folders_that_exist_or_are_moving():
 
 
 # -- the site --------------------------------------------------------------------------------------------
-def test_the_site_builds_with_warnings_as_errors_and_loads_nothing_from_the_internet(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The site, built once for this module's checks: mkdocs build --strict (warnings are errors)."""
     pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]') builds the site")
     import os
     import subprocess
     import sys
 
-    site = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+    out = tmp_path_factory.mktemp("site") / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert (site / "index.html").is_file() and (site / "api" / "index.html").is_file()
+    return out
+
+
+def test_the_site_builds_with_warnings_as_errors_and_loads_nothing_from_the_internet(site):
+    assert (site / "index.html").is_file() and (site / "api.html").is_file()
     remote = set()
     for page in site.rglob("*.html"):
         remote |= set(re.findall(r'<(?:script|link|img)[^>]*(?:src|href)="(https?://[^"]+)"', page.read_text()))
     assert remote == set(), f"the site loads these from the internet: {sorted(remote)[:5]}"
-    api = (site / "api" / "index.html").read_text()
+    api = (site / "api.html").read_text()
     # docstring examples are fenced pycon code (tools/griffe_doctest.py): Pygments marks the prompts
     assert '<span class="gp">&gt;&gt;&gt; </span>' in api
+
+
+def test_the_site_works_opened_from_disk(site):
+    """Pages are files (no directory URLs, which a browser opening files shows as listings) and the search
+    index is a script the pages load (tests/browser/test_site.py searches it in Chromium)."""
+    assert not [p for p in site.rglob("index.html") if p.parent != site]
+    links = set()
+    for page in site.glob("*.html"):
+        if page.name == "404.html":  # (a server's answer for any path: its links start at the site's root)
+            continue
+        links |= set(re.findall(r'href="([^"#:]*)(?:#[^"]*)?"', page.read_text()))
+    assert not [link for link in links if link.endswith("/") or (link and not (site / link).exists())]
+    assert (site / "search" / "search_index.js").is_file()  # what the pages load for search on file://
+    # search runs in a Web Worker, which file:// pages start through a shim: the vendored copy, not unpkg's
+    assert '<script src="assets/iframe-worker-shim.js">' in (site / "index.html").read_text()
+
+
+def _public(cls) -> set[str]:
+    """The public attributes of ``cls`` as Python sees them after ``import rxcuda`` (rxcuda.view's conveniences
+    included), less those of bases outside rxcuda (object, enum, tuple, Mapping, ...)."""
+    outside = set()
+    for base in cls.__mro__[1:]:
+        if not base.__module__.startswith("rxcuda"):
+            outside |= set(dir(base))
+    return {n for n in dir(cls) if not n.startswith("_")} - outside
+
+
+def _held():
+    """What users hold, by the name the API reference gives it."""
+    import rxcuda
+    import rxcuda.distributed
+
+    names = ["Engine", "Block", "BlockBuilder", "Parameter", "PortHandle", "Composite", "CompositeInstance", "Frame",
+             "Diagnostic", "AppliedUpdate", "BufferStats", "EngineStream", "GraphPlan", "Trace", "LiveView"]
+    held = {f"rxcuda.{n}": getattr(rxcuda, n) for n in names}
+    held.update({f"rxcuda.distributed.{n}": getattr(rxcuda.distributed, n)
+                 for n in ("Engine", "DistributedFrame", "Worker")})
+    return held
+
+
+def test_the_api_reference_shows_every_public_member_of_what_users_hold(site):
+    api = (site / "api.html").read_text()
+    anchors = set(re.findall(r'id="(rxcuda[\w.]*)"', api))
+    held = _held()
+    assert [name for name in held if name not in anchors] == []
+    missing = sorted(f"{name}.{m}" for name, cls in held.items() for m in _public(cls) if f"{name}.{m}" not in anchors)
+    assert missing == [], f"the API reference leaves out {missing}"
+    # what rxcuda.view installs on the engine is there too (tools/griffe_installed.py reads its install())
+    assert {"serve", "to_dot", "save_graph", "trace", "gl_buffer"} <= _public(held["rxcuda.Engine"])
+
+
+def test_the_installed_methods_are_read_from_the_installers():
+    spec = importlib.util.spec_from_file_location("_griffe_installed", ROOT / "tools" / "griffe_installed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = "def install():\n    Engine.serve = _serve\n    Engine._repr_html_ = _html\n    x = 1\n"
+    assert module.installed(source) == [("Engine", "serve", "_serve"), ("Engine", "_repr_html_", "_html")]
 
 
 def test_doctest_fences_wrap_examples_and_drop_directives():
