@@ -378,8 +378,8 @@ def test_demo_run_reports_a_failed_build():
     api.fail("cuModuleLoadData", "CUDA_ERROR_INVALID_PTX", times=10)
     code, text = null_demo(10, api)
     assert code == 1
-    assert text.splitlines()[-1].startswith("the pipeline did not build: rebuild failed, the last good graph keeps "
-                                            "running: ")
+    assert text.splitlines()[-1].startswith("the pipeline did not build: build failed, no graph runs until it is "
+                                            "fixed: ")
     assert "CUDA_ERROR_INVALID_PTX" in text
 
 
