@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from itertools import accumulate
+from types import FrameType
 from operator import attrgetter, itemgetter
 from typing import Any, cast
 
@@ -78,7 +79,8 @@ class Prepared:
 def _caller_level() -> int:
     """The ``stacklevel`` of warnings.warn, called by the function that calls this, that names the first frame
     outside rxcuda (the user's ``engine.tick()``, say)."""
-    frame, level = sys._getframe(1), 1  # (level 1: the function that warns)
+    frame: FrameType | None = sys._getframe(1)  # (stacklevel 1: the function that warns)
+    level = 1
     while frame is not None and frame.f_globals.get("__name__", "").startswith("rxcuda."):
         frame, level = frame.f_back, level + 1
     return level
