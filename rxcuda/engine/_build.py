@@ -14,8 +14,8 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from itertools import accumulate
-from types import FrameType
 from operator import attrgetter, itemgetter
+from types import FrameType
 from typing import Any, cast
 
 import attrs
