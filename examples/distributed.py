@@ -20,8 +20,12 @@ import rxcuda
 
 try:
     import ray
-except ImportError:
-    sys.exit("rxcuda.examples.distributed runs on Ray, which is not installed: pip install 'rxcuda[ray]'")
+
+    ray.init  # noqa: B018 - without Ray, a folder named ray (Ray leaves one in the temp folder) imports as an empty
+    # namespace package: that is no Ray either
+except (ImportError, AttributeError):
+    sys.exit("rxcuda.examples.distributed runs on Ray, which is not installed: pip install '.[ray]' from a checkout "
+             "of rxcuda (docs/getting-started.md#install)")
 
 from rxcuda.distributed import Engine, Worker
 
