@@ -3,7 +3,7 @@
 `camera` scales a frame, `filter` scales it again; the link between them is CUDA IPC when both workers share a
 GPU host.
 
-    pip install 'rxcuda[ray]'
+    pip install '.[ray]'
     python -m rxcuda.examples.distributed [frames]
 
 It starts a local Ray cluster. With a GPU each worker takes half of it and the output is checked against NumPy

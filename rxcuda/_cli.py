@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
                       ".svg/.png/.pdf through Graphviz, DOT text on standard output for - (the report then goes "
                       "to standard error: rxcuda demo --plan --dot - | dot -Tsvg > demo.svg); after a GPU run it "
                       "shows each block's state")
-    live = demo.add_argument_group("live view (needs aiohttp: pip install 'rxcuda[view]')")
+    live = demo.add_argument_group("live view (needs aiohttp: pip install '.[view]')")
     live.add_argument("--serve", action="store_true",
                       help="run the pipeline at 60 Hz and serve it as a live web page (print its address); with "
                       "--plan or without a GPU, the planned pipeline runs on the null driver")
@@ -148,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
         help="draw host and GPU time per frame of a trace (engine.trace) into a picture (needs matplotlib)",
         description="Host and GPU time per frame of a trace written by engine.trace(path), with a mark at each "
         "update (coloured by tier), reload and diagnostic: what to look at to find a stutter. Needs "
-        "matplotlib: pip install 'rxcuda[view]'.",
+        "matplotlib: pip install '.[view]'.",
     )
     plot.add_argument("trace", type=Path, metavar="TRACE", help="a trace-event JSON file written by engine.trace")
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PICTURE",

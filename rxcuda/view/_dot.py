@@ -432,12 +432,12 @@ def render(text: str, format: str) -> bytes:
     """Run DOT ``text`` through Graphviz's ``dot`` into ``format`` (svg, png, pdf); raises
     :class:`GraphvizNotFoundError` saying how to install what is missing."""
     try:
-        import graphviz  # optional: pip install graphviz (or rxcuda[view])
+        import graphviz  # optional: pip install graphviz (or the view extra)
     except ImportError:
         raise GraphvizNotFoundError(
             f"rendering {format} needs the graphviz Python package, which is not installed: pip install graphviz "
-            "(or pip install 'rxcuda[view]'), and Graphviz's dot program (apt install graphviz, brew install "
-            "graphviz or conda install graphviz); or save as .dot, which needs neither") from None
+            "(or pip install '.[view]' in rxcuda's checkout), and Graphviz's dot program (apt install graphviz, "
+            "brew install graphviz or conda install graphviz); or save as .dot, which needs neither") from None
     not_found = getattr(graphviz, "ExecutableNotFound", None)
     try:
         return graphviz.Source(text).pipe(format=format)

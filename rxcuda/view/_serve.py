@@ -99,8 +99,8 @@ class LiveView:
         try:
             from aiohttp import web  # noqa: F401
         except ImportError as e:
-            raise LiveViewError("the live view needs aiohttp: pip install 'rxcuda[view]' (or pip install "
-                                "aiohttp)") from e
+            raise LiveViewError("the live view needs aiohttp: pip install '.[view]' in rxcuda's checkout (or pip "
+                                "install aiohttp)") from e
         self.host = host
         self.local = host in LOCAL_HOSTS
         generated = token is None and not self.local

@@ -36,15 +36,15 @@ PLOT_W, PLOT_H = 360, 90
 
 
 class WidgetsNotFoundError(ImportError):
-    """rxcuda.view.widgets needs ipywidgets (``pip install 'rxcuda[notebook]'``)."""
+    """rxcuda.view.widgets needs ipywidgets (``pip install '.[notebook]'``)."""
 
 
 def _ipywidgets():
     try:
         import ipywidgets
     except ImportError:
-        raise WidgetsNotFoundError("rxcuda.view.widgets needs ipywidgets, which is not installed: "
-                                   "pip install 'rxcuda[notebook]' (or pip install ipywidgets)") from None
+        raise WidgetsNotFoundError("rxcuda.view.widgets needs ipywidgets, which is not installed: pip install "
+                                   "'.[notebook]' in rxcuda's checkout (or pip install ipywidgets)") from None
     return ipywidgets
 
 

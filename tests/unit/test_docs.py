@@ -109,6 +109,79 @@ def test_the_parser_refuses_unmarked_blocks_and_unknown_continuations():
                                          "x", "#", "continues:", "a", "z", "=", "y"]
 
 
+def test_a_block_names_the_extras_it_needs():
+    (a, b) = snippets("```python\n# snippet: a -- runs without a GPU, needs '.[notebook]'\n```\n"
+                      "```python\n# continues: a -- needs '.[view,media]'\n```\n")
+    assert a.no_gpu and a.extras == ("notebook",) and not b.no_gpu and b.extras == ("notebook", "view", "media")
+    with pytest.raises(SnippetError, match="unknown note"):
+        snippets("```python\n# snippet: a -- needs rxcuda[view]\n```\n")
+
+
+# what a block uses that only an extra brings (lines that are comments aside)
+EXTRA_USES = {"ray": r"rxcuda\.distributed|^import ray", "notebook": r"widgets\(|ipywidgets",
+              "view": r"\.serve\(|plot_frames|save_graph\([^)]*\.(?:svg|png|pdf)",
+              "media": r"\bmedia\.(?:video|audio|camera)|^import av\b|soundfile",
+              "gl": r"moderngl|gl_buffer|gl_texture"}
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.id)
+def test_every_block_names_exactly_the_extras_it_uses(snippet):
+    """README's and the pages' install lines agree with their blocks: a block that uses what an extra brings says
+    ``needs '.[EXTRA]'`` (tools/check_wheel.sh runs it with exactly those), and names no extra it does not use."""
+    import tomllib
+
+    code = "\n".join(line.strip() for line in snippet.source.split("\n") if not line.strip().startswith("#"))
+    uses = sorted(extra for extra, pattern in EXTRA_USES.items() if re.search(pattern, code, re.M))
+    assert sorted(snippet.extras) == uses
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(snippet.extras) <= set(extras)
+
+
+def _extras() -> dict[str, list[str]]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+INSTALLED_FROM_PYPI = re.compile(r"pip install (?:-U |--upgrade )?['\"]?rxcuda\b|rxcuda\[\w")  # not on PyPI
+
+
+def _sources_that_say_how_to_install() -> dict[str, str]:
+    """The pages, and what rxcuda, its examples and its tools print (their install hints)."""
+    out = dict(FILES)
+    for folder in ("rxcuda", "examples", "bench", "tools"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".ipynb", ".sh"):
+                out[rel(path)] = path.read_text()
+    return out
+
+
+def test_every_install_line_works_from_a_checkout():
+    """rxcuda is installed from a checkout (pip install '.[EXTRA]') or its wheel: no page, message or example
+    says pip install 'rxcuda[...]' or pip install rxcuda, which resolve to nothing."""
+    said = {f: sorted(set(m.group(0) for m in INSTALLED_FROM_PYPI.finditer(t))) for f, t in
+            _sources_that_say_how_to_install().items()}
+    assert {f: s for f, s in said.items() if s} == {}
+    extras = _extras()
+    named = {e for t in _sources_that_say_how_to_install().values()
+             for group in re.findall(r"pip install '\.\[([\w,]+)\]'", t) for e in group.split(",")}
+    assert named and named - {"EXTRA", "EXTRAS", "extras"} <= set(extras)  # (placeholders where the text says how)
+
+
+def test_the_install_page_covers_every_extra_and_the_wheel():
+    section = FILES["docs/getting-started.md"].split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `(\w+)` \|", section, re.M))
+    assert rows == set(_extras())
+    assert "pip wheel --no-deps -w dist ." in section and ".whl[notebook]'" in section
+
+
+def test_the_readme_install_lines_bring_what_its_blocks_need():
+    lines = next(b.text for b in fenced_blocks(FILES["README.md"]) if b.lang == "sh" and "pip install ." in b.text)
+    installed = {e for group in re.findall(r"pip install '\.\[([\w,]+)\]'", lines) for e in group.split(",")}
+    needed = {e for s in SNIPPETS if s.file == "README.md" for e in s.extras}
+    assert needed and needed <= installed
+
+
 def test_snippet_names_are_scoped_per_file():
     assert [s.id for s in snippets("```python\n# snippet: a\n```\n", "one.md")] == ["one.md:a"]
     names = [s.id for s in SNIPPETS]

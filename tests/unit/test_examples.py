@@ -102,7 +102,7 @@ def test_a_checkout_on_pythonpath_without_an_install_finds_the_kernels_and_examp
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the null-driver run of a machine without a CUDA device")
 def test_the_distributed_example_runs_on_the_null_driver_and_says_so(tmp_path):
-    pytest.importorskip("ray", reason="examples/distributed.py runs on Ray: pip install 'rxcuda[ray]'")
+    pytest.importorskip("ray", reason="examples/distributed.py runs on Ray: pip install '.[ray]'")
     proc = subprocess.run([sys.executable, "-m", "rxcuda.examples.distributed", "3"], capture_output=True,
                           text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=180)
     assert proc.returncode == 0, proc.stderr

@@ -183,7 +183,7 @@ def test_widgets_errors(engine, monkeypatch):
     with pytest.raises(ValueError, match=r"every=.*positive int.*got 0"):
         rxcuda.view.widgets(engine, every=0)
     monkeypatch.setitem(sys.modules, "ipywidgets", None)
-    with pytest.raises(rxcuda.view.WidgetsNotFoundError, match=r"pip install 'rxcuda\[notebook\]'"):
+    with pytest.raises(rxcuda.view.WidgetsNotFoundError, match=r"pip install '\.\[notebook\]' in rxcuda's checkout"):
         rxcuda.view.widgets(engine)
 
 
