@@ -143,3 +143,22 @@ def test_the_distributed_engine_without_ray_beside_a_folder_named_ray_says_ray_i
     monkeypatch.setitem(sys.modules, "ray", folder)
     with pytest.raises(ImportError, match=r"Ray, which is not installed: pip install '\.\[ray\]' .*only the folder "):
         ray_module()
+
+
+def test_the_gallery_lists_every_example_with_what_it_needs():
+    """docs/examples.md has a row per example (and the notebook): how to run it, what it needs, what it shows; an
+    example that exits asking for an extra names that extra in its row."""
+    import re
+
+    rows = {}
+    for line in (ROOT / "docs" / "examples.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 4 and cells[0] not in ("example", "---|---|---|---"):
+            rows[cells[0]] = cells
+    assert set(rows) == {*EXAMPLES, "notebook.ipynb"}
+    for name in EXAMPLES:
+        _, run, needs, shows = rows[name]
+        assert run.startswith(f"`python -m rxcuda.examples.{name}") and needs and len(shows) > 80
+        text = (ROOT / "examples" / f"{name}.py").read_text()
+        for extra in re.findall(r"pip install '\.\[(\w+)\]'", text):
+            assert f"'.[{extra}]'" in needs, f"{name} asks for the {extra} extra; its row does not say so"
