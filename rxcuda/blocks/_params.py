@@ -261,6 +261,20 @@ engine.resize(scalar_mul['x'], shape)
         return next((s.counts for s in self._block.description.scalars if s.name == self.name), ())
 
     @property
+    def follows(self) -> tuple[str, int | None] | None:
+        """``(port, axis)`` when this parameter follows a port's shape (its element count where ``axis`` is None,
+        else that axis's length), else None. Such a parameter reads the value the running graph passes: after a
+        build where the port runs at another shape than declared (``Block.from_kernel(..., size=512)`` fed by a
+        1024-element output), ``value`` is 1024; back at the declared shape, its own value again. A value you set
+        is passed until the next build re-derives it.
+
+        >>> from rxcuda import Block
+        >>> Block.from_kernel("scalar_mul", size=1024).params["n"].follows
+        ('x', None)
+        """
+        return next((s.size_of for s in self._block.description.scalars if s.name == self.name), None)
+
+    @property
     def limit(self) -> int | None:
         """The largest value this count parameter takes now: the smallest element count, after any resize, of
         the buffers it counts (a slider's end); None when it counts nothing."""

@@ -42,6 +42,7 @@ from ._profile import LOW_OCCUPANCY, occupancy
 from ._resize import _fits as fits
 from ._resize import try_in_place
 from ._runtime import Runtime
+from ._shapes_io import follow_shapes
 
 _ID = attrgetter("id")
 
@@ -132,6 +133,7 @@ class Builder:
             ok = self._build(raise_errors)
             if ok:
                 self.last_build_ms = (time.perf_counter() - t0) * 1e3
+                follow_shapes(self.rt)
             return ok
         finally:
             if paused:
