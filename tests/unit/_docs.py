@@ -31,6 +31,20 @@ _NEEDS = re.compile(r"needs '\.\[([\w,-]+)\]'")
 SHIPPED = ("vector_add", "scalar_mul", "saxpy", "vector_sub", "vector_add3", "append_above")
 
 
+def build_site(out: pathlib.Path) -> pathlib.Path:
+    """``mkdocs build --strict`` (warnings are errors) of this checkout into ``out``; returns ``out``. Raises
+    AssertionError with mkdocs' output when the build fails."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
 def doc_files() -> list[pathlib.Path]:
     """README.md, then every page of the site."""
     return [README, *sorted(DOCS.rglob("*.md"))]

@@ -5,7 +5,6 @@ at the declared shape it reads its own value again (docs/shapes.md, docs/paramet
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import rxcuda
 from rxcuda import Block, BlockBuilder, Follow, Reduce
@@ -16,12 +15,6 @@ extern "C" __global__ void rowsum(const float* x, float* s, int rows, int cols) 
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r < rows) { float acc = 0.0f; for (int c = 0; c < cols; ++c) acc += x[r * cols + c]; s[r] = acc; }
 }'''
-
-
-@pytest.fixture
-def engine():
-    with rxcuda.Engine(driver=NullDriver()) as e:
-        yield e
 
 
 def _passed(engine, block, name):

@@ -26,6 +26,7 @@ from _docs import (
     PasteError,
     SnippetError,
     all_snippets,
+    build_site,
     doc_files,
     fenced_blocks,
     paste,
@@ -410,16 +411,7 @@ def test_the_layout_names_only_folders_that_exist_or_are_moving():
 def site(tmp_path_factory):
     """The site, built once for this module's checks: mkdocs build --strict (warnings are errors)."""
     pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]') builds the site")
-    import os
-    import subprocess
-    import sys
-
-    out = tmp_path_factory.mktemp("site") / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return out
+    return build_site(tmp_path_factory.mktemp("site") / "site")
 
 
 def test_the_site_builds_with_warnings_as_errors_and_loads_nothing_from_the_internet(site):

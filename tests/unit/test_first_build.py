@@ -10,17 +10,9 @@ import warnings
 import numpy as np
 import pytest
 
-import rxcuda
 from rxcuda import Block
-from rxcuda.cuda import NullDriver
 
 N = 16
-
-
-@pytest.fixture
-def engine():
-    with rxcuda.Engine(driver=NullDriver()) as e:
-        yield e
 
 
 def _open_input(engine):
