@@ -1,17 +1,20 @@
 # `make demo` and `make test` work from a fresh clone: each creates .venv if it is missing and installs
-# rxcuda into it (editable, with the dev tools) whenever pyproject.toml (or this file) is newer than the
-# last install. The install is editable: edits and new modules need no reinstall.
+# rxcuda into it (editable) whenever pyproject.toml (or this file) is newer than the last install. `make demo`
+# installs only what the demo runs (rxcuda's own requirements: pip install -e .); `make test` installs the dev
+# extra (the docs, view, notebook, media and ray extras and the test tools, well over a GB). The install is
+# editable: edits and new modules need no reinstall.
 
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+CORE_STAMP := $(VENV)/.installed-core
 
 # Every module's docstring examples run with the tests (examples that need a device are marked
 # `# doctest: +SKIP` where they stand).
 
 .PHONY: demo test docs install chromium screenshot
 
-demo: $(STAMP)
+demo: $(CORE_STAMP)
 	$(VENV)/bin/rxcuda demo
 
 # ruff, mypy (rxcuda/engine, blocks, plan and streams, configured in pyproject.toml), the documentation site, the
@@ -30,9 +33,12 @@ test: $(STAMP) chromium
 install: $(STAMP)
 
 # The documentation site (mkdocs.yml, docs/) into site/, warnings as errors (--strict); needs no internet and
-# no GPU. `$(VENV)/bin/mkdocs serve` serves it while you edit.
+# no GPU. Open site/index.html in a browser (it navigates and searches from disk); `$(VENV)/bin/mkdocs serve`
+# serves it while you edit. Not --quiet: that silences the warnings, and --strict then has none to count; the
+# output is shown only when the build fails.
 docs: $(STAMP)
-	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+	@out=$$(NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site 2>&1) \
+		|| { printf '%s\n' "$$out"; exit 1; }
 
 # tests/browser run the live view in headless Chromium: Debian's chromium package, driven by Playwright (from
 # the dev extra) with that executable, so no browser is downloaded. When it is missing and this runs as root
@@ -53,8 +59,15 @@ screenshot: $(STAMP) chromium
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
+# the demo's environment: rxcuda and its own requirements (the dev install below holds them too)
+$(CORE_STAMP): pyproject.toml Makefile | $(VENV)/bin/python
+	@echo "installing rxcuda into $(VENV) (pip install -e .; log in $(VENV)/install.log)"
+	@$(VENV)/bin/python -m pip install -q -e . > $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; echo "pip install failed; see above"; exit 1; }
+	@touch $@
+
 $(STAMP): pyproject.toml Makefile | $(VENV)/bin/python
 	@echo "installing rxcuda into $(VENV) (pip install -e '.[dev]'; log in $(VENV)/install.log)"
 	@$(VENV)/bin/python -m pip install -q -e '.[dev]' > $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; echo "pip install failed; see above"; exit 1; }
-	@touch $@
+	@touch $@ $(CORE_STAMP)

@@ -71,7 +71,7 @@ def main() -> None:
     try:
         import ray
     except ImportError:
-        sys.exit("bench/distributed.py runs on Ray, which is not installed: pip install 'rxcuda[ray]'")
+        sys.exit("bench/distributed.py runs on Ray, which is not installed: pip install '.[ray]' in rxcuda's checkout")
     import numpy as np
 
     import rxcuda

@@ -2,7 +2,8 @@
 
 Run one from any directory as ``python -m rxcuda.examples.particles`` (or ``rxcuda examples particles``);
 ``python -m rxcuda.examples`` (or ``rxcuda examples``) lists them with what each shows. They need a CUDA
-device; without one each says so in one line and exits with status 1.
+device (``distributed`` runs on the null driver without one, saying so); without one each says so in one line
+and exits with status 1. docs/examples.md says what each needs (a GPU, an extra).
 
 >>> from rxcuda import examples
 >>> "quickstart" in examples.names()

@@ -3,7 +3,7 @@
 `camera` scales a frame, `filter` scales it again; the link between them is CUDA IPC when both workers share a
 GPU host.
 
-    pip install 'rxcuda[ray]'
+    pip install '.[ray]'
     python -m rxcuda.examples.distributed [frames]
 
 It starts a local Ray cluster. With a GPU each worker takes half of it and the output is checked against NumPy
@@ -20,8 +20,12 @@ import rxcuda
 
 try:
     import ray
-except ImportError:
-    sys.exit("rxcuda.examples.distributed runs on Ray, which is not installed: pip install 'rxcuda[ray]'")
+
+    ray.init  # noqa: B018 - without Ray, a folder named ray (Ray leaves one in the temp folder) imports as an empty
+    # namespace package: that is no Ray either
+except (ImportError, AttributeError):
+    sys.exit("rxcuda.examples.distributed runs on Ray, which is not installed: pip install '.[ray]' from a checkout "
+             "of rxcuda (docs/getting-started.md#install)")
 
 from rxcuda.distributed import Engine, Worker
 

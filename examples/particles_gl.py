@@ -25,7 +25,7 @@ if not ok:
 try:
     import moderngl
 except ImportError:
-    sys.exit("rxcuda.examples.particles_gl draws with moderngl: pip install 'rxcuda[gl]'")
+    sys.exit("rxcuda.examples.particles_gl draws with moderngl: pip install '.[gl]' in rxcuda's checkout")
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 FRAMES = int(args[0]) if args else 600

@@ -26,7 +26,7 @@ if not ok:
 try:
     import av
 except ImportError:
-    sys.exit("rxcuda.examples.video_filter decodes video with PyAV: pip install 'rxcuda[media]'")
+    sys.exit("rxcuda.examples.video_filter decodes video with PyAV: pip install '.[media]' in rxcuda's checkout")
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 FRAMES = int(args[0]) if args else 90

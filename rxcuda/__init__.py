@@ -18,7 +18,7 @@ cuSPARSE, cuSOLVER calls as blocks), ``rxcuda.streams`` (events and Rx operators
 ``engine.save_graph``; traces: ``engine.trace``, ``plot_frames``), ``rxcuda.kernels`` (the kernels shipped with
 rxcuda: ``Block.from_kernel("vector_add")`` loads one by name), ``rxcuda.examples`` (runnable pipelines:
 ``python -m rxcuda.examples``), ``rxcuda.distributed`` (a pipeline's blocks on
-several processes and machines, as Ray actors: ``rxcuda.distributed.Engine``; needs ``rxcuda[ray]``).
+several processes and machines, as Ray actors: ``rxcuda.distributed.Engine``; needs the ``ray`` extra).
 """
 
 import importlib as _importlib

@@ -24,6 +24,8 @@ from typing import TextIO
 
 import numpy as np
 
+from .model._words import counted
+
 # The quickstart pipeline: (a + b) -> vector_add -> scalar_mul(scale) -> append_above(threshold).
 SCALES = (3.0, 0.5, -2.0, 1.25, 10.0, 0.1)
 THRESHOLD = 2.0
@@ -125,8 +127,10 @@ def _parser() -> argparse.ArgumentParser:
                       "$RXCUDA_KERNELS, else the kernels shipped with rxcuda")
     demo.add_argument("--dot", type=Path, default=None, metavar="FILE",
                       help="also write a picture of the pipeline to FILE: DOT text for .dot (needs nothing), "
-                      ".svg/.png/.pdf through Graphviz; after a GPU run it shows each block's state")
-    live = demo.add_argument_group("live view (needs aiohttp: pip install 'rxcuda[view]')")
+                      ".svg/.png/.pdf through Graphviz, DOT text on standard output for - (the report then goes "
+                      "to standard error: rxcuda demo --plan --dot - | dot -Tsvg > demo.svg); after a GPU run it "
+                      "shows each block's state")
+    live = demo.add_argument_group("live view (needs aiohttp: pip install '.[view]')")
     live.add_argument("--serve", action="store_true",
                       help="run the pipeline at 60 Hz and serve it as a live web page (print its address); with "
                       "--plan or without a GPU, the planned pipeline runs on the null driver")
@@ -144,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
         help="draw host and GPU time per frame of a trace (engine.trace) into a picture (needs matplotlib)",
         description="Host and GPU time per frame of a trace written by engine.trace(path), with a mark at each "
         "update (coloured by tier), reload and diagnostic: what to look at to find a stutter. Needs "
-        "matplotlib: pip install 'rxcuda[view]'.",
+        "matplotlib: pip install '.[view]'.",
     )
     plot.add_argument("trace", type=Path, metavar="TRACE", help="a trace-event JSON file written by engine.trace")
     plot.add_argument("-o", "--output", type=Path, default=None, metavar="PICTURE",
@@ -440,7 +444,8 @@ SERVE_DEFAULTS = {"host": "127.0.0.1", "port": 0, "seconds": None, "profile": "p
 
 
 def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None = None) -> int:
-    out = out or sys.stdout
+    # with --dot -, standard output carries the DOT text alone (for a pipe into Graphviz): the report goes to stderr
+    out = out or (sys.stderr if str(getattr(args, "dot", None)) == "-" else sys.stdout)
     if not getattr(args, "serve", False):
         given = [f"--{k}" for k in SERVE_DEFAULTS if getattr(args, k, None) is not None]
         if given:
@@ -476,12 +481,15 @@ def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None =
 
 
 def _check_dot(path: Path) -> None:
-    """Refuse ``--dot FILE`` before any work: a format save_graph does not write, or Graphviz missing for
-    .svg/.png/.pdf (rxcuda.GraphvizNotFoundError says how to install it)."""
-    from .view._dot import format_of, render
+    """Refuse ``--dot FILE`` before any work, in the command line's words: a format it does not write, a missing
+    folder, Graphviz missing for .svg/.png/.pdf. ``-``: DOT text on standard output."""
+    from .view._dot import FORMATS, render
 
-    fmt = format_of(path, None)
-    if fmt not in ("dot", "gv"):
+    fmt = path.suffix.lstrip(".").lower()
+    if str(path) != "-" and fmt not in FORMATS:
+        raise ValueError(f"--dot {path}: {f'rxcuda does not write {fmt!r}' if fmt else 'no suffix'}; name the file "
+                         ".dot (DOT text), .svg, .png or .pdf (Graphviz), or give - for DOT text on standard output")
+    if fmt not in ("dot", "gv", ""):
         render("digraph {}", fmt)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"--dot {path}: the folder {path.parent} does not exist")
@@ -489,11 +497,12 @@ def _check_dot(path: Path) -> None:
 
 def _write_dot(what, path: Path, out: TextIO, plan=None) -> None:
     """Write the picture of ``what`` (an engine, or the demo's description with its ``plan``) for ``--dot``."""
-    from .view._dot import format_of, save_graph
+    from .view._dot import format_of, save_graph, to_dot
 
-    save_graph(what, path, plan=plan)
+    if str(path) == "-":
+        return print(to_dot(what, plan=plan), end="", flush=True)
     hint = f" (render it: dot -Tsvg {path} -o pipeline.svg)" if format_of(path, None) in ("dot", "gv") else ""
-    print(f"wrote a picture of the pipeline to {path}{hint}", file=out)
+    print(f"wrote a picture of the pipeline to {save_graph(what, path, plan=plan)}{hint}", file=out)
 
 
 def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, out: TextIO,
@@ -512,7 +521,7 @@ def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, ou
         engine.write(add["a"], a)
         engine.write(add["b"], b)
         print(f"rxcuda demo on {engine.device.name}: vector_add -> scalar_mul -> append_above(> {THRESHOLD}), "
-              f"{size} elements, {frames} frames, scale changes every {SEGMENT} frames", file=out)
+              f"{size} elements, {counted(frames, 'frame')}, scale changes every {SEGMENT} frames", file=out)
         for i in range(frames):
             if i and i % SEGMENT == 0:
                 mul.params["scale"].value = SCALES[(i // SEGMENT) % len(SCALES)]
@@ -547,14 +556,15 @@ def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, ou
           f"{_median(hot_ticks)}", file=out)
     if hot_ticks:
         applied = " / ".join(sorted("+".join(t) or "none" for t in hot_tiers))
-        print(f"{len(hot_ticks)} hot updates applied through: {applied}"
+        print(f"{counted(len(hot_ticks), 'hot update')} applied through: {applied}"
               + (f"; graph builds in all: {rebuilds}" if rebuilds is not None else ""), file=out)
     # check_frame stops at the first problem: the counts were checked in every segment only if none failed
     counts = "exact" if not failures else "WRONG" if any("count" in f for f in failures) else "not all checked"
     print(f"check against NumPy: max relative error {worst:.2e} (limit {MAX_REL_ERROR:.0e}), append counts "
           f"{counts}", file=out)
     if failures:
-        print(f"FAILED: {len(failures)} check(s) disagree with NumPy", file=out)
+        print(f"FAILED: {counted(len(failures), 'check')} disagree{'s' if len(failures) == 1 else ''} with NumPy",
+              file=out)
         return 1
     print("OK", file=out)
     return 0
@@ -614,7 +624,7 @@ def serve_demo(kernels: Path, args, *, null: bool, why: str = "", out: TextIO | 
                     time.sleep(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic())))
             finally:
                 running.dispose()
-        print(f"served {engine.frame} frames; scale ended at {mul.params['scale'].value}", file=out)
+        print(f"served {counted(engine.frame, 'frame')}; scale ended at {mul.params['scale'].value}", file=out)
     return 0
 
 

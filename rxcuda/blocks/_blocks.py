@@ -228,6 +228,9 @@ class Block:
         self.state = "not built"  # "ok", "warning", "error", "removed"
         self.message = ""
         self._warnings: dict[str, str] = {}  # what keeps the block in "warning" (source -> message)
+        # parameters that read what the running graph derives from a shape: name -> (own value, running value)
+        # (rxcuda.engine._shapes_io.follow_shapes)
+        self._derived: dict[str, tuple[Any, Any]] = {}
         self._appends: dict[str, AppendState] = {}  # append port -> what the engine last read of its counter
         self.params = Parameters({s.name: Parameter(self, s.name, s.dtype, s.default, s.min, s.max, s.step,
                                                     s.counts)
@@ -394,7 +397,17 @@ class Block:
         return self._launches.get(kernel) or spec.launch
 
     def values(self) -> dict[str, Any]:
+        """Every parameter's value, by name (as ``params[name].value`` reads it)."""
         return {n: p._value for n, p in self.params._p.items()}  # the mapping ABC's items() is slow
+
+    def _planned_values(self) -> dict[str, Any]:
+        """The values the planner reads: :meth:`values`, except that a parameter reading what the running graph
+        derives from a shape (:attr:`Parameter.follows`) gives its own value, unless it was set since."""
+        out = self.values()
+        for name, (own, running) in list(self._derived.items()):  # (a copy: the frame thread may change it)
+            if out[name] == running:
+                out[name] = own
+        return out
 
     def launches(self) -> dict[str, Launch]:
         return dict(self._launches)

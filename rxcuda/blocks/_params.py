@@ -203,6 +203,17 @@ engine.resize(scalar_mul['x'], shape)
 
     __slots__ = ()  # (the fields are the base's)
 
+    if TYPE_CHECKING:  # declared for the API reference (Griffe reads it) and the type checker; at run time the
+        # base's descriptor (compiled, or _Fields.value) is the one that runs
+
+        @property
+        def value(self) -> Any:
+            """The parameter's value: what the next frame passes to the kernels. Setting it checks the value (its
+            type, range and, for a count, the buffers it counts) and folds it into the engine's pending plan."""
+
+        @value.setter
+        def value(self, v: Any) -> None: ...
+
     def __init__(self, block: Any, name: str, dtype: str, value, min=None, max=None, step=None,
                  counts: tuple[str, ...] = ()):
         self.name = name
@@ -248,6 +259,20 @@ engine.resize(scalar_mul['x'], shape)
         ('x', 'out')
         """
         return next((s.counts for s in self._block.description.scalars if s.name == self.name), ())
+
+    @property
+    def follows(self) -> tuple[str, int | None] | None:
+        """``(port, axis)`` when this parameter follows a port's shape (its element count where ``axis`` is None,
+        else that axis's length), else None. Such a parameter reads the value the running graph passes: after a
+        build where the port runs at another shape than declared (``Block.from_kernel(..., size=512)`` fed by a
+        1024-element output), ``value`` is 1024; back at the declared shape, its own value again. A value you set
+        is passed until the next build re-derives it.
+
+        >>> from rxcuda import Block
+        >>> Block.from_kernel("scalar_mul", size=1024).params["n"].follows
+        ('x', None)
+        """
+        return next((s.size_of for s in self._block.description.scalars if s.name == self.name), None)
 
     @property
     def limit(self) -> int | None:

@@ -38,6 +38,11 @@ class NullDriver:
     exec update, a context lost to an illegal address).
     """
 
+    # its kernels never run: the GPU times an engine on it reports and the values read from its ports are zeros,
+    # not measurements (what shows numbers says so: the live view; a real driver has no such attribute)
+    measures = False
+    unmeasured = "the null driver runs nothing on a GPU: its GPU times and port values are zeros, not measurements"
+
     def __init__(self, *, name: str = "Null Device", compute_capability: tuple[int, int] = (9, 0),
                  devices: int = 1, total_memory: int = 80 << 30):
         self.calls: list[tuple[str, tuple]] = []

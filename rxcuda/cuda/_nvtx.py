@@ -2,7 +2,7 @@
 reload) on the timeline next to the kernels.
 
 Free unless a tool is collecting. Whether ranges are made is decided once, at import: ``ENABLED`` is true
-when the ``nvtx`` package (the optional extra ``rxcuda[view]``) imports and is itself enabled (no
+when the ``nvtx`` package (the optional extra ``view``) imports and is itself enabled (no
 ``NVTX_DISABLE``), and a tool is collecting: Nsight Systems sets ``NVTX_INJECTION64_PATH`` in the process it
 profiles. ``RXCUDA_NVTX=1`` makes ranges whenever ``nvtx`` imports (another collector); ``RXCUDA_NVTX=0``
 never makes them.

@@ -7,7 +7,7 @@ interprocess events, no copy through the host; both workers' steps run at once a
 shared-memory board) and through Ray's object store otherwise; ``describe()`` and
 ``to_dot()`` show which. Frames in flight are bounded, parameters cross as their latest value, and a worker
 that dies is restarted by Ray and rebuilds its fragment with the last parameter values. Needs Ray
-(``pip install 'rxcuda[ray]'``); importing this package does not.
+(``pip install '.[ray]'``); importing this package does not.
 
 >>> from rxcuda.distributed import Worker
 >>> Worker(num_gpus=0.5).ray_options()["num_gpus"]

@@ -3,14 +3,19 @@ say about an actor."""
 
 from __future__ import annotations
 
+INSTALL = "pip install '.[ray]' from a checkout of rxcuda (docs/getting-started.md#install)"
+
 
 def ray_module():
     """The ``ray`` module, or an ImportError saying how to install it."""
     try:
         import ray
     except ImportError as e:
-        raise ImportError("rxcuda.distributed runs on Ray, which is not installed: pip install 'rxcuda[ray]' "
-                          f"({e})") from e
+        raise ImportError(f"rxcuda.distributed runs on Ray, which is not installed: {INSTALL} ({e})") from e
+    if not hasattr(ray, "init"):  # without Ray, a folder named ray on the path imports as an empty namespace package
+        where = ", ".join(getattr(ray, "__path__", ())) or "?"
+        raise ImportError(f"rxcuda.distributed runs on Ray, which is not installed: {INSTALL} ('import ray' found "
+                          f"only the folder {where}, not Ray)")
     return ray
 
 

@@ -8,11 +8,14 @@ size), and library state (handles, plans, workspaces) lives per block and call u
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from itertools import accumulate
 from operator import attrgetter, itemgetter
+from types import FrameType
 from typing import Any, cast
 
 import attrs
@@ -39,6 +42,7 @@ from ._profile import LOW_OCCUPANCY, occupancy
 from ._resize import _fits as fits
 from ._resize import try_in_place
 from ._runtime import Runtime
+from ._shapes_io import follow_shapes
 
 _ID = attrgetter("id")
 
@@ -71,6 +75,16 @@ class Prepared:
     codes: frozenset = frozenset()
     unused: tuple = ()
     flagged: tuple | None = None  # the blocks with a state to clear (None: look at every block at the swap)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of warnings.warn, called by the function that calls this, that names the first frame
+    outside rxcuda (the user's ``engine.tick()``, say)."""
+    frame: FrameType | None = sys._getframe(1)  # (stacklevel 1: the function that warns)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("rxcuda."):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class Builder:
@@ -119,6 +133,7 @@ class Builder:
             ok = self._build(raise_errors)
             if ok:
                 self.last_build_ms = (time.perf_counter() - t0) * 1e3
+                follow_shapes(self.rt)
             return ok
         finally:
             if paused:
@@ -275,7 +290,19 @@ class Builder:
         failure = e.block if isinstance(e, _BlockFailure) else None
         err = e.error if isinstance(e, _BlockFailure) else e
         block = rt.blocks.get(failure) if failure else rt.reporter.block_for(err)
-        rt.reporter.error(err, block, "rebuild")
+        if rt.graph is None:  # there is no last good graph to keep: say so
+            rt.reporter.error(err, block, "build", keeps="no graph runs until it is fixed")
+            # Nothing runs, and rxcuda's log goes nowhere until the application configures logging: a warning
+            # reaches stderr under Python's default filter, pointing at the user's line, once per engine and
+            # message (a failure that every tick or read meets again is shown once), and the application can
+            # filter it, route it to logging (logging.captureWarnings) or make it raise (-W error). A rebuild that
+            # fails while the last good graph runs stops nothing: it is only logged and published.
+            message = f"rxcuda: {rt.reporter.log[-1].message}"
+            if message not in rt.reporter.warned:
+                rt.reporter.warned.add(message)
+                warnings.warn(message, RuntimeWarning, stacklevel=_caller_level())
+        else:
+            rt.reporter.error(err, block, "rebuild")
         # the planner reports every error at once (ValidationError.problems): mark each block it names
         named: dict[int, list[str]] = {}
         for p in getattr(err, "problems", ()):

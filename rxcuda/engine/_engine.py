@@ -198,6 +198,7 @@ class Engine(EngineStreams):
 
     @property
     def blocks(self) -> tuple[Block, ...]:
+        """The blocks in the engine, in the order they were added (a snapshot)."""
         with self._rt.lock:
             return tuple(self._rt.blocks.values())
 
@@ -366,6 +367,7 @@ class Engine(EngineStreams):
 
     @property
     def running(self) -> bool:
+        """True while :meth:`run` drives the frames."""
         return self._runner.loop is not None
 
     @property
@@ -408,6 +410,7 @@ class Engine(EngineStreams):
 
     @property
     def frame(self) -> int:
+        """The index of the last frame ticked (frames count from 1; 0 before the first)."""
         return self._rt.frame
 
     @property
@@ -578,6 +581,7 @@ class Engine(EngineStreams):
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` ran (or the ``with`` block ended); every verb then raises EngineClosedError."""
         return self._closed
 
     def close(self) -> None:

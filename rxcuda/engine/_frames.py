@@ -147,8 +147,11 @@ class FrameRunner:
         rt.frame += 1
         if g is not None and self.io.taps:
             self.io.deliver_taps(sync, self.reporter.warn)
-        frame = _tuple_new(Frame, (rt.frame, (_now() - t0) / 1e3, tiers, "idle" if g is None else self.reporter.state,
-                                   g is not None, *timed))  # Frame(...) without its Python-level __new__
+        state = self.reporter.state
+        if g is None and state != "error":
+            state = "idle"  # (no graph because nothing was built; a failed first build is an "error" frame)
+        frame = _tuple_new(Frame, (rt.frame, (_now() - t0) / 1e3, tiers, state, g is not None,
+                                   *timed))  # Frame(...) without its Python-level __new__
         self.last = frame
         if self.frames.observers:
             self.frames.emit(frame)

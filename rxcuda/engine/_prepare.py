@@ -34,6 +34,7 @@ from concurrent.futures import wait as wait_futures
 from ..cuda import _nvtx
 from ..model._events import Tier
 from ..streams._coalesce import UpdatePlan
+from ._shapes_io import follow_shapes
 
 _now = time.perf_counter_ns
 
@@ -167,6 +168,7 @@ class Preparer:
                     installed = prepared is not None and builder.install(prepared, later=self._later)
                 if installed:
                     assert prepared is not None
+                    follow_shapes(rt)
                     tiers = (Tier.PARAMETERS,) if prepared.in_place else (Tier.STRUCTURE,)
                     self.swaps += 1
                     updater.replay(log.plan())

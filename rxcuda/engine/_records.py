@@ -25,7 +25,9 @@ class Frame(NamedTuple):
     frame that was waited for), how many frames the launch ran (``engine.run_batch``: several, GPU time for
     all of them), and with finer levels the GPU time of each block and kernel and the host phases.
 
-    ``state`` is ``"ok"``, ``"error"`` (a block failed; the last good graph runs) or ``"idle"`` (no graph).
+    ``state`` is ``"ok"``, ``"error"`` (a block failed: the last good graph runs, or, when no build has
+    succeeded yet, nothing runs and ``launched`` is False) or ``"idle"`` (no graph, and nothing failed: an empty
+    engine).
     """
 
     index: int  # type: ignore[assignment]  # the field shadows tuple.index, as in any named tuple with it
@@ -79,6 +81,7 @@ class Reporter:
         self.log: collections.deque[Diagnostic] = collections.deque(maxlen=1000)
         self.stream = Broadcast(on_error=self._subscriber_failed)
         self.state = "ok"
+        self.warned: set[str] = set()  # what was shown as a warning (rxcuda.engine._build: once per message)
 
     def block_for(self, err: Exception):
         """The block an error names (``err.subject`` is 'block' or 'block.port'), if any."""

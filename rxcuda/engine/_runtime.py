@@ -119,7 +119,7 @@ class Runtime:
                 e = kept[1]
             else:
                 e = kept[1] if kept is not None else None
-                values, launches = b.values(), b.launches()
+                values, launches = b._planned_values(), b.launches()
                 if e is None or e.desc is not b.description or e.values != values or e.launches != launches:
                     e = BlockEntry.of(bid, b.description, values, launches)  # (dicts made for it alone)
             now[bid] = (b, e)

@@ -37,6 +37,34 @@ def running_shape(g, ref: PortRef, spec: PortSpec) -> Shape:
     return shapes.get(ref, spec.shape) if shapes else spec.shape
 
 
+def follow_shapes(rt: Runtime) -> None:
+    """After a graph was built or swapped in: a parameter that follows a port's shape (``ScalarSpec.size_of``,
+    the ``n`` of ``Block.from_kernel(..., size=)``) reads the value the running graph passes where the port runs
+    at another shape than declared (its input follows what feeds it, or it was resized), and its own value again
+    where the port is back at its declared shape. The value it held is kept (``Block._derived``) and is what the
+    planner reads (``Block._planned_values``); a value set while it follows is the user's from then on."""
+    g = rt.graph
+    shapes = getattr(getattr(g, "plan", None), "shapes", None) or {}
+    for b in list(rt.blocks.values()):
+        for s in b.description.scalars:
+            if s.size_of is None:
+                continue
+            port, axis = s.size_of
+            param = b.params._p[s.name]
+            held = b._derived.get(s.name)
+            own = held[0] if held is not None and param._value == held[1] else param._value
+            shape = shapes.get(PortRef(b.id, port))
+            running = None
+            if shape is not None and (axis is None or -len(shape) <= axis < len(shape)):
+                running = math.prod(shape) if axis is None else shape[axis]
+            if running is None or running == own:
+                b._derived.pop(s.name, None)
+                param._value = own
+            else:
+                b._derived[s.name] = (own, running)
+                param._value = running
+
+
 def where(port) -> str:
     return f"{port.block.name}.{port.name}"
 

@@ -56,6 +56,7 @@ class EngineStreams:
 
     @property
     def parameter_changes(self) -> Observable:
+        """ParameterChanged events (block, parameter, value), as each value is set."""
         return self._rt.pending.of_type(ParameterChanged)
 
     @property
@@ -65,6 +66,7 @@ class EngineStreams:
 
     @property
     def code_changes(self) -> Observable:
+        """CodeChanged events: a block's kernel replaced (a saved file, a new source)."""
         return self._rt.pending.of_type(CodeChanged)
 
     @property

@@ -11,6 +11,7 @@ from ..blocks._blocks import port_head
 from ..cuda._memory import size_class
 from ..model import _dtypes
 from ..model._describe import PortRef
+from ..model._words import counted
 
 
 def port_text(port) -> str:
@@ -85,8 +86,8 @@ def engine_text(engine) -> str:
     g = rt.graph
     last_ms = engine._builder.last_build_ms
     lines = [f"engine on {engine.device.name} ({engine.device.arch}): frame {rt.frame}, "
-             f"{len(rt.blocks)} blocks, {len(rt.connections)} connections, "
-             f"{len(g.plan.nodes) if g else 0} graph nodes, {engine.rebuilds} rebuilds"
+             f"{counted(len(rt.blocks), 'block')}, {counted(len(rt.connections), 'connection')}, "
+             f"{counted(len(g.plan.nodes) if g else 0, 'graph node')}, {counted(engine.rebuilds, 'rebuild')}"
              + (f" (the last took {last_ms:.1f} ms)" if last_ms is not None else "")
              + f", profile {engine.profile}"]
     f = engine.last_frame

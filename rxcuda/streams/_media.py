@@ -176,7 +176,7 @@ class _Pump:
             self.observer.on_error(done)
 
 
-def _need(module: str, what: str, install: str = "pip install 'rxcuda[media]'"):
+def _need(module: str, what: str, install: str = "pip install '.[media]' in rxcuda's checkout"):
     import importlib
 
     try:

@@ -41,6 +41,7 @@ from ..model._describe import BlockEntry, KernelSpec, PipelineDescription, PortR
 from ..model._errors import RxcudaError
 from ..model._graphplan import GraphPlan
 from ..model._regions import RegionSpec
+from ..model._words import counted
 from ._dottext import (  # noqa: F401 - quote, size_text and type_text: importable from here as before
     _FONT,
     _h,
@@ -372,8 +373,8 @@ def _engine_parts(engine: Engine) -> dict:
         if message:
             messages[b.id] = message
     device = getattr(engine.device, "name", "a GPU")
-    title = (f"engine on {device}: frame {engine.frame}, {len(desc.blocks)} blocks, "
-             f"{len(desc.connections)} connections")
+    title = (f"engine on {device}: frame {engine.frame}, {counted(len(desc.blocks), 'block')}, "
+             f"{counted(len(desc.connections), 'connection')}")
     return {"states": states, "messages": messages, "composites": engine.composites, "plan": engine.plan,
             "title": title, "desc": desc}
 
@@ -400,7 +401,7 @@ def to_dot(x, *, plan: GraphPlan | None = None) -> str:
     if isinstance(x, PipelineDescription):
         if plan is not None and not isinstance(plan, GraphPlan):
             raise TypeError(f"'plan' is a GraphPlan of the description (rxcuda.plan(desc)), got {plan!r}")
-        title = f"pipeline: {len(x.blocks)} blocks, {len(x.connections)} connections"
+        title = f"pipeline: {counted(len(x.blocks), 'block')}, {counted(len(x.connections), 'connection')}"
         return _Pipeline(x, plan=plan, title=title).text()
     if isinstance(x, GraphPlan):
         if plan is not None:
@@ -431,12 +432,12 @@ def render(text: str, format: str) -> bytes:
     """Run DOT ``text`` through Graphviz's ``dot`` into ``format`` (svg, png, pdf); raises
     :class:`GraphvizNotFoundError` saying how to install what is missing."""
     try:
-        import graphviz  # optional: pip install graphviz (or rxcuda[view])
+        import graphviz  # optional: pip install graphviz (or the view extra)
     except ImportError:
         raise GraphvizNotFoundError(
             f"rendering {format} needs the graphviz Python package, which is not installed: pip install graphviz "
-            "(or pip install 'rxcuda[view]'), and Graphviz's dot program (apt install graphviz, brew install "
-            "graphviz or conda install graphviz); or save as .dot, which needs neither") from None
+            "(or pip install '.[view]' in rxcuda's checkout), and Graphviz's dot program (apt install graphviz, "
+            "brew install graphviz or conda install graphviz); or save as .dot, which needs neither") from None
     not_found = getattr(graphviz, "ExecutableNotFound", None)
     try:
         return graphviz.Source(text).pipe(format=format)

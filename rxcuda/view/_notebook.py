@@ -18,6 +18,7 @@ import html
 
 from ..engine._engine import Engine
 from ..model import _dtypes
+from ..model._words import counted
 from ._dot import GraphvizNotFoundError, render, to_dot
 
 _STATE_COLOURS = {"ok": "#1a7f37", "error": "#cf222e", "warning": "#9a6700", "idle": "#57606a"}
@@ -50,12 +51,12 @@ def engine_html(engine: Engine) -> str:
     """The HTML Jupyter shows for an engine (``engine._repr_html_()``)."""
     e = html.escape
     if engine.closed:
-        return f"<div><b>rxcuda engine</b>: closed after {engine.frame} frames</div>"
+        return f"<div><b>rxcuda engine</b>: closed after {counted(engine.frame, 'frame')}</div>"
     state = engine_state(engine)
     colour = _STATE_COLOURS.get(state.split(",")[0], "#57606a")
     device = getattr(engine.device, "name", "a GPU")
     rows = [f"<b>rxcuda engine</b> on {e(device)}: frame {engine.frame}, state "
-            f"<span style='color:{colour}'><b>{e(state)}</b></span>, {engine.rebuilds} rebuilds"]
+            f"<span style='color:{colour}'><b>{e(state)}</b></span>, {counted(engine.rebuilds, 'rebuild')}"]
     last = getattr(engine, "last_frame", None)
     if last is not None:
         gpu = f", {last.gpu_us:.1f} us GPU" if last.gpu_us is not None else " (GPU time: Engine(timing=True))"

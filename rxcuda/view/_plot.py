@@ -7,7 +7,7 @@ code, recapture, parameters), a dashed black mark at each reload, red crosses al
 and the slowest frame named. A y axis spanning more than a factor of 30 between the median and the slowest
 frame is drawn in log scale unless ``log`` says otherwise.
 
-Needs matplotlib (the optional extra: ``pip install 'rxcuda[view]'``); it draws with the Agg canvas directly,
+Needs matplotlib (the optional extra: ``pip install '.[view]'``); it draws with the Agg canvas directly,
 so it neither needs a display nor changes pyplot's backend.
 
 >>> rxcuda.view.plot_frames("trace.json", "frames.png")                        # doctest: +SKIP
@@ -39,8 +39,8 @@ def _matplotlib():
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
     except ImportError as e:
-        raise MatplotlibNotFoundError(f"drawing frame times needs matplotlib ({e}); install it with "
-                                      f"pip install 'rxcuda[view]' (or pip install matplotlib)") from None
+        raise MatplotlibNotFoundError(f"drawing frame times needs matplotlib ({e}); install it with pip install "
+                                      f"'.[view]' in rxcuda's checkout (or pip install matplotlib)") from None
     return Figure, FigureCanvasAgg, Line2D
 
 

@@ -99,8 +99,8 @@ class LiveView:
         try:
             from aiohttp import web  # noqa: F401
         except ImportError as e:
-            raise LiveViewError("the live view needs aiohttp: pip install 'rxcuda[view]' (or pip install "
-                                "aiohttp)") from e
+            raise LiveViewError("the live view needs aiohttp: pip install '.[view]' in rxcuda's checkout (or pip "
+                                "install aiohttp)") from e
         self.host = host
         self.local = host in LOCAL_HOSTS
         generated = token is None and not self.local
@@ -387,9 +387,11 @@ class LiveView:
         if self._graph is None:
             self._graph = self._build(self._graph_message)
         page.ready = True
+        api = getattr(engine.device, "api", None)  # a driver that measures nothing says so (the null driver)
         page.put({"type": "hello", "version": VERSION,
                   "engine": {"device": getattr(engine.device, "name", "?"), "profile": engine.profile,
-                             "frame": engine.frame}})
+                             "frame": engine.frame, "measured": getattr(api, "measures", True),
+                             "unmeasured": getattr(api, "unmeasured", "")}})
         if self._graph is not None:
             page.put(self._graph)
         page.put({"type": "params", "values": {key: p.value for b in engine.blocks for n, p in b.params.items()

@@ -29,21 +29,22 @@ import numpy as np
 
 from ..engine._engine import Engine
 from ..model._errors import EngineClosedError
+from ..model._words import counted
 from ._serve import exposed_names
 
 PLOT_W, PLOT_H = 360, 90
 
 
 class WidgetsNotFoundError(ImportError):
-    """rxcuda.view.widgets needs ipywidgets (``pip install 'rxcuda[notebook]'``)."""
+    """rxcuda.view.widgets needs ipywidgets (``pip install '.[notebook]'``)."""
 
 
 def _ipywidgets():
     try:
         import ipywidgets
     except ImportError:
-        raise WidgetsNotFoundError("rxcuda.view.widgets needs ipywidgets, which is not installed: "
-                                   "pip install 'rxcuda[notebook]' (or pip install ipywidgets)") from None
+        raise WidgetsNotFoundError("rxcuda.view.widgets needs ipywidgets, which is not installed: pip install "
+                                   "'.[notebook]' in rxcuda's checkout (or pip install ipywidgets)") from None
     return ipywidgets
 
 
@@ -153,7 +154,7 @@ class Widgets:
             self.previews[key] = w.HTML(f"<i>{key}: waiting for a frame</i>")
             self._subs.append(engine.observe(port, every=every).subscribe(
                 lambda a, key=key: self._store(key, a)))
-        rows = [w.HTML(f"<b>{len(self.controls)} parameters</b>"), *self.controls.values(), self.message,
+        rows = [w.HTML(f"<b>{counted(len(self.controls), 'parameter')}</b>"), *self.controls.values(), self.message,
                 w.HTML("<b>frame time</b>"), self.plot]
         rows += [w.VBox([w.HTML(f"<b>{k}</b>"), v]) for k, v in self.previews.items()]
         self.box = w.VBox(rows)

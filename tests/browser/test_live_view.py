@@ -110,9 +110,22 @@ def test_the_page_shows_every_block_link_and_group(page, live):
     first = int(page.text_content("#frame"))
     page.wait_for_function(f"Number(document.getElementById('frame').textContent) > {first + 5}")
     page.wait_for_function("Number(document.getElementById('fps').textContent) > 10")
-    # per-block GPU times (zeros on the null driver) and the status (memory by pool class)
-    expect(page.locator('#graph [data-block="damp"] text.gpu')).to_have_text("0.0 us")
+    # per-block GPU times (zeros on the null driver, which says so) and the status (memory by pool class)
+    expect(page.locator('#graph [data-block="damp"] text.gpu')).to_have_text("not measured")
     expect(page.locator("#memory-total")).to_contain_text("reserved")
+
+
+def test_on_the_null_driver_the_page_says_where_the_numbers_are_that_they_are_not_measured(page, live):
+    from playwright.sync_api import expect
+
+    open_view(page, live)
+    why = "not measured: the null driver runs nothing on a GPU: its GPU times and port values are zeros"
+    expect(page.locator("#plot-note")).to_be_visible()
+    expect(page.locator("#plot-note")).to_contain_text(why)  # under the frame-time card's title
+    expect(page.locator("#preview-note")).to_contain_text(why)  # the preview's values too
+    page.locator('#graph [data-block="damp"]').click()
+    expect(page.locator("#block-state")).to_contain_text("(not measured)")
+    expect(page.locator('#graph [data-block="damp"] text.gpu')).to_have_text("not measured")
 
 
 def test_moving_a_slider_sets_the_engine_parameter(page, live):

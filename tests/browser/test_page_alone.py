@@ -192,6 +192,8 @@ def test_frames_status_and_previews(page, scripted):
     page.wait_for_function("document.getElementById('fps').textContent === '59.9'")
     assert page.text_content("#frame") == "39"
     assert page.text_content('#graph [data-block="src"] text.gpu') == "12.5 us"
+    # a hello without "measured" (a real device) shows the numbers as they are, with no note
+    assert page.locator("#plot-note").is_hidden() and page.locator("#preview-note").is_hidden()
     scripted.send({"type": "status", "rebuilds": 3, "stats": "buffers: 4",
                    "memory": {"bytes_reserved": 3 << 20, "by_class": [[4096, 2, 1]]},
                    "appends": {"src.out": {"count": 70, "capacity": 64, "overflowed": True}}})

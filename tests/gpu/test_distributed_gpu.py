@@ -9,7 +9,7 @@ import pytest
 
 import rxcuda
 
-ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install 'rxcuda[ray]'")
+ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install '.[ray]'")
 
 from rxcuda.distributed import Engine, Worker  # noqa: E402
 

@@ -63,7 +63,7 @@ RUNS = [(s, "script") for s in SNIPPETS] + [(s, "pasted") for s in SNIPPETS if n
 @pytest.mark.parametrize(("snippet", "how"), RUNS, ids=lambda x: x if isinstance(x, str) else x.id)
 def test_docs_snippet_runs(snippet, how, tmp_path):
     if "rxcuda.distributed" in snippet.source and importlib.util.find_spec("ray") is None:
-        pytest.skip(f"{snippet.id} runs on Ray, which this Python lacks: pip install 'rxcuda[ray]' to run it here "
+        pytest.skip(f"{snippet.id} runs on Ray, which this Python lacks: pip install '.[ray]' to run it here "
                     "(tests/unit/test_docs.py runs it wherever Ray is installed, as CI's setup does)")
     work = tmp_path / "work"
     work.mkdir()

@@ -75,7 +75,7 @@ def test_train_mlp_learns_with_one_graph_a_step(tmp_path):
 def test_distributed_runs_two_workers_on_one_gpu(tmp_path):
     import pytest
 
-    pytest.importorskip("ray", reason="examples/distributed.py runs on Ray: pip install 'rxcuda[ray]'")
+    pytest.importorskip("ray", reason="examples/distributed.py runs on Ray: pip install '.[ray]'")
     proc = run_example("distributed.py", "5", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "links: {'gain.out -> level.x': 'ipc'}" in proc.stdout

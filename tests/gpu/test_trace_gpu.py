@@ -83,7 +83,7 @@ def test_per_block_profiling_gives_one_gpu_track_per_block(engine, kernels, tmp_
 
 
 def test_the_frame_time_picture_of_a_gpu_trace(engine, kernels, tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'rxcuda[view]')")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install '.[view]')")
     blocks = demo(engine, kernels)
     engine.profile = "summary"
     events = run(engine, blocks, tmp_path / "t.json")

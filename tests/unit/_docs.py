@@ -1,8 +1,11 @@
 """The code blocks of README.md and of the documentation site (docs/**/*.md), for the tests that run them.
 
 Every ```python block declares on its first line whether it stands alone (``# snippet: NAME``) or continues
-an earlier block of the same file (``# continues: NAME``: it runs appended to that block); ``-- runs without
-a GPU`` after the name marks the blocks tests/unit/test_docs.py runs (tests/gpu/test_docs_gpu.py runs them all).
+an earlier block of the same file (``# continues: NAME``: it runs appended to that block); after the name, ``--``
+and notes separated by commas: ``runs without a GPU`` marks the blocks tests/unit/test_docs.py runs
+(tests/gpu/test_docs_gpu.py runs them all), ``needs '.[EXTRA]'`` the extra the block needs beyond
+``pip install .`` (tools/check_wheel.sh runs each block with exactly the extras it names; a continuation needs
+those of the blocks it continues too).
 Every block must work both as a script and pasted line by line into an interactive interpreter
 (:func:`paste`), where a blank line ends an indented block and a statement after an indented block needs a
 blank line before it.
@@ -22,9 +25,24 @@ DOCS = ROOT / "docs"
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _MARKER = re.compile(r"#\s*(snippet|continues):\s*([\w.-]+)\s*(?:--\s*(.*?))?\s*$")
 NO_GPU = "runs without a GPU"
+_NEEDS = re.compile(r"needs '\.\[([\w,-]+)\]'")
 
 # the kernels shipped inside the package (rxcuda.kernels), which snippets name as "vector_add", ...
 SHIPPED = ("vector_add", "scalar_mul", "saxpy", "vector_sub", "vector_add3", "append_above")
+
+
+def build_site(out: pathlib.Path) -> pathlib.Path:
+    """``mkdocs build --strict`` (warnings are errors) of this checkout into ``out``; returns ``out``. Raises
+    AssertionError with mkdocs' output when the build fails."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
 
 
 def doc_files() -> list[pathlib.Path]:
@@ -57,6 +75,7 @@ class Snippet:
     continues: str | None
     no_gpu: bool
     source: str
+    extras: tuple[str, ...] = ()  # the extras it needs (``needs '.[notebook]'``), with those of what it continues
 
     @property
     def id(self) -> str:
@@ -77,6 +96,7 @@ def snippets(text: str, file: str = "README.md") -> list[Snippet]:
     marker on its first line, a name used twice in the file, or a continuation of a block not above it."""
     out: list[Snippet] = []
     sources: dict[str, str] = {}
+    needed: dict[str, tuple[str, ...]] = {}
     for block in fenced_blocks(text):
         if block.lang != "python":
             continue
@@ -87,8 +107,11 @@ def snippets(text: str, file: str = "README.md") -> list[Snippet]:
             raise SnippetError(f"{where}: a python block starts with '# snippet: NAME' or '# continues: NAME' "
                                f"(got {first!r})")
         kind, name, note = m.groups()
-        if note not in (None, NO_GPU):
-            raise SnippetError(f"{where}: unknown note {note!r} (the only one is '-- {NO_GPU}')")
+        notes = [n.strip() for n in note.split(", ")] if note else []
+        extras = tuple(e for n in notes if (x := _NEEDS.fullmatch(n)) for e in x.group(1).split(","))
+        unknown = [n for n in notes if n != NO_GPU and not _NEEDS.fullmatch(n)]
+        if unknown:
+            raise SnippetError(f"{where}: unknown note {unknown[0]!r} (notes: '{NO_GPU}', \"needs '.[EXTRA]'\")")
         if kind == "snippet":
             if name in sources:
                 raise SnippetError(f"{where}: a second snippet named {name!r} in {file}")
@@ -99,8 +122,9 @@ def snippets(text: str, file: str = "README.md") -> list[Snippet]:
                                    f"(named: {', '.join(sources) or 'none'})")
             source = sources[name] + "\n" + block.text
             own_name, parent = f"{name}+{sum(s.continues == name for s in out) + 1}", name
-        sources[name] = source  # a later continuation of NAME runs after this one too
-        out.append(Snippet(file, own_name, block.line, block.text, parent, note == NO_GPU, source))
+            extras = tuple(dict.fromkeys(needed[name] + extras))
+        sources[name], needed[name] = source, extras  # a later continuation of NAME runs after this one too
+        out.append(Snippet(file, own_name, block.line, block.text, parent, NO_GPU in notes, source, extras))
     return out
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install 'rxcuda[ray]'")
+ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install '.[ray]'")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -364,13 +364,14 @@ def test_demo_run_builds_once_and_takes_the_parameters_tier_for_each_scale():
 
 def test_demo_run_reports_what_disagrees_with_numpy():
     code, text = null_demo(60)  # the null driver runs no kernel: the check must fail, and say so
-    assert code == 1 and text.rstrip().endswith("FAILED: 2 check(s) disagree with NumPy")
+    assert code == 1 and text.rstrip().endswith("FAILED: 2 checks disagree with NumPy")
     assert "scalar_mul.out differs from NumPy" in text and "append counts not all checked" in text
 
 
 def test_demo_run_single_frame():
     _, text = null_demo(1)
     assert "  frames    0-0 " in text and "median n/a" in text and "hot updates" not in text
+    assert "elements, 1 frame, scale" in text  # one frame, not "1 frames"
 
 
 def test_demo_run_reports_a_failed_build():
@@ -378,8 +379,8 @@ def test_demo_run_reports_a_failed_build():
     api.fail("cuModuleLoadData", "CUDA_ERROR_INVALID_PTX", times=10)
     code, text = null_demo(10, api)
     assert code == 1
-    assert text.splitlines()[-1].startswith("the pipeline did not build: rebuild failed, the last good graph keeps "
-                                            "running: ")
+    assert text.splitlines()[-1].startswith("the pipeline did not build: build failed, no graph runs until it is "
+                                            "fixed: ")
     assert "CUDA_ERROR_INVALID_PTX" in text
 
 

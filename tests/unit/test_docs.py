@@ -26,6 +26,7 @@ from _docs import (
     PasteError,
     SnippetError,
     all_snippets,
+    build_site,
     doc_files,
     fenced_blocks,
     paste,
@@ -107,6 +108,79 @@ def test_the_parser_refuses_unmarked_blocks_and_unknown_continuations():
     assert [s.name for s in chained] == ["a", "a+1", "a+2"]
     assert chained[2].source.split() == ["#", "snippet:", "a", "x", "=", "1", "#", "continues:", "a", "y", "=",
                                          "x", "#", "continues:", "a", "z", "=", "y"]
+
+
+def test_a_block_names_the_extras_it_needs():
+    (a, b) = snippets("```python\n# snippet: a -- runs without a GPU, needs '.[notebook]'\n```\n"
+                      "```python\n# continues: a -- needs '.[view,media]'\n```\n")
+    assert a.no_gpu and a.extras == ("notebook",) and not b.no_gpu and b.extras == ("notebook", "view", "media")
+    with pytest.raises(SnippetError, match="unknown note"):
+        snippets("```python\n# snippet: a -- needs rxcuda[view]\n```\n")
+
+
+# what a block uses that only an extra brings (lines that are comments aside)
+EXTRA_USES = {"ray": r"rxcuda\.distributed|^import ray", "notebook": r"widgets\(|ipywidgets",
+              "view": r"\.serve\(|plot_frames|save_graph\([^)]*\.(?:svg|png|pdf)",
+              "media": r"\bmedia\.(?:video|audio|camera)|^import av\b|soundfile",
+              "gl": r"moderngl|gl_buffer|gl_texture"}
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.id)
+def test_every_block_names_exactly_the_extras_it_uses(snippet):
+    """README's and the pages' install lines agree with their blocks: a block that uses what an extra brings says
+    ``needs '.[EXTRA]'`` (tools/check_wheel.sh runs it with exactly those), and names no extra it does not use."""
+    import tomllib
+
+    code = "\n".join(line.strip() for line in snippet.source.split("\n") if not line.strip().startswith("#"))
+    uses = sorted(extra for extra, pattern in EXTRA_USES.items() if re.search(pattern, code, re.M))
+    assert sorted(snippet.extras) == uses
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(snippet.extras) <= set(extras)
+
+
+def _extras() -> dict[str, list[str]]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+INSTALLED_FROM_PYPI = re.compile(r"pip install (?:-U |--upgrade )?['\"]?rxcuda\b|rxcuda\[\w")  # not on PyPI
+
+
+def _sources_that_say_how_to_install() -> dict[str, str]:
+    """The pages, and what rxcuda, its examples and its tools print (their install hints)."""
+    out = dict(FILES)
+    for folder in ("rxcuda", "examples", "bench", "tools"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".ipynb", ".sh"):
+                out[rel(path)] = path.read_text()
+    return out
+
+
+def test_every_install_line_works_from_a_checkout():
+    """rxcuda is installed from a checkout (pip install '.[EXTRA]') or its wheel: no page, message or example
+    says pip install 'rxcuda[...]' or pip install rxcuda, which resolve to nothing."""
+    said = {f: sorted(set(m.group(0) for m in INSTALLED_FROM_PYPI.finditer(t))) for f, t in
+            _sources_that_say_how_to_install().items()}
+    assert {f: s for f, s in said.items() if s} == {}
+    extras = _extras()
+    named = {e for t in _sources_that_say_how_to_install().values()
+             for group in re.findall(r"pip install '\.\[([\w,]+)\]'", t) for e in group.split(",")}
+    assert named and named - {"EXTRA", "EXTRAS", "extras"} <= set(extras)  # (placeholders where the text says how)
+
+
+def test_the_install_page_covers_every_extra_and_the_wheel():
+    section = FILES["docs/getting-started.md"].split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `(\w+)` \|", section, re.M))
+    assert rows == set(_extras())
+    assert "pip wheel --no-deps -w dist ." in section and ".whl[notebook]'" in section
+
+
+def test_the_readme_install_lines_bring_what_its_blocks_need():
+    lines = next(b.text for b in fenced_blocks(FILES["README.md"]) if b.lang == "sh" and "pip install ." in b.text)
+    installed = {e for group in re.findall(r"pip install '\.\[([\w,]+)\]'", lines) for e in group.split(",")}
+    needed = {e for s in SNIPPETS if s.file == "README.md" for e in s.extras}
+    assert needed and needed <= installed
 
 
 def test_snippet_names_are_scoped_per_file():
@@ -333,25 +407,79 @@ def test_the_layout_names_only_folders_that_exist_or_are_moving():
 
 
 # -- the site --------------------------------------------------------------------------------------------
-def test_the_site_builds_with_warnings_as_errors_and_loads_nothing_from_the_internet(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The site, built once for this module's checks: mkdocs build --strict (warnings are errors)."""
     pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]') builds the site")
-    import os
-    import subprocess
-    import sys
+    return build_site(tmp_path_factory.mktemp("site") / "site")
 
-    site = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert (site / "index.html").is_file() and (site / "api" / "index.html").is_file()
+
+def test_the_site_builds_with_warnings_as_errors_and_loads_nothing_from_the_internet(site):
+    assert (site / "index.html").is_file() and (site / "api.html").is_file()
     remote = set()
     for page in site.rglob("*.html"):
         remote |= set(re.findall(r'<(?:script|link|img)[^>]*(?:src|href)="(https?://[^"]+)"', page.read_text()))
     assert remote == set(), f"the site loads these from the internet: {sorted(remote)[:5]}"
-    api = (site / "api" / "index.html").read_text()
+    api = (site / "api.html").read_text()
     # docstring examples are fenced pycon code (tools/griffe_doctest.py): Pygments marks the prompts
     assert '<span class="gp">&gt;&gt;&gt; </span>' in api
+
+
+def test_the_site_works_opened_from_disk(site):
+    """Pages are files (no directory URLs, which a browser opening files shows as listings) and the search
+    index is a script the pages load (tests/browser/test_site.py searches it in Chromium)."""
+    assert not [p for p in site.rglob("index.html") if p.parent != site]
+    links = set()
+    for page in site.glob("*.html"):
+        if page.name == "404.html":  # (a server's answer for any path: its links start at the site's root)
+            continue
+        links |= set(re.findall(r'href="([^"#:]*)(?:#[^"]*)?"', page.read_text()))
+    assert not [link for link in links if link.endswith("/") or (link and not (site / link).exists())]
+    assert (site / "search" / "search_index.js").is_file()  # what the pages load for search on file://
+    # search runs in a Web Worker, which file:// pages start through a shim: the vendored copy, not unpkg's
+    assert '<script src="assets/iframe-worker-shim.js">' in (site / "index.html").read_text()
+
+
+def _public(cls) -> set[str]:
+    """The public attributes of ``cls`` as Python sees them after ``import rxcuda`` (rxcuda.view's conveniences
+    included), less those of bases outside rxcuda (object, enum, tuple, Mapping, ...)."""
+    outside = set()
+    for base in cls.__mro__[1:]:
+        if not base.__module__.startswith("rxcuda"):
+            outside |= set(dir(base))
+    return {n for n in dir(cls) if not n.startswith("_")} - outside
+
+
+def _held():
+    """What users hold, by the name the API reference gives it."""
+    import rxcuda
+    import rxcuda.distributed
+
+    names = ["Engine", "Block", "BlockBuilder", "Parameter", "PortHandle", "Composite", "CompositeInstance", "Frame",
+             "Diagnostic", "AppliedUpdate", "BufferStats", "EngineStream", "GraphPlan", "Trace", "LiveView"]
+    held = {f"rxcuda.{n}": getattr(rxcuda, n) for n in names}
+    held.update({f"rxcuda.distributed.{n}": getattr(rxcuda.distributed, n)
+                 for n in ("Engine", "DistributedFrame", "Worker")})
+    return held
+
+
+def test_the_api_reference_shows_every_public_member_of_what_users_hold(site):
+    api = (site / "api.html").read_text()
+    anchors = set(re.findall(r'id="(rxcuda[\w.]*)"', api))
+    held = _held()
+    assert [name for name in held if name not in anchors] == []
+    missing = sorted(f"{name}.{m}" for name, cls in held.items() for m in _public(cls) if f"{name}.{m}" not in anchors)
+    assert missing == [], f"the API reference leaves out {missing}"
+    # what rxcuda.view installs on the engine is there too (tools/griffe_installed.py reads its install())
+    assert {"serve", "to_dot", "save_graph", "trace", "gl_buffer"} <= _public(held["rxcuda.Engine"])
+
+
+def test_the_installed_methods_are_read_from_the_installers():
+    spec = importlib.util.spec_from_file_location("_griffe_installed", ROOT / "tools" / "griffe_installed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = "def install():\n    Engine.serve = _serve\n    Engine._repr_html_ = _html\n    x = 1\n"
+    assert module.installed(source) == [("Engine", "serve", "_serve"), ("Engine", "_repr_html_", "_html")]
 
 
 def test_doctest_fences_wrap_examples_and_drop_directives():

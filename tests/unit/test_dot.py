@@ -515,7 +515,7 @@ def test_a_description_has_no_states_and_shows_shapes_from_a_plan():
     m = mul(64, name="flat")
     desc = pipeline(a, m, conns=[(a["out"], m["x"])], fed=[a["x"]])
     dot = parse_dot(to_dot(desc))
-    assert dot.attrs["label"] == "pipeline: 2 blocks, 1 connections"
+    assert dot.attrs["label"] == "pipeline: 2 blocks, 1 connection"
     label = dot.nodes[nid(a)]["label"]
     assert ports(label) == {"i_x": "x: f32[8x8] (fed)", "o_out": "out: f32[8x8]"}
     assert header_colour(label) == rxcuda.view._dot.STATE_COLOURS[None][1]
@@ -755,11 +755,23 @@ def test_demo_plan_dot_writes_the_demo_pipeline(tmp_path, capsys):
     assert all(e.attrs["label"] == "f32[1000]\n3.91 KiB" for e in dot.edges)
 
 
-@pytest.mark.parametrize(("arg", "match"), [("demo.jpg", "format 'jpg'"), ("nowhere/demo.dot", "does not exist")])
+@pytest.mark.parametrize(("arg", "match"), [("demo.jpg", "does not write 'jpg'"), ("demo", "no suffix"),
+                                            ("nowhere/demo.dot", "does not exist")])
 def test_demo_dot_refuses_a_file_it_cannot_write_before_any_work(tmp_path, capsys, arg, match):
     assert _cli.main(["demo", "--plan", "--dot", str(tmp_path / arg)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("rxcuda demo: error: ") and re.search(match, err) and err.count("\n") == 1
+    assert err.startswith("rxcuda demo: error: --dot ") and re.search(match, err) and err.count("\n") == 1
+    assert "format=" not in err and "give - for DOT text on standard output" in err or "does not exist" in err
+
+
+def test_demo_dot_dash_writes_dot_alone_on_standard_output(capsys):
+    """``--dot -``, as Graphviz users expect (rxcuda demo --plan --dot - | dot -Tsvg): the DOT text is all of
+    standard output, and the report goes to standard error."""
+    assert _cli.main(["demo", "--plan", "--size", "1000", "--dot", "-"]) == 0
+    captured = capsys.readouterr()
+    dot = parse_dot(captured.out)
+    assert [texts(n["label"])[0] for n in dot.nodes.values()] == ["vector_add", "scalar_mul", "append_above"]
+    assert captured.out.startswith("digraph ") and "graph nodes" in captured.err
 
 
 def test_demo_dot_without_graphviz_is_one_line(tmp_path, capsys, monkeypatch):

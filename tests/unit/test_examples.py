@@ -102,7 +102,7 @@ def test_a_checkout_on_pythonpath_without_an_install_finds_the_kernels_and_examp
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the null-driver run of a machine without a CUDA device")
 def test_the_distributed_example_runs_on_the_null_driver_and_says_so(tmp_path):
-    pytest.importorskip("ray", reason="examples/distributed.py runs on Ray: pip install 'rxcuda[ray]'")
+    pytest.importorskip("ray", reason="examples/distributed.py runs on Ray: pip install '.[ray]'")
     proc = subprocess.run([sys.executable, "-m", "rxcuda.examples.distributed", "3"], capture_output=True,
                           text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=180)
     assert proc.returncode == 0, proc.stderr
@@ -111,3 +111,54 @@ def test_the_distributed_example_runs_on_the_null_driver_and_says_so(tmp_path):
     assert "3 frames on workers camera, filter; last frame's tiers {'camera': (), 'filter': ('parameters',)}" \
         in proc.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_distributed_example_without_ray_beside_a_folder_named_ray_says_so_in_one_line(tmp_path):
+    """Ray's local cluster leaves a folder named ray in the temp folder; without Ray installed, ``import ray`` run
+    there finds that folder as an empty namespace package. The example still says in one line that Ray is missing
+    (here Ray is hidden: 'ray' is looked for in the current folder only, as where it is not installed)."""
+    (tmp_path / "ray").mkdir()
+    code = ("import importlib.machinery, os, runpy, sys\n"
+            "class NoRay:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'ray':\n"
+            "            return importlib.machinery.PathFinder.find_spec('ray', [os.getcwd()])\n"
+            "sys.meta_path.insert(0, NoRay())\n"
+            f"runpy.run_path({str(ROOT / 'examples' / 'distributed.py')!r}, run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == ("rxcuda.examples.distributed runs on Ray, which is not installed: pip install '.[ray]' "
+                           "from a checkout of rxcuda (docs/getting-started.md#install)\n")
+
+
+def test_the_distributed_engine_without_ray_beside_a_folder_named_ray_says_ray_is_not_installed(monkeypatch,
+                                                                                               tmp_path):
+    import types
+
+    from rxcuda.distributed._ray import ray_module
+
+    folder = types.ModuleType("ray")
+    folder.__path__ = [str(tmp_path / "ray")]  # what importing a folder named ray without Ray gives
+    monkeypatch.setitem(sys.modules, "ray", folder)
+    with pytest.raises(ImportError, match=r"Ray, which is not installed: pip install '\.\[ray\]' .*only the folder "):
+        ray_module()
+
+
+def test_the_gallery_lists_every_example_with_what_it_needs():
+    """docs/examples.md has a row per example (and the notebook): how to run it, what it needs, what it shows; an
+    example that exits asking for an extra names that extra in its row."""
+    import re
+
+    rows = {}
+    for line in (ROOT / "docs" / "examples.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 4 and cells[0] not in ("example", "---|---|---|---"):
+            rows[cells[0]] = cells
+    assert set(rows) == {*EXAMPLES, "notebook.ipynb"}
+    for name in EXAMPLES:
+        _, run, needs, shows = rows[name]
+        assert run.startswith(f"`python -m rxcuda.examples.{name}") and needs and len(shows) > 80
+        text = (ROOT / "examples" / f"{name}.py").read_text()
+        for extra in re.findall(r"pip install '\.\[(\w+)\]'", text):
+            assert f"'.[{extra}]'" in needs, f"{name} asks for the {extra} extra; its row does not say so"

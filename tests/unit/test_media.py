@@ -158,7 +158,8 @@ def test_audio_file_errors(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"audio_file\(block=...\) must be a positive int.*got 0"):
         media.audio_file(bad, 0)
     monkeypatch.setitem(sys.modules, "soundfile", None)
-    with pytest.raises(MediaSourceError, match=r"needs the 'soundfile' package.*rxcuda\[media\]"):
+    with pytest.raises(MediaSourceError, match=r"needs the 'soundfile' package.*pip install "
+                                                  r"'\.\[media\]' in rxcuda's checkout"):
         media.audio_file(bad)
 
 

@@ -45,6 +45,7 @@ def test_repr_html_shows_state_blocks_timings_memory_and_the_picture(engine):
     page = engine._repr_html_()
     assert "state <span" in page and ">ok<" in page
     assert "frame 1" in page and "last frame:" in page and "us host" in page and "structure" in page
+    assert "</span>, 1 rebuild" in page and "1 rebuilds" not in page
     assert "memory:" in page and "buffers in use" in page
     assert "<td>mul</td>" in page and "scale = 1.5" in page and "<td>add</td>" in page
     # no Graphviz here: the DOT text, escaped, folded away
@@ -62,6 +63,14 @@ def test_repr_html_of_a_closed_engine():
     engine = rxcuda.Engine(driver=NullDriver())
     engine.close()
     assert "closed after 0 frames" in engine._repr_html_()
+
+
+def test_the_widgets_count_their_parameters_in_words(engine):
+    pipeline(engine)
+    one, three = rxcuda.view.widgets(engine, params=["mul.scale"]), rxcuda.view.widgets(engine)
+    assert one.box.children[0].value == "<b>1 parameter</b>" and three.box.children[0].value == "<b>3 parameters</b>"
+    one.close()
+    three.close()
 
 
 def test_engine_state_says_running_while_run_drives_frames(engine):
@@ -174,7 +183,7 @@ def test_widgets_errors(engine, monkeypatch):
     with pytest.raises(ValueError, match=r"every=.*positive int.*got 0"):
         rxcuda.view.widgets(engine, every=0)
     monkeypatch.setitem(sys.modules, "ipywidgets", None)
-    with pytest.raises(rxcuda.view.WidgetsNotFoundError, match=r"pip install 'rxcuda\[notebook\]'"):
+    with pytest.raises(rxcuda.view.WidgetsNotFoundError, match=r"pip install '\.\[notebook\]' in rxcuda's checkout"):
         rxcuda.view.widgets(engine)
 
 

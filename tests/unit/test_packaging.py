@@ -162,3 +162,23 @@ def test_make_test_checks_the_installed_wheel_from_another_directory():
     for step in ("pip wheel --no-deps --no-build-isolation", "-m venv --without-pip", "install --no-deps --no-index",
                  "rxcuda\" demo --plan", "-m rxcuda.examples", "all_snippets()", "env -u PYTHONPATH"):
         assert step in script, step
+
+
+def _dry_run(target: str, tmp_path: pathlib.Path) -> str:
+    """What `make TARGET` would run in a fresh clone (no .venv): make -n in a folder with the Makefile and
+    pyproject.toml only."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    proc = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    return proc.stdout
+
+
+def test_make_demo_installs_only_what_the_demo_runs_and_make_test_the_dev_tools(tmp_path):
+    demo = _dry_run("demo", tmp_path)
+    assert "pip install -q -e . " in demo and "[dev]" not in demo and demo.rstrip().endswith(".venv/bin/rxcuda demo")
+    assert "pip install -q -e '.[dev]'" in _dry_run("test", tmp_path)
+    # the demo needs nothing of an extra: the quickstart's plan runs with rxcuda's own requirements
+    # (tools/check_wheel.sh runs rxcuda demo --plan in an environment with exactly those)
+    assert "make_env \"$tmp/venv\"\n" in (ROOT / "tools" / "check_wheel.sh").read_text()

@@ -20,7 +20,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture
 def matplotlib():
-    return pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'rxcuda[view]')")
+    return pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install '.[view]')")
 
 
 @pytest.fixture
@@ -119,10 +119,10 @@ def test_log_and_linear_exclude_each_other(trace_file, capsys):
 
 def test_without_matplotlib_the_error_says_how_to_install_it(trace_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails as if it were not installed
-    with pytest.raises(rxcuda.view.MatplotlibNotFoundError, match=r"pip install 'rxcuda\[view\]'"):
+    with pytest.raises(rxcuda.view.MatplotlibNotFoundError, match=r"pip install '\.\[view\]' in rxcuda's checkout"):
         rxcuda.view.plot_frames(trace_file, tmp_path / "f.png")
     assert _cli.main(["plot", str(trace_file)]) == 2
-    assert "pip install 'rxcuda[view]'" in capsys.readouterr().err
+    assert "pip install '.[view]'" in capsys.readouterr().err
     assert not (tmp_path / "f.png").exists()
 
 

@@ -174,8 +174,9 @@ def test_hello_sends_engine_graph_params_and_status(engine, view):
             page = await open_page(s, view, hello=False)
             await page.send({"type": "hello", "token": ""})
             hello = await page.next()
-            assert hello == {"type": "hello", "version": 1, "engine": {"device": engine.device.name,
-                                                                        "profile": "none", "frame": 1}}
+            assert hello == {"type": "hello", "version": 1, "engine": {
+                "device": engine.device.name, "profile": "none", "frame": 1,
+                "measured": False, "unmeasured": NullDriver.unmeasured}}  # the null driver measures nothing
             graph, params, status = await page.next(), await page.next(), await page.next()
             assert [graph["type"], params["type"], status["type"]] == ["graph", "params", "status"]
             blocks = {b["name"]: b for b in graph["blocks"]}

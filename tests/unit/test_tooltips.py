@@ -49,6 +49,6 @@ def test_engine_text_names_pool_classes_and_the_last_rebuild(engine):
     engine.write(a["x"], np.ones(4096, np.float32))
     engine.tick()
     text = str(engine)
-    assert "1 rebuilds (the last took" in text and "profile none" in text
+    assert "1 rebuild (the last took" in text and "profile none" in text
     assert "by pool class: 16 KiB x2" in text
     assert "graph buffers: 2 buffers in 2 allocations" in text

@@ -28,6 +28,7 @@
     preview: null, previewData: null,
     plotDirty: false, previewDirty: false,
     devices: 1,           // the engine's device positions (the graph message's "devices")
+    measured: true,       // false on a driver that runs nothing (hello's engine.measured): said where numbers are
   };
 
   // -- small DOM helpers ------------------------------------------------------------------------------
@@ -122,6 +123,12 @@
         $("device").textContent = str(e.device);
         $("profile").textContent = str(e.profile);
         $("frame").textContent = str(e.frame);
+        S.measured = e.measured !== false;
+        for (const id of ["plot-note", "preview-note"]) {  // the GPU times and the values: not measurements
+          $(id).hidden = S.measured;
+          $(id).textContent = S.measured ? "" : "not measured: " + str(e.unmeasured || "this driver runs nothing");
+        }
+        showBlockTimes();
         if (S.preview) send({type: "preview", block: S.preview.block, port: S.preview.port, kind: S.preview.kind});
         break;
       }
@@ -416,7 +423,7 @@
     const times = S.blockTimes || {};
     for (const [name, e] of S.nodes) {
       const t = e.querySelector("text.gpu");
-      if (t) t.textContent = name in times ? fmtUs(times[name]) : "";
+      if (t) t.textContent = name in times ? (S.measured ? fmtUs(times[name]) : "not measured") : "";
     }
   }
 
@@ -455,7 +462,8 @@
     title.textContent = b.name + (b.kind === "region" && b.region ? ` (${str(b.region.kind)} region)` : "");
     st.textContent = "state: " + str(b.state) + (b.composite ? ` \u00b7 in ${b.composite}` : "") +
       (deviceOf(b) ? ` \u00b7 on ${deviceOf(b)}` : "") +
-      (S.blockTimes && b.name in S.blockTimes ? ` \u00b7 GPU ${fmtUs(S.blockTimes[b.name])}` : "");
+      (S.blockTimes && b.name in S.blockTimes ? ` \u00b7 GPU ${fmtUs(S.blockTimes[b.name])}` +
+        (S.measured ? "" : " (not measured)") : "");
     st.dataset.state = str(b.state);
     $("block-message").textContent = str(b.message);
     for (const p of b.ports || []) {
