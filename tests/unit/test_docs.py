@@ -456,7 +456,8 @@ def _held():
     import rxcuda.distributed
 
     names = ["Engine", "Block", "BlockBuilder", "Parameter", "PortHandle", "Composite", "CompositeInstance", "Frame",
-             "Diagnostic", "AppliedUpdate", "BufferStats", "EngineStream", "GraphPlan", "Trace", "LiveView"]
+             "Diagnostic", "AppliedUpdate", "BufferStats", "EngineStream", "GraphPlan", "Trace", "LiveView",
+             "IsolatedEngine", "Fault"]
     held = {f"rxcuda.{n}": getattr(rxcuda, n) for n in names}
     held.update({f"rxcuda.distributed.{n}": getattr(rxcuda.distributed, n)
                  for n in ("Engine", "DistributedFrame", "Worker")})
