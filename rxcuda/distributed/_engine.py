@@ -42,7 +42,7 @@ from . import _board, _placement, _sharing
 from ._faults import Restarts
 from ._ray import ray_module as _ray
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
-from ._stepping import STEPPINGS, ClockSteps
+from ._stepping import SKIPPED, STEPPINGS, ClockSteps, WorkerGone
 from ._worker import FragmentHost
 
 _EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
@@ -72,11 +72,12 @@ class Engine(Restarts, ClockSteps):
     ``start_timeout``: seconds to wait for Ray to place every worker (a worker asking for more than the cluster
     has would wait forever). ``stepping``: ``"auto"`` steps the frames of workers all on the driver's host through
     their clocks (named pipes, no Ray call per frame) and otherwise by a Ray call per worker and frame; ``"ray"``
-    always by Ray calls.
+    always by Ray calls. ``standby``: keep a standby actor on the driver's host (one per worker spec and GPU, its
+    engine made beforehand) that takes a dead worker over at once, instead of waiting for Ray to restart it.
     """
 
     def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2,
-                 start_timeout: float = 120.0, stepping: str = "auto"):
+                 start_timeout: float = 120.0, stepping: str = "auto", standby: bool = True):
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"'max_in_flight' must be a positive int (got {max_in_flight!r})")
         if isinstance(start_timeout, bool) or not isinstance(start_timeout, int | float) or start_timeout <= 0:
@@ -111,6 +112,11 @@ class Engine(Restarts, ClockSteps):
         self._down: dict[str, float] = {}  # worker -> when it was found dead (restarting)
         self._rebuilding: dict[str, tuple] = {}  # worker -> (the ObjectRef of its rebuild, the structure built)
         self._gone: set[str] = set()  # restarts exhausted
+        self._recoveries: list[dict] = []  # each restart's phases, wall-clock times (bench/distributed.py)
+        self._use_standby = bool(standby)
+        self._standbys: dict[tuple, tuple] = {}  # (worker spec, GPU) -> (standby actor, its prewarm's ref)
+        self._standby_seen: tuple | None = None
+        self._deaths: dict[str, int] = {}
         self._frames = Broadcast(on_error=self._subscriber_failed)
         self._diagnostics = Broadcast(on_error=lambda e, item: None)
         self._loop: FrameLoop | None = None
@@ -301,12 +307,13 @@ class Engine(Restarts, ClockSteps):
         return source.subscribe(on_next)
 
     def read(self, port: PortHandle):
-        """The port's value after the frames submitted so far (waits for them)."""
+        """The port's value after the frames submitted so far (waits for them). A port on a worker whose process
+        died raises :class:`WorkerDownError` until the worker is back."""
         self._check_open()
         w = self.placement(port.block)
         self._ship()
         self._drain(0)
-        return _ray().get(self._actors[w].read.remote(PortRef(port.block.id, port.name)))
+        return self._ask(w, "read", PortRef(port.block.id, port.name))
 
     def observe(self, port: PortHandle, *, every: int = 1) -> Observable:
         """A port on any worker as a local Observable of NumPy arrays, one after every ``every``-th frame,
@@ -408,7 +415,7 @@ class Engine(Restarts, ClockSteps):
                 outs[w], reports[w] = got
             else:  # one object, (out, report): fewer objects for Ray to track
                 reports[w] = got
-        self._inflight.append((index, steps, reports, outs, params, writes))
+        self._inflight.append((index, steps, skipped, reports, outs, params, writes))
         self._drain(self.max_in_flight)
         return index
 
@@ -446,13 +453,13 @@ class Engine(Restarts, ClockSteps):
         ray = _ray()
         done = {}
         while len(self._inflight) > keep:
-            index, steps, reports, outs, params, writes = self._inflight.popleft()
-            frames: dict = {w: None for w, *_ in steps}
+            index, steps, skipped, reports, outs, params, writes = self._inflight.popleft()
+            frames: dict = {w: None for w in (*(w for w, *_ in steps), *skipped)}  # skipped: None (not complete)
+            producers = {w: p for w, _method, p, _pair in steps}
+            failed: set[str] = set()  # the workers whose step failed in this frame
             refs = {w: ref for w, ref in reports.items() if ref is not None}
-            try:  # one wait for the frame's steps (they ran at once); a failed one is found below, worker by worker
-                got = dict(zip(refs, ray.get(list(refs.values())), strict=True))
-            except ray.exceptions.RayError:
-                got = {}
+            # one wait for the frame's steps (they ran at once); a failed one is found below, worker by worker
+            got = self._ray_wait(refs, steps) if refs else {}
             if len(refs) < len(reports):
                 got.update(self._clock_wait(index, [w for w in reports if w not in refs]))
             for w, ref in reports.items():
@@ -463,6 +470,14 @@ class Engine(Restarts, ClockSteps):
                         continue
                     self._report(w, index, rep, frames)
                     continue
+                if got.get(w) is SKIPPED or failed & set(producers[w]):  # fed by a worker that failed this frame
+                    self._requeue(w, params.get(w, {}), writes.get(w, {}))
+                    failed.add(w)
+                    continue
+                if isinstance(got.get(w), WorkerGone):
+                    self._step_failed(w, got[w], params.get(w, {}), writes.get(w, {}), True)
+                    failed.add(w)
+                    continue
                 try:
                     rep = got[w] if w in got else ray.get(ref)
                 except ray.exceptions.RayError as e:
@@ -470,6 +485,7 @@ class Engine(Restarts, ClockSteps):
                         with contextlib.suppress(ray.exceptions.RayError):  # its other result failed too: seen here
                             ray.get(outs[w])
                     self._step_failed(w, e, params.get(w, {}), writes.get(w, {}))
+                    failed.add(w)
                     continue
                 self._report(w, index, rep if w in outs else rep[1], frames)  # one object: (out, report)
             done[index] = DistributedFrame(index, frames)
@@ -614,6 +630,7 @@ class Engine(Restarts, ClockSteps):
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)
         self._actors = {}
+        self._end_standbys()
         _board.remove_boards(self._session)  # those a killed worker on this host left
         for s in self._subs:
             s.dispose()

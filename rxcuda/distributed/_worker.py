@@ -14,6 +14,7 @@ import collections
 import functools
 import logging
 import os
+import signal
 import statistics
 import threading
 import time
@@ -35,6 +36,7 @@ log = logging.getLogger("rxcuda")
 
 EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost (EX_SOFTWARE)
 _F = TypeVar("_F", bound=Any)
+DRILLS = ("exit", "kill", "segfault", "frame", "context")  # the faults FragmentHost.crash(how) makes
 LINK_TIMEOUT_S = 10.0  # how long a consumer waits for its producer's frame on an ipc link before it skips it
 
 
@@ -80,6 +82,8 @@ class FragmentHost:
         self.session = session or uuid.uuid4().hex[:12]
         self.link_timeout = LINK_TIMEOUT_S
         self.pid = os.getpid()
+        self.started = time.time()  # when this process took the worker on (a restart's phases: bench, diagnostics)
+        self._drill: str | None = None  # a fault drill the next step runs (crash("frame"))
         self.engine: Engine | None = None
         self.fragment: Fragment | None = None
         self.blocks: dict[int, Block] = {}  # the driver's block id -> the block built here
@@ -96,6 +100,7 @@ class FragmentHost:
         self._clock: _clock.ClockHand | None = None
         self._next: tuple[dict, dict] = ({}, {})  # the clock's posted parameters and writes for the next step
         self._observed_now: Mapping[PortRef, int] = {}  # the observed ports, as last posted
+        self._warm: Engine | None = None  # an engine made beforehand (prewarm), taken by the next build
 
     # -- where it runs -------------------------------------------------------------------------------------
     def where(self) -> dict:
@@ -112,6 +117,24 @@ class FragmentHost:
             pass
         return {"node": node, "pid": self.pid, "gpus": gpus}
 
+    def prewarm(self, gpu: str | None = None) -> int:
+        """Make this process's engine (its CUDA context, streams and memory pool) before any fragment is sent, on
+        the GPU whose UUID is ``gpu`` (None: the first this process sees), so that a standby taking a dead worker
+        over builds at once; the next :meth:`build` uses it. Returns the process id."""
+        with self._lock:
+            if self.engine is None and self._warm is None:
+                if self.null:
+                    self._warm = Engine(driver=_null_driver())
+                else:
+                    from ..cuda._device import ordinal_of
+
+                    self._warm = Engine(ordinal_of(gpu) if gpu else 0)
+        return self.pid
+
+    def adopt(self, name: str) -> None:
+        """A standby takes over worker ``name`` (its diagnostics and reports name it from now on)."""
+        self.name = name
+
     # -- the fragment ------------------------------------------------------------------------------------
     @_locked
     def build(self, fragment: Fragment, writes: Mapping[PortRef, object], since: int = 1) -> dict:
@@ -122,7 +145,7 @@ class FragmentHost:
         :meth:`where`, with how many blocks were built, the GPU's UUID (``gpu``) and whether MPS serves it
         (``mps``)."""
         self._close_engine()
-        engine = Engine(driver=_null_driver() if self.null else None)
+        engine, self._warm = self._warm or Engine(driver=_null_driver() if self.null else None), None
         self.engine = engine
         engine.diagnostics.subscribe(self._diagnostics.append)
         desc = fragment.description
@@ -160,7 +183,8 @@ class FragmentHost:
                 if self.device_slots:
                     self._receivers[ln.dst] = _links.IpcReceiver(engine, self.port(ln.dst))
         device = engine.device
-        return {**self.where(), "blocks": len(blocks), "gpu": device.uuid, "mps": device.mps}
+        return {**self.where(), "blocks": len(blocks), "gpu": device.uuid, "mps": device.mps, "started": self.started,
+                "built": time.time()}
 
     def _export(self, engine: Engine, ln: RemoteLink, since: int) -> _board.LinkBoard:
         """The board an exported port's ipc links publish on: its slots in device memory (exported once, their
@@ -218,6 +242,9 @@ class FragmentHost:
 
     def _step(self, index: int, params, writes, observed, payloads) -> tuple[dict, StepReport]:
         engine = self._engine()
+        if self._drill is not None:
+            self._drill = None
+            raise RuntimeError(f"fault drill: worker '{self.name}' raised in its step of frame {index}")
         if self._delay:
             time.sleep(self._delay)
         for bid, values in params.items():
@@ -331,14 +358,37 @@ class FragmentHost:
                      self.name, self.pid, err)
         os._exit(EXIT_CONTEXT_LOST)
 
-    def crash(self) -> None:
-        """End this worker's process at once, as a fault would (fault drills, tests)."""
+    def crash(self, how: str = "exit") -> None:
+        """A fault drill (tests, bench): ``"exit"`` ends the process at once (``os._exit``), ``"kill"`` sends it
+        SIGKILL (what the OOM killer does), ``"segfault"`` makes it read address 0, ``"frame"`` makes its next step
+        raise in the frame thread (the process lives on), ``"context"`` makes its next launch lose the GPU context
+        (the null driver only: its launch fails with CUDA_ERROR_ILLEGAL_ADDRESS, and the worker ends as on a GPU)."""
+        if how not in DRILLS:
+            raise ValueError(f"'how' must be one of {', '.join(DRILLS)} (got {how!r})")
+        if how == "frame":
+            self._drill = how
+            return
+        if how == "context":
+            if not self.null or self.engine is None:
+                raise ValueError("the 'context' drill runs on a built worker on the null driver; on a GPU, a kernel "
+                                 "that faults loses the context")
+            self.engine.device.api.fail("cuGraphLaunch", "CUDA_ERROR_ILLEGAL_ADDRESS", times=1_000)
+            return
+        if how == "kill":
+            os.kill(self.pid, signal.SIGKILL)
+        elif how == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)
         os._exit(1)
 
     @_locked
     def close(self) -> None:
         self.stop_clock()
         self._close_engine()
+        warm, self._warm = self._warm, None
+        if warm is not None:
+            warm.close()
 
     # -- the clock: frames stepped through pipes (same host), not a Ray call each ----------------------------------
     def start_clock(self, go: str, done: str, generation: int) -> int:

@@ -174,8 +174,8 @@ REFUSALS: list[tuple[str, Callable, type | tuple[type, ...]]] = [
     # composites
     ("remove a block inside an instance", _composite_only(lambda p: p.engine.remove(_inner(p))),
      rxcuda.ValidationError),
-    ("set a composite parameter to a string", _composite_only(lambda p: setattr(p.inst.params["gain"], "value", "loud")),
-     (TypeError, ValueError)),
+    ("set a composite parameter to a string",
+     _composite_only(lambda p: setattr(p.inst.params["gain"], "value", "loud")), (TypeError, ValueError)),
     ("connect into an instance's connected input", _composite_only(lambda p: p.engine.connect(
         p.first["out"], p.inst["x"])), rxcuda.ValidationError),
     ("connect an instance's output back into it", _composite_only(lambda p: p.engine.connect(
