@@ -135,9 +135,12 @@ class Restarts:
         del self._standbys[key]
         try:
             ray.get(got[1])
-        except ray.exceptions.RayError:
+        except ray.exceptions.RayError as e:
             with contextlib.suppress(Exception):
                 ray.kill(got[0], no_restart=True)
+            self._publish(w, Diagnostic("warning", w, f"the standby that was to take worker '{w}' over could not "
+                                        f"make its engine ({type(e).__name__}: {e}); Ray restarts the worker instead",
+                                        self._index))
             return None
         return got[0]
 
