@@ -225,6 +225,9 @@ class Engine(Restarts, ClockSteps):
         object store), ``"ipc"`` or ``"host"``. A ValidationError says what does not fit; nothing changes."""
         self._check_open()
         ws, wd = self.placement(src.block), self.placement(dst.block)
+        if transport not in _placement.TRANSPORTS:  # on one worker too: a misspelled transport is never kept
+            raise ValidationError(f"{src.block.name}.{src.name} -> {dst.block.name}.{dst.name}: transport must be one "
+                                  f"of {', '.join(_placement.TRANSPORTS)} (got {transport!r})", subject=dst.block.name)
         if ws != wd:
             if delay:
                 raise ValidationError(f"{src.block.name}.{src.name} -> {dst.block.name}.{dst.name}: a delayed "
