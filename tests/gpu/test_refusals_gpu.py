@@ -68,3 +68,16 @@ def test_a_series_of_refusals_then_the_refused_block_computes_on_the_last_device
     e.connect(pipeline.second["out"], third["x"])
     _computes(pipeline)
     np.testing.assert_allclose(e.read(third["out"]), expected(pipeline)["second"] * np.float32(7.0), rtol=1e-6)
+
+
+def test_a_block_refused_past_the_devices_computes_as_the_first_block_on_the_second_one(kernels):
+    """devices=[0, 0] with every block on the first: the block refused on device 2 is then the first one placed on
+    device 1 (its graph made for the first time by this rebuild), and computes there."""
+    with rxcuda.Engine(devices=[0, 0]) as engine:
+        p = build(engine, kernels, devices=1, composite=False)
+        with pytest.raises(ValueError, match="device=2 is not one of this engine's devices"):
+            engine.add(p.spare, device=2)
+        engine.add(p.spare, device=1)
+        engine.connect(p.second["out"], p.spare["x"])
+        _computes(p)
+        np.testing.assert_allclose(engine.read(p.spare["out"]), expected(p)["second"] * np.float32(7.0), rtol=1e-6)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
+from reactivex.subject import Subject
 
 import rxcuda
 from rxcuda import Block, Composite
@@ -151,6 +152,9 @@ REFUSALS: list[tuple[str, Callable, type | tuple[type, ...]]] = [
      (TypeError, ValueError)),
     ("resize a connected input", lambda p: p.engine.resize(p.second["x"], (2 * N,)), rxcuda.ValidationError),
     ("resize to a bad shape", lambda p: p.engine.resize(p.first["x"], (0,)), (TypeError, ValueError)),
+    ("feed a connected input", lambda p: p.engine.feed(p.second["x"], Subject()), rxcuda.ValidationError),
+    ("feed an output", lambda p: p.engine.feed(p.first["out"], Subject()), rxcuda.ValidationError),
+    ("observe as an unknown kind", lambda p: p.engine.observe(p.second["out"], kind="torch"), ValueError),
     ("observe every 0th frame", lambda p: p.engine.observe(p.second["out"], every=0), ValueError),
     ("unbind what is not bound", lambda p: p.engine.unbind(p.first["x"]), rxcuda.ValidationError),
     # parameters and launches

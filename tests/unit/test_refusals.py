@@ -77,3 +77,18 @@ def test_a_series_of_refusals_then_a_change_builds_and_runs(pipeline):
     assert third.state == "ok" and third.name == "third"
     if pipeline.devices > 1:
         assert pipeline.engine.describe().placement[third.id] == 1
+
+
+def test_a_block_refused_past_the_devices_computes_as_the_first_block_on_the_second_one():
+    """devices=[0, 0] with every block on the first: the block refused on device 2 is then the first one placed on
+    device 1, whose graph the rebuild makes for the first time."""
+    engine = rxcuda.Engine(devices=[0, 0], driver=NullDriver())
+    try:
+        p = build(engine, KERNELS, devices=1, composite=False)
+        _refuse(p, "add on a device past the list", lambda p: p.engine.add(p.spare, device=2), ValueError)
+        engine.add(p.spare, device=1)
+        engine.connect(p.second["out"], p.spare["x"])
+        _runs(p)
+        assert engine.describe().placement[p.spare.id] == 1 and len(engine.devices.memory) == 2
+    finally:
+        engine.close()
