@@ -203,3 +203,21 @@ def _alive(pid: int) -> bool:
     from rxcuda.distributed._board import _alive as alive
 
     return alive(pid)
+
+
+def test_close_right_after_a_death_raises_nothing_and_leaves_no_process():
+    engine = Engine({"a": Worker(null=True), "b": Worker(null=True)})
+    first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
+    second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
+    engine.connect(first["out"], second["x"], transport="ipc")
+    engine.write(first["x"], np.ones(N, np.float32))
+    engine.tick()
+    _standby_ready(engine)
+    pids = [engine.where(w)["pid"] for w in ("a", "b")] + [ray.get(ref) for _a, ref in engine._standbys.values()]
+    engine.actor("b").crash.remote("kill")
+    engine.tick()  # finds b dead: the standby takes it over
+    engine.close()  # while b's fragment is being built there
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not [p for p in pids if _alive(p)]
