@@ -117,6 +117,7 @@ class Engine(Restarts, ClockSteps):
         self._standbys: dict[tuple, tuple] = {}  # (worker spec, GPU) -> (standby actor, its prewarm's ref)
         self._standby_seen: tuple | None = None
         self._deaths: dict[str, int] = {}
+        self._promoted: dict[str, str | None] = {}  # worker -> the GPU of the standby that took it over
         self._frames = Broadcast(on_error=self._subscriber_failed)
         self._diagnostics = Broadcast(on_error=lambda e, item: None)
         self._loop: FrameLoop | None = None

@@ -57,6 +57,7 @@ class Restarts:
     _standbys: dict[tuple, tuple[Any, Any]]  # (worker spec, GPU UUID) -> (the standby actor, its prewarm's ref)
     _deaths: dict[str, int]
     _standby_seen: tuple | None
+    _promoted: dict[str, str | None]  # worker -> the GPU of the standby that took it over
 
     def _publish(self, worker: str, d: Diagnostic) -> None:
         raise NotImplementedError
@@ -88,8 +89,7 @@ class Restarts:
         if standby is not None:
             with contextlib.suppress(Exception):
                 ray.kill(self._actors[w], no_restart=True)
-            self._actors[w] = standby
-            standby.adopt.remote(w)
+            self._actors[w], self._promoted[w] = standby
             how = "a standby process takes it over"
         self._publish(w, Diagnostic("error", w, f"worker '{w}' died ({type(err).__name__}: {err}); {how} and it "
                                     "rebuilds its fragment from the description with the last parameter values and "
@@ -125,8 +125,8 @@ class Restarts:
             ).remote("standby", spec.null, self.max_in_flight + 1, self._session)
             self._standbys[key] = (actor, actor.prewarm.remote(gpu))
 
-    def _take_standby(self, w: str):
-        """The standby ready to take ``w`` over (it leaves the pool), or None."""
+    def _take_standby(self, w: str) -> tuple[Any, str | None] | None:
+        """The standby ready to take ``w`` over (it leaves the pool) and the GPU it made its engine on, or None."""
         ray = _ray()
         key = self._standby_key(w)
         got = self._standbys.get(key) if key is not None else None
@@ -142,7 +142,7 @@ class Restarts:
                                         f"make its engine ({type(e).__name__}: {e}); Ray restarts the worker instead",
                                         self._index))
             return None
-        return got[0]
+        return got[0], key[1]
 
     def _end_standbys(self) -> None:
         ray = _ray()
@@ -156,8 +156,11 @@ class Restarts:
         values, the last arrays written to its inputs); Ray queues the call until the actor is back."""
         frag = self._split_now().fragments[w]
         writes_w = {r: a for r, a in self._writes.items() if self._placement.get(r.block) == w}
-        self._rebuilding[w] = (self._actors[w].build.remote(frag, writes_w, self._index + 1),
-                               _placement.structure(frag))
+        actor = self._actors[w]
+        if w in self._promoted:  # a standby's process (again after Ray restarted it): its GPU by UUID, its name
+            actor.prewarm.remote(self._promoted[w])
+            actor.adopt.remote(w)
+        self._rebuilding[w] = (actor.build.remote(frag, writes_w, self._index + 1), _placement.structure(frag))
 
     def _check_restarts(self) -> None:
         ray = _ray()

@@ -221,3 +221,38 @@ def test_close_right_after_a_death_raises_nothing_and_leaves_no_process():
     while time.time() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.1)
     assert not [p for p in pids if _alive(p)]
+
+
+def test_a_worker_that_dies_again_before_a_new_standby_is_up_is_restarted_by_ray():
+    """The standby that took b over dies too, before the next standby is up: Ray restarts that process, which
+    makes its engine and takes b's name again, and builds the fragment."""
+    engine = Engine({"a": Worker(null=True), "b": Worker(null=True)})
+    try:
+        first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
+        second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
+        engine.connect(first["out"], second["x"], transport="ipc")
+        engine.write(first["x"], np.ones(N, np.float32))
+        engine.tick()
+        _standby_ready(engine)
+        diags: list[FragmentDiagnostic] = []
+        engine.diagnostics.subscribe(diags.append)
+
+        def back_after(how: str, count: int) -> None:
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                f = engine.tick()
+                if f.complete and sum(d.diagnostic.severity == "info" for d in diags) == count:
+                    return
+            raise AssertionError(f"not back after {how}: {[str(d) for d in diags]}")
+
+        engine.actor("b").crash.remote("kill")
+        back_after("the first death", 1)
+        second.params["scale"].value = 4.0
+        engine.actor("b").crash.remote("exit")  # the standby's process, before a new standby is up
+        back_after("the second death", 2)
+        died = [d.diagnostic.message for d in diags if d.diagnostic.severity == "error"]
+        assert len(died) == 2 and "a standby process takes it over" in died[0] and "Ray restarts it" in died[1]
+        assert ray.get(engine.actor("b").describe.remote()).blocks[0].values["scale"] == 4.0
+        assert engine.tick().complete
+    finally:
+        engine.close()
