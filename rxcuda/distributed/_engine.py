@@ -112,12 +112,7 @@ class Engine(Restarts, ClockSteps):
         self._down: dict[str, float] = {}  # worker -> when it was found dead (restarting)
         self._rebuilding: dict[str, tuple] = {}  # worker -> (the ObjectRef of its rebuild, the structure built)
         self._gone: set[str] = set()  # restarts exhausted
-        self._recoveries: list[dict] = []  # each restart's phases, wall-clock times (bench/distributed.py)
-        self._use_standby = bool(standby)
-        self._standbys: dict[tuple, tuple] = {}  # (worker spec, GPU) -> (standby actor, its prewarm's ref)
-        self._standby_seen: tuple | None = None
-        self._deaths: dict[str, int] = {}
-        self._promoted: dict[str, str | None] = {}  # worker -> the GPU of the standby that took it over
+        self._init_restarts(standby)
         self._frames = Broadcast(on_error=self._subscriber_failed)
         self._diagnostics = Broadcast(on_error=lambda e, item: None)
         self._loop: FrameLoop | None = None
@@ -226,9 +221,8 @@ class Engine(Restarts, ClockSteps):
         object store), ``"ipc"`` or ``"host"``. A ValidationError says what does not fit; nothing changes."""
         self._check_open()
         ws, wd = self.placement(src.block), self.placement(dst.block)
-        if transport not in _placement.TRANSPORTS:  # on one worker too: a misspelled transport is never kept
-            raise ValidationError(f"{src.block.name}.{src.name} -> {dst.block.name}.{dst.name}: transport must be one "
-                                  f"of {', '.join(_placement.TRANSPORTS)} (got {transport!r})", subject=dst.block.name)
+        _placement.check_transport(transport, f"{src.block.name}.{src.name} -> {dst.block.name}.{dst.name}",
+                                   dst.block.name)  # on one worker too: a misspelled transport is never kept
         if ws != wd:
             if delay:
                 raise ValidationError(f"{src.block.name}.{src.name} -> {dst.block.name}.{dst.name}: a delayed "
@@ -311,8 +305,8 @@ class Engine(Restarts, ClockSteps):
         return source.subscribe(on_next)
 
     def read(self, port: PortHandle):
-        """The port's value after the frames submitted so far (waits for them). A port on a worker whose process
-        died raises :class:`WorkerDownError` until the worker is back."""
+        """The port's value after the frames submitted so far (waits for them); WorkerDownError while its worker
+        restarts."""
         self._check_open()
         w = self.placement(port.block)
         self._ship()
@@ -441,13 +435,6 @@ class Engine(Restarts, ClockSteps):
             self._plan = (split, down, (made, skipped))
         return self._plan[2]
 
-    def _requeue(self, w: str, params: dict, writes: dict) -> None:
-        """A worker skipped a frame: what it was to get waits for its next one (newer values win)."""
-        with self._lock:
-            for bid, values in params.items():
-                self._pending_params[w][bid] = {**values, **self._pending_params[w].get(bid, {})}
-            self._pending_writes[w] = {**writes, **self._pending_writes[w]}
-
     def _drain(self, keep: int) -> dict[int, DistributedFrame]:
         """Wait until at most ``keep`` frames are in flight; publish what the finished ones reported."""
         with self._frame_lock:
@@ -461,11 +448,7 @@ class Engine(Restarts, ClockSteps):
             frames: dict = {w: None for w in (*(w for w, *_ in steps), *skipped)}  # skipped: None (not complete)
             producers = {w: p for w, _method, p, _pair in steps}
             failed: set[str] = set()  # the workers whose step failed in this frame
-            refs = {w: ref for w, ref in reports.items() if ref is not None}
-            # one wait for the frame's steps (they ran at once); a failed one is found below, worker by worker
-            got = self._ray_wait(refs, steps) if refs else {}
-            if len(refs) < len(reports):
-                got.update(self._clock_wait(index, [w for w in reports if w not in refs]))
+            got = self._gather(index, steps, reports)  # a failed Ray step is found below, worker by worker
             for w, ref in reports.items():
                 if ref is None:
                     rep = got[w]
@@ -478,17 +461,15 @@ class Engine(Restarts, ClockSteps):
                     self._requeue(w, params.get(w, {}), writes.get(w, {}))
                     failed.add(w)
                     continue
-                if isinstance(got.get(w), WorkerGone):
-                    self._step_failed(w, got[w], params.get(w, {}), writes.get(w, {}), True)
-                    failed.add(w)
-                    continue
                 try:
                     rep = got[w] if w in got else ray.get(ref)
-                except ray.exceptions.RayError as e:
+                    if isinstance(rep, WorkerGone):  # its process ended: found on this host
+                        raise rep
+                except (WorkerGone, ray.exceptions.RayError) as e:
                     if w in outs:
                         with contextlib.suppress(ray.exceptions.RayError):  # its other result failed too: seen here
                             ray.get(outs[w])
-                    self._step_failed(w, e, params.get(w, {}), writes.get(w, {}))
+                    self._step_failed(w, e, params.get(w, {}), writes.get(w, {}), isinstance(e, WorkerGone) or None)
                     failed.add(w)
                     continue
                 self._report(w, index, rep if w in outs else rep[1], frames)  # one object: (out, report)

@@ -56,14 +56,29 @@ class Restarts:
     _use_standby: bool
     _standbys: dict[tuple, tuple[Any, Any]]  # (worker spec, GPU UUID) -> (the standby actor, its prewarm's ref)
     _deaths: dict[str, int]
+    _lock: Any
+    _pending_params: dict[str, dict[int, dict]]
+    _pending_writes: dict[str, dict]
     _standby_seen: tuple | None
     _promoted: dict[str, str | None]  # worker -> the GPU of the standby that took it over
 
     def _publish(self, worker: str, d: Diagnostic) -> None:
         raise NotImplementedError
 
+    def _init_restarts(self, standby: bool) -> None:
+        self._recoveries = []  # each recovery's phases, wall-clock times (bench/distributed.py)
+        self._use_standby = bool(standby)
+        self._standbys = {}
+        self._standby_seen = None
+        self._deaths = {}
+        self._promoted = {}
+
     def _requeue(self, w: str, params: dict, writes: dict) -> None:
-        raise NotImplementedError
+        """A worker skipped a frame: what it was to get waits for its next one (newer values win)."""
+        with self._lock:
+            for bid, values in params.items():
+                self._pending_params[w][bid] = {**values, **self._pending_params[w].get(bid, {})}
+            self._pending_writes[w] = {**writes, **self._pending_writes[w]}
 
     def _split_now(self) -> _placement.Split:
         raise NotImplementedError

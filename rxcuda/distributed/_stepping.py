@@ -101,6 +101,15 @@ class ClockSteps:
             c.observed = observed
         c.step(index)
 
+    def _gather(self, index: int, steps: tuple, reports: dict) -> dict[str, Any]:
+        """Frame ``index``'s results: its Ray steps' (:meth:`_ray_wait`, ``reports`` worker -> ObjectRef) and its
+        clocked steps' (:meth:`_clock_wait`, ``reports`` worker -> None), waited for together."""
+        refs = {w: ref for w, ref in reports.items() if ref is not None}
+        got = self._ray_wait(refs, steps) if refs else {}
+        if len(refs) < len(reports):
+            got.update(self._clock_wait(index, [w for w in reports if w not in refs]))
+        return got
+
     def _ray_wait(self, refs: dict[str, Any], steps: tuple) -> dict[str, Any]:
         """The results of the Ray steps ``refs`` (worker -> ObjectRef) that succeeded; a worker on this host whose
         process ended while waited for gives a :class:`WorkerGone` at once (Ray takes a second or two to say so),

@@ -16,23 +16,16 @@ import rxcuda
 
 ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install 'rxcuda[ray]'")
 
+from test_distributed_gpu import cluster, exact_frames  # noqa: E402, F401  (the local Ray cluster with the GPU)
+
 from rxcuda.distributed import Engine, FragmentDiagnostic, Worker, WorkerDownError  # noqa: E402
 
 N = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 @pytest.fixture(scope="module", params=[True, False], ids=["standby", "ray-restart"])
-def pair(request, cluster, kernels):
+def pair(request, kernels):
+    request.getfixturevalue("cluster")
     spec = Worker(num_gpus=0.5, max_restarts=10)
     with Engine({"a": spec, "b": spec}, standby=request.param) as dist:
         first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="first", scale=1.5),
@@ -85,12 +78,7 @@ def test_a_worker_that_crashes_on_the_gpu_is_back_and_its_frames_are_exact(pair,
         assert [d.worker for d in errors] == [victim], [str(d) for d in diags]
         assert ("a standby process takes it over" in errors[0].diagnostic.message) is standby
         np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(s1)) * np.float32(s2))
-        for i in range(5):
-            x = rng.standard_normal(N).astype(np.float32)
-            dist.write(first["x"], x)
-            assert dist.tick().complete
-            np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(s1)) * np.float32(s2),
-                                          err_msg=f"frame {i} after the {how} of {victim} ({took:.2f} s to come back)")
+        exact_frames(dist, first, second, s1, s2, rng, f"after the {how} of {victim} ({took:.2f} s to come back)")
         a, b = dist.where("a"), dist.where("b")
         assert a["gpu"] == b["gpu"]  # the one GPU, in the standby too
     finally:

@@ -33,6 +33,19 @@ CASES = [(stepping, transport, how, victim) for (stepping, transport), deaths in
          for how, victim in deaths]
 
 
+def _linked(transport: str = "ipc", **kw) -> tuple[Engine, rxcuda.Block, rxcuda.Block]:
+    """Two null-driver workers, first (on a) -> second (on b) over ``transport``, one frame run."""
+    restarts = kw.pop("max_restarts", 3)
+    engine = Engine({"a": Worker(null=True, max_restarts=restarts), "b": Worker(null=True, max_restarts=restarts)},
+                    **kw)
+    first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
+    second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
+    engine.connect(first["out"], second["x"], transport=transport)
+    engine.write(first["x"], np.ones(N, np.float32))
+    engine.tick()
+    return engine, first, second
+
+
 @pytest.fixture(scope="module")
 def engines():
     made: dict[tuple, tuple] = {}
@@ -44,14 +57,7 @@ def engines():
 def _engine(engines, stepping: str, transport: str):
     key = (stepping, transport)
     if key not in engines:
-        engine = Engine({"a": Worker(null=True, max_restarts=10), "b": Worker(null=True, max_restarts=10)},
-                        stepping=stepping)
-        first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
-        second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
-        engine.connect(first["out"], second["x"], transport=transport)
-        engine.write(first["x"], np.ones(N, np.float32))
-        engine.tick()
-        engines[key] = (engine, first, second)
+        engines[key] = _linked(transport, stepping=stepping, max_restarts=10)
     return engines[key]
 
 
@@ -142,13 +148,8 @@ def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_v
 
 
 def test_without_a_standby_ray_restarts_the_worker_and_a_read_meanwhile_names_it():
-    engine = Engine({"a": Worker(null=True), "b": Worker(null=True)}, standby=False)
+    engine, first, second = _linked(standby=False)
     try:
-        first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
-        second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
-        engine.connect(first["out"], second["x"], transport="ipc")
-        engine.write(first["x"], np.ones(N, np.float32))
-        engine.tick()
         old_pid = engine.where("b")["pid"]
         diags: list[FragmentDiagnostic] = []
         engine.diagnostics.subscribe(diags.append)
@@ -178,12 +179,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_read_after_a_death_between_frames_then_close_raise_nothing_but_worker_down_and_leave_no_process():
-    engine = Engine({"a": Worker(null=True), "b": Worker(null=True)})
-    first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
-    second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
-    engine.connect(first["out"], second["x"], transport="ipc")
-    engine.write(first["x"], np.ones(N, np.float32))
-    engine.tick()
+    engine, first, second = _linked()
     _standby_ready(engine)
     pids = [engine.where(w)["pid"] for w in ("a", "b")] + [ray.get(ref) for _a, ref in engine._standbys.values()]
     engine.actor("b").crash.remote("kill")
@@ -202,13 +198,8 @@ def test_a_read_after_a_death_between_frames_then_close_raise_nothing_but_worker
 def test_a_worker_that_dies_again_before_a_new_standby_is_up_is_restarted_by_ray():
     """The standby that took b over dies too, before the next standby is up: Ray restarts that process, which
     makes its engine and takes b's name again, and builds the fragment."""
-    engine = Engine({"a": Worker(null=True), "b": Worker(null=True)})
+    engine, first, second = _linked()
     try:
-        first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
-        second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
-        engine.connect(first["out"], second["x"], transport="ipc")
-        engine.write(first["x"], np.ones(N, np.float32))
-        engine.tick()
         _standby_ready(engine)
         diags: list[FragmentDiagnostic] = []
         engine.diagnostics.subscribe(diags.append)
