@@ -229,17 +229,20 @@ class Restarts:
 
     def _ask(self, w: str, method: str, *args):
         """Worker ``w``'s ``method(*args)``, waited for. A worker that is down, or found dead by this call, raises
-        :class:`WorkerDownError` (and is restarted), never Ray's error; an error the method raised is raised as
-        itself."""
+        :class:`WorkerDownError` (and is restarted); an error the method raised is raised as itself; any other
+        failure of Ray's is a RuntimeError naming the worker: never Ray's own exception."""
         ray = _ray()
         self._check_restarts()
         if w in self._down or w in self._gone:
             raise self._down_error(w)
+        actor = self._actors[w]
         try:
-            return ray.get(getattr(self._actors[w], method).remote(*args))
+            return ray.get(getattr(actor, method).remote(*args))
         except ray.exceptions.RayTaskError as e:
             raise e.as_instanceof_cause() from None
         except ray.exceptions.RayError as e:
-            self._step_failed(w, e, {}, {}, died=True)
-            raise self._down_error(w) from None
+            if isinstance(e, ray.exceptions.RayActorError) and _names(e, actor):
+                self._step_failed(w, e, {}, {}, died=True)
+                raise self._down_error(w) from None
+            raise RuntimeError(f"worker '{w}': {method} failed ({type(e).__name__}: {e})") from None
 
