@@ -19,9 +19,11 @@ The link's cost per frame is the two-worker row minus the one-worker row (a seco
 included); the row under it is the host time the link's two ends themselves take in the workers (the copy into an
 exported slot, its event and the board, the copy out; or the readback, the object store and the write), not
 counting the consumer's wait for its producer's frame. Target: CUDA IPC adds <= 100 us a frame for 4 MiB. Then
-frames per second under ``run()`` (frames in flight overlap the workers), and the restart time: from
-``ray.kill`` of the consumer to its first frame from the restarted process (``ray.kill`` is asynchronous: the
-killed process may still run a frame submitted right after it, which does not count).
+frames per second under ``run()`` (frames in flight overlap the workers), and the time from the consumer's death
+(``ray.kill``, SIGKILL, ``os._exit``, a segfault; on the null driver a lost context too) to its next complete frame
+from a new process, split by phase: the death found by the driver, the new process up (Ray's restart; nothing with
+a standby, up beforehand), the fragment built there, the driver seeing it back, the next frame; with a standby and
+with Ray's restart (``standby=False``). The cost rows run without a standby process.
 Without a GPU everything runs on the null driver (the table says so): Ray's and the host's costs, no GPU work.
 The title says whether NVIDIA's Multi-Process Service serves the GPU: two workers on one GPU run at once under
 MPS and take turns without it (start it with ``nvidia-cuda-mps-control -d`` to compare; docs/distributed.md).
@@ -79,8 +81,8 @@ def main() -> None:
     from rxcuda.distributed import Engine as DistEngine
     from rxcuda.distributed import Worker
 
-    def Engine(workers):  # noqa: N802  (the distributed engine, stepped as asked)
-        return DistEngine(workers, stepping=args.stepping)
+    def Engine(workers):  # noqa: N802  (the distributed engine, stepped as asked; no standby process meanwhile)
+        return DistEngine(workers, stepping=args.stepping, standby=False)
 
     gpu, why = rxcuda.probe()
     n = int(args.mib * (1 << 20)) // 4
@@ -140,16 +142,14 @@ def main() -> None:
                 sub.dispose()
                 spec_fps[label] = count[0] / 2.0
 
-        with Engine({"a": spec, "b": spec}) as dist:
-            _pipeline(dist, rxcuda, np, n, ("a", "b"))
-            dist.tick()
-            killed = dist.where("b")["pid"]
-            ray.kill(dist.actor("b"), no_restart=False)  # asynchronous: a frame or two may still run in `killed`
-            t0 = time.perf_counter()
-            while True:  # b's next frame from a new process (where() names it once b is back)
-                if dist.tick().fragments.get("b") is not None and dist.where("b")["pid"] != killed:
-                    break
-            restart_s = time.perf_counter() - t0
+        deaths = []
+        for standby in (True, False):
+            respec = Worker(**{**{k: getattr(spec, k) for k in ("num_gpus", "num_cpus", "null")}, "max_restarts": 20})
+            with DistEngine({"a": respec, "b": respec}, stepping=args.stepping, standby=standby) as dist:
+                _pipeline(dist, rxcuda, np, n, ("a", "b"))
+                dist.tick()
+                for how in DEATHS + (() if gpu else ("context",)):
+                    deaths.append((how, standby, _death(ray, dist, how)))
     finally:
         ray.shutdown()
 
@@ -168,9 +168,46 @@ def main() -> None:
               "same two not connected)")
     print(f"frames per second under run(): one worker {spec_fps['one worker']:.0f}, two workers "
           f"{spec_fps['two workers']:.0f} (frames in flight overlap the workers)")
-    print(f"from a worker's death to its fragment's next frame: {restart_s:.2f} s")
+    print("\nfrom a worker's death to its fragment's next complete frame (worker b, the link's consumer), ms:")
+    head = ("death", "how it comes back", "found", "process up", "built", "driver sees it", "next frame", "total")
+    print("  ".join(f"{h:>{len(h) if i else 9}}" for i, h in enumerate(head)))
+    for how, standby, ph in deaths:
+        cells = [f"{how:<9}", f"{'a standby' if standby else 'Ray restarts':>17}"]
+        cells += [f"{ph[k] * 1e3:>{len(h)}.0f}" for k, h in zip(PHASES, head[2:], strict=True)]
+        print("  ".join(cells))
     print(f"a clock's round trip (a record to another process and its answer, through named pipes): {clock_us:.1f} us; "
           f"frames stepped by {'clocks on one host' if args.stepping == 'auto' else 'Ray calls (--stepping ray)'}")
+
+
+DEATHS = ("ray.kill", "kill", "exit", "segfault")  # ray.kill (the docs' drill), SIGKILL, os._exit, a segfault
+PHASES = ("found", "up", "built", "seen", "frame", "total")
+
+
+def _death(ray, dist, how: str) -> dict[str, float]:
+    """Kill worker b as ``how`` says and tick until its next complete frame from a new process; each phase's
+    seconds: the death found by the driver, the new process up (0 for a standby: up before), the fragment built
+    there, the driver seeing it back, the next complete frame; and the total."""
+    deadline = time.time() + 60
+    while dist._use_standby and time.time() < deadline:  # a standby up and warm, as it is once the engine runs
+        refs = [ref for _actor, ref in dist._standbys.values()]
+        if refs and len(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) == len(refs):
+            break
+        dist.tick()
+        time.sleep(0.01)
+    for _ in range(5):
+        dist.tick()
+    killed, seen = dist.where("b")["pid"], len(dist._recoveries)
+    t0 = time.time()
+    if how == "ray.kill":
+        ray.kill(dist.actor("b"), no_restart=False)
+    else:
+        dist.actor("b").crash.remote(how)
+    while not (dist.tick().complete and dist.where("b")["pid"] != killed):
+        pass
+    t1 = time.time()
+    r = dist._recoveries[seen]
+    return {"found": r["found"] - t0, "up": r["started"] - r["found"], "built": r["built"] - r["started"],
+            "seen": r["back"] - r["built"], "frame": t1 - r["back"], "total": t1 - t0}
 
 
 def _actor_round_trip(ray, gpu: bool, frames: int) -> float:

@@ -71,10 +71,7 @@ class Device:
     def uuid(self) -> str | None:
         """The GPU's UUID as hex (the same in every process, whatever its ``CUDA_VISIBLE_DEVICES``); None where the
         driver has no ``cuDeviceGetUuid``."""
-        get = getattr(self._drv, "cuDeviceGetUuid", None)
-        if get is None:
-            return None
-        return bytes(check(get(self.handle), "cuDeviceGetUuid").bytes).hex()
+        return _uuid(self._drv, self.handle)
 
     def close(self) -> None:
         if not self._closed:
@@ -83,6 +80,25 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<Device {self.ordinal}: {self.name} ({self.arch})>"
+
+
+def _uuid(drv, handle) -> str | None:
+    get = getattr(drv, "cuDeviceGetUuid", None)
+    if get is None:
+        return None
+    return bytes(check(get(handle), "cuDeviceGetUuid").bytes).hex()
+
+
+def ordinal_of(uuid: str, *, api=None) -> int:
+    """The ordinal, in this process (its ``CUDA_VISIBLE_DEVICES``), of the GPU whose UUID is ``uuid`` (as
+    :attr:`Device.uuid` gives it); NoDeviceError where this process sees none with it."""
+    drv = require_driver(api)
+    count = check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
+    for i in range(count):
+        if _uuid(drv, check(drv.cuDeviceGet(i), "cuDeviceGet")) == uuid:
+            return i
+    raise NoDeviceError(f"no GPU with UUID {uuid} is visible to this process (it sees {count}); check its "
+                        "CUDA_VISIBLE_DEVICES")
 
 
 def versions() -> dict[str, str]:

@@ -15,11 +15,13 @@ that dies is restarted by Ray and rebuilds its fragment with the last parameter 
 
 Names: :class:`Engine` (the distributed engine), :class:`Worker` (what a worker asks Ray for),
 :class:`FragmentFrame` and :class:`FragmentDiagnostic` (what ``frames`` and ``diagnostics`` emit, tagged with
-the worker), :class:`DistributedFrame` (what ``tick()`` returns), :class:`DistributedDescription` (what
-``describe()`` returns), :class:`Fragment` and :class:`RemoteLink` (the pipeline cut by :func:`split`).
+the worker), :class:`WorkerDownError` (what a read of a port on a worker that is restarting raises),
+:class:`DistributedFrame` (what ``tick()`` returns), :class:`DistributedDescription` (what ``describe()`` returns),
+:class:`Fragment` and :class:`RemoteLink` (the pipeline cut by :func:`split`).
 """
 
 from ._engine import Engine
+from ._faults import WorkerDownError
 from ._isolated import Fault, IsolatedEngine, RestartingError
 from ._placement import Fragment, RemoteLink, Split, Worker, split
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
@@ -37,5 +39,6 @@ __all__ = [
     "RestartingError",
     "Split",
     "Worker",
+    "WorkerDownError",
     "split",
 ]

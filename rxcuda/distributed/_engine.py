@@ -41,9 +41,9 @@ from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
 from . import _board, _placement, _procs, _sharing
 from ._faults import Restarts
-from ._ray import ray_module as _ray
+from ._ray import backend_module
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
-from ._stepping import STEPPINGS, ClockSteps
+from ._stepping import SKIPPED, STEPPINGS, ClockSteps, WorkerGone
 from ._worker import FragmentHost
 
 _EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
@@ -73,12 +73,14 @@ class Engine(Restarts, ClockSteps):
     ``start_timeout``: seconds to wait for Ray to place every worker (a worker asking for more than the cluster
     has would wait forever). ``stepping``: ``"auto"`` steps the frames of workers all on the driver's host through
     their clocks (named pipes, no Ray call per frame) and otherwise by a Ray call per worker and frame; ``"ray"``
-    always by Ray calls. ``backend``: ``"ray"``, or ``"process"`` (workers are child processes of this one,
-    restarted by it, on this host and without Ray: what :class:`IsolatedEngine` runs on).
+    always by Ray calls. ``standby``: keep a standby actor on the driver's host (one per worker spec and GPU, its
+    engine made beforehand) that takes a dead worker over at once, instead of waiting for Ray to restart it.
+    ``backend``: ``"ray"``, or ``"process"`` (workers are child processes of this one with standbys of their own,
+    on this host and without Ray: what :class:`IsolatedEngine` runs on).
     """
 
     def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2,
-                 start_timeout: float = 120.0, stepping: str = "auto", backend: str = "ray"):
+                 start_timeout: float = 120.0, stepping: str = "auto", standby: bool = True, backend: str = "ray"):
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"'max_in_flight' must be a positive int (got {max_in_flight!r})")
         if isinstance(start_timeout, bool) or not isinstance(start_timeout, int | float) or start_timeout <= 0:
@@ -88,10 +90,8 @@ class Engine(Restarts, ClockSteps):
         self._start_timeout = float(start_timeout)
         self._stepping = stepping
         self._workers = _placement.check_workers(workers)
-        if backend not in ("ray", "process"):
-            raise ValueError(f"'backend' must be 'ray' or 'process' (got {backend!r})")
+        ray = self._ray = backend_module(backend)
         self._backend = backend
-        ray = self._ray = _ray() if backend == "ray" else _procs  # _procs: the part of Ray's API used here
         self._owns_ray = False
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False)
@@ -116,6 +116,7 @@ class Engine(Restarts, ClockSteps):
         self._down: dict[str, float] = {}  # worker -> when it was found dead (restarting)
         self._rebuilding: dict[str, tuple] = {}  # worker -> (the ObjectRef of its rebuild, the structure built)
         self._gone: set[str] = set()  # restarts exhausted
+        self._init_restarts(standby and backend == "ray")  # child processes keep standbys of their own (_procs)
         self._frames = Broadcast(on_error=self._subscriber_failed)
         self._diagnostics = Broadcast(on_error=lambda e, item: None)
         self._loop: FrameLoop | None = None
@@ -228,6 +229,8 @@ class Engine(Restarts, ClockSteps):
         object store), ``"ipc"`` or ``"host"``. A ValidationError says what does not fit; nothing changes."""
         self._check_open()
         ws, wd = self.placement(src.block), self.placement(dst.block)
+        _placement.check_transport(transport, f"{src.block.name}.{src.name} -> {dst.block.name}.{dst.name}",
+                                   dst.block.name)  # on one worker too: a misspelled transport is never kept
         if ws != wd:
             if delay:
                 raise ValidationError(f"{src.block.name}.{src.name} -> {dst.block.name}.{dst.name}: a delayed "
@@ -310,12 +313,13 @@ class Engine(Restarts, ClockSteps):
         return source.subscribe(on_next)
 
     def read(self, port: PortHandle):
-        """The port's value after the frames submitted so far (waits for them)."""
+        """The port's value after the frames submitted so far (waits for them); WorkerDownError while its worker
+        restarts."""
         self._check_open()
         w = self.placement(port.block)
         self._ship()
         self._drain(0)
-        return self._ray.get(self._actors[w].read.remote(PortRef(port.block.id, port.name)))
+        return self._ask(w, "read", PortRef(port.block.id, port.name))
 
     def observe(self, port: PortHandle, *, every: int = 1) -> Observable:
         """A port on any worker as a local Observable of NumPy arrays, one after every ``every``-th frame,
@@ -417,7 +421,7 @@ class Engine(Restarts, ClockSteps):
                 outs[w], reports[w] = got
             else:  # one object, (out, report): fewer objects for Ray to track
                 reports[w] = got
-        self._inflight.append((index, steps, reports, outs, params, writes))
+        self._inflight.append((index, steps, skipped, reports, outs, params, writes))
         self._drain(self.max_in_flight)
         return index
 
@@ -439,13 +443,6 @@ class Engine(Restarts, ClockSteps):
             self._plan = (split, down, (made, skipped))
         return self._plan[2]
 
-    def _requeue(self, w: str, params: dict, writes: dict) -> None:
-        """A worker skipped a frame: what it was to get waits for its next one (newer values win)."""
-        with self._lock:
-            for bid, values in params.items():
-                self._pending_params[w][bid] = {**values, **self._pending_params[w].get(bid, {})}
-            self._pending_writes[w] = {**writes, **self._pending_writes[w]}
-
     def _drain(self, keep: int) -> dict[int, DistributedFrame]:
         """Wait until at most ``keep`` frames are in flight; publish what the finished ones reported."""
         with self._frame_lock:
@@ -455,15 +452,11 @@ class Engine(Restarts, ClockSteps):
         ray = self._ray
         done = {}
         while len(self._inflight) > keep:
-            index, steps, reports, outs, params, writes = self._inflight.popleft()
-            frames: dict = {w: None for w, *_ in steps}
-            refs = {w: ref for w, ref in reports.items() if ref is not None}
-            try:  # one wait for the frame's steps (they ran at once); a failed one is found below, worker by worker
-                got = dict(zip(refs, ray.get(list(refs.values())), strict=True))
-            except ray.exceptions.RayError:
-                got = {}
-            if len(refs) < len(reports):
-                got.update(self._clock_wait(index, [w for w in reports if w not in refs]))
+            index, steps, skipped, reports, outs, params, writes = self._inflight.popleft()
+            frames: dict = {w: None for w in (*(w for w, *_ in steps), *skipped)}  # skipped: None (not complete)
+            producers = {w: p for w, _method, p, _pair in steps}
+            failed: set[str] = set()  # the workers whose step failed in this frame
+            got = self._gather(index, steps, reports)  # a failed Ray step is found below, worker by worker
             for w, ref in reports.items():
                 if ref is None:
                     rep = got[w]
@@ -472,13 +465,20 @@ class Engine(Restarts, ClockSteps):
                         continue
                     self._report(w, index, rep, frames)
                     continue
+                if got.get(w) is SKIPPED or failed & set(producers[w]):  # fed by a worker that failed this frame
+                    self._requeue(w, params.get(w, {}), writes.get(w, {}))
+                    failed.add(w)
+                    continue
                 try:
                     rep = got[w] if w in got else ray.get(ref)
-                except ray.exceptions.RayError as e:
+                    if isinstance(rep, WorkerGone):  # its process ended: found on this host
+                        raise rep
+                except (WorkerGone, ray.exceptions.RayError) as e:
                     if w in outs:
                         with contextlib.suppress(ray.exceptions.RayError):  # its other result failed too: seen here
                             ray.get(outs[w])
-                    self._step_failed(w, e, params.get(w, {}), writes.get(w, {}))
+                    self._step_failed(w, e, params.get(w, {}), writes.get(w, {}), isinstance(e, WorkerGone) or None)
+                    failed.add(w)
                     continue
                 self._report(w, index, rep if w in outs else rep[1], frames)  # one object: (out, report)
             done[index] = DistributedFrame(index, frames)
@@ -608,8 +608,7 @@ class Engine(Restarts, ClockSteps):
                 self._stop_run()
         self._inflight.clear()
         self._clocks_close()  # each frame thread told to end, the pipes removed
-        split = self._split
-        order = list(reversed(split.order)) if split else list(self._actors)
+        order = list(reversed(self._split.order)) if self._split else list(self._actors)
         for w in order:  # consumers first: they unmap what producers exported
             a = self._actors.get(w)
             if a is None:
@@ -620,6 +619,7 @@ class Engine(Restarts, ClockSteps):
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)
         self._actors = {}
+        self._end_standbys()
         _board.remove_boards(self._session)  # those a killed worker on this host left
         for s in self._subs:
             s.dispose()

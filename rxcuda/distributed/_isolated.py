@@ -305,7 +305,7 @@ class IsolatedEngine(_Distributed):
             what += ". The GPU process is replaced and rebuilds the pipeline with the last values and inputs"
         self.faults.append(Fault(index, kind, words or what, rolled, now))
         self._requeue(w, params, writes)
-        self._down[w] = now
+        self._down[w] = time.time()  # (wall clock, as the distributed engine's restarts count)
         self._publish(w, Diagnostic("error", subject, f"frame {index} {what}", index, block_id))
         if not self._held:
             self._rebuild(w)

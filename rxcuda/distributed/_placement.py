@@ -249,6 +249,13 @@ def split(desc: PipelineDescription, placement: Mapping[int, str], workers: Mapp
     return Split(fragments, tuple(links), order)
 
 
+def check_transport(asked: str, link: str, subject: str) -> None:
+    """A ValidationError naming ``link`` where ``asked`` is no transport."""
+    if asked not in TRANSPORTS:
+        raise ValidationError(f"{link}: transport must be one of {', '.join(TRANSPORTS)} (got {asked!r})",
+                              subject=subject)
+
+
 def _transport(asked: str, src: Worker, dst: Worker, src_node, dst_node) -> tuple[str, str]:
     """(transport, '') or ('', why it cannot be the one asked for)."""
     if asked not in TRANSPORTS:

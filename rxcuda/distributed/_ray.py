@@ -19,6 +19,18 @@ def ray_module():
     return ray
 
 
+def backend_module(backend: str):
+    """What a distributed engine's workers run on: ``"ray"`` (the ``ray`` module) or ``"process"`` (child
+    processes of this one, with the part of Ray's API the engine uses: ``_procs``)."""
+    if backend == "ray":
+        return ray_module()
+    if backend == "process":
+        from . import _procs
+
+        return _procs
+    raise ValueError(f"'backend' must be 'ray' or 'process' (got {backend!r})")
+
+
 def names_actor(err, actor) -> bool:
     """Whether a Ray error is about ``actor`` (or names no actor)."""
     aid = getattr(err, "actor_id", None)

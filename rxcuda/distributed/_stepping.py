@@ -5,21 +5,28 @@ small."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 from typing import Any
 
 from ..engine._engine import Diagnostic
 from . import _clock, _placement
+from ._board import _alive
 from ._worker import StepReport
 
 STEPPINGS = ("auto", "ray")
 SILENCE_S = 60.0  # a live worker silent this long on a frame is a warning (then waited for on)
 START_TIMEOUT_S = 60.0  # how long a worker may take to start its clock
+DEAD_CHECK_S = 0.02  # while waiting for Ray steps, the driver checks its host's workers' processes this often
 
 
 class WorkerGone(RuntimeError):
-    """A worker's process ended while the driver waited for its frame (its clock's pipe hung up)."""
+    """A worker's process ended while the driver waited for its frame (its clock's pipe hung up, or its process
+    on this host is gone)."""
+
+
+SKIPPED = object()  # a step not waited for: its producer's process ended in this frame (its Ray call will fail)
 
 
 class ClockSteps:
@@ -107,6 +114,44 @@ class ClockSteps:
             c = self._clocks.get(w)
             self._publish(w, Diagnostic("warning", w, f"worker '{w}' (process {c.pid if c else '?'}) is alive and has "
                                         f"not finished frame {index} for {seconds:.0f} s; still waiting", index))
+
+    def _gather(self, index: int, steps: tuple, reports: dict) -> dict[str, Any]:
+        """Frame ``index``'s results: its Ray steps' (:meth:`_ray_wait`, ``reports`` worker -> ObjectRef) and its
+        clocked steps' (:meth:`_clock_wait`, ``reports`` worker -> None), waited for together."""
+        refs = {w: ref for w, ref in reports.items() if ref is not None}
+        got = self._ray_wait(refs, steps) if refs else {}
+        if len(refs) < len(reports):
+            got.update(self._clock_wait(index, [w for w in reports if w not in refs]))
+        return got
+
+    def _ray_wait(self, refs: dict[str, Any], steps: tuple) -> dict[str, Any]:
+        """The results of the Ray steps ``refs`` (worker -> ObjectRef) that succeeded; a worker on this host whose
+        process ended while waited for gives a :class:`WorkerGone` at once (Ray takes a second or two to say so),
+        and the steps fed by it over ``host`` links :data:`SKIPPED`. A step that failed is left out (its
+        ``ray.get`` raises)."""
+        ray = self._ray
+        left = {ref: w for w, ref in refs.items()}
+        got: dict[str, Any] = {}
+        local = {w for w in refs if self._driver_node is not None
+                 and self._where.get(w, {}).get("node") == self._driver_node and "pid" in self._where.get(w, {})}
+        while left:
+            ready, _ = ray.wait(list(left), num_returns=len(left), timeout=DEAD_CHECK_S)
+            for ref in ready:
+                w = left.pop(ref)
+                with contextlib.suppress(ray.exceptions.RayError):
+                    got[w] = ray.get(ref)
+            dead = {w for w in left.values() if w in local and not _alive(self._where[w]["pid"])}
+            if not dead:
+                continue
+            fed = set(dead)
+            for w, _method, producers, _pair in steps:  # producers first: what they feed, and so on
+                if fed & set(producers):
+                    fed.add(w)
+            for ref, w in list(left.items()):
+                if w in fed:
+                    got[w] = WorkerGone(f"process {self._where[w]['pid']} ended") if w in dead else SKIPPED
+                    del left[ref]
+        return got
 
     def _clock_wait(self, index: int, workers: list[str]) -> dict[str, StepReport | tuple[Exception, bool | None]]:
         """Each worker's report of frame ``index`` from its clock, or (the error, whether the worker died)."""

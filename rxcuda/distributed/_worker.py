@@ -14,6 +14,7 @@ import collections
 import functools
 import logging
 import os
+import signal
 import statistics
 import threading
 import time
@@ -35,6 +36,7 @@ log = logging.getLogger("rxcuda")
 
 EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost (EX_SOFTWARE)
 _F = TypeVar("_F", bound=Any)
+DRILLS = ("exit", "kill", "segfault", "frame", "context")  # the faults FragmentHost.crash(how) makes
 LINK_TIMEOUT_S = 10.0  # how long a consumer waits for its producer's frame on an ipc link before it skips it
 
 
@@ -83,6 +85,8 @@ class FragmentHost:
         self.session = session or uuid.uuid4().hex[:12]
         self.link_timeout = LINK_TIMEOUT_S
         self.pid = os.getpid()
+        self.started = time.time()  # when this process took the worker on (a restart's phases: bench, diagnostics)
+        self._drill: str | None = None  # a fault drill the next step runs (crash("frame"))
         self.engine: Engine | None = None
         self.fragment: Fragment | None = None
         self.blocks: dict[int, Block] = {}  # the driver's block id -> the block built here
@@ -130,24 +134,39 @@ class FragmentHost:
         for call, error in armed:
             self._engine().device.api.fail(call, error)
         state = self._engine().tick().state
-        nxt = Engine(driver=_null_driver() if self.null else None)  # before the close: the context stays made
+        nxt = self._new_engine(self._engine().device.uuid)  # before the close: the context stays made
         self._close_engine()
         self._warm = nxt
         return {"state": state, "seconds": time.perf_counter() - t0}
 
-    def prewarm(self) -> None:
-        """Make this process's engine (its CUDA context, streams and memory pool) before any fragment is sent, so
-        that a standby process taking over after a fault builds at once; the next :meth:`build` uses it."""
+    def _new_engine(self, gpu: str | None = None) -> Engine:
+        """An engine on the null driver, or on the GPU whose UUID is ``gpu`` (None: the first this process sees)."""
+        if self.null:
+            return Engine(driver=_null_driver())
+        from ..cuda._device import ordinal_of
+
+        return Engine(ordinal_of(gpu) if gpu else 0)
+
+    def prewarm(self, gpu: str | None = None) -> int:
+        """Make this process's engine (its CUDA context, streams and memory pool) before any fragment is sent, on
+        the GPU whose UUID is ``gpu`` (None: the first this process sees), so that a standby taking a dead worker
+        over builds at once; the next :meth:`build` uses it. A first build and frame run in it beforehand, what a
+        process pays once (imports, the first module load and launch). Returns the process id."""
         with self._lock:
             if self.engine is None and self._warm is None:
-                probe = Engine(driver=_null_driver() if self.null else None)
-                try:  # a first build and frame: what a process pays once (imports, the first module load, launch)
+                probe = self._new_engine(gpu)
+                try:
                     b = probe.add(Block.from_kernel("scalar_mul", size=256, name="prewarm"))
                     probe.write(b["x"], _zeros(b["x"]))
                     probe.tick()
-                    self._warm = Engine(driver=_null_driver() if self.null else None)
+                    self._warm = self._new_engine(gpu)
                 finally:
                     probe.close()
+        return self.pid
+
+    def adopt(self, name: str) -> None:
+        """A standby takes over worker ``name`` (its diagnostics and reports name it from now on)."""
+        self.name = name
 
     # -- the fragment ------------------------------------------------------------------------------------
     @_locked
@@ -161,7 +180,7 @@ class FragmentHost:
         t0 = time.perf_counter()
         # the new engine made before the old one closes: the process's CUDA context stays made (closing the last
         # engine releases it, and making it again costs ~200 ms on an H100)
-        engine, self._warm = self._warm or Engine(driver=_null_driver() if self.null else None), None
+        engine, self._warm = self._warm or self._new_engine(), None
         self._close_engine()
         self.engine = engine
         engine.device.make_current()  # this thread's (a closed engine leaves none current)
@@ -210,8 +229,9 @@ class FragmentHost:
                 if self.device_slots:
                     self._receivers[ln.dst] = _links.IpcReceiver(engine, self.port(ln.dst))
         device = engine.device
-        return {**self.where(), "blocks": len(blocks), "gpu": device.uuid, "mps": device.mps,
-                "build_s": time.perf_counter() - t0, "build_phases": {"blocks": t1 - t0, "graph": t2 - t1}}
+        return {**self.where(), "blocks": len(blocks), "gpu": device.uuid, "mps": device.mps, "started": self.started,
+                "built": time.time(), "build_s": time.perf_counter() - t0,
+                "build_phases": {"blocks": t1 - t0, "graph": t2 - t1}}
 
     def _export(self, engine: Engine, ln: RemoteLink, since: int) -> _board.LinkBoard:
         """The board an exported port's ipc links publish on: its slots in device memory (exported once, their
@@ -271,6 +291,9 @@ class FragmentHost:
 
     def _step(self, index: int, params, writes, observed, payloads) -> tuple[dict, StepReport]:
         engine = self._engine()
+        if self._drill is not None:
+            self._drill = None
+            raise RuntimeError(f"fault drill: worker '{self.name}' raised in its step of frame {index}")
         if self._delay:
             time.sleep(self._delay)
         for bid, values in params.items():
@@ -406,14 +429,37 @@ class FragmentHost:
         """Make the next :meth:`trial`'s null driver fail ``call`` with ``error`` (tests of trial runs)."""
         self._armed.append((call, error))
 
-    def crash(self) -> None:
-        """End this worker's process at once, as a fault would (fault drills, tests)."""
+    def crash(self, how: str = "exit") -> None:
+        """A fault drill (tests, bench): ``"exit"`` ends the process at once (``os._exit``), ``"kill"`` sends it
+        SIGKILL (what the OOM killer does), ``"segfault"`` makes it read address 0, ``"frame"`` makes its next step
+        raise in the frame thread (the process lives on), ``"context"`` makes its next launch lose the GPU context
+        (the null driver only: its launch fails with CUDA_ERROR_ILLEGAL_ADDRESS, and the worker ends as on a GPU)."""
+        if how not in DRILLS:
+            raise ValueError(f"'how' must be one of {', '.join(DRILLS)} (got {how!r})")
+        if how == "frame":
+            self._drill = how
+            return
+        if how == "context":
+            if not self.null or self.engine is None:
+                raise ValueError("the 'context' drill runs on a built worker on the null driver; on a GPU, a kernel "
+                                 "that faults loses the context")
+            self.engine.device.api.fail("cuGraphLaunch", "CUDA_ERROR_ILLEGAL_ADDRESS", times=1_000)
+            return
+        if how == "kill":
+            os.kill(self.pid, signal.SIGKILL)
+        elif how == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)
         os._exit(1)
 
     @_locked
     def close(self) -> None:
         self.stop_clock()
         self._close_engine()
+        warm, self._warm = self._warm, None
+        if warm is not None:
+            warm.close()
 
     # -- the clock: frames stepped through pipes (same host), not a Ray call each ----------------------------------
     def start_clock(self, go: str, done: str, generation: int) -> int:

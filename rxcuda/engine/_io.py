@@ -196,13 +196,13 @@ class DataIO:
         # a vector port streams its lanes as scalars: arrays shaped (..., lanes)
         dtype, count, _lanes = _shapes_io.stream_layout(spec, math.prod(_shapes_io.current_shape(rt, ref, spec)))
         feed = InputFeed(f"{port.block.name}.{port.name}", dtype, count, api=rt.api)
-        self.feed_specs[ref] = spec
         with rt.lock:
             if ref in self.feeds:
                 raise ValueError(f"{port.block.name}.{port.name} is already fed by a stream; dispose that first")
             if rt.is_connected(ref) or ref in rt.bindings:
                 raise ValidationError(f"{port.block.name}.{port.name} is connected or bound; a fed input needs "
                                       "its own buffer", subject=port.block.name)
+            self.feed_specs[ref] = spec  # (after the checks: a refused feed leaves a fed port's spec alone)
             newly = ref not in rt.fed
             rt.fed.add(ref)
             rt.kept.add(ref)

@@ -120,3 +120,16 @@ def test_a_kernel_compiled_through_nvrtc_runs_and_has_an_occupancy(gpu, rng):
         assert 1 <= blocks <= per_sm // 256
     finally:
         modules.close()
+
+
+def test_a_gpu_is_found_by_its_uuid():
+    from rxcuda.cuda._device import ordinal_of
+    from rxcuda.model._errors import NoDeviceError
+
+    dev = Device(0)
+    try:
+        assert ordinal_of(dev.uuid) == 0
+        with pytest.raises(NoDeviceError, match="no GPU with UUID 00 is visible to this process"):
+            ordinal_of("00")
+    finally:
+        dev.close()

@@ -227,12 +227,17 @@ def test_a_restarted_producer_is_mapped_again_through_its_new_board_and_frames_a
             break
         time.sleep(0.05)
     assert infos and dist.where("b")["pid"] == b_pid
-    for i in range(5):
+    exact_frames(dist, first, second, s1, s2, rng, "after the restart")
+
+
+def exact_frames(dist, first, second, s1: float, s2: float, rng, when: str, frames: int = 5) -> None:
+    """``frames`` frames on fresh inputs, each ``second.out`` exactly ``x * s1 * s2`` (a stale frame would show)."""
+    for i in range(frames):
         x = rng.standard_normal(N).astype(np.float32)
         dist.write(first["x"], x)
         assert dist.tick().complete
         np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(s1)) * np.float32(s2),
-                                      err_msg=f"frame {i} after the restart")
+                                      err_msg=f"frame {i} {when}")
 
 
 def test_workers_sharing_one_gpu_know_it_and_are_told_about_mps_once(cluster, kernels, rng):

@@ -1,0 +1,225 @@
+"""Workers that crash for real, on a local Ray cluster whose workers run the null driver: SIGKILL (what the OOM
+killer does), ``os._exit``, a segfault, a lost GPU context (the null driver's launch made to fail with
+CUDA_ERROR_ILLEGAL_ADDRESS) and an exception in the frame thread; frames stepped through clocks and by Ray calls,
+over ``ipc`` and ``host`` links. Each is one error diagnostic naming the worker; no Ray exception reaches the caller
+of ``tick``, ``read``, ``write``, ``set``, ``bind``, ``observe`` or ``close`` (a read of a port on a worker that is
+down raises WorkerDownError); the other worker's frames go on; the worker is back (a standby takes it over, or Ray
+restarts it) with its fragment, the parameter values set and the inputs written while it was down; and frames are
+whole again."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from _ray import cluster, ray  # noqa: E402, F401  (the local cluster; skips this module without Ray)
+from reactivex.subject import Subject
+
+import rxcuda
+from rxcuda.distributed import Engine, FragmentDiagnostic, Worker, WorkerDownError  # noqa: E402
+from rxcuda.lowlevel import PortRef
+
+PTX = "scalar_mul"
+N = 512
+LINK = "first.out -> second.x"
+# (stepping, transport) -> the deaths drilled there: (how, the worker that dies)
+SETUPS = {
+    ("auto", "ipc"): [("kill", "b"), ("exit", "a"), ("segfault", "b"), ("context", "a"), ("frame", "b")],
+    ("ray", "ipc"): [("kill", "a"), ("frame", "b")],
+    ("ray", "host"): [("kill", "b"), ("exit", "a"), ("frame", "a")],
+}
+CASES = [(stepping, transport, how, victim) for (stepping, transport), deaths in SETUPS.items()
+         for how, victim in deaths]
+
+
+def _linked(transport: str = "ipc", **kw) -> tuple[Engine, rxcuda.Block, rxcuda.Block]:
+    """Two null-driver workers, first (on a) -> second (on b) over ``transport``, one frame run."""
+    restarts = kw.pop("max_restarts", 3)
+    engine = Engine({"a": Worker(null=True, max_restarts=restarts), "b": Worker(null=True, max_restarts=restarts)},
+                    **kw)
+    first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
+    second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
+    engine.connect(first["out"], second["x"], transport=transport)
+    engine.write(first["x"], np.ones(N, np.float32))
+    engine.tick()
+    return engine, first, second
+
+
+@pytest.fixture(scope="module")
+def engines():
+    made: dict[tuple, tuple] = {}
+    yield made
+    for engine, *_ in made.values():
+        engine.close()
+
+
+def _engine(engines, stepping: str, transport: str):
+    key = (stepping, transport)
+    if key not in engines:
+        engines[key] = _linked(transport, stepping=stepping, max_restarts=10)
+    return engines[key]
+
+
+def _standby_ready(engine) -> None:
+    """Tick until the standby is up (its engine made): a death then takes the standby's path."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        engine.tick()
+        refs = [ref for _actor, ref in engine._standbys.values()]
+        if refs and ray.wait(refs, num_returns=len(refs), timeout=0.05)[0] == refs:
+            return
+    raise AssertionError("no standby within 60 s")
+
+
+def _verbs_while_down(engine, first, second, scale: float, x: np.ndarray, seen: list) -> object:
+    """Every verb a user may call right after the death: none raises Ray's errors. Returns the observe
+    subscription."""
+    try:
+        engine.read(second["out"])
+    except WorkerDownError as e:
+        assert "is restarting" in str(e)
+    second.params["scale"].value = scale - 1.0
+    engine.set(second, scale=scale - 0.5)
+    source = Subject()
+    binding = engine.bind(second.params["scale"], source)
+    source.on_next(scale)  # the latest value: it reaches the worker once it is back
+    binding.dispose()
+    engine.write(first["x"], x)
+    return engine.observe(second["out"]).subscribe(seen.append)
+
+
+@pytest.mark.parametrize(("stepping", "transport", "how", "victim"), CASES,
+                         ids=[f"{s}-{t}-{h}-{v}" for s, t, h, v in CASES])
+def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_values_and_inputs(
+        engines, stepping, transport, how, victim):
+    engine, first, second = _engine(engines, stepping, transport)
+    assert engine.describe().stepping == {"a": "clock" if stepping == "auto" else "ray", "b": stepping.replace(
+        "auto", "clock")}
+    other = "a" if victim == "b" else "b"
+    _standby_ready(engine)
+    old_pid = engine.where(victim)["pid"]
+    diags: list[FragmentDiagnostic] = []
+    sub = engine.diagnostics.subscribe(diags.append)
+    scale = float(np.random.default_rng().integers(2, 1000))
+    x = np.full(N, scale, np.float32)
+    seen: list = []
+    ray.get(engine.actor(victim).crash.remote(how)) if how in ("frame", "context") else \
+        engine.actor(victim).crash.remote(how)
+    watching = None
+    try:
+        watching = _verbs_while_down(engine, first, second, scale, x, seen)
+        frames, deadline = [], time.time() + 60
+        while time.time() < deadline:
+            f = engine.tick()
+            frames.append(f)
+            back = how == "frame" or any(d.diagnostic.severity == "info" for d in diags)
+            if back and f.complete and len(frames) > 1:
+                break
+        assert frames[-1].complete, [str(d) for d in diags]
+        if other == "a":  # the producer goes on (a consumer fed by a dead producer skips those frames)
+            assert all(f.fragments.get("a") is not None for f in frames), [str(d) for d in diags]
+        errors = [d for d in diags if d.diagnostic.severity == "error"]
+        assert [d.worker for d in errors] == [victim], [str(d) for d in diags]
+        if how == "frame":  # the process lives on: its step failed, nothing restarts
+            assert "failed a frame" in errors[0].diagnostic.message and "fault drill" in errors[0].diagnostic.message
+            assert engine.where(victim)["pid"] == old_pid
+        else:
+            assert f"worker '{victim}' died" in errors[0].diagnostic.message
+            assert "a standby process takes it over" in errors[0].diagnostic.message
+            infos = [d for d in diags if d.diagnostic.severity == "info"]
+            assert [d.worker for d in infos] == [victim] and f"worker '{victim}' is back" in infos[0].diagnostic.message
+            assert engine.where(victim)["pid"] != old_pid
+        for _ in range(3):
+            assert engine.tick().complete
+        assert ray.get(engine.actor("b").describe.remote()).blocks[0].values["scale"] == scale
+        np.testing.assert_array_equal(engine._writes[PortRef(first.id, "x")], x)  # what a rebuild replays
+        assert engine.read(second["out"]).shape == (N,)
+        assert len(seen) >= 3  # observed since the death: the frames after it came back
+        stats = ray.get(engine.actor("b").stats.remote())
+        assert stats["state"] == "ok"
+        received = stats["received"].get(LINK, 0)
+        engine.tick()
+        assert ray.get(engine.actor("b").stats.remote())["received"][LINK] == received + 1  # the link carries again
+    finally:
+        sub.dispose()
+        if watching is not None:
+            watching.dispose()
+
+
+def test_without_a_standby_ray_restarts_the_worker_and_a_read_meanwhile_names_it():
+    engine, first, second = _linked(standby=False)
+    try:
+        old_pid = engine.where("b")["pid"]
+        diags: list[FragmentDiagnostic] = []
+        engine.diagnostics.subscribe(diags.append)
+        engine.actor("b").crash.remote("kill")
+        time.sleep(0.2)
+        with pytest.raises(WorkerDownError, match="worker 'b' is restarting") as got:
+            engine.read(second["out"])
+        assert got.value.worker == "b"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            f = engine.tick()
+            if f.complete and any(d.diagnostic.severity == "info" for d in diags):
+                break
+            time.sleep(0.02)
+        assert f.complete, [str(d) for d in diags]
+        assert "Ray restarts it" in [d for d in diags if d.diagnostic.severity == "error"][0].diagnostic.message
+        assert engine.where("b")["pid"] != old_pid and not engine._standbys
+        assert engine.read(second["out"]).shape == (N,)
+    finally:
+        engine.close()
+
+
+def _alive(pid: int) -> bool:
+    from rxcuda.distributed._board import _alive as alive
+
+    return alive(pid)
+
+
+def test_a_read_after_a_death_between_frames_then_close_raise_nothing_but_worker_down_and_leave_no_process():
+    engine, first, second = _linked()
+    _standby_ready(engine)
+    pids = [engine.where(w)["pid"] for w in ("a", "b")] + [ray.get(ref) for _a, ref in engine._standbys.values()]
+    engine.actor("b").crash.remote("kill")
+    time.sleep(0.2)  # between frames: the driver learns of it from the read
+    with pytest.raises(WorkerDownError, match="worker 'b' is restarting") as got:
+        engine.read(second["out"])
+    assert got.value.worker == "b"
+    engine.tick()
+    engine.close()  # while the standby builds b's fragment
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not [p for p in pids if _alive(p)]
+
+
+def test_a_worker_that_dies_again_before_a_new_standby_is_up_is_restarted_by_ray():
+    """The standby that took b over dies too, before the next standby is up: Ray restarts that process, which
+    makes its engine and takes b's name again, and builds the fragment."""
+    engine, first, second = _linked()
+    try:
+        _standby_ready(engine)
+        diags: list[FragmentDiagnostic] = []
+        engine.diagnostics.subscribe(diags.append)
+
+        def back_after(how: str, count: int) -> None:
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                f = engine.tick()
+                if f.complete and sum(d.diagnostic.severity == "info" for d in diags) == count:
+                    return
+            raise AssertionError(f"not back after {how}: {[str(d) for d in diags]}")
+
+        engine.actor("b").crash.remote("kill")
+        back_after("the first death", 1)
+        second.params["scale"].value = 4.0
+        engine.actor("b").crash.remote("exit")  # the standby's process, before a new standby is up
+        back_after("the second death", 2)
+        died = [d.diagnostic.message for d in diags if d.diagnostic.severity == "error"]
+        assert len(died) == 2 and "a standby process takes it over" in died[0] and "Ray restarts it" in died[1]
+        assert ray.get(engine.actor("b").describe.remote()).blocks[0].values["scale"] == 4.0
+        assert engine.tick().complete
+    finally:
+        engine.close()

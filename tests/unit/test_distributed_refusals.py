@@ -1,0 +1,119 @@
+"""Every refused call on a distributed engine leaves it as it was (on a local Ray cluster, null-driver workers,
+frames through clocks over an ``ipc`` link): the pipeline as data with its placement and transports, the values
+and writes waiting for the next frame; then the workers build and run a whole frame. The local engines' list is
+tests/unit/_refusals.py (test_refusals.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _ray import cluster, ray  # noqa: E402, F401  (the local cluster; skips this module without Ray)
+from reactivex.subject import Subject
+
+import rxcuda
+from rxcuda.distributed import Engine, Worker  # noqa: E402
+
+PTX = "scalar_mul"
+N = 512
+
+
+def _stray(name: str = "stray") -> rxcuda.Block:
+    return rxcuda.Block.from_kernel(PTX, size=N, name=name)
+
+
+def _in_another_engine(p):
+    other = rxcuda.Engine(driver=rxcuda.cuda.NullDriver())
+    try:
+        p.dist.add(other.add(_stray("elsewhere")), on="a")
+    finally:
+        other.close()
+
+
+REFUSALS = [
+    ("add without a worker", lambda p: p.dist.add(_stray()), ValueError),
+    ("add on an unknown worker", lambda p: p.dist.add(_stray(), on="c"), rxcuda.ValidationError),
+    ("add a composite", lambda p: p.dist.add(rxcuda.Composite("pair"), on="a"), TypeError),
+    ("add a non-block", lambda p: p.dist.add("scalar_mul", on="a"), TypeError),
+    ("add a block already in it", lambda p: p.dist.add(p.first, on="b"), ValueError),
+    ("add a block of a local engine", _in_another_engine, ValueError),
+    ("connect with a delay across workers", lambda p: p.dist.connect(p.first["out"], p.third["x"], delay=1),
+     rxcuda.ValidationError),
+    ("connect with an unknown transport", lambda p: p.dist.connect(p.first["out"], p.third["x"], transport="tcp"),
+     rxcuda.ValidationError),
+    ("connect on one worker with an unknown transport", lambda p: p.dist.connect(
+        p.second["out"], p.third["x"], transport="tcp"), rxcuda.ValidationError),
+    ("connect into a connected input", lambda p: p.dist.connect(p.first["out"], p.second["x"]),
+     rxcuda.ValidationError),
+    ("connect a cycle across workers", lambda p: p.dist.connect(p.second["out"], p.first["x"]),
+     rxcuda.ValidationError),
+    ("connect from an input", lambda p: p.dist.connect(p.first["x"], p.third["x"]), rxcuda.ValidationError),
+    ("connect a misspelled port", lambda p: p.dist.connect(p.first["ot"], p.third["x"]), KeyError),
+    ("connect a block outside it", lambda p: p.dist.connect(_stray()["out"], p.third["x"]), rxcuda.ValidationError),
+    ("disconnect what is not connected", lambda p: p.dist.disconnect(p.second["out"], p.third["x"]),
+     rxcuda.ValidationError),
+    ("remove a block outside it", lambda p: p.dist.remove(_stray()), ValueError),
+    ("write the wrong dtype", lambda p: p.dist.write(p.first["x"], np.zeros(N, np.int64)), (TypeError, ValueError)),
+    ("write too many elements", lambda p: p.dist.write(p.first["x"], np.zeros(N + 1, np.float32)),
+     (TypeError, ValueError)),
+    ("write a block outside it", lambda p: p.dist.write(_stray()["x"], np.zeros(N, np.float32)),
+     rxcuda.ValidationError),
+    ("set an unknown parameter", lambda p: p.dist.set(p.second, scale=2.0, nope=1), KeyError),
+    ("set a value of the wrong type", lambda p: p.dist.set(p.second, scale="loud"), (TypeError, ValueError)),
+    ("set a count past the buffers", lambda p: p.dist.set(p.second, n=N + 1), (TypeError, ValueError)),
+    ("set a block outside it", lambda p: p.dist.set(_stray(), scale=2.0), rxcuda.ValidationError),
+    ("bind a port", lambda p: p.dist.bind(p.first["x"], Subject()), TypeError),
+    ("bind a parameter of a block outside it", lambda p: p.dist.bind(_stray().params["scale"], Subject()),
+     rxcuda.ValidationError),
+    ("observe every 0th frame", lambda p: p.dist.observe(p.second["out"], every=0), ValueError),
+    ("read a block outside it", lambda p: p.dist.read(_stray()["out"]), rxcuda.ValidationError),
+]
+
+
+class _Pipeline:
+    def __init__(self):
+        self.dist = Engine({"a": Worker(null=True), "b": Worker(null=True)})
+        self.first = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="first", scale=2.0), on="a")
+        self.second = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="second", scale=3.0), on="b")
+        self.third = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="third"), on="b")
+        self.dist.connect(self.first["out"], self.second["x"], transport="ipc")
+        self.dist.write(self.first["x"], np.ones(N, np.float32))
+        self.dist.write(self.third["x"], np.ones(N, np.float32))
+        self.dist.tick()
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    p = _Pipeline()
+    yield p
+    p.dist.close()
+
+
+def _snapshot(dist) -> tuple:
+    return (dist.describe(), {w: dict(v) for w, v in dist._pending_params.items()},
+            {w: sorted(v) for w, v in dist._pending_writes.items()}, sorted(dist._writes), dict(dist._transports),
+            {w: dict(v) for w, v in dist._observed.items()})
+
+
+@pytest.mark.parametrize(("label", "call", "error"), REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_a_refused_call_leaves_the_distributed_engine_as_it_was(pipeline, label, call, error):
+    before = _snapshot(pipeline.dist)
+    with pytest.raises(error):
+        call(pipeline)
+    assert _snapshot(pipeline.dist) == before
+    pipeline.dist.rebuild()
+    frame = pipeline.dist.tick()
+    assert frame.complete and all(f.state == "ok" for f in frame.fragments.values()), frame
+
+
+def test_after_every_refusal_a_change_is_shipped_built_and_run(pipeline):
+    for _label, call, error in REFUSALS:
+        with pytest.raises(error):
+            call(pipeline)
+    dist = pipeline.dist
+    fourth = dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="fourth"), on="b")
+    dist.connect(pipeline.first["out"], fourth["x"], transport="ipc")  # a second link from a to b
+    pipeline.third.params["scale"].value = 5.0
+    frame = dist.tick()
+    assert frame.complete and all(f.state == "ok" for f in frame.fragments.values()), frame
+    assert dist.describe().transports()["first.out -> fourth.x"] == "ipc"
+    assert ray.get(dist.actor("b").describe.remote()).blocks[1].values["scale"] == 5.0
