@@ -100,7 +100,7 @@ class IsolatedEngine(_Distributed):
         self.trial = bool(trial) and standby  # new code runs once in the standby before the GPU process takes it
         self.trial_s: list[float] = []  # how long each trial run took (from the change shipped to its answer)
         self.device_index = device
-        self._use_standby = standby
+        self._keep_spare = standby
         self._null = null
         self.faults: list[Fault] = []
         self._good: dict[tuple[int, str], Any] = {}  # (block id, kernel) -> the code that completed a frame
@@ -123,7 +123,7 @@ class IsolatedEngine(_Distributed):
         env = dict(opts.get("env") or {})
         if not self._null:
             env["CUDA_VISIBLE_DEVICES"] = _visible(self.device_index)
-        opts.update(env=env, standby=self._use_standby)
+        opts.update(env=env, standby=self._keep_spare)
         return opts
 
     @property
