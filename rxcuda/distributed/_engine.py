@@ -518,7 +518,7 @@ class Engine(Restarts, ClockSteps):
             try:
                 self._ship_locked()
             except (ValidationError, RuntimeError) as e:
-                if strict or self._split is None:
+                if strict or not self._built:  # nothing built yet: no last good fragment to keep
                     self._dirty = True  # asked again next time
                     raise
                 self._publish("driver", Diagnostic("error", getattr(e, "subject", None) or "structure",

@@ -25,9 +25,10 @@ from reactivex.disposable import Disposable
 
 from ..blocks._blocks import Block, PortHandle
 from ..blocks._regions import Region
+from ..cuda._driver import probe
 from ..engine._engine import Diagnostic, Frame
 from ..model._describe import KernelSpec, PortRef
-from ..model._errors import RxcudaError
+from ..model._errors import NoDeviceError, RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
 from . import _board, _clock, _placement, _procs
@@ -96,6 +97,10 @@ class IsolatedEngine(_Distributed):
             raise ValueError(f"'deadline' must be a positive number of seconds (got {deadline!r})")
         if isinstance(device, bool) or not isinstance(device, int) or device < 0:
             raise ValueError(f"'device' must be a GPU's index, an int >= 0 (got {device!r})")
+        if not null:
+            ok, why = probe()
+            if not ok:  # said here, not by a GPU process that fails to start
+                raise NoDeviceError(f"{why} (rxcuda.IsolatedEngine(null=True) runs on the null driver)")
         self.deadline = float(deadline)
         self.trial = bool(trial) and standby  # new code runs once in the standby before the GPU process takes it
         self.trial_s: list[float] = []  # how long each trial run took (from the change shipped to its answer)

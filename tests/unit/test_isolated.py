@@ -245,3 +245,20 @@ def test_regions_are_built_in_the_gpu_process_with_their_bodies(engine):
     desc = engine._ray.get(engine.actor("gpu").describe.remote())
     assert desc.regions == () and [e.desc.name for e in desc.blocks] == ["check"]
     assert set(engine._placement) == {check.id}
+
+
+@pytest.mark.skipif(rxcuda.probe()[0], reason="a CUDA device is usable here")
+def test_without_a_device_it_says_so_when_made():
+    with pytest.raises(rxcuda.NoDeviceError, match=r"IsolatedEngine\(null=True\) runs on the null driver"):
+        IsolatedEngine()
+
+
+def test_a_first_build_that_cannot_be_made_raises_instead_of_idling():
+    with IsolatedEngine(null=True) as engine:
+        mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="mul"))
+        engine.write(mul["x"], np.ones(N, np.float32))
+        with pytest.raises(rxcuda.ValidationError):  # an input neither written nor connected: nothing runs
+            other = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="other"))
+            engine.tick()
+        engine.remove(other)
+        assert engine.tick().state == "ok"
