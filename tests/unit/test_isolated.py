@@ -262,3 +262,21 @@ def test_a_first_build_that_cannot_be_made_raises_instead_of_idling():
             engine.tick()
         engine.remove(other)
         assert engine.tick().state == "ok"
+
+
+def test_run_drives_frames_and_observers_see_them(engine):
+    mul = _running(engine)
+    frames, outs = [], []
+    engine.frames.subscribe(frames.append)
+    engine.observe(mul["out"], every=2).subscribe(outs.append)
+    stop = engine.run(200)
+    deadline = time.monotonic() + 30
+    while len(frames) < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    mul.params["scale"].value = 4.0  # taken by a frame while run() drives them
+    time.sleep(0.1)
+    stop.dispose()
+    assert len(frames) >= 20 and {f.state for f in frames} == {"ok"}
+    assert [f.index for f in frames] == sorted(f.index for f in frames)
+    assert outs and all(o.shape == (N,) for o in outs)
+    assert engine._ray.get(engine.actor("gpu").describe.remote()).blocks[0].values["scale"] == 4.0
