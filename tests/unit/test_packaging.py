@@ -171,7 +171,9 @@ def _dry_run(target: str, tmp_path: pathlib.Path) -> str:
         pytest.skip("make is not installed")
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    proc = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under make test
+    proc = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env=env)
     return proc.stdout
 
 
