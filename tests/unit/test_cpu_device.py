@@ -1,0 +1,176 @@
+"""The CPU device (rxcuda/cuda/_cpu.py): kernels from PTX computed on the host, checked against NumPy on fresh
+random inputs; out-of-bounds accesses reported as the GPU's illegal address; the engine on it with its tiers."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import rxcuda
+from rxcuda.cuda import _cpukernel
+from rxcuda.cuda._cpu import CpuDriver
+from rxcuda.cuda._nvrtc import compile_ptx
+
+KERNELS = pathlib.Path(__file__).resolve().parents[2] / "kernels"
+N = 3000  # not a multiple of the block: the tail threads take the bounds branch
+rng = np.random.default_rng()
+
+
+def _launch(ptx: str | bytes, name: str, arrays: list[np.ndarray], values: list, n: int = N, block: int = 256):
+    m = _cpukernel.load(ptx)
+    m.launch(name, (-(-n // block), 1, 1), (block, 1, 1), values,
+             allocations=[(a.ctypes.data, a.nbytes) for a in arrays])
+
+
+def _ptx(name: str) -> str:
+    return (KERNELS / f"{name}.ptx").read_text()
+
+
+def test_shipped_elementwise_kernels_match_numpy():
+    a, b, c = (rng.standard_normal(N).astype(np.float32) for _ in range(3))
+    out = np.zeros(N, np.float32)
+    _launch(_ptx("vector_add"), "vector_add", [a, b, out], [a.ctypes.data, b.ctypes.data, out.ctypes.data, N])
+    np.testing.assert_array_equal(out, a + b)
+    _launch(_ptx("vector_sub"), "vector_sub", [a, b, out], [a.ctypes.data, b.ctypes.data, out.ctypes.data, N])
+    np.testing.assert_array_equal(out, a - b)
+    _launch(_ptx("vector_add3"), "vector_add3", [a, b, c, out],
+            [a.ctypes.data, b.ctypes.data, c.ctypes.data, out.ctypes.data, N])
+    np.testing.assert_array_equal(out, a + b + c)
+    _launch(_ptx("scalar_mul"), "scalar_mul", [a, out], [a.ctypes.data, out.ctypes.data, 1.75, N])
+    np.testing.assert_array_equal(out, a * np.float32(1.75))
+    _launch(_ptx("saxpy"), "saxpy", [a, b, out], [a.ctypes.data, b.ctypes.data, out.ctypes.data, -0.5, N])
+    np.testing.assert_allclose(out, np.float32(-0.5) * a + b, rtol=1e-6, atol=1e-6)  # (one fma: fused rounding)
+
+
+def test_append_above_counts_and_keeps_every_value_above():
+    values = rng.standard_normal(N).astype(np.float32)
+    out = np.zeros(N, np.float32)
+    count = np.zeros(1, np.uint32)
+    _launch(_ptx("append_above"), "append_above", [values, out, count],
+            [values.ctypes.data, out.ctypes.data, count.ctypes.data, 0.5, N, N])
+    expected = values[values > 0.5]
+    assert int(count[0]) == expected.size
+    np.testing.assert_array_equal(np.sort(out[:expected.size]), np.sort(expected))
+
+
+CPP = r'''
+extern "C" __global__ void block_sum(const float* x, float* out, unsigned* blocks, int n) {
+  __shared__ float s[256];
+  int t = threadIdx.x; int i = blockIdx.x * blockDim.x + t;
+  s[t] = i < n ? x[i] : 0.f;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k >= 32; k >>= 1) { if (t < k) s[t] += s[t + k]; __syncthreads(); }
+  float v = t < 32 ? s[t] : 0.f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
+  if (t == 0) { out[blockIdx.x] = v; atomicAdd(blocks, 1u); }
+}
+extern "C" __global__ void warp_ops(const int* x, int* prefix, unsigned* ballots, int* maxv, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; int lane = threadIdx.x & 31;
+  int v = i < n ? x[i] : 0;
+  for (int o = 1; o < 32; o <<= 1) { int u = __shfl_up_sync(0xffffffff, v, o); if (lane >= o) v += u; }
+  unsigned b = __ballot_sync(0xffffffff, (i < n) && (x[i] & 1));
+  if (i < n) { prefix[i] = v; atomicMax(maxv, x[i]); }
+  if (lane == 0 && i < n) ballots[i / 32] = b;
+}
+extern "C" __global__ void math(const float* x, float* y, int* z, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { float a = x[i]; y[i] = fminf(fmaxf(a, -1.f), 1.f) * 3.f + fabsf(a) / 7.f - floorf(a);
+               z[i] = ((int)(a * 100.f) >> 2) ^ (i * 3); }
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def cpp_ptx() -> bytes:
+    ptx, _ = compile_ptx(CPP, "cpu_test.cu", [b"-arch=compute_75"])
+    return ptx
+
+
+def test_nvrtc_shared_memory_barriers_shuffles_and_atomics(cpp_ptx):
+    x = rng.standard_normal(N).astype(np.float32)
+    blocks = -(-N // 256)
+    out = np.zeros(blocks, np.float32)
+    count = np.zeros(1, np.uint32)
+    _launch(cpp_ptx, "block_sum", [x, out, count], [x.ctypes.data, out.ctypes.data, count.ctypes.data, N])
+    padded = np.zeros(blocks * 256, np.float32)
+    padded[:N] = x
+    np.testing.assert_allclose(out, padded.reshape(blocks, 256).sum(axis=1, dtype=np.float64), rtol=1e-4, atol=1e-4)
+    assert int(count[0]) == blocks
+
+
+def test_nvrtc_warp_scan_ballot_and_atomic_max(cpp_ptx):
+    x = rng.integers(-1000, 1000, N).astype(np.int32)
+    prefix = np.zeros(N, np.int32)
+    ballots = np.zeros(-(-N // 32), np.uint32)
+    maxv = np.array([np.iinfo(np.int32).min], np.int32)
+    _launch(cpp_ptx, "warp_ops", [x, prefix, ballots, maxv],
+            [x.ctypes.data, prefix.ctypes.data, ballots.ctypes.data, maxv.ctypes.data, N])
+    padded = np.zeros(len(ballots) * 32, np.int64)
+    padded[:N] = x
+    warps = padded.reshape(-1, 32)
+    np.testing.assert_array_equal(prefix, np.cumsum(warps, axis=1).reshape(-1)[:N])
+    odd = (warps & 1).astype(bool)
+    odd.reshape(-1)[N:] = False
+    np.testing.assert_array_equal(ballots, (odd * (1 << np.arange(32, dtype=np.uint64))).sum(axis=1))
+    assert int(maxv[0]) == int(x.max())
+
+
+def test_nvrtc_math_and_integer_ops(cpp_ptx):
+    x = (rng.standard_normal(N) * 4).astype(np.float32)
+    y = np.zeros(N, np.float32)
+    z = np.zeros(N, np.int32)
+    _launch(cpp_ptx, "math", [x, y, z], [x.ctypes.data, y.ctypes.data, z.ctypes.data, N])
+    f = np.float32
+    np.testing.assert_allclose(y, np.clip(x, -1, 1) * f(3) + np.abs(x) / f(7) - np.floor(x), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(z, ((x * f(100)).astype(np.int32) >> 2) ^ (np.arange(N, dtype=np.int32) * 3))
+
+
+def test_an_access_past_a_buffer_names_the_kernel_and_the_argument():
+    a, b = (np.zeros(N, np.float32) for _ in range(2))
+    out = np.zeros(N - 10, np.float32)  # 10 elements short
+    with pytest.raises(_cpukernel.IllegalAddress, match=r"illegal address in kernel 'vector_add': a 4-byte write "
+                       r"at 0x[0-9a-f]+, 4 bytes past the end of argument 2 \(vector_add_param_2: a buffer of "
+                       rf"{4 * (N - 10)} bytes"):
+        _launch(_ptx("vector_add"), "vector_add", [a, b, out], [a.ctypes.data, b.ctypes.data, out.ctypes.data, N])
+
+
+def test_a_cubin_is_refused_naming_what_the_cpu_device_needs():
+    api = CpuDriver()
+    with pytest.raises(rxcuda.CudaError, match="CUDA_ERROR_NO_BINARY_FOR_GPU.*runs kernels from their PTX"):
+        api.cuModuleLoadData(b"\x7fELF" + bytes(60))
+
+
+def test_engine_on_the_cpu_device_computes_and_patches_parameters():
+    n = 5000
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    with rxcuda.Engine(device="cpu") as engine:
+        add = engine.add(rxcuda.Block.from_kernel(KERNELS / "vector_add.ptx", size=n))
+        mul = engine.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=n, scale=2.0))
+        engine.connect(add["out"], mul["x"])
+        engine.write(add["a"], a)
+        engine.write(add["b"], b)
+        engine.tick()
+        np.testing.assert_array_equal(engine.read(mul["out"]), (a + b) * np.float32(2.0))
+        mul.params["scale"].value = -3.0
+        frame = engine.tick()
+        assert [t.name.lower() for t in frame.tiers] == ["parameters"] or "parameters" in str(frame.tiers).lower()
+        np.testing.assert_array_equal(engine.read(mul["out"]), (a + b) * np.float32(-3.0))
+        assert engine.rebuilds == 1
+
+
+def test_engine_cpu_runs_cuda_cpp_blocks():
+    src = ('extern "C" __global__ void cube(const float* x, float* out, int n)'
+           '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = x[i] * x[i] * x[i]; }')
+    x = rng.standard_normal(1000).astype(np.float32)
+    with rxcuda.Engine(device="cpu") as engine:
+        blk = engine.add(rxcuda.Block.from_cuda(src, size=1000))
+        engine.write(blk["x"], x)
+        engine.tick()
+        np.testing.assert_array_equal(engine.read(blk["out"]), x * x * x)
+
+
+def test_engine_device_must_be_an_ordinal_cuda_or_cpu():
+    with pytest.raises(ValueError, match="'device' must be a GPU ordinal"):
+        rxcuda.Engine(device="tpu")
