@@ -45,11 +45,14 @@ def _fail(call: str, name: str, text: str) -> CudaError:
 class _Func:
     """A loaded function: its module and kernel name."""
 
-    __slots__ = ("module", "name", "kernel")
+    __slots__ = ("module", "name", "kernel", "layout", "size", "array")
 
     def __init__(self, module: _cpukernel.CpuModule, name: str):
         self.module, self.name = module, name
         self.kernel = module.kernels[name]
+        self.layout = [(p.offset, p.size) for p in self.kernel.params]  # (read once: a hot update packs them)
+        self.size = self.kernel.params_size
+        self.array = ctypes.c_void_p * len(self.layout)
 
 
 class _Node:
@@ -103,13 +106,14 @@ def _shipped_conditions(image: bytes) -> bytes | None:
 class CpuDriver(NullDriver):
     """The CPU device's driver: :class:`NullDriver`'s bookkeeping, with memory, kernels and graphs that run.
 
-    ``calls`` records every call, as the null driver's does; ``last_fault`` holds the last illegal address a
+    ``calls`` records every call where ``record=True`` (tests; ``count`` always counts); ``last_fault`` holds the last illegal address a
     kernel made (its message), which the launch raised as ``CUDA_ERROR_ILLEGAL_ADDRESS``."""
 
     opened = False  # whether a CpuDriver was made in this process (kernels compiled from then on are PTX)
 
-    def __init__(self, *, name: str = "CPU (rxcuda)", total_memory: int = 8 << 30, **kwargs):
+    def __init__(self, *, name: str = "CPU (rxcuda)", total_memory: int = 8 << 30, record: bool = False, **kwargs):
         super().__init__(name=name, total_memory=total_memory, **kwargs)
+        self.record = record  # ``calls`` grows with every frame when True: tests only
         CpuDriver.opened = True
         self.allocations = _cpukernel.Allocations()
         self._memory: dict[int, np.ndarray] = {}
@@ -275,13 +279,12 @@ class CpuDriver(NullDriver):
     # -- launches -------------------------------------------------------------------------------------
     def _pack(self, f: _Func, args_ptr: int) -> bytes:
         """The packed parameter buffer from a ``kernelParams`` array (one pointer per parameter)."""
-        k = f.kernel
-        buf = bytearray(k.params_size)
-        if not k.params:
+        buf = bytearray(f.size)
+        if not f.layout:
             return bytes(buf)
-        ptrs = (ctypes.c_void_p * len(k.params)).from_address(args_ptr)
-        for p, addr in zip(k.params, ptrs, strict=True):
-            buf[p.offset:p.offset + p.size] = ctypes.string_at(addr, p.size)
+        at = ctypes.string_at
+        for (offset, size), addr in zip(f.layout, f.array.from_address(args_ptr), strict=True):
+            buf[offset:offset + size] = at(addr, size)
         return bytes(buf)
 
     def _prepare(self, func, grid, block, shared, args_ptr) -> _cpukernel.Prepared:

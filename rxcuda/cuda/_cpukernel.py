@@ -213,6 +213,7 @@ class Prepared:
         r.globals = module.globals.ctypes.data
         r.set_cond = ctypes.cast(set_cond, ctypes.c_void_p).value if set_cond is not None else None
         self._seen = -1
+        self._pointers = [p.offset for p in self.kernel.params if p.size == 8 and p.type != "f64"]
         self._bind()
 
     def _bind(self) -> None:
@@ -234,7 +235,7 @@ class Prepared:
         again only where a pointer changed."""
         old = self._params.raw
         ctypes.memmove(self._params, params, min(len(params), len(old)))
-        if any(p.size == 8 and old[p.offset:p.offset + 8] != params[p.offset:p.offset + 8] for p in self.kernel.params):
+        if any(old[o:o + 8] != params[o:o + 8] for o in self._pointers):
             self._seen = -1
 
     def run(self) -> None:
