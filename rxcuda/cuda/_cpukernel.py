@@ -34,6 +34,11 @@ from . import _native, _ptxc
 from ._paths import cache_dir
 
 PtxError = _ptxc.PtxError
+# host threads that run a launch's blocks at once (OpenMP; a launch of fewer than 65536 threads runs on one):
+# RXCUDA_CPU_THREADS, else every core. Idle workers sleep rather than spin between launches (OMP_WAIT_POLICY, set
+# before the first module loads the OpenMP runtime, unless the environment already says).
+WORKERS = int(os.environ.get("RXCUDA_CPU_THREADS", "0") or 0) or (os.cpu_count() or 1)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _lock = threading.Lock()
 _memo: dict[bytes, CpuModule] = {}
 
@@ -47,6 +52,7 @@ class _Launch(ctypes.Structure):
                 ("shared_dyn", ctypes.c_uint64), ("lo", ctypes.c_void_p), ("span", ctypes.c_void_p),
                 ("alo", ctypes.c_void_p), ("ahi", ctypes.c_void_p), ("nalloc", ctypes.c_int64),
                 ("globals", ctypes.c_void_p), ("ctx", ctypes.c_void_p), ("set_cond", ctypes.c_void_p),
+                ("workers", ctypes.c_int32), ("pad_", ctypes.c_int32),
                 ("fault", ctypes.c_int32), ("fault_arg", ctypes.c_int32), ("fault_write", ctypes.c_int32),
                 ("fault_size", ctypes.c_int32), ("fault_insn", ctypes.c_int32), ("fault_addr", ctypes.c_uint64),
                 ("fault_block", ctypes.c_uint32 * 3), ("fault_thread", ctypes.c_uint32 * 3)]
@@ -84,7 +90,7 @@ def _compile(source: str) -> Path:
     try:
         # -fno-strict-aliasing: registers are reinterpreted through memcpy anyway; no -ffast-math: the GPU's IEEE
         # results are what the CPU device reproduces (no contraction either: PTX says where it fuses, with fma)
-        cmd = [*cc, *_FLAGS, "-shared", "-fPIC", "-fno-strict-aliasing", "-ffp-contract=off", "-w", src, "-o", tmp, "-lm"]
+        cmd = [*cc, *_FLAGS, "-fopenmp", "-shared", "-fPIC", "-fno-strict-aliasing", "-ffp-contract=off", "-w", src, "-o", tmp, "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode:
             raise RuntimeError(f"the C compiler refused the CPU device's translation ({' '.join(cmd)}): "
@@ -212,6 +218,7 @@ class Prepared:
         r.lo, r.span = self._lo.ctypes.data, self._span.ctypes.data
         r.globals = module.globals.ctypes.data
         r.set_cond = ctypes.cast(set_cond, ctypes.c_void_p).value if set_cond is not None else None
+        r.workers = WORKERS
         self._seen = -1
         self._pointers = [p.offset for p in self.kernel.params if p.size == 8 and p.type != "f64"]
         self._bind()

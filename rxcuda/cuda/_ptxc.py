@@ -68,6 +68,7 @@ typedef struct RxLaunch {
   const uint64_t* alo; const uint64_t* ahi; int64_t nalloc;  /* every allocation, sorted */
   const uint64_t* globals;                    /* the module's .global/.const variables */
   void* ctx; void (*set_cond)(void* ctx, uint64_t handle, uint32_t value);
+  int32_t workers, pad_;                      /* host threads running blocks at once */
   /* out: the first illegal access */
   int32_t fault, fault_arg, fault_write, fault_size, fault_insn; uint64_t fault_addr;
   uint32_t fault_block[3], fault_thread[3];
@@ -119,16 +120,22 @@ static inline uint64_t divu(uint64_t a, uint64_t b) { return b == 0 ? ~0ull : a 
 static inline int64_t rems(int64_t a, int64_t b) { return (b == 0 || b == -1) ? (b == 0 ? a : 0) : a % b; }
 static inline uint64_t remu(uint64_t a, uint64_t b) { return b == 0 ? a : a % b; }
 /* an address in no allocation, the block's shared memory or the thread's local memory */
-static int rx_stray(const RxLaunch* L, const RxBlk* B, const RxThr* T, uint64_t a, uint64_t n, uint64_t ldsize) {
-  if (a - (uint64_t)B->sh < B->shsize && a + n - (uint64_t)B->sh <= B->shsize) return 0;
-  if (T->ld && a - (uint64_t)T->ld < ldsize && a + n - (uint64_t)T->ld <= ldsize) return 0;
+static int rx_stray_at(const RxLaunch* L, const unsigned char* sh, uint64_t shsize, const unsigned char* ld,
+                       uint64_t ldsize, uint64_t a, uint64_t n) {
+  if (a - (uint64_t)sh < shsize && a + n - (uint64_t)sh <= shsize) return 0;
+  if (ld && a - (uint64_t)ld < ldsize && a + n - (uint64_t)ld <= ldsize) return 0;
   int64_t lo = 0, hi = L->nalloc - 1;
   while (lo <= hi) { int64_t m = (lo + hi) / 2; if (L->alo[m] > a) hi = m - 1; else if (L->ahi[m] <= a) lo = m + 1;
     else return a + n > L->ahi[m]; }
   return 1; }
-static void rx_fault(RxLaunch* L, const RxBlk* B, const RxThr* T, int arg, uint64_t a, int n, int w, int insn) {
-  if (L->fault) return; L->fault = 1; L->fault_arg = arg; L->fault_addr = a; L->fault_size = n; L->fault_write = w;
-  L->fault_insn = insn; for (int i = 0; i < 3; i++) { L->fault_block[i] = B->ctaid[i]; L->fault_thread[i] = T->tid[i]; } }
+/* the first fault of a launch (blocks may run on several host threads) */
+static void rx_fault_at(RxLaunch* L, uint32_t c0, uint32_t c1, uint32_t c2, uint32_t t0, uint32_t t1, uint32_t t2,
+                        int arg, uint64_t a, int n, int w, int insn) {
+  int32_t none = 0;
+  if (!__atomic_compare_exchange_n(&L->fault, &none, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) return;
+  L->fault_arg = arg; L->fault_addr = a; L->fault_size = n; L->fault_write = w; L->fault_insn = insn;
+  L->fault_block[0] = c0; L->fault_block[1] = c1; L->fault_block[2] = c2;
+  L->fault_thread[0] = t0; L->fault_thread[1] = t1; L->fault_thread[2] = t2; }
 """
 
 
@@ -466,21 +473,24 @@ class _Kernel:
     def reg(self, r: str) -> str:
         return f"T->{_cname(r)}" if self.coroutine else _cname(r)
 
+    def cp(self, name: str) -> str:
+        """A call argument's storage (``.param`` declared in the body)."""
+        return f"T->cp_{_cname(name)}" if self.coroutine else f"cp_{_cname(name)}"
+
     def special(self, tok: str) -> str | None:
         axes = {"x": 0, "y": 1, "z": 2}
         m = re.fullmatch(r"%(tid|ntid|ctaid|nctaid)\.([xyz])", tok)
         if m:
             kind, ax = m.group(1), axes[m.group(2)]
-            return {"tid": f"TH->tid[{ax}]", "ntid": f"L->block[{ax}]", "ctaid": f"B->ctaid[{ax}]",
-                    "nctaid": f"L->grid[{ax}]"}[kind]
-        return {"%laneid": "TH->lane", "%warpid": "(TH->lin >> 5)", "%nwarpid": "((B->nthreads + 31) >> 5)",
+            return {"tid": f"TID{ax}", "ntid": f"NTID{ax}", "ctaid": f"CTA{ax}", "nctaid": f"NCTA{ax}"}[kind]
+        return {"%laneid": "LANE", "%warpid": "(LIN >> 5)", "%nwarpid": "((NTHR + 31) >> 5)",
                 "%clock": "(uint32_t)rx_now()", "%clock64": "rx_now()", "%globaltimer": "rx_now()",
                 "%globaltimer_lo": "(uint32_t)rx_now()", "%globaltimer_hi": "(uint32_t)(rx_now() >> 32)",
-                "%dynamic_smem_size": "(uint32_t)L->shared_dyn", "%smid": "0u", "%nsmid": "1u",
-                "%lanemask_eq": "(1u << TH->lane)", "%lanemask_lt": "((1u << TH->lane) - 1u)",
-                "%lanemask_le": "((2u << TH->lane) - 1u)", "%lanemask_gt": "(~((2u << TH->lane) - 1u))",
-                "%lanemask_ge": "(~((1u << TH->lane) - 1u))",
-                "%total_smem_size": "(uint32_t)B->shsize"}.get(tok)
+                "%dynamic_smem_size": "(uint32_t)SHDYN", "%smid": "0u", "%nsmid": "1u",
+                "%lanemask_eq": "(1u << LANE)", "%lanemask_lt": "((1u << LANE) - 1u)",
+                "%lanemask_le": "((2u << LANE) - 1u)", "%lanemask_gt": "(~((2u << LANE) - 1u))",
+                "%lanemask_ge": "(~((1u << LANE) - 1u))",
+                "%total_smem_size": "(uint32_t)SHSIZE"}.get(tok)
 
     def symbol(self, tok: str) -> str | None:
         """A symbol's address: shared and local ones in their windows, everything else a real pointer."""
@@ -491,11 +501,11 @@ class _Kernel:
         if tok in self.local:
             return f"((uint64_t){self.local[tok]}u)"
         if tok in self.pindex:
-            return f"((uint64_t)(L->params + {self.params[self.pindex[tok]].offset}))"
+            return f"((uint64_t)(PARAMS + {self.params[self.pindex[tok]].offset}))"
         if tok in self.globals:
-            return f"L->globals[{self.globals[tok]}]"
+            return f"GLOB({self.globals[tok]})"
         if tok in self.callparams:
-            return f"((uint64_t)cp_{_cname(tok)})"
+            return f"((uint64_t){self.cp(tok)})"
         return None
 
     def val(self, tok: str, t: str) -> str:
@@ -551,6 +561,10 @@ class _Kernel:
             raise PtxError(f"{self.name}: {tok!r} is not a register")
         k = self.regs[tok]
         r = self.reg(tok)
+        return self._put(r, k, t, expr)
+
+    @staticmethod
+    def _put(r: str, k: str, t: str, expr: str) -> str:
         if k == "pred":
             return f"{r} = ({expr}) != 0;"
         if k == t or (k not in ("f32", "f64") and t not in ("f32", "f64")):
@@ -586,21 +600,20 @@ class _Kernel:
             prov = "sym"
         w = int(write)
         if space == "shared":
-            ck = (f"if ({a} + {size} > B->shsize) {{ rx_fault(L, B, TH, -2, {a}, {size}, {w}, {i}); return -1; }}")
-            return ck, f"(B->sh + {a})"
+            ck = f"if ({a} + {size} > SHSIZE) FAULT(-2, {a}, {size}, {w}, {i});"
+            return ck, f"(SH + {a})"
         if space == "local":
-            ck = (f"if ({a} + {size} > {max(self.local_size, 1)}u) {{ rx_fault(L, B, TH, -3, {a}, {size}, {w}, {i}); "
-                  "return -1; }")
-            return ck, f"(TH->ld + {a})"
+            ck = f"if ({a} + {size} > {max(self.local_size, 1)}u) FAULT(-3, {a}, {size}, {w}, {i});"
+            return ck, f"(LD + {a})"
         if space in ("param",) or prov == "sym" and base not in self.regs and space != "generic":
             return "", f"((unsigned char*){a})"
         if isinstance(prov, tuple) and prov[0] == "p":
             j = prov[1]
-            ck = (f"{{ uint64_t a_ = {a}; if (a_ - L->lo[{j}] > L->span[{j}] || a_ - L->lo[{j}] + {size} > L->span[{j}]) "
-                  f"{{ rx_fault(L, B, TH, {j}, a_, {size}, {w}, {i}); return -1; }} }}")
+            ck = (f"{{ uint64_t a_ = {a}; if (a_ - LO({j}) > SPAN({j}) || a_ - LO({j}) + {size} > SPAN({j})) "
+                  f"FAULT({j}, a_, {size}, {w}, {i}); }}")
         else:
-            ck = (f"{{ uint64_t a_ = {a}; if (rx_stray(L, B, TH, a_, {size}, {max(self.local_size, 1)}u)) "
-                  f"{{ rx_fault(L, B, TH, -1, a_, {size}, {w}, {i}); return -1; }} }}")
+            ck = (f"{{ uint64_t a_ = {a}; if (STRAY(a_, {size}, {max(self.local_size, 1)}u)) "
+                  f"FAULT(-1, a_, {size}, {w}, {i}); }}")
         return ck, f"((unsigned char*){a})"
 
     # -- instructions ----------------------------------------------------------------------------------------
@@ -622,42 +635,99 @@ class _Kernel:
 
     def _wrap(self, lines: list[str]) -> str:
         fn = self.fn
-        decls = []
-        for r, t in self.regs.items():
-            decls.append(f"{CTYPE.get(t, UNSIGNED[SIZE[t]])} {_cname(r)};")
+        decls = " ".join(f"{CTYPE.get(t, UNSIGNED[SIZE[t]])} {_cname(r)};" for r, t in self.regs.items())
         cps = "".join(f"uint64_t cp_{_cname(n)}[{-(-s // 8)}];" for n, s in self.callparams.items())
         local = max(self.local_size, 1)
-        shared_total = f"({-(-self.shared_size // 16) * 16}u + L->shared_dyn)"
+        static = -(-self.shared_size // 16) * 16
+        body = "\n      ".join(lines)
+        np_ = max(len(self.params), 1)
+        psize = max(max((p.offset + p.size for p in self.params), default=0), 1)
+        # both modes name what an instruction reads through these macros: locals of the block loop (a thread
+        # start to end), or fields of the thread's struct (a coroutine)
+        common = (f"#define NTID0 L->block[0]\n#define NTID1 L->block[1]\n#define NTID2 L->block[2]\n"
+                  f"#define NCTA0 L->grid[0]\n#define NCTA1 L->grid[1]\n#define NCTA2 L->grid[2]\n"
+                  f"#define SHDYN L->shared_dyn\n#define GLOB(i) L->globals[i]\n")
+        undef = ("#undef NTID0\n#undef NTID1\n#undef NTID2\n#undef NCTA0\n#undef NCTA1\n#undef NCTA2\n#undef SHDYN\n"
+                 "#undef GLOB\n#undef TID0\n#undef TID1\n#undef TID2\n#undef LIN\n#undef LANE\n#undef LD\n#undef CTA0\n"
+                 "#undef CTA1\n#undef CTA2\n#undef SH\n#undef SHSIZE\n#undef NTHR\n#undef PARAMS\n#undef LO\n"
+                 "#undef SPAN\n#undef FAULT\n#undef STRAY\n#undef RET\n")
         if not self.coroutine:
-            body = "\n  ".join(lines)
+            depot = (f"unsigned char depot_[{local}] __attribute__((aligned(16)));" if self.local_size
+                     else "unsigned char* depot_ = 0;")
             return f"""
-static inline int {fn}_thread(RxLaunch* L, const RxBlk* B, RxThr* TH) {{
-  {' '.join(decls)} {cps}
-  unsigned char depot[{local}] __attribute__((aligned(16))); TH->ld = depot;
-  {body}
-  return 0;
-}}
+{common.replace("L->block[0]", "b0_").replace("L->block[1]", "b1_").replace("L->block[2]", "b2_")}#define TID0 tx
+#define TID1 ty
+#define TID2 tz
+#define LIN lin
+#define LANE (lin & 31u)
+#define LD depot_
+#define CTA0 c0
+#define CTA1 c1
+#define CTA2 c2
+#define SH sh_
+#define SHSIZE shsize_
+#define NTHR nthr_
+#define PARAMS params_
+#define LO(j) lo_[j]
+#define SPAN(j) span_[j]
+#define FAULT(arg, a, n, w, i) {{ rx_fault_at(L, c0, c1, c2, tx, ty, tz, arg, a, n, w, i); goto fault_; }}
+#define STRAY(a, n, ldsize) rx_stray_at(L, sh_, shsize_, (unsigned char*)LD, ldsize, a, n)
+#define RET goto done_
 int {fn}(RxLaunch* L) {{
-  RxBlk blk; RxBlk* B = &blk; B->shsize = {shared_total};
-  B->sh = (unsigned char*)calloc(1, B->shsize + 16); B->nthreads = L->block[0] * L->block[1] * L->block[2];
-  int rc = 0;
-  for (uint32_t cz = 0; cz < L->grid[2] && !rc; cz++) for (uint32_t cy = 0; cy < L->grid[1] && !rc; cy++)
-  for (uint32_t cx = 0; cx < L->grid[0] && !rc; cx++) {{
-    B->ctaid[0] = cx; B->ctaid[1] = cy; B->ctaid[2] = cz; uint32_t lin = 0;
-    for (uint32_t tz = 0; tz < L->block[2] && !rc; tz++) for (uint32_t ty = 0; ty < L->block[1] && !rc; ty++)
-    for (uint32_t tx = 0; tx < L->block[0]; tx++, lin++) {{
-      RxThr th; th.tid[0] = tx; th.tid[1] = ty; th.tid[2] = tz; th.lin = lin; th.lane = lin & 31;
-      if ({fn}_thread(L, B, &th)) {{ rc = -1; break; }}
+  const int64_t nblocks = (int64_t)L->grid[0] * L->grid[1] * L->grid[2];
+  int failed = 0;
+  int workers = (nblocks > 1 && nblocks * (int64_t)L->block[0] * L->block[1] * L->block[2] >= 65536) ? L->workers : 1;
+  #pragma omp parallel num_threads(workers > 0 ? workers : 1)
+  {{
+  /* each host thread's own copies: nothing a kernel's store may reach, so the compiler keeps them in registers */
+  unsigned char params_[{psize}] __attribute__((aligned(16))); memcpy(params_, L->params, {psize});
+  uint64_t lo_[{np_}], span_[{np_}]; memcpy(lo_, L->lo, sizeof lo_); memcpy(span_, L->span, sizeof span_);
+  const uint64_t shsize_ = {static}u + L->shared_dyn;
+  const uint32_t nthr_ = L->block[0] * L->block[1] * L->block[2];
+  const uint32_t b0_ = L->block[0], b1_ = L->block[1], b2_ = L->block[2];
+  unsigned char* sh_ = (unsigned char*)calloc(1, shsize_ + 16);
+  #pragma omp for schedule(static)
+  for (int64_t b = 0; b < nblocks; b++) {{
+    if (__atomic_load_n(&failed, __ATOMIC_RELAXED)) continue;
+    const uint32_t c0 = (uint32_t)(b % L->grid[0]), c1 = (uint32_t)((b / L->grid[0]) % L->grid[1]);
+    const uint32_t c2 = (uint32_t)(b / ((int64_t)L->grid[0] * L->grid[1]));
+    uint32_t lin = 0;
+    for (uint32_t tz = 0; tz < b2_; tz++) for (uint32_t ty = 0; ty < b1_; ty++)
+    for (uint32_t tx = 0; tx < b0_; tx++, lin++) {{
+      {decls} {cps} {depot}
+      {body}
+      goto done_;
+      fault_: __atomic_store_n(&failed, 1, __ATOMIC_RELAXED); goto block_;
+      done_: ;
     }}
+    block_: ;
   }}
-  free(B->sh);
-  return rc;
+  free(sh_);
+  }}
+  return failed ? -1 : 0;
 }}
-"""
+{undef}"""
         resumes = "".join(f"case {k}: goto R_{k};" for k in range(1, self.resume + 1))
-        body = "\n  ".join(lines)
         return f"""
-typedef struct {{ RxThr th; {' '.join(decls)} {cps} unsigned char depot[{local}] __attribute__((aligned(16))); }} {fn}_regs;
+{common}#define TID0 TH->tid[0]
+#define TID1 TH->tid[1]
+#define TID2 TH->tid[2]
+#define LIN TH->lin
+#define LANE TH->lane
+#define LD TH->ld
+#define CTA0 B->ctaid[0]
+#define CTA1 B->ctaid[1]
+#define CTA2 B->ctaid[2]
+#define SH B->sh
+#define SHSIZE B->shsize
+#define NTHR B->nthreads
+#define PARAMS L->params
+#define LO(j) L->lo[j]
+#define SPAN(j) L->span[j]
+#define FAULT(arg, a, n, w, i) {{ rx_fault_at(L, CTA0, CTA1, CTA2, TID0, TID1, TID2, arg, a, n, w, i); return -1; }}
+#define STRAY(a, n, ldsize) rx_stray_at(L, B->sh, B->shsize, TH->ld, ldsize, a, n)
+#define RET return 0
+typedef struct {{ RxThr th; {decls} {cps} unsigned char depot[{local}] __attribute__((aligned(16))); }} {fn}_regs;
 static int {fn}_step(RxLaunch* L, const RxBlk* B, {fn}_regs* T) {{
   RxThr* TH = &T->th;
   switch (TH->resume) {{ {resumes} default: break; }}
@@ -665,7 +735,7 @@ static int {fn}_step(RxLaunch* L, const RxBlk* B, {fn}_regs* T) {{
   return 0;
 }}
 int {fn}(RxLaunch* L) {{
-  RxBlk blk; RxBlk* B = &blk; B->shsize = {shared_total};
+  RxBlk blk; RxBlk* B = &blk; B->shsize = {static}u + L->shared_dyn;
   uint32_t n = L->block[0] * L->block[1] * L->block[2]; B->nthreads = n;
   B->sh = (unsigned char*)calloc(1, B->shsize + 16);
   {fn}_regs* R = ({fn}_regs*)calloc(n, sizeof({fn}_regs)); uint8_t* st = (uint8_t*)calloc(n, 1);
@@ -700,7 +770,7 @@ int {fn}(RxLaunch* L) {{
   free(R); free(st); free(x); free(B->sh);
   return rc;
 }}
-"""
+{undef}"""
 
     def _yield(self, code: int, before: str = "", after: str = "") -> str:
         self.resume += 1
@@ -727,11 +797,11 @@ int {fn}(RxLaunch* L) {{
         if op in ("bra", "brx"):
             return f"goto L_{_cname(ops[0])};"
         if op in ("ret", "exit"):
-            return "return 0;"
+            return "RET;"
         if op in ("membar", "fence", "prefetch", "prefetchu", "pmevent", "trap", "nanosleep", "discard",
                   "griddepcontrol"):
             if op == "trap":
-                return f"rx_fault(L, B, TH, -4, 0, 0, 0, {i}); return -1;"
+                return f"FAULT(-4, 0, 0, 0, {i});"
             return ";"
         if op == "ld" or op == "ldu":
             return self._ld(mods, ops, i)
@@ -746,9 +816,9 @@ int {fn}(RxLaunch* L) {{
             a = self.val(ops[1], t)
             space = next((x for x in mods if x in _SPACES), "global")
             if space == "shared":
-                e = f"({a} - (uint64_t)B->sh)" if "to" in m else f"((uint64_t)B->sh + {a})"
+                e = f"({a} - (uint64_t)SH)" if "to" in m else f"((uint64_t)SH + {a})"
             elif space == "local":
-                e = f"({a} - (uint64_t)TH->ld)" if "to" in m else f"((uint64_t)TH->ld + {a})"
+                e = f"({a} - (uint64_t)LD)" if "to" in m else f"((uint64_t)LD + {a})"
             else:
                 e = a
             return self.put(ops[0], t, e)
@@ -776,8 +846,8 @@ int {fn}(RxLaunch* L) {{
         if op == "vote":
             return self._vote(mods, ops, s)
         if op == "activemask":
-            return self.put(ops[0], "b32", "(B->nthreads - (TH->lin & ~31u) >= 32 ? 0xffffffffu : "
-                                          "((1u << (B->nthreads - (TH->lin & ~31u))) - 1u))")
+            return self.put(ops[0], "b32", "(NTHR - (LIN & ~31u) >= 32 ? 0xffffffffu : "
+                                          "((1u << (NTHR - (LIN & ~31u))) - 1u))")
         if op == "call":
             return self._call(ops, s)
         return self._arith(op, mods, ops, s)
@@ -836,8 +906,12 @@ int {fn}(RxLaunch* L) {{
         if t[0] == "f" and k in ("min", "max"):
             new = f"f{k}{'f' if t == 'f32' else ''}(old, b_)"
         put = self.put(ops[0], t, "old") if ops[0] != "_" else ""
-        return (f"{ck} {{ unsigned char* p_ = {ptr}; {ct} old; memcpy(&old, p_, {size}); {ct} b_ = {b}; "
-                f"{ct} n_ = {new}; memcpy(p_, &n_, {size}); {put} }}")
+        # a compare-and-swap loop on the bits: atomic between the host threads that run blocks at once
+        ut = UNSIGNED[size]
+        return (f"{ck} {{ {ut}* q_ = ({ut}*){ptr}; {ct} b_ = {b}; {ut} ob_ = __atomic_load_n(q_, __ATOMIC_RELAXED); "
+                f"{ct} old; for (;;) {{ memcpy(&old, &ob_, {size}); {ct} n_ = {new}; {ut} nb_; memcpy(&nb_, &n_, {size}); "
+                f"if (__atomic_compare_exchange_n(q_, &ob_, nb_, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) break; }} "
+                f"{put} }}")
 
     def _mov(self, mods, ops):
         t = self._type(mods, " ".join(mods))
@@ -991,7 +1065,7 @@ int {fn}(RxLaunch* L) {{
         fn = names[0].strip()
         argl = [x.strip() for x in args.strip("()").split(",") if x.strip()]
         if fn == "cudaGraphSetConditional":
-            h, v = (f"cp_{_cname(x)}" for x in argl)
+            h, v = (self.cp(x) for x in argl)
             return f"L->set_cond(L->ctx, {h}[0], (uint32_t){v}[0]);"
         raise PtxError(f"{self.name}: it calls {fn}, which the CPU device cannot run yet")
 
