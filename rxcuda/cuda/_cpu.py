@@ -121,7 +121,8 @@ class CpuDriver(NullDriver):
         self._modules: dict[int, _cpukernel.CpuModule] = {}
         self._graphs: dict[int, list[tuple[int, _Node]]] = {}  # graph -> [(node handle, node)] in the order added
         self._node_graph: dict[int, int] = {}
-        self._execs: dict[int, dict[int, _Node]] = {}
+        self._execs: dict[int, dict[int, _Node]] = {}  # executable graph -> its top-level nodes, in order
+        self._index: dict[int, dict[int, _Node]] = {}  # executable graph -> every node it holds, by handle
         self._cond: dict[int, int] = {}  # conditional handle -> its value
         self._events: dict[int, float] = {}
         self.last_fault = ""
@@ -431,11 +432,26 @@ class CpuDriver(NullDriver):
     def cuGraphInstantiate(self, graph, flags):
         result = super().cuGraphInstantiate(graph, flags)
         if not result[0]:
-            self._execs[int(result[1])] = self._snapshot(int(graph))
+            ex = self._execs[int(result[1])] = self._snapshot(int(graph))
+            self._index[int(result[1])] = self._flatten(ex)
         return result
+
+    @classmethod
+    def _flatten(cls, nodes: dict[int, _Node], into: dict[int, _Node] | None = None) -> dict[int, _Node]:
+        """Every node of an executable graph by handle, those of conditional bodies and child graphs included."""
+        into = {} if into is None else into
+        for h, nd in nodes.items():
+            into[h] = nd
+            if nd.kind in ("if", "while"):
+                for body in nd.data[1]:
+                    cls._flatten(body, into)
+            elif nd.kind == "child":
+                cls._flatten(nd.data, into)
+        return into
 
     def cuGraphExecDestroy(self, graph_exec):
         self._execs.pop(int(graph_exec), None)
+        self._index.pop(int(graph_exec), None)
         return super().cuGraphExecDestroy(graph_exec)
 
     def cuGraphExecUpdate(self, graph_exec, graph):
@@ -448,11 +464,12 @@ class CpuDriver(NullDriver):
             return (_R.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, None)
         for a, b in zip(ex.values(), new.values(), strict=True):
             a.data, a.launch = b.data, None
+        self._index[int(graph_exec)] = self._flatten(ex)
         return super().cuGraphExecUpdate(graph_exec, graph)
 
     def _exec_node(self, graph_exec: int, node: int) -> _Node:
-        ex = self._execs.get(graph_exec)
-        nd = ex.get(node) if ex is not None else None
+        index = self._index.get(graph_exec)
+        nd = index.get(node) if index is not None else None
         if nd is None:
             raise _fail("cuGraphExec*SetParams", "CUDA_ERROR_INVALID_VALUE",
                         f"node {node:#x} is not in executable graph {graph_exec:#x}")
@@ -490,9 +507,9 @@ class CpuDriver(NullDriver):
         return super().cuGraphExecChildGraphNodeSetParams(graph_exec, node, child)
 
     def cuGraphNodeSetEnabled(self, graph_exec, node, enabled):
-        ex = self._execs.get(int(graph_exec), {})
-        if int(node) in ex:
-            ex[int(node)].enabled = bool(int(enabled))
+        nd = self._index.get(int(graph_exec), {}).get(int(node))
+        if nd is not None:
+            nd.enabled = bool(int(enabled))
         return super().cuGraphNodeSetEnabled(graph_exec, node, enabled)
 
     def cuGraphLaunch(self, graph_exec, stream):

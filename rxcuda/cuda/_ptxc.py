@@ -370,9 +370,10 @@ class _Kernel:
 
     def _parse(self, body: str) -> None:
         label = None
-        for raw in body.replace("{", ";").replace("}", ";").split(";"):
+        for raw in body.split(";"):
             s = " ".join(raw.split())
-            while True:
+            while True:  # scope braces (a call's, an inline asm block's) open or close before a statement
+                s = s.lstrip("{} ")
                 m = re.match(r"^([\w$]+):\s*(.*)$", s)
                 if not m:
                     break
