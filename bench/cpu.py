@@ -119,7 +119,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"CPU device, {os.cpu_count()} cores; {args.size} f32 elements")
     t_cpu, t_np = chain(args.size, args.frames)
-    print(f"| what | CPU device | NumPy | ratio | target |\n|---|---|---|---|---|")
+    print("| what | CPU device | NumPy | ratio | target |\n|---|---|---|---|---|")
     print(f"| 10-block elementwise chain, a frame | {t_cpu * 1e3:.2f} ms | {t_np * 1e3:.2f} ms | "
           f"{t_cpu / t_np:.1f}x | <= 3x |")
     print(f"| one parameter change (setter to patched node) | {parameter_change() * 1e6:.2f} us | - | - | <= 5 us |")

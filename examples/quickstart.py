@@ -5,7 +5,6 @@
 (A + B) * scale, with `scale` changed between frames (a hot update: no rebuild), checked against NumPy.
 """
 
-import sys
 
 import numpy as np
 

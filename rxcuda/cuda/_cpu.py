@@ -106,8 +106,8 @@ def _shipped_conditions(image: bytes) -> bytes | None:
 class CpuDriver(NullDriver):
     """The CPU device's driver: :class:`NullDriver`'s bookkeeping, with memory, kernels and graphs that run.
 
-    ``calls`` records every call where ``record=True`` (tests; ``count`` always counts); ``last_fault`` holds the last illegal address a
-    kernel made (its message), which the launch raised as ``CUDA_ERROR_ILLEGAL_ADDRESS``."""
+    ``calls`` records every call where ``record=True`` (tests; ``count`` always counts); ``last_fault`` holds the
+    last illegal address a kernel made (its message), which the launch raised as ``CUDA_ERROR_ILLEGAL_ADDRESS``."""
 
     opened = False  # whether a CpuDriver was made in this process (kernels compiled from then on are PTX)
 
@@ -574,10 +574,11 @@ def _memset16(ptr: int, value: int, count: int) -> None:
 ENV = "RXCUDA_DEVICE"  # "cpu": every engine on the CPU device; "cuda": never fall back to it
 
 
-def choose_driver(device, driver):
+def choose_driver(device: int | str, driver, several: bool = False) -> tuple[int, object]:
     """(ordinal, driver) for ``Engine(device, driver=driver)``: ``device="cpu"`` (or ``RXCUDA_DEVICE=cpu``) is
     the CPU device; with no driver given and no CUDA device on the machine, the CPU device too, said once in the
-    log. A given driver, or a GPU ordinal on a machine with a GPU, is left as it is."""
+    log (not for ``several`` devices: the CPU device is one). A given driver, or a GPU ordinal on a machine with a
+    GPU, is left as it is."""
     import logging
     import os
 
@@ -589,7 +590,7 @@ def choose_driver(device, driver):
         if device.lower() in ("cuda", "gpu"):
             return 0, driver
         raise ValueError(f"'device' must be a GPU ordinal (an int), 'cuda' or 'cpu' (got {device!r})")
-    if driver is not None:
+    if driver is not None or several:
         return device, driver
     env = os.environ.get(ENV, "").strip().lower()
     if env == "cpu":

@@ -90,7 +90,8 @@ def _compile(source: str) -> Path:
     try:
         # -fno-strict-aliasing: registers are reinterpreted through memcpy anyway; no -ffast-math: the GPU's IEEE
         # results are what the CPU device reproduces (no contraction either: PTX says where it fuses, with fma)
-        cmd = [*cc, *_FLAGS, "-fopenmp", "-shared", "-fPIC", "-fno-strict-aliasing", "-ffp-contract=off", "-w", src, "-o", tmp, "-lm"]
+        cmd = [*cc, *_FLAGS, "-fopenmp", "-shared", "-fPIC", "-fno-strict-aliasing", "-ffp-contract=off", "-w", src,
+               "-o", tmp, "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode:
             raise RuntimeError(f"the C compiler refused the CPU device's translation ({' '.join(cmd)}): "

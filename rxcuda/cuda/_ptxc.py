@@ -73,7 +73,8 @@ typedef struct RxLaunch {
   int32_t fault, fault_arg, fault_write, fault_size, fault_insn; uint64_t fault_addr;
   uint32_t fault_block[3], fault_thread[3];
 } RxLaunch;
-typedef struct RxBlk { uint32_t ctaid[3]; unsigned char* sh; uint64_t shsize; uint64_t* xchg[2]; uint32_t nthreads; } RxBlk;
+typedef struct RxBlk { uint32_t ctaid[3]; unsigned char* sh; uint64_t shsize; uint64_t* xchg[2];
+  uint32_t nthreads; } RxBlk;
 typedef struct RxThr { int32_t resume, wpar; uint32_t tid[3], lin, lane; unsigned char* ld; } RxThr;
 static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -96,7 +97,8 @@ static inline float satf(float x) { return x != x ? 0.0f : x < 0.0f ? 0.0f : x >
 static inline double satd(double x) { return x != x ? 0.0 : x < 0.0 ? 0.0 : x > 1.0 ? 1.0 : x; }
 static inline uint32_t brev32(uint32_t x) { uint32_t r = 0; for (int i = 0; i < 32; i++) { r = (r << 1) | (x & 1);
   x >>= 1; } return r; }
-static inline uint64_t brev64(uint64_t x) { return ((uint64_t)brev32((uint32_t)x) << 32) | brev32((uint32_t)(x >> 32)); }
+static inline uint64_t brev64(uint64_t x) {
+  return ((uint64_t)brev32((uint32_t)x) << 32) | brev32((uint32_t)(x >> 32)); }
 static inline uint32_t lop3(uint32_t a, uint32_t b, uint32_t c, uint32_t lut) { uint32_t r = 0;
   for (int i = 0; i < 8; i++) if (lut >> i & 1) r |= ((i & 4) ? a : ~a) & ((i & 2) ? b : ~b) & ((i & 1) ? c : ~c);
   return r; }
@@ -104,18 +106,24 @@ static inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) { uint64_t x = (
   for (int i = 0; i < 4; i++) { uint32_t sel = (s >> (4 * i)) & 15; uint32_t byte = (x >> (8 * (sel & 7))) & 255;
   if (sel & 8) byte = (byte & 128) ? 255 : 0; r |= byte << (8 * i); } return r; }
 static inline uint64_t bfe_u(uint64_t a, uint32_t pos, uint32_t len, int w) { pos &= 255; len &= 255;
-  if (len == 0 || pos >= (uint32_t)w) return 0; uint64_t v = a >> pos; if (len < 64) v &= ((1ull << len) - 1); return v; }
-static inline int64_t bfe_s(int64_t a, uint32_t pos, uint32_t len, int w) { pos &= 255; len &= 255; if (len == 0) return 0;
-  uint32_t top = pos + len - 1 < (uint32_t)w - 1 ? pos + len - 1 : (uint32_t)w - 1; int sign = (a >> (pos < (uint32_t)w ? top : w - 1)) & 1;
+  if (len == 0 || pos >= (uint32_t)w) return 0;
+  uint64_t v = a >> pos; if (len < 64) v &= ((1ull << len) - 1); return v; }
+static inline int64_t bfe_s(int64_t a, uint32_t pos, uint32_t len, int w) {
+  pos &= 255; len &= 255; if (len == 0) return 0;
+  uint32_t top = pos + len - 1 < (uint32_t)w - 1 ? pos + len - 1 : (uint32_t)w - 1;
+  int sign = (a >> (pos < (uint32_t)w ? top : w - 1)) & 1;
   uint64_t v = bfe_u((uint64_t)a, pos, len, w); if (sign && len < 64) v |= ~((1ull << len) - 1); return (int64_t)v; }
 static inline uint64_t bfi(uint64_t a, uint64_t b, uint32_t pos, uint32_t len, int w) { pos &= 255; len &= 255;
   if (len == 0 || pos >= (uint32_t)w) return b; uint64_t m = (len >= 64 ? ~0ull : ((1ull << len) - 1)) << pos;
   if (w < 64) m &= ((1ull << w) - 1); return (b & ~m) | ((a << pos) & m); }
-static inline uint32_t bfind32(uint32_t x, int sgn) { if (sgn && (int32_t)x < 0) x = ~x; return x ? 31 - __builtin_clz(x) : 0xffffffffu; }
-static inline uint32_t bfind64(uint64_t x, int sgn) { if (sgn && (int64_t)x < 0) x = ~x; return x ? 63 - __builtin_clzll(x) : 0xffffffffu; }
+static inline uint32_t bfind32(uint32_t x, int sgn) {
+  if (sgn && (int32_t)x < 0) x = ~x; return x ? 31 - __builtin_clz(x) : 0xffffffffu; }
+static inline uint32_t bfind64(uint64_t x, int sgn) {
+  if (sgn && (int64_t)x < 0) x = ~x; return x ? 63 - __builtin_clzll(x) : 0xffffffffu; }
 static inline uint64_t rx_now(void) { struct timespec t; clock_gettime(CLOCK_REALTIME, &t);
   return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec; }
-static inline int64_t divs(int64_t a, int64_t b) { return b == 0 ? -1 : (b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b); }
+static inline int64_t divs(int64_t a, int64_t b) {
+  return b == 0 ? -1 : (b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b); }
 static inline uint64_t divu(uint64_t a, uint64_t b) { return b == 0 ? ~0ull : a / b; }
 static inline int64_t rems(int64_t a, int64_t b) { return (b == 0 || b == -1) ? (b == 0 ? a : 0) : a % b; }
 static inline uint64_t remu(uint64_t a, uint64_t b) { return b == 0 ? a : a % b; }
@@ -434,7 +442,7 @@ class _Kernel:
             if op == "ld" and "param" in mods:
                 sym = ops[1].strip("[]").split("+")[0].strip()
                 defs.setdefault(dst, []).append(("p", self.pindex[sym]) if sym in self.pindex else "any")
-            elif op in ("ld", "atom", "mov") and (op != "mov" or not ops[1] in self.regs):
+            elif op in ("ld", "atom", "mov") and (op != "mov" or ops[1] not in self.regs):
                 defs.setdefault(dst, []).append("any" if op != "mov" or ops[1].lstrip("-")[:1].isdigit() is False
                                                 else "off")
             else:
@@ -645,9 +653,9 @@ class _Kernel:
         psize = max(max((p.offset + p.size for p in self.params), default=0), 1)
         # both modes name what an instruction reads through these macros: locals of the block loop (a thread
         # start to end), or fields of the thread's struct (a coroutine)
-        common = (f"#define NTID0 L->block[0]\n#define NTID1 L->block[1]\n#define NTID2 L->block[2]\n"
-                  f"#define NCTA0 L->grid[0]\n#define NCTA1 L->grid[1]\n#define NCTA2 L->grid[2]\n"
-                  f"#define SHDYN L->shared_dyn\n#define GLOB(i) L->globals[i]\n")
+        common = ("#define NTID0 L->block[0]\n#define NTID1 L->block[1]\n#define NTID2 L->block[2]\n"
+                  "#define NCTA0 L->grid[0]\n#define NCTA1 L->grid[1]\n#define NCTA2 L->grid[2]\n"
+                  "#define SHDYN L->shared_dyn\n#define GLOB(i) L->globals[i]\n")
         undef = ("#undef NTID0\n#undef NTID1\n#undef NTID2\n#undef NCTA0\n#undef NCTA1\n#undef NCTA2\n#undef SHDYN\n"
                  "#undef GLOB\n#undef TID0\n#undef TID1\n#undef TID2\n#undef LIN\n#undef LANE\n#undef LD\n#undef CTA0\n"
                  "#undef CTA1\n#undef CTA2\n#undef SH\n#undef SHSIZE\n#undef NTHR\n#undef PARAMS\n#undef LO\n"
@@ -910,7 +918,8 @@ int {fn}(RxLaunch* L) {{
         # a compare-and-swap loop on the bits: atomic between the host threads that run blocks at once
         ut = UNSIGNED[size]
         return (f"{ck} {{ {ut}* q_ = ({ut}*){ptr}; {ct} b_ = {b}; {ut} ob_ = __atomic_load_n(q_, __ATOMIC_RELAXED); "
-                f"{ct} old; for (;;) {{ memcpy(&old, &ob_, {size}); {ct} n_ = {new}; {ut} nb_; memcpy(&nb_, &n_, {size}); "
+                f"{ct} old; for (;;) {{ memcpy(&old, &ob_, {size}); {ct} n_ = {new}; {ut} nb_; "
+                f"memcpy(&nb_, &n_, {size}); "
                 f"if (__atomic_compare_exchange_n(q_, &ob_, nb_, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) break; }} "
                 f"{put} }}")
 
@@ -1026,7 +1035,8 @@ int {fn}(RxLaunch* L) {{
         e = self._compare(mods[0], st, self.val(ops[1], st), self.val(ops[2], st))
         if len(ops) > 3:
             boolop = next(x for x in mods[1:] if x in ("and", "or", "xor"))
-            e = f"(({e}) {dict(zip(('and', 'or', 'xor'), ('&&', '||', '!=')))[boolop]} ({self.val(ops[3], 'pred')}))"
+            c = {"and": "&&", "or": "||", "xor": "!="}[boolop]
+            e = f"(({e}) {c} ({self.val(ops[3], 'pred')}))"
         true = "1.0f" if dt == "f32" else f"({CTYPE[dt]})~0ull"
         return self.put(ops[0], dt, f"({e} ? {true} : ({CTYPE[dt]})0)")
 
