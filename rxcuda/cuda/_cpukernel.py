@@ -118,6 +118,9 @@ class CpuModule:
             fn.restype = ctypes.c_int
             self._fns[k.name] = fn
         # the module's .global/.const variables, in host memory
+        self.repack = lib.rx_pack
+        self.repack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        self.repack.restype = ctypes.c_int
         self.variables = [np.frombuffer(v.init.ljust(v.size, b"\0"), dtype=np.uint8).copy() for v in module.variables]
         self.globals = np.array([a.ctypes.data for a in self.variables] or [0], dtype=np.uint64)
 
@@ -222,6 +225,11 @@ class Prepared:
         r.workers = WORKERS
         self._seen = -1
         self._pointers = [p.offset for p in self.kernel.params if p.size == 8 and p.type != "f64"]
+        self._offsets = np.array([p.offset for p in self.kernel.params] or [0], dtype=np.uint32)
+        self._sizes = np.array([p.size for p in self.kernel.params] or [0], dtype=np.uint32)
+        self._repack, self._n = module.repack, len(self.kernel.params)
+        self._params_ptr = ctypes.addressof(self._params)
+        self._offsets_ptr, self._sizes_ptr = self._offsets.ctypes.data, self._sizes.ctypes.data
         self._bind()
 
     def _bind(self) -> None:
@@ -237,6 +245,12 @@ class Prepared:
         self._alo, self._ahi = lo, hi
         self._rec.alo, self._rec.ahi, self._rec.nalloc = lo.ctypes.data, hi.ctypes.data, len(lo)
         self._seen = self.allocations.version
+
+    def repack(self, args_ptr: int) -> None:
+        """New parameter values read from a ``kernelParams`` array (one pointer per parameter), in C: the hot update's
+        path (the allocations are looked up again only where a pointer changed)."""
+        if self._repack(self._params_ptr, args_ptr, self._offsets_ptr, self._sizes_ptr, self._n):
+            self._seen = -1
 
     def set_params(self, params: bytes) -> None:
         """New parameter values (a hot update): written in place; the pointer arguments' allocations are looked up

@@ -95,6 +95,12 @@ static inline int64_t divs(int64_t a, int64_t b) {
 static inline uint64_t divu(uint64_t a, uint64_t b) { return b == 0 ? ~0ull : a / b; }
 static inline int64_t rems(int64_t a, int64_t b) { return (b == 0 || b == -1) ? (b == 0 ? a : 0) : a % b; }
 static inline uint64_t remu(uint64_t a, uint64_t b) { return b == 0 ? a : a % b; }
+/* a hot update: the arguments from a kernelParams array into the packed buffer; 1 where an 8-byte one changed */
+int rx_pack(unsigned char* dst, void* const* args, const uint32_t* offsets, const uint32_t* sizes, int n) {
+  int moved = 0;
+  for (int i = 0; i < n; i++) { if (sizes[i] == 8 && memcmp(dst + offsets[i], args[i], 8)) moved = 1;
+    memcpy(dst + offsets[i], args[i], sizes[i]); }
+  return moved; }
 /* an address in no allocation, the block's shared memory or the thread's local memory */
 static int rx_stray_at(const RxLaunch* L, const unsigned char* sh, uint64_t shsize, const unsigned char* ld,
                        uint64_t ldsize, uint64_t a, uint64_t n) {
