@@ -111,6 +111,7 @@ class CpuDriver(NullDriver):
     last illegal address a kernel made (its message), which the launch raised as ``CUDA_ERROR_ILLEGAL_ADDRESS``."""
 
     opened = False  # whether a CpuDriver was made in this process (kernels compiled from then on are PTX)
+    on_host = True  # what the layers above ask where the CPU device differs (library calls cannot run on it yet)
 
     def __init__(self, *, name: str = "CPU (rxcuda)", total_memory: int = 8 << 30, record: bool = False, **kwargs):
         super().__init__(name=name, total_memory=total_memory, **kwargs)

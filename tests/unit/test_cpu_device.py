@@ -174,3 +174,16 @@ def test_engine_cpu_runs_cuda_cpp_blocks():
 def test_engine_device_must_be_an_ordinal_cuda_or_cpu():
     with pytest.raises(ValueError, match="'device' must be a GPU ordinal"):
         rxcuda.Engine(device="tpu")
+
+
+def test_a_library_call_says_it_needs_a_cuda_device_and_the_rest_keeps_running():
+    from rxcuda import libraries as lib
+
+    with rxcuda.Engine(device="cpu") as engine:
+        blk = engine.add(rxcuda.Block.from_call(lib.axpy(64), name="axpy"))
+        engine.write(blk["x"], np.ones(64, np.float32))
+        engine.write(blk["y"], np.ones(64, np.float32))
+        engine.tick()
+        message = engine.diagnostic_log[-1].message
+    assert ("axpy: library calls (axpy: cuBLAS, cuFFT, cuRAND, cuSPARSE, cuSOLVER) do not run on the CPU device"
+            in message)
