@@ -68,9 +68,14 @@ class _Node:
         self.bodies: list[int] = []
 
 
+class _CompressedPtx(Exception):
+    """A fatbin whose PTX is compressed, with no decompressor here."""
+
+
 def _ptx_of(image: bytes) -> bytes | None:
-    """The PTX text of a module image: PTX itself, or the first uncompressed PTX a fatbin carries; None for
-    machine code alone (a cubin, or a fatbin of cubins)."""
+    """The PTX text of a module image: PTX itself, or the first PTX a fatbin carries (zstd-compressed PTX, nvcc's
+    default since CUDA 12.8, where the ``zstandard`` package is installed); None for machine code alone (a cubin,
+    or a fatbin of cubins). Raises _CompressedPtx for compressed PTX it cannot read."""
     head = image[:4]
     if head == b"\x7fELF":
         return None
@@ -78,14 +83,28 @@ def _ptx_of(image: bytes) -> bytes | None:
         hsize = int.from_bytes(image[4:8], "little") >> 16 or 16
         end = hsize + int.from_bytes(image[8:16], "little")
         at = hsize
-        while at + 16 <= min(end, len(image)):
+        compressed = False
+        while at + 64 <= min(end, len(image)):
             kind = int.from_bytes(image[at:at + 2], "little")
             hdr = int.from_bytes(image[at + 4:at + 8], "little")
             size = int.from_bytes(image[at + 8:at + 16], "little")
-            flags = int.from_bytes(image[at + 16:at + 24], "little") if hdr >= 24 else 0
-            if kind == 1 and not flags & 0x2000:  # PTX, not compressed
-                return image[at + hdr:at + hdr + size].rstrip(b"\0")
+            flags = int.from_bytes(image[at + 40:at + 48], "little")
+            payload = image[at + hdr:at + hdr + size]
+            if kind == 1 and not flags & 0xA000:  # PTX, stored as it is
+                return payload.rstrip(b"\0")
+            if kind == 1 and flags & 0x8000:  # PTX compressed with zstd
+                try:
+                    import zstandard  # type: ignore[import-not-found]
+                except ImportError:
+                    compressed = True
+                else:
+                    length = int.from_bytes(image[at + 56:at + 64], "little")
+                    return zstandard.ZstdDecompressor().decompress(payload, max_output_size=length).rstrip(b"\0")
+            elif kind == 1:
+                compressed = True
             at += hdr + size
+        if compressed:
+            raise _CompressedPtx
         return None
     text = image.lstrip()
     if text.startswith(b"//") or text.startswith(b".version") or b".entry" in image[:65536]:
@@ -240,7 +259,13 @@ class CpuDriver(NullDriver):
         return self._load("cuModuleLoadDataEx", bytes(image))
 
     def _load(self, call: str, image: bytes):
-        ptx = _ptx_of(image) or _shipped_conditions(image)
+        try:
+            ptx = _ptx_of(image) or _shipped_conditions(image)
+        except _CompressedPtx:
+            self.calls.append((call, (len(image),)))
+            raise _fail(call, "CUDA_ERROR_NO_BINARY_FOR_GPU",
+                        "the PTX in this fatbin is compressed (nvcc's default): build it with nvcc --no-compress, "
+                        "or install the zstandard package, for the CPU device to read it") from None
         if ptx is None:
             self.calls.append((call, (len(image),)))
             raise _fail(call, "CUDA_ERROR_NO_BINARY_FOR_GPU",

@@ -4,11 +4,14 @@ random inputs; out-of-bounds accesses reported as the GPU's illegal address; the
 from __future__ import annotations
 
 import pathlib
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
 import rxcuda
+import rxcuda.cuda._driver
 from rxcuda.cuda import _cpukernel
 from rxcuda.cuda._cpu import CpuDriver
 from rxcuda.cuda._nvrtc import compile_ptx
@@ -187,3 +190,21 @@ def test_a_library_call_says_it_needs_a_cuda_device_and_the_rest_keeps_running()
         message = engine.diagnostic_log[-1].message
     assert ("axpy: library calls (axpy: cuBLAS, cuFFT, cuRAND, cuSPARSE, cuSOLVER) do not run on the CPU device"
             in message)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build a fatbin")
+def test_a_fatbin_runs_through_the_ptx_it_carries_and_compressed_ptx_says_how_to_build_it(tmp_path):
+    src = KERNELS / "scalar_mul.cu"
+    plain, packed = tmp_path / "plain.fatbin", tmp_path / "packed.fatbin"
+    gencode = ["-gencode", "arch=compute_75,code=compute_75", "-gencode", "arch=compute_80,code=sm_80"]
+    subprocess.run(["nvcc", "-fatbin", "--no-compress", *gencode, "-o", str(plain), str(src)], check=True)
+    subprocess.run(["nvcc", "-fatbin", *gencode, "-o", str(packed), str(src)], check=True)
+    api = CpuDriver()
+    module = rxcuda.cuda._driver.check(api.cuModuleLoadData(plain.read_bytes()), "load")
+    function = rxcuda.cuda._driver.check(api.cuModuleGetFunction(module, b"scalar_mul"), "get")
+    assert api._functions[int(function)].name == "scalar_mul"
+    try:
+        import zstandard  # noqa: F401
+    except ImportError:
+        with pytest.raises(rxcuda.CudaError, match="compressed .* nvcc --no-compress"):
+            api.cuModuleLoadData(packed.read_bytes())
