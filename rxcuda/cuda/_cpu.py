@@ -209,25 +209,27 @@ class CpuDriver(NullDriver):
         _memset32(int(ptr), int(value), int(count))
         return super().cuMemsetD32Async(ptr, value, count, stream)
 
+    def _copy(self, call: str, dst: int, src: int, nbytes: int, device: int, record: tuple) -> tuple:
+        """A copy now (everything before it has run); ``device`` is the side that must be an allocation."""
+        self._check_range(call, device, nbytes)
+        ctypes.memmove(dst, src, nbytes)
+        return self._call(call, record)
+
     def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
-        self._check_range("cuMemcpyHtoDAsync", int(dst), int(nbytes))
-        ctypes.memmove(int(dst), int(src), int(nbytes))
-        return self._call("cuMemcpyHtoDAsync", (int(dst), nbytes, int(stream)))
+        d, n = int(dst), int(nbytes)
+        return self._copy("cuMemcpyHtoDAsync", d, int(src), n, d, (d, n, int(stream)))
 
     def cuMemcpyHtoD(self, dst, src, nbytes):
-        self._check_range("cuMemcpyHtoD", int(dst), int(nbytes))
-        ctypes.memmove(int(dst), int(src), int(nbytes))
-        return self._call("cuMemcpyHtoD", (int(dst), nbytes))
+        d, n = int(dst), int(nbytes)
+        return self._copy("cuMemcpyHtoD", d, int(src), n, d, (d, n))
 
     def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
-        self._check_range("cuMemcpyDtoHAsync", int(src), int(nbytes))
-        ctypes.memmove(int(dst), int(src), int(nbytes))
-        return self._call("cuMemcpyDtoHAsync", (int(src), nbytes, int(stream)))
+        s, n = int(src), int(nbytes)
+        return self._copy("cuMemcpyDtoHAsync", int(dst), s, n, s, (s, n, int(stream)))
 
     def cuMemcpyDtoH(self, dst, src, nbytes):
-        self._check_range("cuMemcpyDtoH", int(src), int(nbytes))
-        ctypes.memmove(int(dst), int(src), int(nbytes))
-        return self._call("cuMemcpyDtoH", (int(src), nbytes))
+        s, n = int(src), int(nbytes)
+        return self._copy("cuMemcpyDtoH", int(dst), s, n, s, (s, n))
 
     def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
         self._check_range("cuMemcpyDtoDAsync", int(src), int(nbytes))

@@ -159,30 +159,26 @@ int {fn}(RxLaunch* L) {{
         return [tok]
 
     def _ld(self, mods, ops, i):
-        t = self._type(mods, " ".join(mods))
-        space = next((x for x in mods if x in _SPACES), "generic")
-        dsts = self._vec(ops[0])
-        size = SIZE[t]
-        ck, ptr = self.address(ops[1], space, size * len(dsts), False, i)
-        ct = CTYPE.get(t, UNSIGNED.get(size))
-        out = [ck, f"{{ unsigned char* p_ = {ptr};"]
-        for j, d in enumerate(dsts):
-            if t == "b128":
-                raise PtxError(f"{self.name}: 128-bit loads are not supported on the CPU device yet")
-            out.append(f"{{ {ct} v_; memcpy(&v_, p_ + {j * size}, {size}); {self.put(d, t, 'v_')} }}")
-        out.append("}")
-        return " ".join(out)
+        return self._access(mods, ops[1], self._vec(ops[0]), False, i)
 
     def _st(self, mods, ops, i):
+        return self._access(mods, ops[0], self._vec(ops[1]), True, i)
+
+    def _access(self, mods, addr: str, regs: list[str], write: bool, i: int) -> str:
+        """A load (``regs`` the destinations) or a store (``regs`` the values), one register or a vector."""
         t = self._type(mods, " ".join(mods))
+        if t == "b128":
+            raise PtxError(f"{self.name}: 128-bit loads and stores are not supported on the CPU device yet")
         space = next((x for x in mods if x in _SPACES), "generic")
-        srcs = self._vec(ops[1])
         size = SIZE[t]
-        ck, ptr = self.address(ops[0], space, size * len(srcs), True, i)
+        ck, ptr = self.address(addr, space, size * len(regs), write, i)
         ct = CTYPE.get(t, UNSIGNED.get(size))
         out = [ck, f"{{ unsigned char* p_ = {ptr};"]
-        for j, v in enumerate(srcs):
-            out.append(f"{{ {ct} v_ = {self.val(v, t)}; memcpy(p_ + {j * size}, &v_, {size}); }}")
+        for j, r in enumerate(regs):
+            if write:
+                out.append(f"{{ {ct} v_ = {self.val(r, t)}; memcpy(p_ + {j * size}, &v_, {size}); }}")
+            else:
+                out.append(f"{{ {ct} v_; memcpy(&v_, p_ + {j * size}, {size}); {self.put(r, t, 'v_')} }}")
         out.append("}")
         return " ".join(out)
 

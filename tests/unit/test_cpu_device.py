@@ -208,3 +208,72 @@ def test_a_fatbin_runs_through_the_ptx_it_carries_and_compressed_ptx_says_how_to
     except ImportError:
         with pytest.raises(rxcuda.CudaError, match="compressed .* nvcc --no-compress"):
             api.cuModuleLoadData(packed.read_bytes())
+
+
+# -- the tensor kernels: the PTX writer's output, run on the CPU device against the CPU backend ------------------
+def _tensor_groups(*tensors):
+    import rxcuda.tensor as rt
+    from rxcuda.tensor import _codegen, _ir, _ptx
+    from rxcuda.tensor._cpu import leaf_value
+    from rxcuda.tensor._passes import plan
+
+    p = plan([t.node for t in tensors])
+    for g in (g for g in p.groups if g.kind in ("elementwise", "reduce")):
+        ir = _ir.group_ir(g, p, [leaf_value(i) for i in g.inputs])
+        args = [(np.uint8(bool(i.attrs[0])) if i.dtype == np.bool_ else i.dtype.type(i.attrs[0]))
+                if i.op == "full" else leaf_value(i) for i in g.inputs]
+        yield _ptx.emit(ir), args, [rt.Tensor(o).numpy() for o in g.outputs], _codegen.launch_shape(ir)
+
+
+def _run_tensor_kernel(text: str, args: list, want: list, grid: int, block: int) -> list[np.ndarray]:
+    module = _cpukernel.load(text)
+    (name,) = module.kernels
+    outs = [np.full(w.shape, 0xAB, np.uint8).view(w.dtype) if w.dtype.itemsize == 1 else
+            np.full(w.shape, np.nan if w.dtype.kind == "f" else 77, w.dtype) for w in want]
+    values, spans = [], []
+    for a in [*args, *outs]:
+        if isinstance(a, np.ndarray):
+            lo, hi = np.lib.array_utils.byte_bounds(a)
+            values.append(a.__array_interface__["data"][0])
+            spans.append((lo, hi - lo))
+        else:
+            values.append(a.item())
+    module.launch(name, (grid, 1, 1), (block, 1, 1), values, allocations=spans)
+    return outs
+
+
+@pytest.mark.parametrize("program", [
+    lambda x, y, row: x * y + 1.5,
+    lambda x, y, row: np.float32(2) * x - row,                # a broadcast row
+    lambda x, y, row: (x - y) / (y * y + 1.0),
+])
+def test_tensor_elementwise_kernels_match_the_cpu_backend(program):
+    import rxcuda.tensor as rt
+
+    x, y = (rt.asarray(rng.standard_normal((37, 29)).astype(np.float32)) for _ in range(2))
+    row = rt.asarray(rng.standard_normal((1, 29)).astype(np.float32))
+    for text, args, want, (grid, block) in _tensor_groups(program(x, y, row)):
+        for g, b in [(grid, block), (1, 1), (3, 100)]:
+            for got, w in zip(_run_tensor_kernel(text, args, want, g, b), want, strict=True):
+                np.testing.assert_array_equal(got, w, err_msg=f"launch ({g}, {b})")
+
+
+@pytest.mark.parametrize("program", [
+    lambda x: x.sum(axis=1),
+    lambda x: x.max(axis=0),
+    lambda x: rt_exp_mean(x),
+])
+def test_tensor_reductions_with_shuffles_and_barriers_match_the_cpu_backend(program):
+    import rxcuda.tensor as rt
+
+    x = rt.asarray(rng.standard_normal((6, 300)).astype(np.float32))
+    for text, args, want, (grid, block) in _tensor_groups(program(x)):
+        for g, b in [(grid, block), (2, 33), (1, 1000)]:
+            for got, w in zip(_run_tensor_kernel(text, args, want, g, b), want, strict=True):
+                np.testing.assert_allclose(got, w, rtol=2e-6, atol=1e-6, err_msg=f"launch ({g}, {b})")
+
+
+def rt_exp_mean(x):
+    import rxcuda.tensor as rt
+
+    return rt.exp(x - x.max(axis=1, keepdims=True)).mean(axis=1)
