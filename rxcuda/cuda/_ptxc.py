@@ -293,12 +293,11 @@ class _Kernel(Instructions):
 
     def symbol(self, tok: str) -> str | None:
         """A symbol's address: shared and local ones in their windows, everything else a real pointer."""
-        if tok in self.shared:
-            return f"((uint64_t){self.shared[tok]}u)"
-        if tok in self.dynamic:
-            return f"((uint64_t){-(-self.shared_size // 16) * 16}u)"
-        if tok in self.local:
-            return f"((uint64_t){self.local[tok]}u)"
+        window = self.shared.get(tok, self.local.get(tok))  # (an offset in the block's or the thread's memory)
+        if window is None and tok in self.dynamic:
+            window = -(-self.shared_size // 16) * 16
+        if window is not None:
+            return f"((uint64_t){window}u)"
         if tok in self.pindex:
             return f"((uint64_t)(PARAMS + {self.params[self.pindex[tok]].offset}))"
         if tok in self.globals:

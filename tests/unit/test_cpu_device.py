@@ -58,31 +58,7 @@ def test_append_above_counts_and_keeps_every_value_above():
     np.testing.assert_array_equal(np.sort(out[:expected.size]), np.sort(expected))
 
 
-CPP = r'''
-extern "C" __global__ void block_sum(const float* x, float* out, unsigned* blocks, int n) {
-  __shared__ float s[256];
-  int t = threadIdx.x; int i = blockIdx.x * blockDim.x + t;
-  s[t] = i < n ? x[i] : 0.f;
-  __syncthreads();
-  for (int k = blockDim.x / 2; k >= 32; k >>= 1) { if (t < k) s[t] += s[t + k]; __syncthreads(); }
-  float v = t < 32 ? s[t] : 0.f;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
-  if (t == 0) { out[blockIdx.x] = v; atomicAdd(blocks, 1u); }
-}
-extern "C" __global__ void warp_ops(const int* x, int* prefix, unsigned* ballots, int* maxv, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x; int lane = threadIdx.x & 31;
-  int v = i < n ? x[i] : 0;
-  for (int o = 1; o < 32; o <<= 1) { int u = __shfl_up_sync(0xffffffff, v, o); if (lane >= o) v += u; }
-  unsigned b = __ballot_sync(0xffffffff, (i < n) && (x[i] & 1));
-  if (i < n) { prefix[i] = v; atomicMax(maxv, x[i]); }
-  if (lane == 0 && i < n) ballots[i / 32] = b;
-}
-extern "C" __global__ void math(const float* x, float* y, int* z, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) { float a = x[i]; y[i] = fminf(fmaxf(a, -1.f), 1.f) * 3.f + fabsf(a) / 7.f - floorf(a);
-               z[i] = ((int)(a * 100.f) >> 2) ^ (i * 3); }
-}
-'''
+CPP = (pathlib.Path(__file__).with_name("cpu_device.cu")).read_text()
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +246,8 @@ def test_tensor_reductions_with_shuffles_and_barriers_match_the_cpu_backend(prog
     for text, args, want, (grid, block) in _tensor_groups(program(x)):
         for g, b in [(grid, block), (2, 33), (1, 1000)]:
             for got, w in zip(_run_tensor_kernel(text, args, want, g, b), want, strict=True):
-                np.testing.assert_allclose(got, w, rtol=2e-6, atol=1e-6, err_msg=f"launch ({g}, {b})")
+                # (the kernel adds in its own order: a few ulps of a sum of 300 values apart from NumPy's)
+                np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5, err_msg=f"launch ({g}, {b})")
 
 
 def rt_exp_mean(x):
