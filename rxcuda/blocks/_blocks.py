@@ -333,13 +333,12 @@ class Block:
         >>> drift["pos"].spec.dtype, drift["out"].spec.shape
         ('float4', (1000,))
         """
-        from ..sources._nvrtc import compile_cuda, default_target
+        from ..sources._nvrtc import compile_cuda
         from ..sources._paths import shipped_kernel
 
         source = shipped_kernel(source, ".cu") or source
         bs = block_size if isinstance(block_size, int) else None
-        # (PTX where the CPU device runs kernels: it runs PTX, not a GPU's machine code)
-        code = compile_cuda(source, entry, defines=defines, options=options, block_size=bs, target=default_target())
+        code = compile_cuda(source, entry, defines=defines, options=options, block_size=bs)
         return cls.from_kernel(code, size=size, shape=shape, name=name, threads=threads, block_size=block_size,
                                counts=counts, ranges=ranges, **defaults)
 

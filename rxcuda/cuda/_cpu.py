@@ -653,15 +653,12 @@ def wants_ptx() -> bool:
 
     from ._driver import probe
 
-    env = os.environ.get(ENV, "").strip().lower()
-    if env == "cuda":
-        return False
-    if CpuDriver.opened or env == "cpu":
+    if CpuDriver.opened or os.environ.get(ENV, "").strip().lower() == "cpu":
         return True
     global _probed
     if _probed is None:
         _probed = probe()[0]
-    return not _probed
+    return not _probed and os.environ.get(ENV, "").strip().lower() != "cuda"
 
 
 _probed: bool | None = None

@@ -21,16 +21,14 @@ def load_source(source, entry: str | None = None, *, arch: str | None = None) ->
     if type(source) is str and source.endswith(_FILE_SUFFIXES):  # (never a shipped kernel's bare name)
         # a kernel file by path, as blocks are usually declared (in a loop: the shortest way to the file cache)
         return load_kernel_file(source, entry=entry)
-    from ._nvrtc import default_target  # (PTX where the CPU device runs kernels)
-
     if hasattr(source, "kernel_code") and callable(source.kernel_code):
-        return source.kernel_code(arch=arch, target=default_target())
+        return source.kernel_code(arch=arch)
     if isinstance(source, str | os.PathLike):
         source = shipped_kernel(source) or source
         if os.path.splitext(source)[1] in (".cu", ".cuh"):
             from ._nvrtc import compile_cuda
 
-            return compile_cuda(source, entry, arch=arch, target=default_target())
+            return compile_cuda(source, entry, arch=arch)
         return load_kernel_file(source, entry=entry)
     raise TypeError(f"a kernel source must be a KernelCode, a composed kernel, the name of a shipped kernel "
                     f"('vector_add'), or a path to a .ptx/.cubin/.fatbin/.cu file (got {type(source).__name__})")

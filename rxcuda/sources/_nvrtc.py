@@ -314,15 +314,17 @@ class Compiler:
         source: str | os.PathLike,
         *,
         arch: str | None = None,
-        target: Target = "cubin",
+        target: Target | None = None,
         include_paths: Sequence[str | os.PathLike] = (),
         defines: Mapping[str, str | int | float | None] | Sequence[str] | None = None,
         std: str | None = None,
         name: str | None = None,
         options: Mapping[str, object] | None = None,
     ) -> CompiledModule:
-        """Compile a source (text, or a path to a .cu file) to a :class:`CompiledModule`."""
+        """Compile a source (text, or a path to a .cu file) to a :class:`CompiledModule` (``target``: a cubin, or
+        PTX where the CPU device runs the kernels: :func:`default_target`)."""
         text, path = read_source(source)
+        target = target or default_target()
         if target not in ("cubin", "ptx"):
             raise ValueError(f"target must be 'cubin' or 'ptx' (got {target!r})")
         arch = check_arch(arch or default_arch(), target)
@@ -392,8 +394,8 @@ class Compiler:
 
 
 def default_target() -> Target:
-    """What blocks compile their CUDA C++ and composed kernels to: a cubin for the GPU, PTX where the CPU device runs
-    kernels in this process (it runs PTX; a GPU loads PTX too, through the driver's JIT)."""
+    """What NVRTC compiles to when nobody says: a cubin for the GPU, PTX where the CPU device runs kernels in this
+    process (it runs PTX; a GPU loads PTX too, through the driver's JIT)."""
     from ..cuda._cpu import wants_ptx
 
     return "ptx" if wants_ptx() else "cubin"
@@ -427,7 +429,7 @@ def compile_cuda(
     entry: str | None = None,
     *,
     arch: str | None = None,
-    target: Target = "cubin",
+    target: Target | None = None,
     include_paths: Sequence[str | os.PathLike] = (),
     defines: Mapping[str, str | int | float | None] | Sequence[str] | None = None,
     std: str | None = None,
