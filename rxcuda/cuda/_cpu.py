@@ -653,12 +653,15 @@ def wants_ptx() -> bool:
 
     from ._driver import probe
 
-    if CpuDriver.opened or os.environ.get(ENV, "").strip().lower() == "cpu":
+    env = os.environ.get(ENV, "").strip().lower()
+    if env == "cuda":
+        return False
+    if CpuDriver.opened or env == "cpu":
         return True
     global _probed
     if _probed is None:
         _probed = probe()[0]
-    return not _probed and os.environ.get(ENV, "").strip().lower() != "cuda"
+    return not _probed
 
 
 _probed: bool | None = None

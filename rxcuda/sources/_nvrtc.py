@@ -442,7 +442,8 @@ def compile_cuda(
 
     ``entry`` names the kernel (needed when the source has several ``extern "C" __global__`` kernels).
     ``arch``: ``'sm_90'``-style for a cubin (default: the current device's, else ``sm_90``);
-    ``target='ptx'`` for PTX. ``defines`` as ``{"N": 4}`` or ``["N=4", "FAST"]``; ``options`` passes any
+    ``target='ptx'`` for PTX (the default where the CPU device runs kernels: :func:`default_target`).
+    ``defines`` as ``{"N": 4}`` or ``["N=4", "FAST"]``; ``options`` passes any
     other :class:`cuda.core.ProgramOptions` field (``{"use_fast_math": True}``); ``std`` (``"c++20"``)
     only when the NVRTC default (C++17) will not do. ``block_size`` defaults to the kernel's
     ``__launch_bounds__``, else 256. The CUDA toolkit's headers (``<cuda_fp16.h>``) are found where a

@@ -254,3 +254,12 @@ def rt_exp_mean(x):
     import rxcuda.tensor as rt
 
     return rt.exp(x - x.max(axis=1, keepdims=True)).mean(axis=1)
+
+
+def test_kernels_compile_to_ptx_where_the_cpu_device_runs_and_rxcuda_device_cuda_means_cubins(monkeypatch):
+    from rxcuda.sources import _nvrtc
+
+    monkeypatch.setenv("RXCUDA_DEVICE", "cpu")
+    assert _nvrtc.default_target() == "ptx"
+    monkeypatch.setenv("RXCUDA_DEVICE", "cuda")
+    assert _nvrtc.default_target() == "cubin"
