@@ -465,9 +465,10 @@ def test_an_unknown_example_is_one_line_with_did_you_mean(capsys):
 
 @no_gpu
 def test_rxcuda_examples_name_runs_it_from_any_directory(tmp_path):
-    proc = python_m_rxcuda("examples", "quickstart", cwd=tmp_path)
-    assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr == f"rxcuda.examples.quickstart runs on a CUDA device, and this machine has none: {WHY}\n"
+    proc = python_m_rxcuda("examples", "quickstart", cwd=tmp_path)  # on the CPU device, saying so
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"no CUDA device ({WHY}): running on the CPU device\n")
+    assert proc.stdout.count("max error vs NumPy") == 3
 
 
 def test_a_gone_reader_without_a_file_descriptor_ends_quietly_too(monkeypatch, capsys):
