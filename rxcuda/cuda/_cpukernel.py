@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -300,6 +301,61 @@ class Prepared:
             buf = "in no allocation" if near is None else f"past the allocation at {near[0]:#x} ({near[1]} bytes)"
         raise IllegalAddress(f"illegal address in kernel '{k.name}': a {r.fault_size}-byte {what} at {a:#x}, {buf} "
                              f"({where}; `{insn}`)")
+
+
+class CompressedPtx(Exception):
+    """A fatbin whose PTX is compressed, with no decompressor here."""
+
+
+def ptx_of(image: bytes) -> bytes | None:
+    """The PTX text of a module image: PTX itself, or the first PTX a fatbin carries (zstd-compressed PTX, nvcc's
+    default since CUDA 12.8, where the ``zstandard`` package is installed); None for machine code alone (a cubin,
+    or a fatbin of cubins). Raises CompressedPtx for compressed PTX it cannot read."""
+    head = image[:4]
+    if head == b"\x7fELF":
+        return None
+    if head == b"\x50\xed\x55\xba":  # a fatbin: a header, then entries (kind 1 = PTX, 2 = ELF)
+        hsize = int.from_bytes(image[4:8], "little") >> 16 or 16
+        end = hsize + int.from_bytes(image[8:16], "little")
+        at = hsize
+        compressed = False
+        while at + 64 <= min(end, len(image)):
+            kind = int.from_bytes(image[at:at + 2], "little")
+            hdr = int.from_bytes(image[at + 4:at + 8], "little")
+            size = int.from_bytes(image[at + 8:at + 16], "little")
+            flags = int.from_bytes(image[at + 40:at + 48], "little")
+            payload = image[at + hdr:at + hdr + size]
+            if kind == 1 and not flags & 0xA000:  # PTX, stored as it is
+                return payload.rstrip(b"\0")
+            if kind == 1 and flags & 0x8000:  # PTX compressed with zstd
+                try:
+                    import zstandard  # type: ignore[import-not-found]
+                except ImportError:
+                    compressed = True
+                else:
+                    length = int.from_bytes(image[at + 56:at + 64], "little")
+                    return zstandard.ZstdDecompressor().decompress(payload, max_output_size=length).rstrip(b"\0")
+            elif kind == 1:
+                compressed = True
+            at += hdr + size
+        if compressed:
+            raise CompressedPtx
+        return None
+    text = image.lstrip()
+    if text.startswith(b"//") or text.startswith(b".version") or b".entry" in image[:65536]:
+        return image.rstrip(b"\0")
+    return None
+
+
+def shipped_conditions(image: bytes) -> bytes | None:
+    """The PTX of rxcuda's own condition and stamp kernels, for their fatbin (which carries cubins only)."""
+    pkg = resources.files("rxcuda.cuda")
+    try:
+        if image == (pkg / "_conditions.fatbin").read_bytes():
+            return (pkg / "_conditions.ptx").read_bytes()
+    except OSError:
+        return None
+    return None
 
 
 def load(ptx: str | bytes) -> CpuModule:
