@@ -50,7 +50,7 @@ class IllegalAddress(RuntimeError):
 
 class _Launch(ctypes.Structure):
     _fields_ = [("grid", ctypes.c_uint32 * 3), ("block", ctypes.c_uint32 * 3), ("params", ctypes.c_void_p),
-                ("shared_dyn", ctypes.c_uint64), ("lo", ctypes.c_void_p), ("span", ctypes.c_void_p),
+                ("shared_dyn", ctypes.c_uint64), ("lo", ctypes.c_void_p), ("lim", ctypes.c_void_p),
                 ("alo", ctypes.c_void_p), ("ahi", ctypes.c_void_p), ("nalloc", ctypes.c_int64),
                 ("globals", ctypes.c_void_p), ("ctx", ctypes.c_void_p), ("set_cond", ctypes.c_void_p),
                 ("workers", ctypes.c_int32), ("pad_", ctypes.c_int32),
@@ -211,8 +211,10 @@ class Prepared:
         self.allocations = allocations
         self._params = ctypes.create_string_buffer(bytes(params).ljust(max(self.kernel.params_size, 1), b"\0"))
         n = len(self.kernel.params)
-        self._lo = np.zeros(max(n, 1), dtype=np.uint64)
+        self._lo = np.zeros(max(n, 1), dtype=np.uint64)  # each argument's allocation: start, bytes
         self._span = np.zeros(max(n, 1), dtype=np.uint64)
+        self._blo = np.zeros(5 * max(n, 1), dtype=np.uint64)  # what the C checks compare (see _bind)
+        self._blim = np.zeros(5 * max(n, 1), dtype=np.uint64)
         self._cb = set_cond
         self._rec = _Launch()
         r = self._rec
@@ -220,7 +222,7 @@ class Prepared:
         r.block[:] = [int(b) for b in block]
         r.params = ctypes.addressof(self._params)
         r.shared_dyn = int(shared)
-        r.lo, r.span = self._lo.ctypes.data, self._span.ctypes.data
+        r.lo, r.lim = self._blo.ctypes.data, self._blim.ctypes.data
         r.globals = module.globals.ctypes.data
         r.set_cond = ctypes.cast(set_cond, ctypes.c_void_p).value if set_cond is not None else None
         r.workers = WORKERS
@@ -241,7 +243,12 @@ class Prepared:
                 continue
             v = int.from_bytes(raw[p.offset:p.offset + 8], "little")
             found = self.allocations.find(v)
-            self._lo[i], self._span[i] = (found if found is not None else (v, 0))
+            lo, span = found if found is not None else (v, 0)
+            self._lo[i], self._span[i] = lo, span
+            for k in range(5):  # an access of 2^k bytes at a passes where a - lo <= span - 2^k (one compare)
+                s = 1 << k
+                # (where none fits: a base no user address reaches, so a - base exceeds the limit 0 for all)
+                self._blo[5 * i + k], self._blim[5 * i + k] = (lo, span - s) if span >= s else (1 << 63, 0)
         lo, hi = self.allocations.arrays()
         self._alo, self._ahi = lo, hi
         self._rec.alo, self._rec.ahi, self._rec.nalloc = lo.ctypes.data, hi.ctypes.data, len(lo)

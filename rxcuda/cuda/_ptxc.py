@@ -405,9 +405,11 @@ class _Kernel(Instructions):
             return ck, f"(LD + {a})"
         if space in ("param",) or prov == "sym" and base not in self.regs and space != "generic":
             return "", f"((unsigned char*){a})"
-        if isinstance(prov, tuple) and prov[0] == "p":
-            j = prov[1]
-            ck = (f"{{ uint64_t a_ = {a}; if (a_ - LO({j}) > SPAN({j}) || a_ - LO({j}) + {size} > SPAN({j})) "
+        if isinstance(prov, tuple) and prov[0] == "p" and size in (1, 2, 4, 8, 16):
+            # one compare: the launch gives each (argument, access size) the lowest address and the last offset such
+            # an access may start at (rxcuda.cuda._cpukernel.Prepared._bind)
+            j, k = prov[1], size.bit_length() - 1
+            ck = (f"{{ uint64_t a_ = {a}; if (__builtin_expect(a_ - LO({j}, {k}) > LIM({j}, {k}), 0)) "
                   f"FAULT({j}, a_, {size}, {w}, {i}); }}")
         else:
             ck = (f"{{ uint64_t a_ = {a}; if (STRAY(a_, {size}, {max(self.local_size, 1)}u)) "

@@ -32,7 +32,8 @@ typedef struct RxLaunch {
   uint32_t grid[3], block[3];
   const unsigned char* params;
   uint64_t shared_dyn;
-  const uint64_t* lo; const uint64_t* span;   /* per kernel argument: the allocation it points into */
+  const uint64_t* lo; const uint64_t* lim;    /* per kernel argument and access size 2^k (5 each): the lowest
+                                                 address, and the last offset from it an access may start at */
   const uint64_t* alo; const uint64_t* ahi; int64_t nalloc;  /* every allocation, sorted */
   const uint64_t* globals;                    /* the module's .global/.const variables */
   void* ctx; void (*set_cond)(void* ctx, uint64_t handle, uint32_t value);

@@ -29,7 +29,7 @@ class Instructions:
         undef = ("#undef NTID0\n#undef NTID1\n#undef NTID2\n#undef NCTA0\n#undef NCTA1\n#undef NCTA2\n#undef SHDYN\n"
                  "#undef GLOB\n#undef TID0\n#undef TID1\n#undef TID2\n#undef LIN\n#undef LANE\n#undef LD\n#undef CTA0\n"
                  "#undef CTA1\n#undef CTA2\n#undef SH\n#undef SHSIZE\n#undef NTHR\n#undef PARAMS\n#undef LO\n"
-                 "#undef SPAN\n#undef FAULT\n#undef STRAY\n#undef RET\n")
+                 "#undef LIM\n#undef FAULT\n#undef STRAY\n#undef RET\n")
         if not self.coroutine:
             depot = (f"unsigned char depot_[{local}] __attribute__((aligned(16)));" if self.local_size
                      else "unsigned char* depot_ = 0;")
@@ -47,8 +47,8 @@ class Instructions:
 #define SHSIZE shsize_
 #define NTHR nthr_
 #define PARAMS params_
-#define LO(j) lo_[j]
-#define SPAN(j) span_[j]
+#define LO(j, k) lo_[(j) * 5 + (k)]
+#define LIM(j, k) lim_[(j) * 5 + (k)]
 #define FAULT(arg, a, n, w, i) {{ rx_fault_at(L, c0, c1, c2, tx, ty, tz, arg, a, n, w, i); goto fault_; }}
 #define STRAY(a, n, ldsize) rx_stray_at(L, sh_, shsize_, (unsigned char*)LD, ldsize, a, n)
 #define RET goto done_
@@ -60,7 +60,7 @@ int {fn}(RxLaunch* L) {{
   {{
   /* each host thread's own copies: nothing a kernel's store may reach, so the compiler keeps them in registers */
   unsigned char params_[{psize}] __attribute__((aligned(16))); memcpy(params_, L->params, {psize});
-  uint64_t lo_[{np_}], span_[{np_}]; memcpy(lo_, L->lo, sizeof lo_); memcpy(span_, L->span, sizeof span_);
+  uint64_t lo_[{np_ * 5}], lim_[{np_ * 5}]; memcpy(lo_, L->lo, sizeof lo_); memcpy(lim_, L->lim, sizeof lim_);
   const uint64_t shsize_ = {static}u + L->shared_dyn;
   const uint32_t nthr_ = L->block[0] * L->block[1] * L->block[2];
   const uint32_t b0_ = L->block[0], b1_ = L->block[1], b2_ = L->block[2];
@@ -101,8 +101,8 @@ int {fn}(RxLaunch* L) {{
 #define SHSIZE B->shsize
 #define NTHR B->nthreads
 #define PARAMS L->params
-#define LO(j) L->lo[j]
-#define SPAN(j) L->span[j]
+#define LO(j, k) L->lo[(j) * 5 + (k)]
+#define LIM(j, k) L->lim[(j) * 5 + (k)]
 #define FAULT(arg, a, n, w, i) {{ rx_fault_at(L, CTA0, CTA1, CTA2, TID0, TID1, TID2, arg, a, n, w, i); return -1; }}
 #define STRAY(a, n, ldsize) rx_stray_at(L, B->sh, B->shsize, TH->ld, ldsize, a, n)
 #define RET return 0
