@@ -124,6 +124,23 @@ def translate(ptx: str | bytes, *, prefix: str = "rx") -> Module:
     return Module("\n".join(out), tuple(kernels), tuple(variables))
 
 
+def _as(expr: str, frm: str, to: str) -> str:
+    """``expr``, a value of PTX type (or register kind) ``frm``, as a C value of type ``to``: a predicate is 0 or 1;
+    bits are reinterpreted between a float and an integer type (PTX moves bits, ``mov.b32 %f1, %r1``); floats
+    convert between their widths and integers cast."""
+    floats = ("f32", "f64")
+    if to == "pred":
+        return f"(({expr}) != 0)"
+    ct = CTYPE.get(to, UNSIGNED.get(SIZE.get(to, 4), "uint32_t"))
+    if frm not in floats and to not in floats:
+        return f"(({ct})({expr}))"
+    if frm in floats and to in floats:
+        return f"(({ct})({expr}))"
+    if frm in floats:
+        return f"(({ct}){'f2u' if frm == 'f32' else 'd2u'}({expr}))"
+    return f"u2f((uint32_t)({expr}))" if to == "f32" else f"u2d((uint64_t)({expr}))"
+
+
 class _Kernel(Instructions):
     def __init__(self, name: str, params_s: str, body: str, globals_: list[str], shared_mod, prefix: str):
         self.name = name
@@ -313,22 +330,7 @@ class _Kernel(Instructions):
         if tok.startswith("!"):
             return f"(!{self.val(tok[1:], 'pred')})"
         if tok in self.regs:
-            k = self.regs[tok]
-            r = self.reg(tok)
-            if t == k or (t == "pred") or (k not in ("f32", "f64") and t not in ("f32", "f64") and
-                                            SIZE.get(t) == SIZE.get(k) and ct == CTYPE[k]):
-                return r
-            if k == "f32":
-                return f"(({ct})f2u({r}))" if t != "f64" else f"((double){r})"
-            if k == "f64":
-                return f"(({ct})d2u({r}))" if t != "f32" else f"((float){r})"
-            if t == "f32":
-                return f"u2f((uint32_t){r})"
-            if t == "f64":
-                return f"u2d((uint64_t){r})"
-            if k == "pred":
-                return f"(({ct}){r})"
-            return f"(({ct}){r})"
+            return self.reg(tok) if t == "pred" else _as(self.reg(tok), self.regs[tok], t)
         sp = self.special(tok)
         if sp is not None:
             return f"(({ct}){sp})"
@@ -359,21 +361,7 @@ class _Kernel(Instructions):
             raise PtxError(f"{self.name}: {tok!r} is not a register")
         k = self.regs[tok]
         r = self.reg(tok)
-        return self._put(r, k, t, expr)
-
-    @staticmethod
-    def _put(r: str, k: str, t: str, expr: str) -> str:
-        if k == "pred":
-            return f"{r} = ({expr}) != 0;"
-        if k == t or (k not in ("f32", "f64") and t not in ("f32", "f64")):
-            return f"{r} = ({CTYPE[k]})({expr});"
-        if k == "f32":
-            return f"{r} = u2f((uint32_t)({expr}));" if t != "f64" else f"{r} = (float)({expr});"
-        if k == "f64":
-            return f"{r} = u2d((uint64_t)({expr}));" if t != "f32" else f"{r} = (double)({expr});"
-        if t == "f32":
-            return f"{r} = ({CTYPE[k]})f2u({expr});"
-        return f"{r} = ({CTYPE[k]})d2u({expr});"
+        return f"{r} = {_as(expr, t, k)};"
 
     # -- memory ----------------------------------------------------------------------------------------------
     def address(self, tok: str, space: str, size: int, write: bool, i: int) -> tuple[str, str]:
