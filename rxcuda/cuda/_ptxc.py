@@ -422,9 +422,15 @@ class _Kernel(Instructions):
         return kernel, self._wrap(lines)
 
     def _yield(self, code: int, before: str = "", after: str = "") -> str:
+        """Return ``code`` to the block's scheduler and resume here; a warp operation (code 2) returns again (4)
+        once it has read what the other lanes wrote (``after``), so that all lanes read before any goes on."""
         self.resume += 1
         k = self.resume
-        return f"{before} TH->resume = {k}; return {code}; R_{k}: ; {after}"
+        out = f"{before} TH->resume = {k}; return {code}; R_{k}: ; {after}"
+        if code == 2:
+            self.resume += 1
+            out += f" TH->resume = {self.resume}; return 4; R_{self.resume}: ;"
+        return out
 
     def insn(self, s: str, i: int) -> str:
         pred, op, mods, ops = self._split(s)

@@ -42,9 +42,10 @@ typedef struct RxLaunch {
   int32_t fault, fault_arg, fault_write, fault_size, fault_insn; uint64_t fault_addr;
   uint32_t fault_block[3], fault_thread[3];
 } RxLaunch;
-typedef struct RxBlk { uint32_t ctaid[3]; unsigned char* sh; uint64_t shsize; uint64_t* xchg[2];
-  uint32_t nthreads; } RxBlk;
-typedef struct RxThr { int32_t resume, wpar; uint32_t tid[3], lin, lane; unsigned char* ld; } RxThr;
+typedef struct RxBlk { uint32_t ctaid[3]; unsigned char* sh; uint64_t shsize; uint64_t* xchg;
+  uint32_t* present; uint32_t nthreads; } RxBlk;  /* xchg: a lane's value at a warp operation; present: per warp,
+                                                     the lanes that reached it */
+typedef struct RxThr { int32_t resume; uint32_t tid[3], lin, lane; unsigned char* ld; } RxThr;
 static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline double u2d(uint64_t u) { double f; memcpy(&f, &u, 8); return f; }

@@ -118,12 +118,13 @@ int {fn}(RxLaunch* L) {{
   uint32_t n = L->block[0] * L->block[1] * L->block[2]; B->nthreads = n;
   B->sh = (unsigned char*)calloc(1, B->shsize + 16);
   {fn}_regs* R = ({fn}_regs*)calloc(n, sizeof({fn}_regs)); uint8_t* st = (uint8_t*)calloc(n, 1);
-  uint64_t* x = (uint64_t*)calloc(2 * (size_t)n, 8); B->xchg[0] = x; B->xchg[1] = x + n;
+  uint64_t* x = (uint64_t*)calloc((size_t)n, 8); B->xchg = x;
+  B->present = (uint32_t*)calloc((size_t)n / 32 + 1, 4);
   int rc = 0;
   for (uint32_t cz = 0; cz < L->grid[2] && !rc; cz++) for (uint32_t cy = 0; cy < L->grid[1] && !rc; cy++)
   for (uint32_t cx = 0; cx < L->grid[0] && !rc; cx++) {{
     B->ctaid[0] = cx; B->ctaid[1] = cy; B->ctaid[2] = cz;
-    memset(R, 0, n * sizeof({fn}_regs)); memset(st, 0, n); memset(x, 0, 16 * (size_t)n);
+    memset(R, 0, n * sizeof({fn}_regs)); memset(st, 0, n); memset(x, 0, 8 * (size_t)n);
     for (uint32_t t = 0; t < n; t++) {{ RxThr* th = &R[t].th; th->tid[0] = t % L->block[0];
       th->tid[1] = (t / L->block[0]) % L->block[1]; th->tid[2] = t / (L->block[0] * L->block[1]); th->lin = t;
       th->lane = t & 31; th->ld = R[t].depot; }}
@@ -132,21 +133,25 @@ int {fn}(RxLaunch* L) {{
         int r = {fn}_step(L, B, &R[t]);
         if (r < 0) {{ rc = -1; break; }}
         st[t] = r == 0 ? 3 : (uint8_t)r;
-        if (st[t] == 3) {{ x[t] = 0; x[n + t] = 0; }}
       }}
       if (rc) break;
+      /* a warp operation takes two steps: every lane there writes its value (2), then every one of them reads
+         (4) before any goes on, so no lane's next value overwrites one a slower lane has still to read */
       int woke = 0;
       for (uint32_t w = 0; w < n; w += 32) {{
-        uint32_t end = w + 32 < n ? w + 32 : n; int at = 0;
-        for (uint32_t t = w; t < end; t++) at |= st[t] == 2;
-        if (at) {{ for (uint32_t t = w; t < end; t++) if (st[t] == 2) st[t] = 0; woke = 1; }}
+        uint32_t end = w + 32 < n ? w + 32 : n, read = 0, wrote = 0;
+        for (uint32_t t = w; t < end; t++) {{ read |= (uint32_t)(st[t] == 4) << (t - w);
+          wrote |= (uint32_t)(st[t] == 2) << (t - w); }}
+        uint32_t go = read ? read : wrote;
+        if (go) {{ if (!read) B->present[w / 32] = wrote;
+          for (uint32_t t = w; t < end; t++) if (go >> (t - w) & 1) st[t] = 0; woke = 1; }}
       }}
       if (woke) continue;
       for (uint32_t t = 0; t < n; t++) if (st[t] == 1) {{ st[t] = 0; woke = 1; }}
       if (!woke) break;
     }}
   }}
-  free(R); free(st); free(x); free(B->sh);
+  free(R); free(st); free(x); free(B->present); free(B->sh);
   return rc;
 }}
 {undef}"""
@@ -331,7 +336,7 @@ int {fn}(RxLaunch* L) {{
         mode = next(x for x in mods if x in ("up", "down", "bfly", "idx"))
         dst = ops[0].split("|")
         a = self.val(ops[1], "b32")
-        before = f"B->xchg[TH->wpar][TH->lin] = {a};"
+        before = f"B->xchg[TH->lin] = {a};"
         b, c = self.val(ops[2], "u32"), self.val(ops[3], "u32")
         j = {"up": "int32_t j_ = (int32_t)lane_ - (int32_t)bv_; int p_ = j_ >= (int32_t)max_;",
              "down": "int32_t j_ = (int32_t)lane_ + (int32_t)bv_; int p_ = j_ <= (int32_t)max_;",
@@ -340,18 +345,18 @@ int {fn}(RxLaunch* L) {{
         after = (f"{{ uint32_t lane_ = TH->lane, bv_ = {b} & 31u, cv_ = {c}; uint32_t mask_ = (cv_ >> 8) & 31u, "
                  f"cl_ = cv_ & 31u; uint32_t max_ = (lane_ & mask_) | (cl_ & ~mask_), min_ = lane_ & mask_; "
                  f"(void)min_; {j} if (!p_) j_ = (int32_t)lane_; uint32_t src_ = (TH->lin & ~31u) + (uint32_t)j_; "
-                 f"uint32_t v_ = (uint32_t)(src_ < B->nthreads ? B->xchg[TH->wpar][src_] : B->xchg[TH->wpar][TH->lin]);"
-                 f" TH->wpar ^= 1; {self.put(dst[0].strip(), 'b32', 'v_')} "
+                 f"uint32_t v_ = (uint32_t)(src_ < B->nthreads ? B->xchg[src_] : B->xchg[TH->lin]);"
+                 f" {self.put(dst[0].strip(), 'b32', 'v_')} "
                  + (self.put(dst[1].strip(), "pred", "p_") if len(dst) > 1 else "") + " }")
         return self._yield(2, before, after)
 
     def _vote(self, mods, ops, s):
         mode = next(x for x in mods if x in ("all", "any", "uni", "ballot"))
         a = self.val(ops[1], "pred")
-        before = f"B->xchg[TH->wpar][TH->lin] = 2u | ({a} ? 1u : 0u);"
+        before = f"B->xchg[TH->lin] = {a} ? 1u : 0u;"
         gather = ("uint32_t w0_ = TH->lin & ~31u, bal_ = 0, live_ = 0; for (uint32_t l_ = 0; l_ < 32 && w0_ + l_ < "
-                  "B->nthreads; l_++) { uint64_t x_ = B->xchg[TH->wpar][w0_ + l_]; if (x_ & 2) live_ |= 1u << l_; "
-                  "if (x_ & 1) bal_ |= 1u << l_; } TH->wpar ^= 1;")
+                  "B->nthreads; l_++) { if (B->present[w0_ >> 5] >> l_ & 1) { live_ |= 1u << l_; "
+                  "if (B->xchg[w0_ + l_] & 1) bal_ |= 1u << l_; } }")
         res = {"ballot": ("b32", "bal_"), "any": ("pred", "bal_ != 0"), "all": ("pred", "bal_ == live_"),
                "uni": ("pred", "(bal_ == 0 || bal_ == live_)")}[mode]
         return self._yield(2, before, f"{{ {gather} {self.put(ops[0], res[0], res[1])} }}")

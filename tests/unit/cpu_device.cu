@@ -23,3 +23,12 @@ extern "C" __global__ void math(const float* x, float* y, int* z, int n) {
   if (i < n) { float a = x[i]; y[i] = fminf(fmaxf(a, -1.f), 1.f) * 3.f + fabsf(a) / 7.f - floorf(a);
                z[i] = ((int)(a * 100.f) >> 2) ^ (i * 3); }
 }
+extern "C" __global__ void quad_sums(const float* x, float* out, int n) {
+  // every lane of a group of 4 sums its part, two butterflies give each lane the group's total, and every lane
+  // writes it and ends: a lane that ends first must not take its value away from the lanes still reading it
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float v = i < n ? x[i] : 0.f;
+  v += __shfl_xor_sync(0xffffffff, v, 2);
+  v += __shfl_xor_sync(0xffffffff, v, 1);
+  if (i < n) out[i] = v;
+}

@@ -96,6 +96,16 @@ def test_nvrtc_warp_scan_ballot_and_atomic_max(cpp_ptx):
     assert int(maxv[0]) == int(x.max())
 
 
+def test_lanes_that_end_first_leave_their_shuffled_values_to_the_others(cpp_ptx):
+    x = rng.standard_normal(N).astype(np.float32)
+    out = np.zeros(N, np.float32)
+    _launch(cpp_ptx, "quad_sums", [x, out], [x.ctypes.data, out.ctypes.data, N])
+    padded = np.zeros(-(-N // 256) * 256, np.float32)
+    padded[:N] = x
+    quads = padded.reshape(-1, 4)
+    np.testing.assert_allclose(out, np.repeat(quads.sum(axis=1), 4)[:N], rtol=1e-6, atol=1e-6)
+
+
 def test_nvrtc_math_and_integer_ops(cpp_ptx):
     x = (rng.standard_normal(N) * 4).astype(np.float32)
     y = np.zeros(N, np.float32)
