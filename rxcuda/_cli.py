@@ -464,19 +464,22 @@ def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None =
         ok, why = probe()
         if getattr(args, "serve", False):
             return serve_demo(kernels, args, null=args.plan or not ok, why=why, out=out)
-        if args.plan or not ok:
+        if args.plan:
             blocks, desc, gp = plan_demo(kernels, args.size)
             print(f"The quickstart pipeline, {args.size} float32 elements per buffer, as the planner builds it:",
                   file=out)
             print(format_plan(blocks, gp, desc.fed), file=out)
             if dot is not None:
                 _write_dot(desc, dot, out, gp)
-            if not ok and not args.plan:  # it would have run
-                print(f"Running it needs a CUDA device, and this machine has none: {why}", file=out)
             return 0
         from .engine._engine import Engine
 
         engine_factory = Engine
+        if not ok:  # the same pipeline, computed for real on the CPU device (docs/cpu.md)
+            print(f"No CUDA device ({why}): running on the CPU device", file=out)
+
+            def engine_factory():
+                return Engine(device="cpu")
     return run_demo(kernels, args.frames, args.size, engine_factory, out, dot=dot)
 
 

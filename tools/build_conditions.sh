@@ -18,3 +18,6 @@ for sm in 75 80 86 89 90 100 120; do
 done
 fatbinary --64 --create="$out" "${images[@]}"
 echo "wrote $out ($(stat -c %s "$out") bytes)"
+# the same kernels as PTX, for the CPU device (rxcuda/cuda/_cpu.py): it runs PTX, and the fatbin carries cubins only
+nvcc -arch=sm_75 -rdc=true -ptx -o "${out%.fatbin}.ptx" "$src"
+echo "wrote ${out%.fatbin}.ptx"

@@ -20,6 +20,7 @@ from ..blocks._blocks import Block, PortHandle, resolve_port
 from ..blocks._composite import Composite, CompositeInstance
 from ..blocks._regions import Region
 from ..cuda import _nvtx
+from ..cuda._cpu import choose_driver
 from ..cuda._device import Device
 from ..cuda._driver import is_sticky
 from ..cuda._memory import resolve_device_array
@@ -73,14 +74,18 @@ class Engine(EngineStreams):
     ``deep``, ``deep_sync``). ``debug``: run each frame's
     nodes one by one, waiting after each (slow), so a faulting kernel is named in the error. ``driver``:
     ``None`` for the CUDA driver, or a ``rxcuda.cuda.NullDriver`` that records the driver calls and runs no
-    GPU work (tests). ``reuse_memory``: intermediate buffers whose lifetimes never overlap share memory
-    (``engine.stats`` tells what that saved); False gives every buffer its own (debugging, comparisons).
+    GPU work (tests). ``device="cpu"`` runs the pipeline on the CPU device (docs/cpu.md): the same plan, tiers and
+    frames, kernels from their PTX on the host; it is the default where there is no CUDA device
+    (``RXCUDA_DEVICE=cpu`` forces it, ``RXCUDA_DEVICE=cuda`` refuses it). ``reuse_memory``: intermediate buffers
+    whose lifetimes never overlap share memory (``engine.stats`` tells what that saved); False gives every buffer
+    its own (debugging, comparisons).
     """
 
-    def __init__(self, device: int = 0, *, devices=None, pipelined: bool = False, sync: bool = True,
+    def __init__(self, device: int | str = 0, *, devices=None, pipelined: bool = False, sync: bool = True,
                  timing: bool = False, debug: bool = False, profile: str = "none", driver=None,
                  reuse_memory: bool = True):
         level = _profile.check_level(profile)
+        device, driver = choose_driver(device, driver, several=devices is not None)
         if devices is not None:  # several devices: the first is the engine's own (docs/devices.md)
             device = _devices.check_devices(devices, device)[0]
         try:

@@ -125,14 +125,15 @@ class ComposedKernel:
             self._signature = KernelSignature(entry=self.name, params=tuple(params))
         return self._signature
 
-    def kernel_code(self, arch: str | None = None, target: str = "cubin",
+    def kernel_code(self, arch: str | None = None, target: str | None = None,
                     options: Mapping[str, object] | None = None) -> KernelCode:
         """Compile (once per IR, architecture and target in a process; the disk cache across processes)
         and return the :class:`KernelCode`. ``arch`` defaults to the current device's, else ``sm_90``;
         ``options`` adds :class:`cuda.core.ProgramOptions` fields."""
-        from ._nvrtc import default_arch, default_compiler
+        from ._nvrtc import default_arch, default_compiler, default_target
 
         arch = arch or default_arch()
+        target = target or default_target()
         options = dict(options or {})
         key = (self.fingerprint, arch, target, self.ir.block_size, tuple(sorted(options.items())))
         with _memo_lock:

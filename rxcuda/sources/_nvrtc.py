@@ -314,15 +314,17 @@ class Compiler:
         source: str | os.PathLike,
         *,
         arch: str | None = None,
-        target: Target = "cubin",
+        target: Target | None = None,
         include_paths: Sequence[str | os.PathLike] = (),
         defines: Mapping[str, str | int | float | None] | Sequence[str] | None = None,
         std: str | None = None,
         name: str | None = None,
         options: Mapping[str, object] | None = None,
     ) -> CompiledModule:
-        """Compile a source (text, or a path to a .cu file) to a :class:`CompiledModule`."""
+        """Compile a source (text, or a path to a .cu file) to a :class:`CompiledModule` (``target``: a cubin, or
+        PTX where the CPU device runs the kernels: :func:`default_target`)."""
         text, path = read_source(source)
+        target = target or default_target()
         if target not in ("cubin", "ptx"):
             raise ValueError(f"target must be 'cubin' or 'ptx' (got {target!r})")
         arch = check_arch(arch or default_arch(), target)
@@ -391,6 +393,14 @@ class Compiler:
         return module.kernel_code(chosen, block_size=block_size, shared_mem=shared_mem)
 
 
+def default_target() -> Target:
+    """What NVRTC compiles to when nobody says: a cubin for the GPU, PTX where the CPU device runs kernels in this
+    process (it runs PTX; a GPU loads PTX too, through the driver's JIT)."""
+    from ..cuda._cpu import wants_ptx
+
+    return "ptx" if wants_ptx() else "cubin"
+
+
 # ---------------------------------------------------------------------------------------------------
 # the process-wide compiler
 # ---------------------------------------------------------------------------------------------------
@@ -419,7 +429,7 @@ def compile_cuda(
     entry: str | None = None,
     *,
     arch: str | None = None,
-    target: Target = "cubin",
+    target: Target | None = None,
     include_paths: Sequence[str | os.PathLike] = (),
     defines: Mapping[str, str | int | float | None] | Sequence[str] | None = None,
     std: str | None = None,
@@ -432,7 +442,8 @@ def compile_cuda(
 
     ``entry`` names the kernel (needed when the source has several ``extern "C" __global__`` kernels).
     ``arch``: ``'sm_90'``-style for a cubin (default: the current device's, else ``sm_90``);
-    ``target='ptx'`` for PTX. ``defines`` as ``{"N": 4}`` or ``["N=4", "FAST"]``; ``options`` passes any
+    ``target='ptx'`` for PTX (the default where the CPU device runs kernels: :func:`default_target`).
+    ``defines`` as ``{"N": 4}`` or ``["N=4", "FAST"]``; ``options`` passes any
     other :class:`cuda.core.ProgramOptions` field (``{"use_fast_math": True}``); ``std`` (``"c++20"``)
     only when the NVRTC default (C++17) will not do. ``block_size`` defaults to the kernel's
     ``__launch_bounds__``, else 256. The CUDA toolkit's headers (``<cuda_fp16.h>``) are found where a

@@ -40,8 +40,9 @@ def _nvrtc(ir: tuple, fast_math: bool):
 
     source = generate(ir)
     options = {"use_fast_math": True} if fast_math else None
+    # (a cubin: the CUDA tensor backend launches it on a GPU, whatever device an engine of the process uses)
     return source, compile_cuda(source, entry=ENTRY, name=f"{ENTRY}{'_fast' if fast_math else ''}.cu",
-                                options=options)
+                                options=options, target="cubin")
 
 
 class KernelFactory:

@@ -252,5 +252,5 @@ def compile_interpreter() -> dict:
     and its disk cache (the first time on a machine takes NVRTC's time; later processes read the cubin)."""
     from ..sources._nvrtc import compile_module
 
-    module = compile_module(source(), name="rx_interp.cu")
+    module = compile_module(source(), name="rx_interp.cu", target="cubin")  # (the CUDA tensor backend's, a GPU's)
     return {key: module.kernel_code(entry, block_size=_BLOCK) for key, entry in ENTRIES.items()}

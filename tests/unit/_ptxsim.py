@@ -42,6 +42,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from rxcuda.cuda._ptxdefs import _split_operands  # (the CPU device's PTX reader: one operand splitter)
+
 _WIDTH = {"8": 8, "16": 16, "32": 32, "64": 64}
 _MASK = {w: (1 << w) - 1 for w in (8, 16, 32, 64)}
 
@@ -143,23 +145,6 @@ class _Wait:
 
     def __init__(self, kind: str, args=None):
         self.kind, self.args = kind, args
-
-
-def _split_operands(rest: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for ch in rest:
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
-    return out
 
 
 class Kernel:

@@ -249,7 +249,7 @@ def test_every_op_family_compiles(compiler, t):
     k = rx.compose(body, name=f"ops_{t.name}")
     ptx = k.kernel_code(arch="sm_90", target="ptx").image.decode()
     assert len(parse_ptx(ptx)[f"ops_{t.name}"]) == 7
-    assert k.kernel_code(arch="sm_90").format == "cubin"
+    assert k.kernel_code(arch="sm_90", target="cubin").format == "cubin"
 
 
 @pytest.mark.parametrize("t", [i32, i64, u32, u64, f32, f64])

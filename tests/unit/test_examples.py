@@ -17,6 +17,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_"))
 # examples that run without a GPU too (on the null driver, saying so); every other one needs a device
 RUN_ANYWHERE = {"distributed"}
+# examples whose pipelines the CPU device runs where there is no GPU (docs/cpu.md); the rest need a CUDA device:
+# library calls (peaks, solver), CuPy arrays (train_mlp), two devices (two_gpus), OpenGL interop (particles_gl)
+ON_CPU = {"hot_reload", "particles", "quickstart", "sensor_params", "video_filter"}
 HAS_GPU, WHY = rxcuda.probe()
 
 
@@ -63,7 +66,16 @@ def test_python_dash_m_rxcuda_examples_lists_them(tmp_path):
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
-@pytest.mark.parametrize("name", [n for n in EXAMPLES if n not in RUN_ANYWHERE])
+@pytest.mark.parametrize("name", sorted(ON_CPU))
+def test_an_example_without_a_gpu_runs_on_the_cpu_device(name, tmp_path):
+    proc = python_m(f"rxcuda.examples.{name}", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"no CUDA device ({WHY}): running on the CPU device\n")
+    assert list(tmp_path.iterdir()) == []  # nothing left in the current directory
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
+@pytest.mark.parametrize("name", [n for n in EXAMPLES if n not in RUN_ANYWHERE | ON_CPU])
 def test_an_example_without_a_gpu_says_what_it_needs_in_one_line(name, tmp_path):
     proc = python_m(f"rxcuda.examples.{name}", "1", cwd=tmp_path)
     assert proc.returncode != 0 and proc.stdout == ""

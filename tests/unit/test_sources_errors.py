@@ -102,7 +102,7 @@ def test_an_unknown_arch_is_named_with_the_valid_ones(arch):
 
 def test_a_cubin_for_a_virtual_arch_names_the_fix():
     with pytest.raises(ValueError, match=r"a cubin needs a real architecture .*'compute_90'.*target='ptx'"):
-        nv.compile_cuda(SCALE, arch="compute_90")
+        nv.compile_cuda(SCALE, arch="compute_90", target="cubin")
 
 
 def test_a_non_utf8_source_names_the_line(tmp_path):
