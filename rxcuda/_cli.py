@@ -14,6 +14,7 @@ command-line tools killed by SIGPIPE do.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -43,9 +44,8 @@ EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool that SIGPIPE ende
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rxcuda`` console script; returns the exit status.
 
-    0: done; 1: the command ran and found a problem (the demo's results disagree with NumPy); 2: a usage
-    error or an error rxcuda raised (one line on stderr); 130: interrupted; 141: the output's reader went
-    away."""
+    0: done; 1: the command ran and found a problem (the demo's results disagree with NumPy); 2: a usage error
+    or an error rxcuda raised (one line on stderr); 130: interrupted; 141: the output's reader went away."""
     from .model._errors import RxcudaError
 
     parser = _parser()
@@ -83,8 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def one_line(e: BaseException) -> str:
     """An exception's message on one line (a compiler log's lines joined with '; ')."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    text = "; ".join(lines)
+    text = "; ".join(ln.strip() for ln in str(e).splitlines() if ln.strip())
     if not text or isinstance(e, MemoryError):
         text = f"{type(e).__name__}{': ' + text if text else ''} (not enough host memory)"
     return text
@@ -477,9 +476,7 @@ def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None =
         engine_factory = Engine
         if not ok:  # the same pipeline, computed for real on the CPU device (docs/cpu.md)
             print(f"No CUDA device ({why}): running on the CPU device", file=out)
-
-            def engine_factory():
-                return Engine(device="cpu")
+            engine_factory = functools.partial(Engine, device="cpu")
     return run_demo(kernels, args.frames, args.size, engine_factory, out, dot=dot)
 
 

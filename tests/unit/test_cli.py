@@ -193,7 +193,7 @@ def test_demo_without_gpu_runs_on_the_cpu_device_and_checks_numpy():
     assert code == 0, text
     assert text.splitlines()[0].startswith("No CUDA device (") and "running on the CPU device" in text
     assert "rxcuda demo on CPU (rxcuda)" in text
-    assert "1 hot updates applied through: parameters" in text
+    assert "1 hot update applied through: parameters" in text
     assert text.splitlines()[-2].startswith("check against NumPy: max relative error")
     assert text.splitlines()[-1] == "OK"
 
