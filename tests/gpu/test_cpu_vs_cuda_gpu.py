@@ -9,17 +9,14 @@ import pathlib
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from conftest import gpu_subprocess_env
-
-import rxcuda
 
 ON_CPU = ["hot_reload", "particles", "quickstart", "sensor_params", "video_filter"]
 
 # block_sum: shared memory, barriers, shuffles (and an atomic count of the blocks, not compared: the GPU's buffer
 # starts as whatever it held)
-REDUCE = (pathlib.Path(__file__).parents[1] / "unit" / "cpu_device.cu").read_text()
+REDUCE_PATH = pathlib.Path(__file__).parents[1] / "unit" / "cpu_device.cu"
 
 
 @pytest.mark.parametrize("name", ON_CPU)
@@ -30,7 +27,18 @@ def test_the_example_runs_on_the_cpu_device_of_a_gpu_machine(name, tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
-def _quickstart(engine, a, b, scale, threshold):
+# Both devices' engines in one process run in a child: after this file's comparisons ran in the test process, every
+# later PTX JIT of that process failed (CUDA_ERROR_INVALID_PTX: 73 of tests/gpu/test_tensor_ptx_gpu.py, which passes
+# alone; H100, driver 580; cause not found yet: docs/cpu.md, "Known issues"), which would fail the tests after it.
+COMPARE = r"""
+import pathlib, sys
+import numpy as np
+import rxcuda
+
+rng = np.random.default_rng()
+
+
+def quickstart(engine, a, b, scale, threshold):
     n = a.size
     add = engine.add(rxcuda.Block.from_kernel("vector_add", size=n))
     mul = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=n, scale=scale))
@@ -44,33 +52,46 @@ def _quickstart(engine, a, b, scale, threshold):
     return engine.read(mul["out"]), count, np.sort(engine.read(above["out"])[:count])
 
 
-def test_the_quickstart_pipeline_gives_the_same_numbers_on_both_devices():
-    rng = np.random.default_rng()
+if sys.argv[1] == "quickstart":
     n = 1 << 18
     a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     with rxcuda.Engine(device="cpu") as cpu:
-        on_cpu = _quickstart(cpu, a, b, 2.5, 1.0)
+        on_cpu = quickstart(cpu, a, b, 2.5, 1.0)
     with rxcuda.Engine() as gpu:
-        on_gpu = _quickstart(gpu, a, b, 2.5, 1.0)
+        on_gpu = quickstart(gpu, a, b, 2.5, 1.0)
     np.testing.assert_array_equal(on_cpu[0], on_gpu[0])
     assert on_cpu[1] == on_gpu[1]
     np.testing.assert_array_equal(on_cpu[2], on_gpu[2])
-
-
-def test_cuda_cpp_with_shared_memory_barriers_and_shuffles_gives_the_same_numbers_on_both_devices():
-    rng = np.random.default_rng()
+else:  # block_sum: shared memory, barriers, shuffles
     n = 100_000
     x = rng.standard_normal(n).astype(np.float32)
     out = {}
     for device in ("cpu", "cuda"):
         with rxcuda.Engine(device=device) as engine:
-            blk = engine.add(rxcuda.Block.from_cuda(REDUCE, "block_sum", size=n, block_size=256))
+            blk = engine.add(rxcuda.Block.from_cuda(pathlib.Path(sys.argv[2]).read_text(), "block_sum", size=n,
+                                                    block_size=256))
             engine.write(blk["x"], x)
             engine.tick()
             blocks = -(-n // 256)  # (one value per block; the rest of the buffers is never written)
             out[device] = engine.read(blk["out"])[:blocks]
     # the same tree of additions in the same order: the same floats
     np.testing.assert_allclose(out["cpu"], out["cuda"], rtol=1e-6, atol=1e-6)
+print("same")
+"""
+
+
+def _compare(what: str, tmp_path) -> None:
+    proc = subprocess.run([sys.executable, "-c", COMPARE, what, str(REDUCE_PATH)], capture_output=True, text=True,
+                          cwd=tmp_path, env=gpu_subprocess_env(), timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("same"), proc.stdout + proc.stderr
+
+
+def test_the_quickstart_pipeline_gives_the_same_numbers_on_both_devices(tmp_path):
+    _compare("quickstart", tmp_path)
+
+
+def test_cuda_cpp_with_shared_memory_barriers_and_shuffles_gives_the_same_numbers_on_both_devices(tmp_path):
+    _compare("reduce", tmp_path)
 
 
 def test_the_cpu_device_is_forced_by_the_environment(tmp_path):

@@ -51,6 +51,29 @@ def _numbered(source: str) -> str:
     return "\n".join(f"{i:4d}  {line}" for i, line in enumerate(source.split("\n"), 1))
 
 
+def _missing(extras) -> str:
+    """The first distribution of ``extras`` (pyproject.toml's) that is not installed, as "'.[extra]' (name)";
+    '' when all are. The ``libs`` extra is NVIDIA's library wheels, which a system toolkit stands in for."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in extras:
+        if extra == "libs":
+            continue
+        for req in optional.get(extra, ()):
+            name = Requirement(req).name
+            if name == "rxcuda":
+                continue
+            try:
+                metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                return f"'.[{extra}]' ({name})"
+    return ""
+
+
 def test_the_pages_have_blocks_that_need_a_gpu():
     assert sum(not s.no_gpu for s in SNIPPETS) >= 10
 
@@ -65,6 +88,10 @@ def test_docs_snippet_runs(snippet, how, tmp_path):
     if "rxcuda.distributed" in snippet.source and importlib.util.find_spec("ray") is None:
         pytest.skip(f"{snippet.id} runs on Ray, which this Python lacks: pip install '.[ray]' to run it here "
                     "(tests/unit/test_docs.py runs it wherever Ray is installed, as CI's setup does)")
+    missing = _missing(snippet.extras)
+    if missing:
+        pytest.skip(f"{snippet.id} needs {missing}, which this Python lacks (tools/check_wheel.sh runs it with the "
+                    "extras it names)")
     work = tmp_path / "work"
     work.mkdir()
     source = tmp_path / "block.py"

