@@ -280,3 +280,18 @@ def test_run_drives_frames_and_observers_see_them(engine):
     assert [f.index for f in frames] == sorted(f.index for f in frames)
     assert outs and all(o.shape == (N,) for o in outs)
     assert engine._ray.get(engine.actor("gpu").describe.remote()).blocks[0].values["scale"] == 4.0
+
+
+def test_a_library_call_handed_a_too_small_buffer_is_refused_and_nothing_changes(engine):
+    from rxcuda import libraries as lib
+
+    mul = _running(engine)
+    mm = engine.add(rxcuda.Block.from_call(lib.gemm(64, 64, 64), name="mm"))
+    small = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=64, name="small"))
+    described = engine.describe().pipeline.connections
+    with pytest.raises(rxcuda.ValidationError, match=r"small\.out \(64 elements\) to mm\.a \(4096 elements\)"):
+        engine.connect(small["out"], mm["a"])
+    assert engine.describe().pipeline.connections == described
+    engine.remove(small)
+    engine.remove(mm)
+    assert engine.tick().state == "ok" and mul.id in engine._placement
