@@ -78,8 +78,9 @@ class IsolatedEngine(_Distributed):
 
     Its verbs are the distributed engine's (``add``, ``connect``, ``set``/``bind``, ``write``/``read``,
     ``feed``/``observe``, ``tick``/``run``, ``watch``, ``close``); ``tick()`` returns a :class:`Frame` and
-    ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index);
-    ``null=True``: the null driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as
+    ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index), or
+    ``"cpu"``: the CPU device (docs/cpu.md), whose illegal addresses are faults like a GPU's; ``null=True``: the null
+    driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as
     a hang and the process is replaced. ``standby``: keep a spare process ready (its CUDA context made), so
     that a restart does not wait for a new interpreter. ``trial``: new code (a saved file under :meth:`watch`,
     ``set_code``) first runs one frame of the pipeline in the standby, on the inputs last written, and reaches
@@ -91,13 +92,15 @@ class IsolatedEngine(_Distributed):
     never read) restarts from its initial value.
     """
 
-    def __init__(self, *, device: int = 0, null: bool = False, deadline: float = DEADLINE_S, standby: bool = True,
-                 trial: bool = True, max_restarts: int = 1000, max_in_flight: int = 2):
+    def __init__(self, *, device: int | str = 0, null: bool = False, deadline: float = DEADLINE_S,
+                 standby: bool = True, trial: bool = True, max_restarts: int = 1000, max_in_flight: int = 2):
         if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
             raise ValueError(f"'deadline' must be a positive number of seconds (got {deadline!r})")
-        if isinstance(device, bool) or not isinstance(device, int) or device < 0:
-            raise ValueError(f"'device' must be a GPU's index, an int >= 0 (got {device!r})")
-        if not null:
+        cpu = isinstance(device, str) and device.lower() == "cpu"
+        if not cpu and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
+            raise ValueError(f"'device' must be a GPU's index, an int >= 0, or 'cpu' (got {device!r})")
+        self._cpu = cpu and not null
+        if not null and not cpu:
             ok, why = probe()
             if not ok:  # said here, not by a GPU process that fails to start
                 raise NoDeviceError(f"{why} (rxcuda.IsolatedEngine(null=True) runs on the null driver)")
@@ -126,7 +129,9 @@ class IsolatedEngine(_Distributed):
     def _actor_options(self, name: str, w: Worker) -> dict:
         opts = super()._actor_options(name, w)
         env = dict(opts.get("env") or {})
-        if not self._null:
+        if self._cpu:  # the child's engines on the CPU device (its process holds no GPU engine: docs/cpu.md)
+            env["RXCUDA_DEVICE"] = "cpu"
+        elif not self._null:
             env["CUDA_VISIBLE_DEVICES"] = _visible(self.device_index)
         opts.update(env=env, standby=self._keep_spare)
         return opts

@@ -295,3 +295,35 @@ def test_a_library_call_handed_a_too_small_buffer_is_refused_and_nothing_changes
     engine.remove(small)
     engine.remove(mm)
     assert engine.tick().state == "ok" and mul.id in engine._placement
+
+
+BAD = ('extern "C" __global__ void bad(const float* x, float* out, int n) '
+       "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i + 100000000] = x[i]; }")
+
+
+def test_on_the_cpu_device_a_write_past_a_buffer_costs_a_frame_and_the_numbers_come_back():
+    """The whole path with real numbers and a real illegal address, no GPU: the CPU device (docs/cpu.md) in the
+    child process catches the write past the buffer as a GPU would, the process ends, the standby takes over."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal(4096).astype(np.float32)
+    with IsolatedEngine(device="cpu", deadline=30.0) as iso:
+        mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=4096, scale=3.0))
+        iso.write(mul["x"], x)
+        assert iso.tick().state == "ok"
+        np.testing.assert_allclose(iso.read(mul["out"]), 3 * x, rtol=1e-6)
+        # (PTX: on a machine with a GPU this process would compile a cubin, which the CPU device cannot run)
+        oops = iso.add(rxcuda.Block.from_kernel(rxcuda.compile_cuda(BAD, target="ptx"), size=4096))
+        iso.write(oops["x"], x)
+        first = iso.pid
+        assert iso.tick().state == "error"
+        fault = iso.faults[-1]
+        assert fault.kind == "fault" and "illegal address in kernel 'bad'" in fault.message
+        assert "bytes past the end of argument 1" in fault.message
+        iso.remove(oops)
+        _until_ok(iso)
+        assert iso.pid != first
+        x2 = rng.standard_normal(4096).astype(np.float32)
+        iso.write(mul["x"], x2)
+        mul.params["scale"].value = -1.5
+        assert iso.tick().state == "ok"
+        np.testing.assert_allclose(iso.read(mul["out"]), np.float32(-1.5) * x2, rtol=1e-6)
