@@ -327,3 +327,24 @@ def test_on_the_cpu_device_a_write_past_a_buffer_costs_a_frame_and_the_numbers_c
         mul.params["scale"].value = -1.5
         assert iso.tick().state == "ok"
         np.testing.assert_allclose(iso.read(mul["out"]), np.float32(-1.5) * x2, rtol=1e-6)
+
+
+SPIN = ('extern "C" __global__ void spin(const float* x, float* out, int n) '
+        "{ volatile const float* v = x; while (v[0] == 0.0f) { } out[0] = v[0]; }")
+
+
+def test_on_the_cpu_device_a_kernel_that_never_returns_is_a_hang_and_frames_resume():
+    x = np.random.default_rng().standard_normal(1024).astype(np.float32)
+    with IsolatedEngine(device="cpu", deadline=1.0) as iso:
+        mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, scale=2.0))
+        iso.write(mul["x"], x)
+        assert iso.tick().state == "ok"
+        spin = iso.add(rxcuda.Block.from_kernel(rxcuda.compile_cuda(SPIN, target="ptx"), size=1024))
+        iso.write(spin["x"], np.zeros(1024, np.float32))  # v[0] stays 0: the loop never ends
+        t0 = time.monotonic()
+        assert iso.tick().state == "error"
+        assert time.monotonic() - t0 < 20  # the deadline and a kill, not forever
+        assert iso.faults[-1].kind == "hang"
+        iso.remove(spin)
+        _until_ok(iso)
+        np.testing.assert_allclose(iso.read(mul["out"]), 2 * x, rtol=1e-6)
