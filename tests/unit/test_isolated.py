@@ -348,3 +348,24 @@ def test_on_the_cpu_device_a_kernel_that_never_returns_is_a_hang_and_frames_resu
         iso.remove(spin)
         _until_ok(iso)
         np.testing.assert_allclose(iso.read(mul["out"]), 2 * x, rtol=1e-6)
+
+
+def test_on_the_cpu_device_new_code_that_faults_is_caught_by_its_trial_and_costs_no_frame():
+    bad_mul = ('extern "C" __global__ void scalar_mul(const float* x, float* out, float scale, int n) '
+               "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i + 100000000] = x[i] * scale; }")
+    x = np.random.default_rng().standard_normal(1024).astype(np.float32)
+    with IsolatedEngine(device="cpu", deadline=30.0) as iso:
+        mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, scale=2.0))
+        iso.write(mul["x"], x)
+        assert iso.tick().state == "ok"
+        good = mul.description.kernel("scalar_mul").code
+        _standby_ready(iso)
+        serving = iso.pid
+        bad = rxcuda.compile_cuda(bad_mul, target="ptx")
+        mul.set_code("scalar_mul", bad)
+        f = iso.tick()
+        assert f.state == "ok" and iso.pid == serving  # the running graph never saw it
+        fault = iso.faults[-1]
+        assert fault.kind == "trial" and "illegal address in kernel 'scalar_mul'" in fault.message
+        assert mul.description.kernel("scalar_mul").code.key == good.key
+        np.testing.assert_allclose(iso.read(mul["out"]), 2 * x, rtol=1e-6)
