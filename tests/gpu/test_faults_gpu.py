@@ -261,39 +261,38 @@ def test_a_while_whose_condition_never_clears_is_a_hang_that_names_the_loop(sess
     assert "While 'loop' (at most 1000000 passes)" in message
 
 
-def test_a_library_call_runs_isolated(session):
+def _gemm(engine, m=64):
+    """A gemm block with fresh random operands written; returns it and the product it must compute."""
     from rxcuda import libraries as lib
 
-    engine, good, _ = session
-    m = 64
     mm = engine.add(rxcuda.Block.from_call(lib.gemm(m, m, m), name="mm"))
     rng = np.random.default_rng()
     a, b = (rng.standard_normal((m, m)).astype(np.float32) for _ in range(2))
     engine.write(mm["a"], a)
     engine.write(mm["b"], b)
+    return mm, a @ b
+
+
+def test_a_library_call_runs_isolated(session):
+    engine, good, _ = session
+    mm, want = _gemm(engine)
     assert engine.tick().state == "ok"
-    np.testing.assert_allclose(engine.read(mm["c"]).reshape(m, m), a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(engine.read(mm["c"]).reshape(want.shape), want, rtol=1e-4, atol=1e-4)
     engine.remove(mm)
     _exact(engine, good)
 
 
 def test_a_library_call_handed_a_too_small_buffer_is_refused(session):
-    from rxcuda import libraries as lib
-
     engine, good, _ = session
-    m = 64
-    mm = engine.add(rxcuda.Block.from_call(lib.gemm(m, m, m), name="mm"))
-    rng = np.random.default_rng()
-    a, b = (rng.standard_normal((m, m)).astype(np.float32) for _ in range(2))
-    engine.write(mm["a"], a)
-    engine.write(mm["b"], b)
+    mm, want = _gemm(engine)
+    m = want.shape[0]
     small = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=m, name="small"))
     engine.write(small["x"], np.ones(m, np.float32))
     before = len(engine.faults)
     with pytest.raises(rxcuda.ValidationError, match="sizes differ"):  # refused before it can run
         engine.connect(small["out"], mm["a"])
     assert engine.tick().state == "ok"  # (a structural change is built before a frame: outputs are new until then)
-    np.testing.assert_allclose(engine.read(mm["c"]).reshape(m, m), a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(engine.read(mm["c"]).reshape(want.shape), want, rtol=1e-4, atol=1e-4)
     assert len(engine.faults) == before
     engine.remove(small)
     engine.remove(mm)
