@@ -17,7 +17,7 @@ CORE_STAMP := $(VENV)/.installed-core
 demo: $(CORE_STAMP)
 	$(VENV)/bin/rxcuda demo
 
-# ruff, mypy (rxcuda/engine, blocks, plan and streams, configured in pyproject.toml), the documentation site, the
+# ruff, mypy (rxcuda/engine, blocks, plan, streams and distributed, configured in pyproject.toml), the documentation site, the
 # wheel (tools/check_wheel.sh: built, installed into a fresh environment, run from another directory), then pytest
 # with the docstring examples. Every step runs even when an earlier one fails, so one run reports everything;
 # pytest's summary line comes last (.ci/run looks for it) and the exit status is non-zero when any step failed.

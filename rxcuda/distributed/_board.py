@@ -151,7 +151,7 @@ class LinkBoard:
 
     def put(self, frame: int, array) -> None:
         """Copy ``array``'s bytes (at most ``nbytes``) into frame ``frame``'s slot and publish it."""
-        view = memoryview(np.ascontiguousarray(array)).cast("B")
+        view = np.ascontiguousarray(array).data.cast("B")
         n = min(len(view), self.nbytes)
         s = frame % self.depth
         at = self._data_at + s * _align(self.nbytes)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..engine._engine import Diagnostic
 from . import _placement
+from ._placement import Split
 from ._ray import names_actor as _names
 from ._worker import FragmentHost
 
@@ -81,7 +82,7 @@ class Restarts:
                 self._pending_params[w][bid] = {**values, **self._pending_params[w].get(bid, {})}
             self._pending_writes[w] = {**writes, **self._pending_writes[w]}
 
-    def _split_now(self) -> _placement.Split:
+    def _split_now(self) -> Split:
         raise NotImplementedError
 
     def _step_failed(self, w: str, err: Exception, params: dict, writes: dict, died: bool | None = None) -> None:

@@ -132,7 +132,7 @@ class IsolatedEngine(_Distributed):
         if self._cpu:  # the child's engines on the CPU device (its process holds no GPU engine: docs/cpu.md)
             env["RXCUDA_DEVICE"] = "cpu"
         elif not self._null:
-            env["CUDA_VISIBLE_DEVICES"] = _visible(self.device_index)
+            env["CUDA_VISIBLE_DEVICES"] = _visible(int(self.device_index))
         opts.update(env=env, standby=self._keep_spare)
         return opts
 

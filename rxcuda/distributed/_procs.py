@@ -357,10 +357,13 @@ class _Actor:
             self._warm(p)
 
     def _warm(self, p: _Process) -> None:
+        method = self.warm
+        if not method:
+            return
+
         def run() -> None:
             if p.ready.wait(START_TIMEOUT_S) and not p.dead and p.failed is None:
-                ref = Ref(self.actor_id)
-                p.send(0, self.warm, (), {}, ref)
+                p.send(0, method, (), {}, Ref(self.actor_id))
 
         threading.Thread(target=run, name=f"rxcuda-warm-{self.name}", daemon=True).start()
 
@@ -406,7 +409,7 @@ class _Actor:
             p.kill(cause)
 
     def _died(self, p: _Process, code: int | None) -> None:
-        err = self._death(p)
+        err: RayActorError = self._death(p)
         if p is self.current and not self.killed and self.restarts < self.max_restarts:
             # as Ray says of calls that reached an actor being restarted: the caller may ask again
             err = ActorUnavailableError(str(err), self.actor_id, exit_code=err.exit_code, last_words=err.last_words,

@@ -545,9 +545,9 @@ class FragmentHost:
 def _region(desc, kind: str) -> Block:
     """A region block (``If``, ``While``, ...) of ``kind`` as the description has it; its bodies are set by the
     caller and its condition is one of the fragment's connections."""
-    from ..blocks._regions import For, If, IfElse, While
+    from ..blocks._regions import For, If, IfElse, Region, While
 
-    region = object.__new__({"if": If, "ifelse": IfElse, "while": While, "for": For}[kind])
+    region: Region = object.__new__({"if": If, "ifelse": IfElse, "while": While, "for": For}[kind])
     Block.__init__(region, desc)
     region.condition = None  # connected with the other connections
     return region
