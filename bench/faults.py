@@ -26,6 +26,9 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from frame import _median_us  # noqa: E402  (bench/frame.py's timing loop)
 
 import rxcuda  # noqa: E402
 from rxcuda.distributed import _procs  # noqa: E402
@@ -45,18 +48,6 @@ def _chain(engine, n: int, size: int):
         engine.connect(a["out"], b["x"])
     engine.write(blocks[0]["x"], np.random.default_rng().standard_normal(size).astype(np.float32))
     return blocks
-
-
-def _median_us(fn, frames: int, repeats: int = 5) -> float:
-    for _ in range(max(frames // 10, 10)):
-        fn()
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(frames):
-            fn()
-        runs.append((time.perf_counter() - t0) / frames * 1e6)
-    return statistics.median(runs)
 
 
 def _costs(engine, frames: int) -> dict[str, float]:
