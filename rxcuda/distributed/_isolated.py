@@ -232,11 +232,11 @@ class IsolatedEngine(_Distributed):
         return done
 
     def _frame_of(self, index: int, df: DistributedFrame | None, emit: bool = True) -> Frame:
-        """The Frame of distributed frame ``index`` (a good one moves the last good code on), emitted on
-        :attr:`frames` unless ``emit`` is off (it was, when its frame was drained)."""
+        """The Frame of distributed frame ``index``; with ``emit`` (off where its drain did it already) a good one
+        moves the last good code on, and it is emitted on :attr:`frames`."""
         f = df.fragments.get(WORKER) if df is not None else None
         if f is not None:
-            if f.state == "ok":
+            if emit and f.state == "ok":
                 self._good_frame()
             frame = f._replace(index=index)
         else:
