@@ -281,6 +281,15 @@ class NullDriver:
         self._host.pop(int(ptr), None)
         return self._call("cuMemFreeHost", (int(ptr),))
 
+    def cuMemHostRegister(self, ptr, nbytes, flags):
+        """Host memory pinned in place (nothing to do here: the bytes stay where they are)."""
+        self.live.setdefault("registered", set()).add(int(ptr))
+        return self._call("cuMemHostRegister", (int(ptr), int(nbytes), flags))
+
+    def cuMemHostUnregister(self, ptr):
+        self._drop("registered", ptr)
+        return self._call("cuMemHostUnregister", (int(ptr),))
+
     def cuMemsetD8(self, ptr, value, count):
         return self._call("cuMemsetD8", (int(ptr), value, count))
 

@@ -48,6 +48,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -106,6 +107,7 @@ class LinkBoard:
         self._stamps = np.frombuffer(mm, np.int64, count=self.depth, offset=_HEADER * 8)
         self._lengths = np.frombuffer(mm, np.int64, count=self.depth, offset=(_HEADER + self.depth) * 8)
         self._handles_at, self._data_at, _size = _layout(self.depth, self.nbytes, self.data)
+        self._whole = np.frombuffer(mm, np.uint8)  # the mapping's address, for pinning it (cuMemHostRegister)
 
     # -- the producer ----------------------------------------------------------------------------------------
     @classmethod
@@ -206,6 +208,24 @@ class LinkBoard:
     def length(self, frame: int) -> int:
         return int(self._lengths[frame % self.depth])
 
+    # -- the slots' memory, for device copies straight into and out of it ---------------------------------------
+    def region(self) -> tuple[int, int]:
+        """(address, bytes) of the whole mapping in this process: what a process pins once (page aligned)."""
+        return int(self._whole.ctypes.data), int(self._whole.size)
+
+    def slot_address(self, frame: int) -> int:
+        """The address in this process of the bytes of frame ``frame``'s slot (a board that carries them)."""
+        return int(self._whole.ctypes.data) + self._data_at + (frame % self.depth) * _align(self.nbytes)
+
+    def check(self, frame: int) -> None:
+        """Raise if frame ``frame``'s slot holds another frame now: called after a copy out of it finished, as
+        :meth:`read` checks its own copy."""
+        s = frame % self.depth
+        if self._stamps[s] != frame:
+            raise RuntimeError(f"link board {self.path}: slot {s} was written again (frame {int(self._stamps[s])}) "
+                               f"while frame {frame} was copied from it; more frames were in flight than the "
+                               f"link's {self.depth} slots")
+
     def close(self, *, unlink: bool = False) -> None:
         """Unmap the board; ``unlink`` (its producer): also retire it (a consumer holding it looks for the next one)
         and remove its file, unless a newer board replaced it there."""
@@ -218,7 +238,7 @@ class LinkBoard:
                     os.unlink(self.path)
             except FileNotFoundError:
                 pass
-        del self._head, self._stamps, self._lengths
+        del self._head, self._stamps, self._lengths, self._whole
         self._mm.close()
         self._mm = None  # type: ignore[assignment]
 
@@ -255,6 +275,7 @@ class BoardReader:
         self.board: LinkBoard | None = None
         self.generation = 0  # boards mapped so far: a new one (a replaced producer) has new slots and handles
         self.waited = 0  # frames that were not published yet when asked for
+        self.on_drop: Callable[[LinkBoard], None] | None = None  # called before a board is unmapped (to unpin it)
 
     def _attach(self) -> LinkBoard | None:
         opened = _open(self.path)
@@ -266,6 +287,8 @@ class BoardReader:
 
     def _drop(self) -> None:
         if self.board is not None:
+            if self.on_drop is not None:
+                self.on_drop(self.board)
             self.board.close()
             self.board = None
 

@@ -41,7 +41,7 @@ from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
 from . import _board, _placement, _procs, _sharing
 from ._faults import Restarts
-from ._ray import backend_module
+from ._ray import backend_module, direct_transports
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
 from ._stepping import SKIPPED, STEPPINGS, ClockSteps, WorkerGone
 from ._worker import FragmentHost
@@ -506,7 +506,7 @@ class Engine(Restarts, ClockSteps):
             desc = self._model.describe()
             nodes = {w: self._where[w].get("node") for w in self._workers}
             return _placement.split(desc, self._placement, self._workers, nodes=nodes,
-                                    transports=self._transports)
+                                    transports=self._transports, offered=direct_transports(self._ray, nodes))
 
     def _ship(self, *, strict: bool = False) -> None:
         """Build the fragments whose structure changed (after the frames in flight), before the next frame. A

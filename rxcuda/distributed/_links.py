@@ -1,7 +1,6 @@
 """The two ends of a link between workers, as each worker runs them every frame.
 
-``host``: the producer reads its output into a NumPy array (one device-to-host copy); Ray moves it (through its
-object store) to the consumer, which writes it into its input. Works across hosts and on the null driver.
+``host`` (and ``ipc`` between null-driver workers): through pinned host memory, see ``_hostlink``.
 
 ``ipc``: the producer copies its output into one of ``depth`` slots of device memory it exported once (CUDA
 IPC) and records that slot's interprocess event, all on its engine's stream, then publishes the frame on the
@@ -10,13 +9,10 @@ for the frame, maps the slot once (from the board's handles), makes its engine's
 wait) and copies the slot into its input. Both ends read their port's device pointer once per graph the engine
 builds (:class:`PortPointer`), not every frame. A slot is written again only ``depth``
 frames later; the distributed engine keeps fewer frames than that in flight, so no slot is overwritten while read.
-On the null driver (no device memory to export) the slots are the board's own shared memory: the producer's
-output read back to the host, the consumer's input written from it.
+On the null driver (no device memory to export) the slots are the board's own shared memory (``_hostlink``).
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from ..cuda import _ipc
 from . import _board
@@ -151,25 +147,3 @@ class IpcReceiver:
             _ipc.destroy_event(self._api, ev)
         self._slots = {}
 
-
-def host_send(engine, port) -> np.ndarray:
-    """The producer's end of a ``host`` link: the port's value after the frame."""
-    return engine.read(port)
-
-
-def host_receive(engine, port, array) -> None:
-    """The consumer's end of a ``host`` link: the producer's array into the input."""
-    engine.write(port, array)
-
-
-def bytes_receive(engine, port, raw: np.ndarray) -> None:
-    """The consumer's end of an ``ipc`` link on the null driver: a slot's bytes into the input, as an array of
-    the input's element type and shape (fewer bytes fill its start)."""
-    from ..model import _dtypes
-
-    spec = port.spec
-    like = np.zeros(engine.shape(port), _dtypes.to_numpy(spec.dtype) if spec.dtype else np.uint8)
-    flat = like.reshape(-1).view(np.uint8)
-    n = min(flat.size, raw.size)
-    flat[:n] = raw[:n]
-    engine.write(port, like)

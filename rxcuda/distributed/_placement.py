@@ -5,8 +5,9 @@ worker name). :func:`split` cuts it into one :class:`Fragment` per worker (the b
 connections between them, the inputs the user feeds) and a :class:`RemoteLink` per connection that crosses
 workers, with the transport that carries it every frame: ``"ipc"`` (CUDA IPC: exported device memory and an
 interprocess event, both workers on GPUs of one host; asked for between two null-driver workers of one host, the
-same handshake with the bytes in shared memory) or ``"host"`` (a host copy through Ray's object store: across
-hosts, or where a worker runs the null driver). :func:`frame_steps` says which workers a frame steps and which
+same handshake with the bytes in shared memory) or ``"host"`` (through pinned host memory: a shared-memory board
+on one host, Ray's object store across hosts; where a worker runs the null driver, or asked for).
+:func:`frame_steps` says which workers a frame steps and which
 producers' results each takes as arguments. Nothing here imports Ray or CUDA.
 
 >>> from rxcuda.distributed import Worker
@@ -137,7 +138,10 @@ def check_worker(name, workers: Mapping[str, Worker]) -> str:
 @attrs.frozen
 class RemoteLink:
     """A connection between blocks on two workers, carried every frame by ``transport`` (``"ipc"`` or
-    ``"host"``). ``label`` reads ``"src.port -> dst.port"``; ``nbytes`` is what one frame moves."""
+    ``"host"``). ``label`` reads ``"src.port -> dst.port"``; ``nbytes`` is what one frame moves. ``via``: where
+    the two ends meet, ``"board"`` (a shared-memory board on one host: both steps run at once, no Ray call) or
+    ``"store"`` (Ray's object store: the consumer's step takes the producer's result, so Ray runs it after);
+    ``why``: why this transport was chosen."""
 
     src_worker: str
     src: PortRef
@@ -146,6 +150,8 @@ class RemoteLink:
     transport: str
     label: str
     nbytes: int
+    via: str = "board"
+    why: str = ""
 
 
 @attrs.frozen
@@ -175,10 +181,13 @@ class Split:
 
 
 def split(desc: PipelineDescription, placement: Mapping[int, str], workers: Mapping[str, Worker], *,
-          nodes: Mapping[str, str | None] | None = None, transports: Mapping[tuple, str] | None = None) -> Split:
+          nodes: Mapping[str, str | None] | None = None, transports: Mapping[tuple, str] | None = None,
+          offered: tuple[str, ...] = ()) -> Split:
     """Cut ``desc`` into one :class:`Fragment` per worker of ``workers`` following ``placement`` (block id ->
-    worker). ``nodes`` (worker -> Ray node id, where known) decides where a link can be CUDA IPC; ``transports``
-    asks for one per connection ((src PortRef, dst PortRef) -> ``"auto"``, ``"ipc"`` or ``"host"``).
+    worker). ``nodes`` (worker -> Ray node id, where known) decides where a link can be CUDA IPC and where a
+    ``host`` link meets on a board; ``transports`` asks for one per connection ((src PortRef, dst PortRef) ->
+    ``"auto"``, ``"ipc"`` or ``"host"``); ``offered``: the GPU transports Ray offers between actors (Ray Direct
+    Transport, ``_ray.direct_transports``), named in a link's ``why``.
 
     Every problem found is reported at once in one ValidationError: a block placed nowhere or on an unknown
     worker, a delayed connection or a region across workers, workers whose links form a circle, IPC asked for
@@ -219,7 +228,8 @@ def split(desc: PipelineDescription, placement: Mapping[int, str], workers: Mapp
         spec = desc.block(c.src.block).desc.port(c.src.port)
         nbytes = math.prod(desc.shapes.get(c.src, ()) or spec.shape) * (_dtypes.itemsize(spec.dtype)
                                                                        if spec.dtype else 1)
-        links.append(RemoteLink(ws, c.src, wd, c.dst, transport, label, nbytes))
+        via, why = route(asked, transport, workers[ws], workers[wd], nodes.get(ws), nodes.get(wd), offered)
+        links.append(RemoteLink(ws, c.src, wd, c.dst, transport, label, nbytes, via, why))
     for r in desc.regions:
         held = {where.get(m) for m in (r.id, *r.members)}
         if len(held) > 1:
@@ -256,13 +266,39 @@ def check_transport(asked: str, link: str, subject: str) -> None:
                               subject=subject)
 
 
+def _one_host(src: Worker, dst: Worker, src_node, dst_node) -> bool:
+    """Whether two workers run on one host: one Ray node, or (not placed yet) neither pinned to a node."""
+    return (src_node is not None and src_node == dst_node) or (
+        src_node is None and dst_node is None and src.node is None and dst.node is None)
+
+
+def route(asked: str, transport: str, src: Worker, dst: Worker, src_node, dst_node,
+          offered: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(where the ends of a link of ``transport`` meet, why the transport was chosen): ``"board"`` on one host,
+    ``"store"`` (Ray's object store) across hosts."""
+    one_host = _one_host(src, dst, src_node, dst_node)
+    if transport == "ipc":
+        return "board", ("asked for" if asked == "ipc" else "both workers on GPUs of one host: CUDA IPC") + (
+            "" if not (src.null or dst.null) else "; null-driver workers: the bytes in the board's shared memory")
+    where = ("one host: through a shared-memory board, pinned, no Ray call" if one_host
+             else "different hosts: through Ray's object store from pinned memory, the bytes never pickled")
+    if asked == "host":
+        return ("board" if one_host else "store"), f"asked for; {where}"
+    if src.null or dst.null:
+        return ("board" if one_host else "store"), f"a worker runs the null driver; {where}"
+    gpu = [t for t in offered if t.upper() in ("NCCL", "NIXL")]
+    rdt = (f" (Ray offers {'/'.join(gpu)} between GPU actors (Ray Direct Transport); rxcuda does not carry links "
+           "over it yet)" if gpu else " (Ray offers no GPU transport between actors here: Ray Direct Transport "
+           "needs torch, and NIXL or an NCCL group)")
+    return "store", where + rdt
+
+
 def _transport(asked: str, src: Worker, dst: Worker, src_node, dst_node) -> tuple[str, str]:
     """(transport, '') or ('', why it cannot be the one asked for)."""
     if asked not in TRANSPORTS:
         return "", f"transport must be one of {', '.join(TRANSPORTS)} (got {asked!r})"
     gpus = not src.null and not dst.null
-    one_host = (src_node is not None and src_node == dst_node) or (
-        src_node is None and dst_node is None and src.node is None and dst.node is None)
+    one_host = _one_host(src, dst, src_node, dst_node)
     if asked == "ipc":
         if src.null != dst.null:  # two null-driver workers may: their slots are shared host memory
             return "", "CUDA IPC needs both workers on a GPU, and one runs the null driver; use transport='host'"
@@ -277,8 +313,9 @@ def _transport(asked: str, src: Worker, dst: Worker, src_node, dst_node) -> tupl
 
 def frame_steps(split: Split, skip=frozenset()) -> dict[str, tuple[str, ...]]:
     """The workers one frame steps, producers first, each with the producers whose step's results it takes as
-    arguments: those over ``host`` links (Ray runs its step after theirs). Producers over ``ipc`` links are
-    stepped alongside it: the link's board orders the two. A worker holding no block is not stepped, nor one in
+    arguments: those over links through Ray's object store (``via="store"``: Ray runs its step after theirs).
+    Producers over links that meet on a board (``ipc``, and ``host`` on one host) are stepped alongside it: the
+    board orders the two. A worker holding no block is not stepped, nor one in
     ``skip`` (restarting), nor one fed by a worker this frame does not step.
     """
     steps: dict[str, tuple[str, ...]] = {}
@@ -286,7 +323,7 @@ def frame_steps(split: Split, skip=frozenset()) -> dict[str, tuple[str, ...]]:
         frag = split.fragments[w]
         if not frag.description.blocks or w in skip or any(ln.src_worker not in steps for ln in frag.imports):
             continue
-        steps[w] = tuple(sorted({ln.src_worker for ln in frag.imports if ln.transport != "ipc"}))
+        steps[w] = tuple(sorted({ln.src_worker for ln in frag.imports if ln.via == "store"}))
     return steps
 
 

@@ -3,6 +3,8 @@ say about an actor."""
 
 from __future__ import annotations
 
+from typing import Any
+
 INSTALL = "pip install '.[ray]' from a checkout of rxcuda (docs/getting-started.md#install)"
 
 
@@ -35,3 +37,33 @@ def names_actor(err, actor) -> bool:
     """Whether a Ray error is about ``actor`` (or names no actor)."""
     aid = getattr(err, "actor_id", None)
     return aid is None or str(aid) == actor._actor_id.hex()
+
+
+_OFFERED: list[tuple[str, ...]] = []  # what direct_transports found, once per process
+
+
+def direct_transports(ray, nodes) -> tuple[str, ...]:
+    """The tensor transports Ray Direct Transport offers between actors in this process (``NCCL``, ``NIXL``,
+    ``GLOO``, ``CUDA_IPC``: Ray registers them when torch imports; ``NIXL`` counted only where the ``nixl`` package
+    is installed); () on one node (``nodes``: worker -> Ray node id), without torch, or off Ray (``_procs``).
+    Looked up once per process (importing torch takes seconds)."""
+    if getattr(ray, "__name__", "") != "ray" or len({n for n in nodes.values() if n is not None}) < 2:
+        return ()
+    if not _OFFERED:
+        import importlib
+        import importlib.util
+
+        found: list[str] = []
+        try:
+            util: Any = importlib.import_module("ray.experimental.rdt.util")
+        except ImportError:  # a Ray without Ray Direct Transport
+            util = None
+        for name in ("NCCL", "NIXL", "GLOO", "CUDA_IPC") if util is not None else ():
+            try:
+                util.get_transport_data_type(name)  # ValueError: not registered (no torch)
+            except Exception:
+                continue
+            if name != "NIXL" or importlib.util.find_spec("nixl") is not None:
+                found.append(name)
+        _OFFERED.append(tuple(found))
+    return _OFFERED[0]

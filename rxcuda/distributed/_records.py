@@ -69,6 +69,7 @@ class DistributedDescription:
     links: tuple[RemoteLink, ...]
     stepping: Mapping[str, str] = attrs.field(factory=dict)
 
-    def transports(self) -> dict[str, str]:
-        """Each link's transport by its label: ``{"first.out -> second.x": "ipc"}``."""
-        return {ln.label: ln.transport for ln in self.links}
+    def transports(self, why: bool = False) -> dict[str, str]:
+        """Each link's transport by its label: ``{"first.out -> second.x": "ipc"}``; ``why=True``: with why it was
+        chosen and how the ends meet (``"host: one host: through a shared-memory board, ..."``)."""
+        return {ln.label: f"{ln.transport}: {ln.why}" if why else ln.transport for ln in self.links}

@@ -50,11 +50,11 @@ class ClockSteps:
         raise NotImplementedError  # Restarts's, before this class in the engine's bases
 
     def _clock_applies(self, split: _placement.Split) -> bool:
-        """Whether frames step through clocks: stepping "auto", every worker on the driver's host, and no ``host``
-        link (its producer's result is handed to its consumer's Ray step)."""
+        """Whether frames step through clocks: stepping "auto", every worker on the driver's host, and no link
+        through Ray's object store (its producer's result is handed to its consumer's Ray step)."""
         if self._stepping != "auto" or self._driver_node is None or not hasattr(os, "mkfifo"):
             return False
-        if any(ln.transport == "host" for ln in split.links):
+        if any(ln.via == "store" for ln in split.links):
             return False
         return all(self._where.get(w, {}).get("node") == self._driver_node for w in self._workers)
 

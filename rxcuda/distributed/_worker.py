@@ -29,7 +29,7 @@ from ..cuda._stream import synchronize
 from ..engine._engine import Diagnostic, Engine, Frame
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError
-from . import _board, _clock, _links
+from . import _board, _clock, _hostlink, _links
 from ._placement import Fragment, RemoteLink
 
 log = logging.getLogger("rxcuda")
@@ -91,10 +91,13 @@ class FragmentHost:
         self.fragment: Fragment | None = None
         self.blocks: dict[int, Block] = {}  # the driver's block id -> the block built here
         self._diagnostics: list[Diagnostic] = []
-        self._senders: dict[PortRef, _links.IpcSender] = {}
-        self._receivers: dict[PortRef, _links.IpcReceiver] = {}
-        self._boards: dict[PortRef, _board.LinkBoard] = {}  # exported port -> the board its ipc links publish on
-        self._readers: dict[PortRef, _board.BoardReader] = {}  # input fed by an ipc link -> its producer's board
+        # the links' ends (_links, _hostlink): (exported port, transport) -> the board its links publish on and
+        # what fills it; input -> its producer's board and what copies from it; exported port -> its pinned ring
+        self._senders: dict[tuple, _links.IpcSender | _hostlink.BoardSender] = {}
+        self._receivers: dict[PortRef, Any] = {}
+        self._boards: dict[tuple, _board.LinkBoard] = {}
+        self._readers: dict[PortRef, _board.BoardReader] = {}
+        self._stores: dict[PortRef, _hostlink.StoreSender] = {}
         self.skipped: dict[str, int] = {}  # link label -> frames its producer did not deliver (restarting, late)
         self._delay = 0.0  # seconds added to each step (throttle: a slow worker, for drills and tests)
         self.received: dict[str, int] = {}  # link label -> frames it brought in
@@ -221,25 +224,40 @@ class FragmentHost:
         engine.rebuild()  # built now: a fragment that cannot be built raises here, where the driver ships it
         t2 = time.perf_counter()
         for ln in fragment.exports:
-            if ln.transport == "ipc" and ln.src not in self._boards:
-                self._boards[ln.src] = self._export(engine, ln, since)
+            if ln.via == "board" and (ln.src, ln.transport) not in self._boards:
+                self._boards[(ln.src, ln.transport)] = self._export(engine, ln, since)
+            elif ln.via == "store" and ln.src not in self._stores:
+                self._stores[ln.src] = _hostlink.StoreSender(engine, self.port(ln.src), ln.nbytes, self.depth)
         for ln in fragment.imports:
-            if ln.transport == "ipc":
-                self._readers[ln.dst] = _board.BoardReader(_board.board_path(self.session, ln.src.block, ln.src.port))
-                if self.device_slots:
-                    self._receivers[ln.dst] = _links.IpcReceiver(engine, self.port(ln.dst))
+            dst = self.port(ln.dst)
+            if ln.via == "store":
+                self._receivers[ln.dst] = _hostlink.StoreReceiver(engine, dst)
+                continue
+            reader = self._readers[ln.dst] = _board.BoardReader(self._board_path(ln))
+            self._receivers[ln.dst] = (_links.IpcReceiver(engine, dst) if ln.transport == "ipc" and self.device_slots
+                                       else _hostlink.BoardReceiver(engine, dst, reader))
         device = engine.device
         return {**self.where(), "blocks": len(blocks), "gpu": device.uuid, "mps": device.mps, "started": self.started,
                 "built": time.time(), "build_s": time.perf_counter() - t0,
                 "build_phases": {"blocks": t1 - t0, "graph": t2 - t1}}
 
+    def _board_path(self, ln: RemoteLink) -> str:
+        """The board of a link's exported port and transport (producer and consumer derive it alike)."""
+        return _board.board_path(self.session, ln.src.block, ln.src.port + ("" if ln.transport == "ipc" else "~h"))
+
     def _export(self, engine: Engine, ln: RemoteLink, since: int) -> _board.LinkBoard:
-        """The board an exported port's ipc links publish on: its slots in device memory (exported once, their
-        handles on the board), or on the null driver the board's own shared memory."""
-        path = _board.board_path(self.session, ln.src.block, ln.src.port)
-        if not self.device_slots:
-            return _board.LinkBoard.create(path, depth=self.depth, nbytes=ln.nbytes, data=True, since=since)
-        sender = self._senders[ln.src] = _links.IpcSender(engine, self.port(ln.src), ln.nbytes, self.depth)
+        """The board an exported port's links of one transport publish on: for ``ipc`` on GPUs, slots in device
+        memory (exported once, their handles on the board); else the board's own shared memory, pinned."""
+        path, key, port = self._board_path(ln), (ln.src, ln.transport), self.port(ln.src)
+        if ln.transport != "ipc" or not self.device_slots:
+            board = _board.LinkBoard.create(path, depth=self.depth, nbytes=ln.nbytes, data=True, since=since)
+            try:
+                self._senders[key] = _hostlink.BoardSender(engine, port, board)
+            except BaseException:
+                board.close(unlink=True)
+                raise
+            return board
+        sender = self._senders[key] = _links.IpcSender(engine, port, ln.nbytes, self.depth)
         return _board.LinkBoard.create(path, depth=self.depth, nbytes=ln.nbytes, data=False, since=since,
                                        handles=sender.handles())
 
@@ -314,49 +332,39 @@ class FragmentHost:
         assert self.fragment is not None
         t0 = time.perf_counter()
         waited = 0.0
+        copied: list[_board.LinkBoard] = []  # boards whose slots this frame copied from: checked after it
         for ln in self.fragment.imports:
-            if ln.transport == "ipc":
+            receiver = self._receivers[ln.dst]
+            if ln.via == "board":
                 w0 = time.perf_counter()
-                status = self._readers[ln.dst].wait(index, self.link_timeout)
+                reader = self._readers[ln.dst]
+                status = reader.wait(index, self.link_timeout)
                 waited += time.perf_counter() - w0
                 if status != _board.READY:
                     self._missed(ln, index, status)
                     continue
-                self._receive_board(engine, ln, index)
+                receiver.receive(reader, index)
+                if isinstance(receiver, _hostlink.BoardReceiver) and reader.board is not None:
+                    copied.append(reader.board)
             else:
                 data = incoming.get(ln.src)
                 if data is None:  # its producer skipped the frame (restarting): the input keeps its last value
                     continue
-                _links.host_receive(engine, self.port(ln.dst), data)
+                receiver.receive(data)
             self.received[ln.label] = self.received.get(ln.label, 0) + 1
         link_s = time.perf_counter() - t0 - waited
-        frame = engine.tick()
+        frame = engine.tick()  # waited for: the copies into its inputs, before its launch, are done too
         t0 = time.perf_counter()
-        out: dict[PortRef, object] = {}
-        for ln in self.fragment.exports:
-            if ln.transport == "ipc":
-                continue
-            if ln.src not in out:
-                out[ln.src] = _links.host_send(engine, self.port(ln.src))
-        for src, board in self._boards.items():
-            if not self.device_slots:
-                board.put(index, engine.read(self.port(src)))
-            else:
-                board.publish(index, self._senders[src].send(index))
+        for board in copied:
+            board.check(index)
+        out: dict[PortRef, object] = {src: s.send(index) for src, s in self._stores.items()}
+        for key, board in self._boards.items():
+            board.publish(index, self._senders[key].send(index))
         if self.fragment.imports or self.fragment.exports:
             self._link_us.append((link_s + time.perf_counter() - t0) * 1e6)
         seen = {ref: engine.read(self.port(ref)) for ref, every in observed.items() if index % every == 0}
         diags, self._diagnostics = tuple(self._diagnostics), []
         return out, StepReport(self.name, index, frame, seen, diags, self.pid)
-
-    def _receive_board(self, engine: Engine, ln: RemoteLink, index: int) -> None:
-        """An ipc link's frame, published on its board: the slot's bytes into the input (null driver), or the
-        consumer's stream made to wait for the slot's event and copy it (CUDA IPC)."""
-        reader = self._readers[ln.dst]
-        if not self.device_slots:
-            _links.bytes_receive(engine, self.port(ln.dst), reader.read(index))
-            return
-        self._receivers[ln.dst].receive(reader, index)
 
     def _missed(self, ln: RemoteLink, index: int, status: str) -> None:
         """An ipc link's producer did not deliver frame ``index``: the input keeps its last value."""
@@ -533,11 +541,14 @@ class FragmentHost:
             r.close()
         for reader in self._readers.values():
             reader.close()
+        pinned = [s for s in self._senders.values() if isinstance(s, _hostlink.BoardSender)]
+        for s in pinned:  # unpinned before its board is unmapped
+            s.close()
         for board in self._boards.values():
             board.close(unlink=True)  # retired first: a consumer holding it looks for the next one
-        for s in self._senders.values():
-            s.close()
-        self._receivers, self._senders, self._readers, self._boards = {}, {}, {}, {}
+        for rest in [*(s for s in self._senders.values() if s not in pinned), *self._stores.values()]:
+            rest.close()
+        self._receivers, self._senders, self._readers, self._boards, self._stores = {}, {}, {}, {}, {}
         engine.close()
         self.engine = None
 

@@ -114,6 +114,29 @@ def test_transport_auto_is_ipc_between_gpu_workers_of_one_host_and_host_otherwis
                  transports=asked).links[0].transport == "host"
 
 
+def test_each_link_says_where_its_ends_meet_and_why_its_transport_was_chosen(chain):
+    engine, first, second, third = chain
+    gpus = check_workers({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)})
+    nulls = check_workers({"a": Worker(null=True), "b": Worker(null=True)})
+    placement = {first.id: "a", second.id: "b", third.id: "b"}
+    asked = {(PortRef(first.id, "out"), PortRef(second.id, "x")): "host"}
+
+    def link(workers, nodes, **kw):
+        ln = split(engine.describe(), placement, workers, nodes=nodes, **kw).links[0]
+        return ln.transport, ln.via, ln.why
+
+    one, two = {"a": "n1", "b": "n1"}, {"a": "n1", "b": "n2"}
+    assert link(gpus, one) == ("ipc", "board", "both workers on GPUs of one host: CUDA IPC")
+    assert link(gpus, one, transports=asked) == (
+        "host", "board", "asked for; one host: through a shared-memory board, pinned, no Ray call")
+    assert link(nulls, one)[:2] == ("host", "board") and link(nulls, one)[2].startswith("a worker runs the null")
+    assert link(nulls, two)[:2] == ("host", "store")
+    transport, via, why = link(gpus, two)
+    assert (transport, via) == ("host", "store") and "Ray offers no GPU transport between actors here" in why
+    _, _, why = link(gpus, two, offered=("NCCL", "GLOO"))
+    assert "Ray offers NCCL between GPU actors (Ray Direct Transport); rxcuda does not carry links over it yet" in why
+
+
 @pytest.mark.parametrize("workers, nodes, match", [
     ({"a": Worker(null=True), "b": Worker(num_gpus=1)}, {"a": "n", "b": "n"},
      r"first.out -> second.x: CUDA IPC needs both workers on a GPU, and one runs the null driver; use "

@@ -55,8 +55,8 @@ def drivers(monkeypatch):
     return made
 
 
-def _pipeline(gpus: bool, transport: str = "auto"):
-    """first (worker a) -> second (worker b), as a model engine describes it, cut in two."""
+def _pipeline(gpus: bool, transport: str = "auto", hosts: tuple[str, str] = ("n1", "n1")):
+    """first (worker a) -> second (worker b) on Ray nodes ``hosts``, as a model engine describes it, cut in two."""
     model = rxcuda.Engine(driver=NullDriver())
     first = model.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"))
     second = model.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"))
@@ -65,7 +65,7 @@ def _pipeline(gpus: bool, transport: str = "auto"):
     second.params["scale"].value = 5.0
     spec = Worker(num_gpus=0.5) if gpus else Worker(null=True)
     s = split(model.describe(), {first.id: "a", second.id: "b"}, check_workers({"a": spec, "b": spec}),
-              nodes={"a": "n1", "b": "n1"},
+              nodes=dict(zip("ab", hosts, strict=True)),
               transports={(PortRef(first.id, "out"), PortRef(second.id, "x")): transport})
     model.close()
     return s, first, second
@@ -84,7 +84,7 @@ def test_a_worker_builds_its_fragment_with_the_values_and_the_last_writes(driver
 
 
 def test_a_step_applies_parameters_as_a_hot_update_and_writes_before_its_tick(drivers):
-    s, first, _second = _pipeline(gpus=False)
+    s, first, _second = _pipeline(gpus=False, hosts=("n1", "n2"))  # a link through the object store: out carries it
     host = FragmentHost("a", null=True)
     host.build(s.fragments["a"], {})
     host.step(1, {}, {}, {})
@@ -93,7 +93,7 @@ def test_a_step_applies_parameters_as_a_hot_update_and_writes_before_its_tick(dr
     assert report.frame.tiers == (rxcuda.Tier.PARAMETERS,)
     assert host.blocks[first.id].params["scale"].value == 7.5
     assert y.tobytes() in drivers[-1].uploads
-    assert set(out) == {PortRef(first.id, "out")} and out[PortRef(first.id, "out")].shape == (N,)
+    assert set(out) == {PortRef(first.id, "out")} and out[PortRef(first.id, "out")].nbytes == N * 4
     assert report.observed[PortRef(first.id, "out")].dtype == np.float32
     host.close()
 
@@ -109,22 +109,79 @@ def test_a_refused_parameter_is_a_diagnostic_and_the_frame_goes_on(drivers):
     host.close()
 
 
-def test_a_host_link_carries_the_producers_array_into_the_consumers_input(drivers):
-    s, first, second = _pipeline(gpus=False)
-    a, b = FragmentHost("a", null=True), FragmentHost("b", null=True)
+def test_a_host_link_across_hosts_hands_ray_a_pinned_slot_and_copies_it_into_the_consumers_input(drivers):
+    s, first, second = _pipeline(gpus=False, hosts=("n1", "n2"))
+    (link,) = s.links
+    assert (link.transport, link.via) == ("host", "store") and "object store" in link.why
+    a, b = FragmentHost("a", null=True, depth=3), FragmentHost("b", null=True, depth=3)
     a.build(s.fragments["a"], {})
     b.build(s.fragments["b"], {})
-    out, _ = a.step(1, {}, {}, {})
-    assert isinstance(out[PortRef(first.id, "out")], np.ndarray)
-    sent = np.random.default_rng(3).random(N, dtype=np.float32)  # what a GPU would have computed
-    _, report = b.step(1, {}, {}, {}, {PortRef(first.id, "out"): sent})
-    assert sent.tobytes() in drivers[-1].uploads
-    assert b.stats()["received"] == {"first.out -> second.x": 1}
-    assert report.frame.launched
+    api_a = a.engine.device.api
+    assert api_a.count("cuMemHostAlloc") >= 3  # the ring: pinned once, at build
+    rng = np.random.default_rng(3)
+    for index in (1, 2, 3, 4):
+        x = rng.standard_normal(N).astype(np.float32)  # what the producer's GPU computed this frame
+        api_a.device_bytes = x.tobytes()
+        mark = len(api_a.calls)
+        out, _ = a.step(index, {}, {}, {})
+        sent = out[PortRef(first.id, "out")]
+        # the frame's bytes in pinned memory (no readback through engine.read, no pickling): what Ray stores
+        assert sent.dtype == np.uint8 and sent.tobytes() == x.tobytes()
+        assert api_a.since(mark).count("cuMemcpyDtoHAsync") == 1 and "cuEventSynchronize" in api_a.since(mark)
+        mark_b = len(drivers[-1].calls)
+        _, report = b.step(index, {}, {}, {}, {PortRef(first.id, "out"): sent.copy()})
+        calls = drivers[-1].since(mark_b)
+        assert calls.index("cuMemcpyHtoDAsync") < calls.index("cuGraphLaunch")  # in before the frame's launch
+        assert drivers[-1].uploads[-1] == x.tobytes() and report.frame.launched
+    assert b.stats()["received"] == {"first.out -> second.x": 4}
     # a producer that skipped the frame (restarting) sends nothing: the input keeps its value, the frame runs
-    _, report = b.step(2, {}, {}, {}, None)
-    assert report.frame.launched and b.stats()["received"] == {"first.out -> second.x": 1}
-    a.close(), b.close()
+    _, report = b.step(5, {}, {}, {}, None)
+    assert report.frame.launched and b.stats()["received"] == {"first.out -> second.x": 4}
+    b.close(), a.close()
+    assert api_a.leaks() == {} and drivers[-1].leaks() == {}
+
+
+def test_a_host_link_on_one_host_copies_through_its_pinned_board_in_order_and_exact(drivers):
+    s, first, second = _pipeline(gpus=True, transport="host")  # GPU workers of one host, host asked for
+    (link,) = s.links
+    assert (link.transport, link.via) == ("host", "board") and "shared-memory board" in link.why
+    a, b = _hosts(s, device_slots=True)
+    api_a, api_b = a.engine.device.api, b.engine.device.api
+    assert api_a.count("cuMemHostRegister") == 1 and api_a.count("cuIpcGetMemHandle") == 0  # the board, pinned
+    rng = np.random.default_rng(11)
+    for index in range(1, 9):
+        x = rng.standard_normal(N).astype(np.float32)
+        api_a.device_bytes = x.tobytes()
+        if index % 2:  # the consumer asks first and waits on the board; or the producer is a frame ahead
+            join = _step_in_thread(b, index)
+            out, _ = a.step(index, {}, {}, {})
+            join()
+        else:
+            out, _ = a.step(index, {}, {}, {})
+            b.step(index, {}, {}, {})
+        assert out == {}  # nothing through Ray
+        assert api_b.uploads[-1] == x.tobytes()  # the bytes exact, the frames in order
+    assert api_b.count("cuMemHostRegister") == 1  # the consumer pinned its mapping once
+    assert b.stats()["received"] == {"first.out -> second.x": 8} and b.stats()["waited"] >= 1
+    b.close(), a.close()
+    assert api_a.leaks() == {} and api_b.leaks() == {}  # unpinned, events released
+
+
+def test_a_host_board_slot_written_again_before_its_copy_finished_is_an_error_never_a_stale_frame(drivers):
+    s, first, second = _pipeline(gpus=False, transport="host")
+    a, b = _hosts(s, device_slots=False, depth=2)
+    a.step(1, {}, {}, {})
+    tick = b.engine.tick
+
+    def racing_tick(*args, **kw):  # while the consumer's frame (and its copy out of slot 1) runs, the producer
+        a.step(2, {}, {}, {})      # runs two frames ahead: more than the link's slots (the driver's bound prevents
+        a.step(3, {}, {}, {})      # it), so frame 3 lands in slot 1
+        return tick(*args, **kw)
+
+    b.engine.tick = racing_tick
+    with pytest.raises(RuntimeError, match=r"slot 1 was written again \(frame 3\) while frame 1 was copied"):
+        b.step(1, {}, {}, {})
+    b.close(), a.close()
 
 
 def _hosts(s, *, device_slots: bool, depth: int = 3):
