@@ -39,12 +39,12 @@ from ..model._events import ParameterChanged
 from ..plan._plan import plan
 from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
-from . import _board, _placement, _procs, _sharing
+from . import _board, _mps, _placement, _procs, _sharing
 from ._faults import Restarts
 from ._ray import backend_module, direct_transports
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
-from ._stepping import SKIPPED, STEPPINGS, ClockSteps, WorkerGone
-from ._worker import FragmentHost
+from ._stepping import SKIPPED, ClockSteps, WorkerGone, check_options
+from ._worker import FragmentHost, _zeros
 
 _EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
 
@@ -76,22 +76,22 @@ class Engine(Restarts, ClockSteps):
     always by Ray calls. ``standby``: keep a standby actor on the driver's host (one per worker spec and GPU, its
     engine made beforehand) that takes a dead worker over at once, instead of waiting for Ray to restart it.
     ``backend``: ``"ray"``, or ``"process"`` (workers are child processes of this one with standbys of their own,
-    on this host and without Ray: what :class:`IsolatedEngine` runs on).
+    on this host and without Ray: what :class:`IsolatedEngine` runs on). ``share_gpu``: ``"mps"`` starts a private
+    NVIDIA MPS daemon for the workers on this host (``_mps``), so that workers sharing a GPU run at once instead of
+    taking turns; ``"off"`` (the default) starts none.
     """
 
     def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2,
-                 start_timeout: float = 120.0, stepping: str = "auto", standby: bool = True, backend: str = "ray"):
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-            raise ValueError(f"'max_in_flight' must be a positive int (got {max_in_flight!r})")
-        if isinstance(start_timeout, bool) or not isinstance(start_timeout, int | float) or start_timeout <= 0:
-            raise ValueError(f"'start_timeout' must be a positive number of seconds (got {start_timeout!r})")
-        if stepping not in STEPPINGS:
-            raise ValueError(f"'stepping' must be one of {', '.join(STEPPINGS)} (got {stepping!r})")
+                 start_timeout: float = 120.0, stepping: str = "auto", standby: bool = True, backend: str = "ray",
+                 share_gpu: str = "off"):
+        check_options(max_in_flight, start_timeout, stepping, _mps.check_share_gpu(share_gpu))
         self._start_timeout = float(start_timeout)
         self._stepping = stepping
         self._workers = _placement.check_workers(workers)
         ray = self._ray = backend_module(backend)
         self._backend = backend
+        self._mps = _mps.start_for(share_gpu, self._workers)  # a private MPS daemon, before any worker starts
+        self._worker_env = self._mps.env if self._mps is not None else {}  # what every worker process gets
         self._owns_ray = False
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False)
@@ -139,7 +139,8 @@ class Engine(Restarts, ClockSteps):
 
     def _actor_options(self, name: str, w: _placement.Worker) -> dict:
         """The options worker ``name``'s actor is started with (Ray's, or a child process's: see _procs)."""
-        return {**w.ray_options(), "name": None} if self._backend == "ray" else _procs.options(name, w.ray_options())
+        opts = {**w.ray_options(), "name": None} if self._backend == "ray" else _procs.options(name, w.ray_options())
+        return _mps.with_env(opts, self._worker_env, self._backend)
 
     def _start_actors(self, ray) -> None:
         remote = ray.remote(FragmentHost)
@@ -298,10 +299,7 @@ class Engine(Restarts, ClockSteps):
     def feed(self, port: PortHandle, source: Observable):
         """Stream arrays into an input on its worker: each frame carries the newest one (coalesced here)."""
         self._check_open()
-        spec = port.spec
-        from ..model import _dtypes
-
-        self.write(port, np.zeros(spec.shape, _dtypes.to_numpy(spec.dtype) if spec.dtype else np.uint8))
+        self.write(port, _zeros(port))
 
         def on_next(arr) -> None:
             try:
@@ -620,6 +618,8 @@ class Engine(Restarts, ClockSteps):
                 ray.kill(a, no_restart=True)
         self._actors = {}
         self._end_standbys()
+        if self._mps is not None:  # its clients gone: the private MPS daemon quits
+            self._mps.stop()
         _board.remove_boards(self._session)  # those a killed worker on this host left
         for s in self._subs:
             s.dispose()

@@ -21,6 +21,16 @@ START_TIMEOUT_S = 60.0  # how long a worker may take to start its clock
 DEAD_CHECK_S = 0.02  # while waiting for Ray steps, the driver checks its host's workers' processes this often
 
 
+def check_options(max_in_flight, start_timeout, stepping, _share_gpu) -> None:
+    """The distributed engine's options checked before anything starts (``share_gpu`` by ``_mps``)."""
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+        raise ValueError(f"'max_in_flight' must be a positive int (got {max_in_flight!r})")
+    if isinstance(start_timeout, bool) or not isinstance(start_timeout, int | float) or start_timeout <= 0:
+        raise ValueError(f"'start_timeout' must be a positive number of seconds (got {start_timeout!r})")
+    if stepping not in STEPPINGS:
+        raise ValueError(f"'stepping' must be one of {', '.join(STEPPINGS)} (got {stepping!r})")
+
+
 class WorkerGone(RuntimeError):
     """A worker's process ended while the driver waited for its frame (its clock's pipe hung up, or its process
     on this host is gone)."""
