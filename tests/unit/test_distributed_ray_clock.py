@@ -89,13 +89,23 @@ def test_a_slow_worker_holds_back_the_clocked_frames(dist):
     assert most <= engine.max_in_flight
 
 
-def test_a_host_link_or_stepping_ray_steps_by_ray_calls():
-    engine, first, second = _linked("host")
+def test_a_host_link_on_one_host_steps_through_clocks_and_stepping_ray_by_ray_calls():
+    engine, first, second = _linked("host")  # one host: the link meets on a shared-memory board, no Ray call
+    try:
+        assert engine.describe().stepping == {"a": "clock", "b": "clock"}
+        assert engine.describe().transports(why=True) == {
+            "first.out -> second.x": "host: asked for; one host: through a shared-memory board, pinned, no Ray call"}
+        for _ in range(3):
+            assert engine.tick().complete
+        assert ray.get(engine.actor("b").stats.remote())["received"] == {"first.out -> second.x": 3}
+    finally:
+        engine.close()
+    engine, first, second = _linked("host", stepping="ray")
     try:
         assert engine.describe().stepping == {"a": "ray", "b": "ray"}
         assert engine.tick().complete
         assert ray.get(engine.actor("a").stats.remote())["clock_frames"] == 0
-        assert not _mine(engine)  # no pipe made
+        assert not [n for n in _mine(engine) if stat.S_ISFIFO(os.stat(os.path.join(board_dir(), n)).st_mode)]
     finally:
         engine.close()
     with pytest.raises(ValueError, match=r"'stepping' must be one of auto, ray \(got 'pipes'\)"):
