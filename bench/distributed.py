@@ -28,6 +28,16 @@ Without a GPU everything runs on the null driver (the table says so): Ray's and 
 The title says whether NVIDIA's Multi-Process Service serves the GPU: two workers on one GPU run at once under
 MPS and take turns without it (start it with ``nvidia-cuda-mps-control -d`` to compare; docs/distributed.md).
 Last, a clock's round trip alone: a record to another process and its answer back through the pipes.
+
+Then the links at several sizes (``--sizes``, KiB; 64 KiB, 1 MiB, 4 MiB, 16 MiB by default), every result checked
+against NumPy on random inputs (on a GPU):
+- the ``host`` link on one host (the link's board, pinned in place in both processes: two DMA copies, no Ray call):
+  what it adds a frame over one worker holding both blocks, its bytes over that time (GB/s), and the growth per byte
+  between sizes (GB/s: target >= 5; and <= 1 ms added for 4 MiB);
+- the same over Ray's object store: two Ray nodes started on this machine (``ray.cluster_utils.Cluster``, each
+  declaring the one GPU), a worker on each, so the link crosses "hosts" (``--no-store`` leaves it out);
+- the ``ipc`` link with ``Engine(share_gpu="off")`` and ``"mps"`` (a private MPS daemon for the workers; a GPU
+  only): one worker, two workers not connected, two workers linked, at ``--mib``.
 """
 
 from __future__ import annotations
@@ -69,6 +79,8 @@ def main() -> None:
     ap.add_argument("--mib", type=float, default=4.0, help="size of the connection's buffer")
     ap.add_argument("--stepping", choices=("auto", "ray"), default="auto",
                     help="auto: same-host workers stepped through their clocks; ray: a Ray call per worker and frame")
+    ap.add_argument("--sizes", default="64,1024,4096,16384", help="link sizes to sweep, KiB, comma-separated")
+    ap.add_argument("--no-store", action="store_true", help="leave out the two-node object-store sweep")
     args = ap.parse_args()
     try:
         import ray
@@ -142,6 +154,10 @@ def main() -> None:
                 sub.dispose()
                 spec_fps[label] = count[0] / 2.0
 
+        sizes = [int(s) << 10 for s in args.sizes.split(",")]
+        sweep = {"host, one host (board)": _sweep(ray, Engine, rxcuda, np, gpu, spec, {}, sizes, args.frames)}
+        shared = _share_gpu_rows(DistEngine, rxcuda, np, n, args, spec) if gpu else []
+
         deaths = []
         for standby in (True, False):
             respec = Worker(**{**{k: getattr(spec, k) for k in ("num_gpus", "num_cpus", "null")}, "max_restarts": 20})
@@ -152,6 +168,8 @@ def main() -> None:
                     deaths.append((how, standby, _death(ray, dist, how)))
     finally:
         ray.shutdown()
+    if not args.no_store:
+        sweep["host, two Ray nodes (object store)"] = _two_nodes(ray, Engine, rxcuda, np, gpu, sizes, args.frames)
 
     print(f"\nbench/distributed.py — per-frame time with sync, median of {args.frames} frames ({name}, "
           f"{args.mib:g} MiB connection)\n")
@@ -177,6 +195,14 @@ def main() -> None:
         print("  ".join(cells))
     print(f"a clock's round trip (a record to another process and its answer, through named pipes): {clock_us:.1f} us; "
           f"frames stepped by {'clocks on one host' if args.stepping == 'auto' else 'Ray calls (--stepping ray)'}")
+    _print_sweep(sweep, gpu)
+    if shared:
+        print(f"\nthe ipc link ({args.mib:g} MiB) with the workers' GPU shared, us / frame (results checked against "
+              "NumPy):")
+        print(f"{'share_gpu':<10} {'one worker':>11} {'two, not linked':>16} {'two, ipc link':>14} "
+              f"{'link adds':>10}  MPS")
+        for mode, one, apart, linked, mps in shared:
+            print(f"{mode:<10} {one:>11.1f} {apart:>16.1f} {linked:>14.1f} {linked - one:>10.1f}  {mps}")
 
 
 DEATHS = ("ray.kill", "kill", "exit", "segfault")  # ray.kill (the docs' drill), SIGKILL, os._exit, a segfault
@@ -261,6 +287,104 @@ def _clock_round_trip(ray, frames: int) -> float:
         clock.close()
         ray.kill(actor)
 
+
+
+def _checked(dist, np, gpu: bool, x, out) -> str:
+    """Compare the pipeline's output with NumPy's (first scales by 1.5, second by 0.5) on a GPU; says what it did."""
+    if not gpu:
+        return "not checked (null driver)"
+    np.testing.assert_allclose(dist.read(out), x * np.float32(0.75), rtol=1e-6)
+    return "matches NumPy"
+
+
+def _sweep(ray, Engine, rxcuda, np, gpu, spec, where: dict, sizes, frames) -> list[tuple]:  # noqa: N803
+    """Per size: (bytes, one worker us, two workers over a host link us, the link's transport why, check). ``where``:
+    worker -> Worker spec overrides (the two-node run pins a and b to nodes)."""
+    rows = []
+    for nbytes in sizes:
+        n = nbytes // 4
+        per = {}
+        for label, placed in (("one", ("a", "a")), ("two", ("a", "b"))):
+            with Engine({"a": where.get("a", spec), "b": where.get("b", spec)}) as dist:
+                first, second = _pipeline(dist, rxcuda, np, n, placed, "host")
+                x = np.random.default_rng(nbytes).standard_normal(n).astype(np.float32)
+                dist.write(first["x"], x)
+                per[label] = _median_us(dist.tick, frames)
+                if label == "two":
+                    (link,) = dist.describe().links
+                    why = f"{link.transport} via {link.via}"
+                    check = _checked(dist, np, gpu, x, second["out"])
+        rows.append((nbytes, per["one"], per["two"], why, check))
+    return rows
+
+
+def _two_nodes(ray, Engine, rxcuda, np, gpu, sizes, frames) -> list[tuple]:  # noqa: N803
+    """:func:`_sweep` over two Ray nodes on this machine (each declaring the one GPU), a worker on each: the link
+    goes through Ray's object store."""
+    from ray.cluster_utils import Cluster
+
+    from rxcuda.distributed import Worker
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 1 if gpu else 0})
+    cluster.add_node(num_cpus=4, num_gpus=1 if gpu else 0)
+    try:
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        cluster.wait_for_nodes()
+        head = ray.get_runtime_context().get_node_id()
+        other = next(nd["NodeID"] for nd in ray.nodes() if nd["Alive"] and nd["NodeID"] != head)
+        kind = {"num_gpus": 0.5} if gpu else {"null": True}
+        where = {"a": Worker(node=head, **kind), "b": Worker(node=other, **kind)}
+        return _sweep(ray, Engine, rxcuda, np, gpu, where["a"], where, sizes, frames)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def _print_sweep(sweep: dict, gpu: bool) -> None:
+    for what, rows in sweep.items():
+        print(f"\n{what}: what the link adds a frame over one worker holding both blocks (median us), results "
+              f"{rows[0][4] if rows else ''}")
+        print(f"{'bytes':>10} {'one worker':>11} {'two, linked':>12} {'link adds':>10} {'GB/s':>7} "
+              f"{'growth GB/s':>12}  transport")
+        last = None
+        for nbytes, one, two, why, _check in rows:
+            added = two - one
+            rate = nbytes / added / 1e3 if added > 0 else float("inf")
+            growth = ((nbytes - last[0]) / ((added - last[1]) * 1e3) if last and added > last[1] else float("nan"))
+            print(f"{nbytes:>10} {one:>11.1f} {two:>12.1f} {added:>10.1f} {rate:>7.2f} {growth:>12.2f}  {why}")
+            last = (nbytes, added)
+        if gpu and rows:
+            four = [r for r in rows if r[0] == 4 << 20]
+            if four:
+                print(f"  4 MiB adds {four[0][2] - four[0][1]:.1f} us a frame (target <= 1000 us on one host)")
+
+
+def _share_gpu_rows(DistEngine, rxcuda, np, n: int, args, spec) -> list[tuple]:  # noqa: N803
+    """(share_gpu, one worker us, two workers not connected us, two workers over an ipc link us, whether MPS served
+    the workers' GPU) with ``share_gpu`` off and "mps"; the linked result checked against NumPy."""
+    rows = []
+    for mode in ("off", "mps"):
+        def Engine(workers, mode=mode):  # noqa: N802
+            return DistEngine(workers, stepping=args.stepping, standby=False, share_gpu=mode)
+
+        with Engine({"a": spec}) as dist:
+            _pipeline(dist, rxcuda, np, n, ("a", "a"))
+            one = _median_us(dist.tick, args.frames)
+        with Engine({"a": spec, "b": spec}) as dist:
+            for block, w, scale in (("first", "a", 1.5), ("second", "b", 0.5)):
+                blk = dist.add(rxcuda.Block.from_kernel(KERNEL, size=n, name=block, scale=scale), on=w)
+                dist.write(blk["x"], np.random.default_rng().standard_normal(n).astype(np.float32))
+            apart = _median_us(dist.tick, args.frames)
+        with Engine({"a": spec, "b": spec}) as dist:
+            first, second = _pipeline(dist, rxcuda, np, n, ("a", "b"), "ipc")
+            x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+            dist.write(first["x"], x)
+            linked = _median_us(dist.tick, args.frames)
+            _checked(dist, np, True, x, second["out"])
+            dist.tick()
+            mps = "on" if dist.where("a").get("mps") else "off"
+        rows.append((mode, one, apart, linked, mps))
+    return rows
 
 if __name__ == "__main__":
     main()
