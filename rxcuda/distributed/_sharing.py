@@ -46,6 +46,7 @@ def advice(node, gpu: str, workers: tuple[str, ...]) -> str:
     """The warning for workers sharing one GPU without MPS."""
     return (f"workers {', '.join(repr(w) for w in workers)} share one GPU ({gpu[:8]}… on node {node}) without "
             "NVIDIA's Multi-Process Service: their contexts take turns on the GPU, and each frame waits for the "
-            "others' time slices (on an H200, two workers took ~5x one worker's frame time). Start MPS on that "
-            "host before Ray starts its workers (nvidia-cuda-mps-control -d; see docs/distributed.md, 'Several "
-            "workers on one GPU'), or give each worker a GPU of its own")
+            "others' time slices (on an H200, two workers took ~5x one worker's frame time). Pass "
+            "Engine(..., share_gpu='mps') for a private MPS daemon on the driver's host, or start MPS on that host "
+            "before Ray starts its workers (nvidia-cuda-mps-control -d; see docs/distributed.md, 'Several workers "
+            "on one GPU'), or give each worker a GPU of its own")
