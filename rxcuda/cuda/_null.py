@@ -283,8 +283,11 @@ class NullDriver:
 
     def cuMemHostRegister(self, ptr, nbytes, flags):
         """Host memory pinned in place (nothing to do here: the bytes stay where they are)."""
-        self.live.setdefault("registered", set()).add(int(ptr))
-        return self._call("cuMemHostRegister", (int(ptr), int(nbytes), flags))
+        def pin():
+            self.live.setdefault("registered", set()).add(int(ptr))
+            return ()
+
+        return self._call("cuMemHostRegister", (int(ptr), int(nbytes), flags), pin)
 
     def cuMemHostUnregister(self, ptr):
         self._drop("registered", ptr)

@@ -62,6 +62,7 @@ class BoardSender(_End):
 
     def close(self) -> None:
         """Release the event and unpin the board (before it is unmapped)."""
+        self._device.make_current()
         if self._event is not None:
             destroy_event(self._event, api=self._api)
             self._event = None

@@ -400,12 +400,16 @@ class FragmentHost:
         """What the worker has done: frames, rebuilds, frames each link brought in and each skipped, how many of
         its ipc inputs' frames were not published yet when its step asked (``waited``: its producer's step ran
         alongside), the median host time a frame spends in the ends of its links besides such waits (``link_us``,
-        the last 1000 frames), the frames its current clock stepped (``clock_frames``), its process."""
+        the last 1000 frames), the frames its current clock stepped (``clock_frames``), its process, and whether the
+        boards its ``host`` links copy into and out of are pinned here (``pinned``: False where the driver refused,
+        and its copies are staged)."""
         e = self._engine()
+        ends = [*self._senders.values(), *self._receivers.values()]
         return {"frame": e.frame, "rebuilds": e.rebuilds, "pid": self.pid, "received": dict(self.received),
                 "skipped": dict(self.skipped), "waited": sum(r.waited for r in self._readers.values()),
                 "link_us": statistics.median(self._link_us) if self._link_us else None,
                 "clock_frames": self._clock.frames if self._clock is not None else 0,
+                "pinned": [end.pinned for end in ends if hasattr(end, "pinned")],
                 "state": e.last_frame.state if e.last_frame else "not built"}
 
     def throttle(self, seconds: float) -> None:

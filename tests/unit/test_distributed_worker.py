@@ -162,9 +162,27 @@ def test_a_host_link_on_one_host_copies_through_its_pinned_board_in_order_and_ex
         assert out == {}  # nothing through Ray
         assert api_b.uploads[-1] == x.tobytes()  # the bytes exact, the frames in order
     assert api_b.count("cuMemHostRegister") == 1  # the consumer pinned its mapping once
+    assert a.stats()["pinned"] == [True] and b.stats()["pinned"] == [True]
     assert b.stats()["received"] == {"first.out -> second.x": 8} and b.stats()["waited"] >= 1
     b.close(), a.close()
     assert api_a.leaks() == {} and api_b.leaks() == {}  # unpinned, events released
+
+
+def test_a_board_the_driver_refuses_to_pin_still_carries_every_frame_exactly(drivers):
+    s, first, second = _pipeline(gpus=False, transport="host")
+    a, b = _hosts(s, device_slots=False)
+    api_a, api_b = a.engine.device.api, b.engine.device.api
+    api_b.fail("cuMemHostRegister", "CUDA_ERROR_NOT_SUPPORTED")  # the consumer's pinning of the board refused
+    rng = np.random.default_rng(12)
+    for index in (1, 2, 3):
+        x = rng.standard_normal(N).astype(np.float32)
+        api_a.device_bytes = x.tobytes()
+        a.step(index, {}, {}, {})
+        b.step(index, {}, {}, {})
+        assert api_b.uploads[-1] == x.tobytes()  # copied from pageable memory: staged by the driver, still exact
+    assert b.stats()["pinned"] == [False] and a.stats()["pinned"] == [True]
+    b.close(), a.close()
+    assert api_b.count("cuMemHostUnregister") == 0 and api_a.leaks() == {} and api_b.leaks() == {}
 
 
 def test_a_host_board_slot_written_again_before_its_copy_finished_is_an_error_never_a_stale_frame(drivers):
