@@ -91,7 +91,7 @@ class Engine(Restarts, ClockSteps):
         ray = self._ray = backend_module(backend)
         self._backend = backend
         self._mps = _mps.start_for(share_gpu, self._workers)  # a private MPS daemon, before any worker starts
-        self._worker_env = self._mps.env if self._mps is not None else {}  # what every worker process gets
+        self._worker_env = self._mps.env if self._mps is not None else {}  # set in every worker process
         self._owns_ray = False
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False)
@@ -139,8 +139,7 @@ class Engine(Restarts, ClockSteps):
 
     def _actor_options(self, name: str, w: _placement.Worker) -> dict:
         """The options worker ``name``'s actor is started with (Ray's, or a child process's: see _procs)."""
-        opts = {**w.ray_options(), "name": None} if self._backend == "ray" else _procs.options(name, w.ray_options())
-        return _mps.with_env(opts, self._worker_env, self._backend)
+        return {**w.ray_options(), "name": None} if self._backend == "ray" else _procs.options(name, w.ray_options())
 
     def _start_actors(self, ray) -> None:
         remote = ray.remote(FragmentHost)
@@ -152,7 +151,7 @@ class Engine(Restarts, ClockSteps):
 
                 opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
             self._actors[name] = remote.options(**opts).remote(name, w.null, self.max_in_flight + 1,
-                                                                        self._session)
+                                                                        self._session, env=self._worker_env)
         refs = {a.where.remote(): name for name, a in self._actors.items()}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self._start_timeout)
         if pending:

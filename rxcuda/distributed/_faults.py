@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ..engine._engine import Diagnostic
-from . import _mps, _placement
+from . import _placement
 from ._placement import Split
 from ._ray import names_actor as _names
 from ._worker import FragmentHost
@@ -137,10 +137,10 @@ class Restarts:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             # no CPU or GPU of Ray's asked: it waits idle, and takes over the GPU share of the worker it replaces
-            actor = ray.remote(FragmentHost).options(**_mps.with_env({
-                "num_cpus": 0, "num_gpus": 0, "max_restarts": spec.max_restarts, "max_task_retries": 0,
-                "scheduling_strategy": NodeAffinitySchedulingStrategy(str(self._driver_node), soft=False),
-            }, self._worker_env, "ray")).remote("standby", spec.null, self.max_in_flight + 1, self._session)
+            actor = ray.remote(FragmentHost).options(
+                num_cpus=0, num_gpus=0, max_restarts=spec.max_restarts, max_task_retries=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(str(self._driver_node), soft=False),
+            ).remote("standby", spec.null, self.max_in_flight + 1, self._session, env=self._worker_env)
             self._standbys[key] = (actor, actor.prewarm.remote(gpu))
 
     def _take_standby(self, w: str) -> tuple[Any, str | None] | None:

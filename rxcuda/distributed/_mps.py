@@ -4,8 +4,9 @@ Two workers on one GPU are two processes with a context each; without MPS the GP
 contexts, and each frame of one waits for the other's slice (``_sharing``). Under MPS their kernels and copies run
 at once. The engine starts ``nvidia-cuda-mps-control -d`` with a pipe and a log directory of its own (a new
 temporary folder: ``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_LOG_DIRECTORY``), before any worker; its workers on the
-driver's host start with those two variables, so their CUDA contexts are that daemon's clients (the MPS server
-starts with the first one); the engine's close ends the workers, then tells the daemon ``quit`` and removes the
+driver's host set those two variables before their first CUDA call (``FragmentHost(env=...)``: no Ray
+``runtime_env``, which needs Ray's agent), so their CUDA contexts are that daemon's clients (the MPS server starts
+with the first one); the engine's close ends the workers, then tells the daemon ``quit`` and removes the
 folder. Nothing else on the host uses that daemon, and an MPS the user started is left alone (a worker started
 under it keeps the user's variables: rxcuda starts no daemon then). Where ``nvidia-cuda-mps-control`` is missing or
 fails to start, a warning says so and the workers run without MPS.
@@ -108,15 +109,3 @@ def start_for(share_gpu: str, workers: Mapping, binary: str = BINARY) -> MpsDaem
         return None
     return daemon
 
-
-def with_env(opts: dict, env: Mapping[str, str], backend: str) -> dict:
-    """A worker's actor options with ``env`` added to its processes' environment (Ray: ``runtime_env``'s
-    ``env_vars``; child processes, ``_procs``: ``env``)."""
-    if not env:
-        return opts
-    key, inner = ("runtime_env", "env_vars") if backend == "ray" else (None, "env")
-    if key is None:
-        return {**opts, inner: {**(opts.get(inner) or {}), **env}}
-    runtime = dict(opts.get(key) or {})
-    runtime[inner] = {**runtime.get(inner, {}), **env}
-    return {**opts, key: runtime}

@@ -74,10 +74,13 @@ class FragmentHost:
     ``session``: names the boards of this distributed engine's ``ipc`` links (one per exported port, shared by
     producer and consumers on one host). ``device_slots``: whether an ``ipc`` link's slots are exported device
     memory (CUDA IPC; the default on a GPU) or the board's shared memory (the default on the null driver, which has
-    no memory to export; True there runs the CUDA IPC calls, recorded, with no bytes moving: tests)."""
+    no memory to export; True there runs the CUDA IPC calls, recorded, with no bytes moving: tests). ``env``:
+    variables set in this process before it makes a CUDA context (``Engine(share_gpu="mps")``'s)."""
 
     def __init__(self, name: str, null: bool, depth: int = 3, session: str | None = None,
-                 device_slots: bool | None = None):
+                 device_slots: bool | None = None, env: Mapping[str, str] | None = None):
+        if env and all(os.path.isdir(v) for v in env.values()):  # a private MPS daemon's folders (_mps): on its host
+            os.environ.update(env)  # before this process's first CUDA call, which connects to the daemon
         self.name = name
         self.null = null
         self.device_slots = not null if device_slots is None else device_slots
@@ -112,7 +115,8 @@ class FragmentHost:
 
     # -- where it runs -------------------------------------------------------------------------------------
     def where(self) -> dict:
-        """The worker's Ray node id, process id, and the GPUs Ray gave it (ids as Ray sees them)."""
+        """The worker's Ray node id, process id, the GPUs Ray gave it (ids as Ray sees them), and the MPS pipe folder
+        its CUDA contexts connect to (``mps_pipe``; None: no MPS set up for it)."""
         node, gpus = None, []
         try:
             import ray
@@ -123,7 +127,7 @@ class FragmentHost:
             node, gpus = ctx.get_node_id(), [str(g) for g in ray.get_gpu_ids()]
         except Exception:  # no Ray here, or no actor context
             node = os.environ.get("RXCUDA_WORKER_NODE")  # a child process of the driver's (_procs): its host
-        return {"node": node, "pid": self.pid, "gpus": gpus}
+        return {"node": node, "pid": self.pid, "gpus": gpus, "mps_pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY")}
 
     @_locked
     def trial(self, fragment: Fragment, writes: Mapping[PortRef, object]) -> dict:

@@ -5,6 +5,8 @@ their numbers checked against NumPy every frame."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -22,11 +24,18 @@ def nodes():
         pytest.skip("a Ray cluster runs already in this process; this module starts its own of two nodes")
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1})
-    cluster.add_node(num_cpus=1, num_gpus=1)
+    before = os.environ.get("RXCUDA_DEVICE")
+    os.environ["RXCUDA_DEVICE"] = "cpu"  # the nodes' processes, and so their workers, inherit it
     try:
-        ray.init(address=cluster.address, runtime_env={"env_vars": {"RXCUDA_DEVICE": "cpu"}},
-                 include_dashboard=False, log_to_driver=False)
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1})
+        cluster.add_node(num_cpus=1, num_gpus=1)
+    finally:
+        if before is None:
+            del os.environ["RXCUDA_DEVICE"]
+        else:
+            os.environ["RXCUDA_DEVICE"] = before
+    try:
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         cluster.wait_for_nodes()
         head = ray.get_runtime_context().get_node_id()
         other = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head)
