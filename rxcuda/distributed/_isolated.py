@@ -24,6 +24,7 @@ from reactivex import Observable
 from reactivex.disposable import Disposable
 
 from ..blocks._blocks import Block, PortHandle
+from ..blocks._composite import Composite
 from ..blocks._regions import Region
 from ..cuda._driver import probe
 from ..engine._engine import Diagnostic, Frame
@@ -147,10 +148,10 @@ class IsolatedEngine(_Distributed):
         return _procs.actor_of(self._actors[WORKER]).restarts
 
     def add(self, block: Block, *, on: str | None = None) -> Block:  # type: ignore[override]
-        """Add a block, or a region (``If``, ``While``, ...) with the blocks of its bodies, to the pipeline; it is
-        built in the GPU process before the next frame."""
-        if not isinstance(block, Region):
-            return super().add(block, on=on or WORKER)
+        """Add a block, a tensor program's block (``rxcuda.tensor.block``), or a region (``If``, ``While``, ...)
+        with the blocks of its bodies, to the pipeline; it is built in the GPU process before the next frame."""
+        if isinstance(block, Composite) or not isinstance(block, Block) or type(block) is Block:
+            return super().add(block, on=on or WORKER)  # (a composite is refused there)
         self._check_open()
         with self._lock:
             self._model.add(block)
@@ -161,7 +162,7 @@ class IsolatedEngine(_Distributed):
 
     def remove(self, block: Block) -> None:
         """Take a block (a region with the blocks of its bodies) out of the pipeline."""
-        members = _members(block) if isinstance(block, Region) else [block]
+        members = _members(block)
         super().remove(block)
         with self._lock:
             for b in members[1:]:
@@ -469,11 +470,11 @@ def _loops(blocks) -> str:
             "max_iterations, or fix the condition)")
 
 
-def _members(region: Region) -> list[Block]:
-    """A region, the blocks of its bodies, and theirs (nested regions)."""
-    out: list[Block] = [region]
-    for b in region.members:
-        out.extend(_members(b) if isinstance(b, Region) else [b])
+def _members(block: Block) -> list[Block]:
+    """A block; for a region, it, the blocks of its bodies, and theirs (nested regions)."""
+    out: list[Block] = [block]
+    for b in block.members if isinstance(block, Region) else ():
+        out.extend(_members(b))
     return out
 
 

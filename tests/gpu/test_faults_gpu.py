@@ -297,3 +297,38 @@ def test_a_library_call_handed_a_too_small_buffer_is_refused(session):
     engine.remove(small)
     engine.remove(mm)
     _exact(engine, good)
+
+
+def test_a_tensor_block_survives_a_fault_and_its_retrace_is_tried_first(session):
+    """A tensor program's block (a cuBLAS GEMM and a fused kernel) in the session: exact, rebuilt after a
+    neighbour's fault, and a retrace (new code) runs in the standby before the running graph takes it. (Tensor
+    programs check their shapes when traced: what they meet in a session is a fault beside them.)"""
+    import rxcuda.tensor as rt
+
+    engine, good, _ = session
+    m = 64
+    rng = np.random.default_rng()
+    x, w = (rng.standard_normal((m, m)).astype(np.float32) for _ in range(2))
+    layer = rt.block(lambda x, w, s: rt.maximum(x @ w, 0) * s, x=rt.input((m, m), "f32"), w=rt.input((m, m), "f32"),
+                     s=2.0)
+    blk = engine.add(layer)
+    engine.write(blk["x"], x)
+    engine.write(blk["w"], w)
+    assert engine.tick().state == "ok"
+    np.testing.assert_allclose(engine.read(blk["out"]).reshape(m, m), np.maximum(x @ w, 0) * 2, rtol=1e-4, atol=1e-4)
+    bad = engine.add(rxcuda.Block.from_cuda(_source(FAULTS["null pointer"]), size=N))
+    engine.write(bad["x"], np.ones(N, np.float32))
+    _fault_then_exact(session, bad)
+    layer.params["s"].value = -0.5
+    assert engine.tick().state == "ok"
+    np.testing.assert_allclose(engine.read(blk["out"]).reshape(m, m), np.maximum(x @ w, 0) * -0.5, rtol=1e-4,
+                               atol=1e-4)
+    _standby_ready(engine)
+    tried = len(engine.trial_s)
+    layer.retrace(lambda x, w, s: rt.maximum(x @ w, 0) * s + 1.0)
+    assert layer.last_change.startswith("code of"), layer.last_change
+    assert engine.tick().state == "ok" and len(engine.trial_s) == tried + 1
+    np.testing.assert_allclose(engine.read(blk["out"]).reshape(m, m), np.maximum(x @ w, 0) * -0.5 + 1, rtol=1e-4,
+                               atol=1e-4)
+    engine.remove(blk)
+    _exact(engine, good)
