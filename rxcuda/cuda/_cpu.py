@@ -559,10 +559,7 @@ def choose_driver(device: int | str, driver, several: bool = False) -> tuple[int
     the CPU device; with no driver given and no CUDA device on the machine, the CPU device too, said once in the
     log (not for ``several`` devices: the CPU device is one). A given driver, or a GPU ordinal on a machine with a
     GPU, is left as it is."""
-    import logging
-    import os
 
-    from ._driver import probe
 
     if isinstance(device, str):
         if device.lower() == "cpu":
@@ -572,9 +569,20 @@ def choose_driver(device: int | str, driver, several: bool = False) -> tuple[int
         raise ValueError(f"'device' must be a GPU ordinal (an int), 'cuda' or 'cpu' (got {device!r})")
     if driver is not None or several:
         return device, driver
+    return device, CpuDriver() if cpu_by_default() else driver
+
+
+def cpu_by_default() -> bool:
+    """Whether an engine that names no device runs on the CPU device: ``RXCUDA_DEVICE=cpu``, or no CUDA device
+    and ``RXCUDA_DEVICE`` unset or ``auto`` (said once, in the log)."""
+    import logging
+    import os
+
+    from ._driver import probe
+
     env = os.environ.get(ENV, "").strip().lower()
     if env == "cpu":
-        return device, CpuDriver()
+        return True
     if env in ("", "auto"):
         ok, why = probe()
         if not ok:
@@ -583,8 +591,8 @@ def choose_driver(device: int | str, driver, several: bool = False) -> tuple[int
                 _said = True
                 logging.getLogger("rxcuda").info("rxcuda: no CUDA device (%s); running on the CPU device "
                                                  "(set %s=cuda to refuse instead)", why, ENV)
-            return device, CpuDriver()
-    return device, driver
+            return True
+    return False
 
 
 _said = False

@@ -26,10 +26,11 @@ from reactivex.disposable import Disposable
 from ..blocks._blocks import Block, PortHandle
 from ..blocks._composite import Composite
 from ..blocks._regions import Region
+from ..cuda._cpu import cpu_by_default
 from ..cuda._driver import probe
 from ..engine._engine import Diagnostic, Frame
 from ..model._describe import KernelSpec, PortRef
-from ..model._errors import NoDeviceError, RxcudaError
+from ..model._errors import DeviceLostError, NoDeviceError, RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
 from . import _board, _clock, _placement, _procs
@@ -80,9 +81,10 @@ class IsolatedEngine(_Distributed):
     Its verbs are the distributed engine's (``add``, ``connect``, ``set``/``bind``, ``write``/``read``,
     ``feed``/``observe``, ``tick``/``run``, ``watch``, ``close``); ``tick()`` returns a :class:`Frame` and
     ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index), or
-    ``"cpu"``: the CPU device (docs/cpu.md), whose illegal addresses are faults like a GPU's; ``null=True``: the null
-    driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as
-    a hang and the process is replaced. ``standby``: keep a spare process ready (its CUDA context made), so
+    ``"cpu"``: the CPU device (docs/cpu.md), whose illegal addresses are faults like a GPU's; left out, as
+    ``rxcuda.Engine()``: GPU 0, or the CPU device where there is no GPU (``RXCUDA_DEVICE`` decides as there);
+    ``null=True``: the null driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as a
+    hang and the process is replaced. ``standby``: keep a spare process ready (its CUDA context made), so
     that a restart does not wait for a new interpreter. ``trial``: new code (a saved file under :meth:`watch`,
     ``set_code``) first runs one frame of the pipeline in the standby, on the inputs last written, and reaches
     the running graph only if that frame ran clean: code that faults there costs no frame at all.
@@ -93,10 +95,12 @@ class IsolatedEngine(_Distributed):
     never read) restarts from its initial value.
     """
 
-    def __init__(self, *, device: int | str = 0, null: bool = False, deadline: float = DEADLINE_S,
+    def __init__(self, *, device: int | str | None = None, null: bool = False, deadline: float = DEADLINE_S,
                  standby: bool = True, trial: bool = True, max_restarts: int = 1000, max_in_flight: int = 2):
         if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
             raise ValueError(f"'deadline' must be a positive number of seconds (got {deadline!r})")
+        if device is None:  # as rxcuda.Engine(): GPU 0, else the CPU device (RXCUDA_DEVICE=cpu/cuda decides)
+            device = "cpu" if not null and cpu_by_default() else 0
         cpu = isinstance(device, str) and device.lower() == "cpu"
         if not cpu and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
             raise ValueError(f"'device' must be a GPU's index, an int >= 0, or 'cpu' (got {device!r})")
@@ -104,7 +108,8 @@ class IsolatedEngine(_Distributed):
         if not null and not cpu:
             ok, why = probe()
             if not ok:  # said here, not by a GPU process that fails to start
-                raise NoDeviceError(f"{why} (rxcuda.IsolatedEngine(null=True) runs on the null driver)")
+                raise NoDeviceError(f"{why} (rxcuda.IsolatedEngine(device='cpu') runs on the CPU device, "
+                                    "IsolatedEngine(null=True) on the null driver)")
         self.deadline = float(deadline)
         self.trial = bool(trial) and standby  # new code runs once in the standby before the GPU process takes it
         self.trial_s: list[float] = []  # how long each trial run took (from the change shipped to its answer)
@@ -294,7 +299,7 @@ class IsolatedEngine(_Distributed):
         actor = _procs.actor_of(self._actors[w])
         actor.settle()
         death = actor.deaths[-1] if actor.deaths else {}
-        words, cause, code = death.get("words"), death.get("cause"), death.get("exit")
+        words, cause, code = _said(death.get("words")), death.get("cause"), death.get("exit")
         kind = "hang" if cause == "deadline" else "fault" if words else "crash"
         rolled = self._roll_back()
         what = {"hang": f"did not finish within its deadline of {self.deadline:g} s and its GPU process was ended"
@@ -349,7 +354,7 @@ class IsolatedEngine(_Distributed):
             actor.kill_standby("deadline")
             self._trial_failed(f"did not finish within the deadline of {self.deadline:g} s")
         except _procs.RayActorError as e:
-            self._trial_failed(f"faulted: {e.last_words or e}")
+            self._trial_failed(f"faulted: {_said(e.last_words) or e}")
         except _procs.RayTaskError:
             pass  # it cannot be built: the GPU process reports that as it would without a trial
         else:
@@ -468,6 +473,12 @@ def _loops(blocks) -> str:
         return ""
     return (f" (its loops: {', '.join(loops)}; a condition that never clears runs every pass: lower "
             "max_iterations, or fix the condition)")
+
+
+def _said(words: str | None) -> str | None:
+    """A GPU process's last words as this side tells them: that process is gone and this one goes on, so a lost
+    context's advice to restart the process is left out."""
+    return words.replace(DeviceLostError.STICKY, "") if words else words
 
 
 def _members(block: Block) -> list[Block]:

@@ -248,8 +248,20 @@ def test_regions_are_built_in_the_gpu_process_with_their_bodies(engine):
 
 
 @pytest.mark.skipif(rxcuda.probe()[0], reason="a CUDA device is usable here")
-def test_without_a_device_it_says_so_when_made():
-    with pytest.raises(rxcuda.NoDeviceError, match=r"IsolatedEngine\(null=True\) runs on the null driver"):
+@pytest.mark.skipif(rxcuda.cuda._driver.probe()[0], reason="a GPU is here: IsolatedEngine() runs on it")
+def test_without_a_gpu_it_runs_on_the_cpu_device_unless_a_gpu_is_asked_for(monkeypatch):
+    monkeypatch.delenv("RXCUDA_DEVICE", raising=False)
+    with IsolatedEngine(standby=False) as iso:  # as rxcuda.Engine(): the CPU device where there is no GPU
+        assert iso.device_index == "cpu"
+        x = np.random.default_rng().standard_normal(N).astype(np.float32)
+        mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=N, scale=-2.5))
+        iso.write(mul["x"], x)
+        assert iso.tick().state == "ok"
+        np.testing.assert_allclose(iso.read(mul["out"]), np.float32(-2.5) * x, rtol=1e-6)
+    with pytest.raises(rxcuda.NoDeviceError, match=r"IsolatedEngine\(device='cpu'\) runs on the CPU device"):
+        IsolatedEngine(device=0)
+    monkeypatch.setenv("RXCUDA_DEVICE", "cuda")
+    with pytest.raises(rxcuda.NoDeviceError, match=r"IsolatedEngine\(null=True\) on the null driver"):
         IsolatedEngine()
 
 
