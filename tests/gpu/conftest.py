@@ -90,15 +90,21 @@ def pytest_collection_modifyitems(config, items):
     anywhere on the GPU, CUDA-OpenGL interop on that machine stops ordering GL's draws after the frame (39 of 40
     first draws wrong, even with a host sync before the unmap) and a later map can hang, in new processes too,
     until the GPU is reset (seen on an H200, driver 580.159.04, headless EGL). Everything else keeps working.
-    Tests in NOT_ON_CPU skip on the CPU device, saying why."""
+    The tests' runs on the CPU device come last of all. Tests in NOT_ON_CPU skip on the CPU device, saying why."""
     for item in items:
         why = NOT_ON_CPU.get(item.originalname) if hasattr(item, "originalname") else None
         if why and getattr(getattr(item, "callspec", None), "params", {}).get("device") == "cpu":
             item.add_marker(pytest.mark.skip(reason=f"not on the CPU device: {why}"))
     if _ok:
-        faulting = [item for item in items if item.get_closest_marker("gpu_fault")]
-        if faulting:
-            items[:] = [item for item in items if not item.get_closest_marker("gpu_fault")] + faulting
+        # the CPU device's runs come after every GPU test (docs/cpu.md, Known issues: a CPU-device engine in a
+        # process that also JITs PTX for a GPU was seen to leave that JIT failing), the faulting ones before them
+        def _on_cpu(item) -> bool:
+            return getattr(getattr(item, "callspec", None), "params", {}).get("device") == "cpu"
+
+        faulting = [item for item in items if item.get_closest_marker("gpu_fault") and not _on_cpu(item)]
+        on_cpu = [item for item in items if _on_cpu(item)]
+        rest = [item for item in items if not _on_cpu(item) and not item.get_closest_marker("gpu_fault")]
+        items[:] = rest + faulting + on_cpu
         return
     skip = pytest.mark.skip(reason=f"needs a CUDA device: {_why}")
     for item in items:
