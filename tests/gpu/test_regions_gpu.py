@@ -202,6 +202,28 @@ def test_a_while_that_reaches_max_iterations_says_so_once_naming_it(engine, code
     assert len(bound()) == 3 and "20 passes" in bound()[-1].message
 
 
+def test_a_while_nested_in_a_for_reaches_its_bound_inside_a_conditional_body(engine, codes, rng):
+    """The counter's copy into host-mapped memory runs inside the For's body (a memcpy node in a conditional
+    body): the loop at its bound is said once, and the numbers are every pass's."""
+    x = np.abs(f32(rng)) + np.float32(0.25)
+    body, cmp = acc_block(codes), compare_block(codes, below=1)
+    inner = rx.While(cmp["flag"], [body, cmp], max_iterations=9, name="inner")
+    engine.add(rx.For(3, [inner], name="outer"))
+    engine.write(body["x"], x)
+    engine.connect(body["y"], cmp["v"])
+    seen = []
+    engine.diagnostics.subscribe(seen.append)
+    cmp.params["level"].value = float(x[0] * 3)  # never reached
+    y = np.zeros(N, np.float32)
+    for _ in range(3):
+        assert engine.tick().loops_at_bound == ("inner",)
+        for _ in range(3 * 9):
+            y = y * np.float32(0.5) + x
+        np.testing.assert_array_equal(engine.read(body["y"]), y)
+    (w,) = [d for d in seen if d.severity == "warning" and "max_iterations" in d.message]
+    assert "While 'inner'" in w.message and "all its 9 passes" in w.message
+
+
 def test_nested_regions_and_eager_equivalence(engine, codes, rng):
     x = f32(rng)
     cmp, body = compare_block(codes), acc_block(codes)

@@ -92,6 +92,8 @@ def test_a_loop_whose_condition_never_clears_warns_once_naming_the_region(engine
     assert w.message.startswith("While 'spin' reached its max_iterations: it ran all its 50 passes in frame 1")
     assert w.message.endswith("raise max_iterations, or fix the condition that never clears: cmp.flag")
     assert [f.loops_at_bound for f in frames] == [("spin",)] * 5
+    assert engine.tick(sync=False).loops_at_bound == ("spin",)  # (the CPU device has finished it already)
+    assert len(warnings_of(seen)) == 1
     assert loop.state == "warning" and "max_iterations" in loop.message
     assert frames[-1].state == "ok"  # a warning, not an error: the frames go on
 
