@@ -255,3 +255,4 @@ def test_the_isolated_engine_forwards_the_warning():
         np.testing.assert_array_equal(iso.read(body["y"]), y)
         (w,) = warnings_of(seen)
         assert w.subject == "spin" and "While 'spin'" in w.message and "cmp.flag" in w.message
+        assert "all its 50 passes" in w.message
