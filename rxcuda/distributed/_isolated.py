@@ -466,13 +466,15 @@ class IsolatedEngine(_Distributed):
 
 def _loops(blocks) -> str:
     """What a hang message says of the pipeline's loops: a While runs until its condition clears or its
-    ``max_iterations``, which may take longer than the deadline."""
+    ``max_iterations``, which may take longer than the deadline. (A loop that reaches its bound within the
+    deadline is reported by the GPU process's engine: a warning naming it, rxcuda.engine._loops.)"""
     loops = [f"{type(b).__name__} '{b.name}' (at most {b.params['max_iterations'].value} passes)" for b in blocks
              if isinstance(b, Region) and b.kind == "while"]
     if not loops:
         return ""
     return (f" (its loops: {', '.join(loops)}; a condition that never clears runs every pass: lower "
-            "max_iterations, or fix the condition)")
+            "max_iterations so that a frame ends within the deadline (a loop that reaches it is then reported by a "
+            "warning naming it), or fix the condition that never clears)")
 
 
 def _said(words: str | None) -> str | None:

@@ -226,7 +226,7 @@ class Builder:
                 key = (b.key, b.nbytes)
                 buf = self.buffers.get(key)
                 if buf is None:
-                    buf = rt.pool.acquire(b.nbytes)
+                    buf = rt.pool.acquire(b.nbytes, mapped=b.kind == "mapped")
                     acquired.append(buf)
                 buffers[key] = buf
                 pointers[b.id] = buf.ptr

@@ -23,7 +23,8 @@ class Frame(NamedTuple):
     """What one tick did: its index, host time, tiers applied, the engine state after it, whether a graph
     was launched, its GPU time (with profiling, ``Engine(timing=True)`` or any ``engine.profile`` level, and a
     frame that was waited for), how many frames the launch ran (``engine.run_batch``: several, GPU time for
-    all of them), and with finer levels the GPU time of each block and kernel and the host phases.
+    all of them), with finer levels the GPU time of each block and kernel and the host phases, and the
+    ``While`` regions that ran all their ``max_iterations`` passes (``loops_at_bound``).
 
     ``state`` is ``"ok"``, ``"error"`` (a block failed: the last good graph runs, or, when no build has
     succeeded yet, nothing runs and ``launched`` is False) or ``"idle"`` (no graph, and nothing failed: an empty
@@ -42,6 +43,9 @@ class Frame(NamedTuple):
     blocks: Mapping | None = None
     kernels: Mapping | None = None
     phases: Mapping | None = None
+    # the names of the While regions that ran all their max_iterations passes (rxcuda.engine._loops; for a frame
+    # not waited for, as the last frame the GPU finished left them)
+    loops_at_bound: tuple[str, ...] = ()
 
 
 class AppliedUpdate(NamedTuple):

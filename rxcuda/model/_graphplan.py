@@ -18,7 +18,8 @@ from ._events import Tier
 # The plan's parts are named tuples: a plan of a large pipeline makes thousands of them on every rebuild,
 # and a named tuple is built, hashed and compared in C.
 
-BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar", "delay"]
+# "mapped": host-mapped memory the host reads straight after a frame (a While's passes left: rxcuda.engine._loops)
+BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar", "delay", "mapped"]
 
 
 class BufferPlan(NamedTuple):
@@ -132,7 +133,8 @@ class MemsetNodePlan:
 class CopyNodePlan(NamedTuple):
     """Copies ``nbytes`` from buffer ``src`` to buffer ``dst`` on the device, once a frame: a delayed
     connection's producer buffer into its previous-frame buffer. It runs after every other node that writes
-    ``src`` or uses ``dst`` (the planner emits it last), so next frame's readers see this frame's value."""
+    ``src`` or uses ``dst`` (the planner emits it last), so next frame's readers see this frame's value. Also
+    a While's pass counter into host-mapped memory (a ``mapped`` buffer), right after the While's node."""
 
     id: int
     src: int

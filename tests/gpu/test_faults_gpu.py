@@ -261,6 +261,27 @@ def test_a_while_whose_condition_never_clears_is_a_hang_that_names_the_loop(sess
     assert "While 'loop' (at most 1000000 passes)" in message
 
 
+def test_a_while_that_reaches_its_bound_within_the_deadline_is_a_warning_that_names_it(session):
+    engine, good, diags = session
+    cmp = _compare("bounded")
+    step = rxcuda.Block.from_kernel(rxcuda.compile_cuda(COMPARE, entry="affine"), size=N, name="bstep", c=2.0)
+    loop = engine.add(rxcuda.While(cmp["flag"], [step, cmp], max_iterations=50, name="capped"))
+    engine.write(cmp["v"], np.ones(N, np.float32))  # v never changes: the flag never clears, 50 passes a frame
+    x = np.random.default_rng().standard_normal(N).astype(np.float32)
+    engine.write(step["x"], x)
+    before, faults = len(diags), len(engine.faults)
+    for _ in range(4):
+        assert engine.tick().state == "ok"
+    np.testing.assert_allclose(engine.read(step["out"]), x * np.float32(2.0) + np.float32(1.0), rtol=1e-6)
+    warned = [d for d in diags[before:] if d.severity == "warning" and "max_iterations" in d.message]
+    assert len(warned) == 1, warned  # once, not once a frame
+    assert "While 'capped'" in warned[0].message and "all its 50 passes" in warned[0].message
+    assert "fix the condition that never clears: bounded.flag" in warned[0].message
+    assert len(engine.faults) == faults  # a warning, not a fault
+    engine.remove(loop)
+    _exact(engine, good)
+
+
 def _gemm(engine, m=64):
     """A gemm block with fresh random operands written; returns it and the product it must compute."""
     from rxcuda import libraries as lib
