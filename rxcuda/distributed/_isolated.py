@@ -17,6 +17,8 @@ description with the last parameter values and the arrays last written, and fram
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -33,7 +35,7 @@ from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError, NoDeviceError, RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
-from . import _board, _clock, _placement, _procs
+from . import _board, _clock, _isoview, _placement, _procs
 from ._engine import Engine as _Distributed
 from ._placement import Worker
 from ._records import DistributedFrame
@@ -124,6 +126,8 @@ class IsolatedEngine(_Distributed):
         self._in_a_row = 0  # faults since the last good frame
         self._held = False  # frames wait for a change (the same fault came back HOLD_AFTER times)
         self._last_ok: Frame | None = None
+        self.last_good = 0  # the index of the latest frame that ran clean (0: none yet)
+        self.diagnostic_log: deque[Diagnostic] = deque(maxlen=1000)  # the latest diagnostics, as a local engine's
         self._plain = Broadcast(on_error=lambda e, item: None)  # Diagnostic, as a local engine's
         self._iframes = Broadcast(on_error=lambda e, item: None)  # Frame, as a local engine's
         super().__init__({WORKER: Worker(null=null, max_restarts=max_restarts)}, backend="process",
@@ -244,6 +248,8 @@ class IsolatedEngine(_Distributed):
         if f is not None:
             if emit and f.state == "ok":
                 self._good_frame()
+            if f.state == "ok":
+                self.last_good = max(self.last_good, index)
             frame = f._replace(index=index)
         else:
             frame = Frame(index, 0.0, (), "error" if index in self._faulted else "idle", False)
@@ -264,7 +270,19 @@ class IsolatedEngine(_Distributed):
 
     def _publish(self, worker: str, d: Diagnostic) -> None:
         super()._publish(worker, d)
+        self.diagnostic_log.append(d)
         self._plain.emit(d)
+
+    def serve(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+              params: Iterable | None = None):
+        """Serve this engine as a live web page, as ``rxcuda.Engine.serve`` does (the pipeline with its states,
+        frame times, diagnostics, parameters as controls that set them through :meth:`set`, port previews). The
+        page's server runs in this process: it stays up and connected while the GPU process faults and is
+        replaced, and shows the fault's diagnostic, the rollback and the frames resuming. Figures the GPU process
+        does not report are shown as not measured (``rxcuda/distributed/_isoview.py`` says which). Returns a
+        :class:`rxcuda.view.LiveView`; ``close()`` stops it too."""
+        self._check_open()
+        return _isoview.serve(self, WORKER, host, port, token, params)
 
     # -- faults ----------------------------------------------------------------------------------------------
     def _good_frame(self) -> None:
@@ -454,6 +472,8 @@ class IsolatedEngine(_Distributed):
         """Stop the frames, end the GPU process (and its standby) and remove what they left in shared memory."""
         super().close()
         self._shared.close()
+        self._iframes.close()  # completes the subscribers (a live page stops with the engine)
+        self._plain.close()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until a GPU process serves the pipeline again (after a fault)."""
