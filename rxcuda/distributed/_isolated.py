@@ -26,7 +26,7 @@ from reactivex import Observable
 from reactivex.disposable import Disposable
 
 from ..blocks._blocks import Block, PortHandle
-from ..blocks._composite import Composite
+from ..blocks._composite import Composite, CompositeInstance
 from ..blocks._regions import Region
 from ..cuda._cpu import cpu_by_default
 from ..cuda._driver import probe
@@ -156,26 +156,57 @@ class IsolatedEngine(_Distributed):
         """How many GPU processes were replaced so far."""
         return _procs.actor_of(self._actors[WORKER]).restarts
 
-    def add(self, block: Block, *, on: str | None = None) -> Block:  # type: ignore[override]
-        """Add a block, a tensor program's block (``rxcuda.tensor.block``), or a region (``If``, ``While``, ...)
-        with the blocks of its bodies, to the pipeline; it is built in the GPU process before the next frame."""
-        if isinstance(block, Composite) or not isinstance(block, Block) or type(block) is Block:
-            return super().add(block, on=on or WORKER)  # (a composite is refused there)
+    def add(self, block, *, on: str | None = None):  # type: ignore[override]
+        """Add a block, a tensor program's block (``rxcuda.tensor.block``), a region (``If``, ``While``, ...) with
+        the blocks of its bodies, or a composite (``rxcuda.Composite``: a new instance of its blocks, named
+        ``instance/member``, with its inner connections, as ``rxcuda.Engine.add`` makes one; returns the
+        :class:`~rxcuda.CompositeInstance`) to the pipeline; it is built in the GPU process before the next frame,
+        from the pipeline's description (plain blocks and connections: an instance's parameters set its blocks'
+        here)."""
+        if not isinstance(block, Composite) and (not isinstance(block, Block) or type(block) is Block):
+            return super().add(block, on=on or WORKER)
         self._check_open()
         with self._lock:
-            self._model.add(block)
-            for b in _members(block):
+            if isinstance(block, Composite):
+                instance = self._model.add(block)
+                added: Block | CompositeInstance = instance
+                members = list(instance.blocks)
+            else:
+                added = self._model.add(block)
+                members = _members(block)
+            for b in members:
                 self._placement[b.id] = WORKER
             self._dirty = True
-        return block
+        return added
 
-    def remove(self, block: Block) -> None:
-        """Take a block (a region with the blocks of its bodies) out of the pipeline."""
+    def remove(self, block) -> None:  # type: ignore[override]
+        """Take a block (a region with the blocks of its bodies, a composite instance with every block inside)
+        out of the pipeline."""
+        if isinstance(block, CompositeInstance):
+            inner = {b.id for b in block.blocks}
+            with self._lock:
+                self._model.remove(block)
+                self._forget(inner)
+            return
         members = _members(block)
         super().remove(block)
         with self._lock:
             for b in members[1:]:
                 self._placement.pop(b.id, None)
+
+    def _forget(self, ids: set[int]) -> None:
+        """What this side keeps for the blocks ``ids``, removed: placement, inputs written, observed ports, values
+        not yet shipped, observers (completed), as the distributed engine's ``remove`` drops them for one block."""
+        for bid in ids:
+            if self._placement.pop(bid, None) is not None:
+                self._pending_params[WORKER].pop(bid, None)
+        for table in (self._writes, self._pending_writes[WORKER]):
+            for ref in [r for r in table if r.block in ids]:
+                del table[ref]
+        self._observed[WORKER] = {r: e for r, e in self._observed[WORKER].items() if r.block not in ids}  # replaced
+        for ref in [r for r in self._taps if r.block in ids]:
+            self._taps.pop(ref).on_completed()
+        self._dirty = True
 
     def watch(self, *, debounce: float = 0.05) -> Disposable:
         """Reload kernels when their files are saved: the new code is compiled here and swapped into the GPU

@@ -197,3 +197,54 @@ def test_the_page_stops_when_the_isolated_engine_closes_and_a_closed_one_is_refu
     assert view.closed
     with pytest.raises(rxcuda.EngineClosedError):
         iso.serve()
+
+
+def _smooth():
+    smooth = rxcuda.Composite("smooth")
+    first = smooth.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, name="first"))
+    second = smooth.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, name="second"))
+    smooth.connect(first["out"], second["x"])
+    smooth.expose("x", first["x"])
+    smooth.expose("y", second["out"])
+    smooth.expose_parameter("gain", first.params["scale"], second.params["scale"], value=0.5)
+    return smooth
+
+
+def test_a_composite_runs_in_the_gpu_process_its_parameters_and_the_page_set_it_and_it_survives_a_fault():
+    x = np.random.default_rng().standard_normal(1024).astype(np.float32)
+    with IsolatedEngine(device="cpu", deadline=30.0) as iso:
+        inst = iso.add(_smooth())
+        assert isinstance(inst, rxcuda.CompositeInstance) and [b.name for b in inst.blocks] == ["smooth/first",
+                                                                                               "smooth/second"]
+        iso.write(inst["x"], x)
+        assert iso.tick().state == "ok"
+        np.testing.assert_allclose(iso.read(inst["y"]), x * np.float32(0.5) * np.float32(0.5), rtol=1e-6)
+        inst.params["gain"].value = 3.0  # sets both inner blocks' scale, shipped with the next frame
+        iso.tick()
+        np.testing.assert_allclose(iso.read(inst["y"]), x * np.float32(9.0), rtol=1e-6)
+
+        async def go(view):
+            async with aiohttp.ClientSession() as s:
+                page = await open_page(s, view)
+                graph = next(m for m in page.seen if m["type"] == "graph")
+                assert [(b["name"], b["composite"]) for b in graph["blocks"]] == [("smooth/first", "smooth"),
+                                                                                   ("smooth/second", "smooth")]
+                await page.send({"type": "set", "block": "smooth/second", "param": "scale", "value": -2.0, "id": 1})
+                await page.next("ack")
+                # a real fault in a block beside the instance; the instance comes back with its values
+                oops = iso.add(rxcuda.Block.from_kernel(rxcuda.compile_cuda(BAD, target="ptx"), size=N))
+                iso.write(oops["x"], np.ones(N, np.float32))
+                assert (await tick(iso)).state == "error"
+                await shown(page, "diagnostic", lambda m: m["severity"] == "error")
+                iso.remove(oops)
+                await until_ok(iso)
+                np.testing.assert_allclose(iso.read(inst["y"]), x * np.float32(3.0) * np.float32(-2.0), rtol=1e-6)
+
+        with iso.serve(params=[inst]) as view:
+            run(go(view))
+        iso.remove(inst)  # with every block inside
+        assert iso._placement == {} and iso._writes == {}
+        other = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, scale=4.0, name="other"))
+        iso.write(other["x"], x)
+        assert iso.tick().state == "ok"
+        np.testing.assert_allclose(iso.read(other["out"]), 4 * x, rtol=1e-6)
