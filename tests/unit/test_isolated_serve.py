@@ -248,3 +248,24 @@ def test_a_composite_runs_in_the_gpu_process_its_parameters_and_the_page_set_it_
         iso.write(other["x"], x)
         assert iso.tick().state == "ok"
         np.testing.assert_allclose(iso.read(other["out"]), 4 * x, rtol=1e-6)
+
+
+def test_a_preview_on_the_page_shows_the_gpu_process_output():
+    x = np.arange(1024, dtype=np.float32) - 512
+    with IsolatedEngine(device="cpu", deadline=30.0) as iso:
+        mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=1024, scale=-2.0, name="mul"))
+        iso.write(mul["x"], x)
+        assert iso.tick().state == "ok"
+
+        async def go(view):
+            async with aiohttp.ClientSession() as s:
+                page = await open_page(s, view)
+                await page.send({"type": "preview", "block": "mul", "port": "out", "kind": "line"})
+                await asyncio.sleep(0.2)  # the server observes the port (off its loop)
+                await tick(iso, 8)  # the port is read every 4th frame
+                m = await shown(page, "preview", lambda m: m["block"] == "mul", timeout=10)
+                assert m["count"] == 1024 and m["stride"] == 2 and m["frame"] <= iso._index
+                assert m["data"] == (np.float32(-2.0) * x)[::2].tolist()
+
+        with iso.serve() as view:
+            run(go(view))
