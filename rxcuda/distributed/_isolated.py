@@ -17,6 +17,8 @@ description with the last parameter values and the arrays last written, and fram
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -24,7 +26,7 @@ from reactivex import Observable
 from reactivex.disposable import Disposable
 
 from ..blocks._blocks import Block, PortHandle
-from ..blocks._composite import Composite
+from ..blocks._composite import Composite, CompositeInstance
 from ..blocks._regions import Region
 from ..cuda._cpu import cpu_by_default
 from ..cuda._driver import probe
@@ -33,7 +35,7 @@ from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError, NoDeviceError, RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
-from . import _board, _clock, _placement, _procs
+from . import _board, _clock, _isoview, _placement, _procs
 from ._engine import Engine as _Distributed
 from ._placement import Worker
 from ._records import DistributedFrame
@@ -124,6 +126,8 @@ class IsolatedEngine(_Distributed):
         self._in_a_row = 0  # faults since the last good frame
         self._held = False  # frames wait for a change (the same fault came back HOLD_AFTER times)
         self._last_ok: Frame | None = None
+        self.last_good = 0  # the index of the latest frame that ran clean (0: none yet)
+        self.diagnostic_log: deque[Diagnostic] = deque(maxlen=1000)  # the latest diagnostics, as a local engine's
         self._plain = Broadcast(on_error=lambda e, item: None)  # Diagnostic, as a local engine's
         self._iframes = Broadcast(on_error=lambda e, item: None)  # Frame, as a local engine's
         super().__init__({WORKER: Worker(null=null, max_restarts=max_restarts)}, backend="process",
@@ -152,26 +156,57 @@ class IsolatedEngine(_Distributed):
         """How many GPU processes were replaced so far."""
         return _procs.actor_of(self._actors[WORKER]).restarts
 
-    def add(self, block: Block, *, on: str | None = None) -> Block:  # type: ignore[override]
-        """Add a block, a tensor program's block (``rxcuda.tensor.block``), or a region (``If``, ``While``, ...)
-        with the blocks of its bodies, to the pipeline; it is built in the GPU process before the next frame."""
-        if isinstance(block, Composite) or not isinstance(block, Block) or type(block) is Block:
-            return super().add(block, on=on or WORKER)  # (a composite is refused there)
+    def add(self, block, *, on: str | None = None):  # type: ignore[override]
+        """Add a block, a tensor program's block (``rxcuda.tensor.block``), a region (``If``, ``While``, ...) with
+        the blocks of its bodies, or a composite (``rxcuda.Composite``: a new instance of its blocks, named
+        ``instance/member``, with its inner connections, as ``rxcuda.Engine.add`` makes one; returns the
+        :class:`~rxcuda.CompositeInstance`) to the pipeline; it is built in the GPU process before the next frame,
+        from the pipeline's description (plain blocks and connections: an instance's parameters set its blocks'
+        here)."""
+        if not isinstance(block, Composite) and (not isinstance(block, Block) or type(block) is Block):
+            return super().add(block, on=on or WORKER)
         self._check_open()
         with self._lock:
-            self._model.add(block)
-            for b in _members(block):
+            if isinstance(block, Composite):
+                instance = self._model.add(block)
+                added: Block | CompositeInstance = instance
+                members = list(instance.blocks)
+            else:
+                added = self._model.add(block)
+                members = _members(block)
+            for b in members:
                 self._placement[b.id] = WORKER
             self._dirty = True
-        return block
+        return added
 
-    def remove(self, block: Block) -> None:
-        """Take a block (a region with the blocks of its bodies) out of the pipeline."""
+    def remove(self, block) -> None:  # type: ignore[override]
+        """Take a block (a region with the blocks of its bodies, a composite instance with every block inside)
+        out of the pipeline."""
+        if isinstance(block, CompositeInstance):
+            inner = {b.id for b in block.blocks}
+            with self._lock:
+                self._model.remove(block)
+                self._forget(inner)
+            return
         members = _members(block)
         super().remove(block)
         with self._lock:
             for b in members[1:]:
                 self._placement.pop(b.id, None)
+
+    def _forget(self, ids: set[int]) -> None:
+        """What this side keeps for the blocks ``ids``, removed: placement, inputs written, observed ports, values
+        not yet shipped, observers (completed), as the distributed engine's ``remove`` drops them for one block."""
+        for bid in ids:
+            if self._placement.pop(bid, None) is not None:
+                self._pending_params[WORKER].pop(bid, None)
+        for table in (self._writes, self._pending_writes[WORKER]):
+            for ref in [r for r in table if r.block in ids]:
+                del table[ref]
+        self._observed[WORKER] = {r: e for r, e in self._observed[WORKER].items() if r.block not in ids}  # replaced
+        for ref in [r for r in self._taps if r.block in ids]:
+            self._taps.pop(ref).on_completed()
+        self._dirty = True
 
     def watch(self, *, debounce: float = 0.05) -> Disposable:
         """Reload kernels when their files are saved: the new code is compiled here and swapped into the GPU
@@ -244,6 +279,8 @@ class IsolatedEngine(_Distributed):
         if f is not None:
             if emit and f.state == "ok":
                 self._good_frame()
+            if f.state == "ok":
+                self.last_good = max(self.last_good, index)
             frame = f._replace(index=index)
         else:
             frame = Frame(index, 0.0, (), "error" if index in self._faulted else "idle", False)
@@ -264,7 +301,19 @@ class IsolatedEngine(_Distributed):
 
     def _publish(self, worker: str, d: Diagnostic) -> None:
         super()._publish(worker, d)
+        self.diagnostic_log.append(d)
         self._plain.emit(d)
+
+    def serve(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+              params: Iterable | None = None):
+        """Serve this engine as a live web page, as ``rxcuda.Engine.serve`` does (the pipeline with its states,
+        frame times, diagnostics, parameters as controls that set them through :meth:`set`, port previews). The
+        page's server runs in this process: it stays up and connected while the GPU process faults and is
+        replaced, and shows the fault's diagnostic, the rollback and the frames resuming. Figures the GPU process
+        does not report are shown as not measured (``rxcuda/distributed/_isoview.py`` says which). Returns a
+        :class:`rxcuda.view.LiveView`; ``close()`` stops it too."""
+        self._check_open()
+        return _isoview.serve(self, WORKER, host, port, token, params)
 
     # -- faults ----------------------------------------------------------------------------------------------
     def _good_frame(self) -> None:
@@ -454,6 +503,8 @@ class IsolatedEngine(_Distributed):
         """Stop the frames, end the GPU process (and its standby) and remove what they left in shared memory."""
         super().close()
         self._shared.close()
+        self._iframes.close()  # completes the subscribers (a live page stops with the engine)
+        self._plain.close()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until a GPU process serves the pipeline again (after a fault)."""

@@ -392,9 +392,11 @@ class FragmentHost:
         """What the worker has done: frames, rebuilds, frames each link brought in and each skipped, how many of
         its ipc inputs' frames were not published yet when its step asked (``waited``: its producer's step ran
         alongside), the median host time a frame spends in the ends of its links besides such waits (``link_us``,
-        the last 1000 frames), the frames its current clock stepped (``clock_frames``), its process."""
+        the last 1000 frames), the frames its current clock stepped (``clock_frames``), its process, the bytes its
+        memory pool reserved and its graph's buffers (``buffers``: ``str(engine.stats)``)."""
         e = self._engine()
         return {"frame": e.frame, "rebuilds": e.rebuilds, "pid": self.pid, "received": dict(self.received),
+                "bytes_reserved": int(e.memory.bytes_reserved), "buffers": str(e.stats),
                 "skipped": dict(self.skipped), "waited": sum(r.waited for r in self._readers.values()),
                 "link_us": statistics.median(self._link_us) if self._link_us else None,
                 "clock_frames": self._clock.frames if self._clock is not None else 0,
