@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 
 from ..model._errors import NoDeviceError
-from . import _stream
+from . import _host, _stream
 from ._driver import check, require_driver
 
 
@@ -44,6 +44,7 @@ class Device:
 
     def make_current(self) -> None:
         check(self._drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        _host.note_current(self._drv)  # library calls ask which device's context is current (the CPU device's?)
 
     def create_stream(self):
         """A new non-blocking stream on this device (:func:`rxcuda.cuda._stream.create_stream`)."""

@@ -29,7 +29,7 @@ from ..cuda._profile import StampRing
 from ..cuda.nodes import kind_of
 from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
-from ..model._errors import CudaError, KernelFileError
+from ..model._errors import KernelFileError
 from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, HandleArg, KernelNodePlan, ScalarArg
 from ..plan._liveness import holds_own_value
 from ..plan._plan import Replanner
@@ -474,10 +474,6 @@ class Builder:
         block = rt.blocks[node.block]
         spec = block.description.kernel(node.call)
         assert isinstance(spec, CallSpec)
-        if getattr(rt.api, "on_host", False):  # (before setup: it would ask a GPU for handles and workspaces)
-            raise CudaError("capture", "CUDA_ERROR_NOT_SUPPORTED", f"{block.name}: library calls ({spec.name}: "
-                            "cuBLAS, cuFFT, cuRAND, cuSPARSE, cuSOLVER) do not run on the CPU device yet; this "
-                            "block needs a CUDA device (docs/cpu.md)", 801)
         # per block and call: two blocks never share a workspace; a rebuild reuses the handles
         skey = (block.id, spec.name, spec.key)
         if skey not in self.library_state:
