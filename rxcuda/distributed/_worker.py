@@ -289,13 +289,8 @@ class FragmentHost:
                 board.skip(index)
             raise
 
-    def _step(self, index: int, params, writes, observed, payloads) -> tuple[dict, StepReport]:
-        engine = self._engine()
-        if self._drill is not None:
-            self._drill = None
-            raise RuntimeError(f"fault drill: worker '{self.name}' raised in its step of frame {index}")
-        if self._delay:
-            time.sleep(self._delay)
+    def _apply(self, engine: Engine, params, writes) -> None:
+        """A frame's parameter values (a refused one is a warning diagnostic) and host writes, before its tick."""
         for bid, values in params.items():
             block = self.blocks.get(bid)
             if block is None:
@@ -307,6 +302,15 @@ class FragmentHost:
                                                     f"'{self.name}': {e}", engine.frame, None))
         for ref, data in writes.items():
             engine.write(self.port(ref), data)
+
+    def _step(self, index: int, params, writes, observed, payloads) -> tuple[dict, StepReport]:
+        engine = self._engine()
+        if self._drill is not None:
+            self._drill = None
+            raise RuntimeError(f"fault drill: worker '{self.name}' raised in its step of frame {index}")
+        if self._delay:
+            time.sleep(self._delay)
+        self._apply(engine, params, writes)
         incoming: dict[PortRef, Any] = {}
         for p in payloads:
             if p:
@@ -502,9 +506,10 @@ class FragmentHost:
         with self._lock:
             (params, writes), self._next = self._next, ({}, {})
             frag, engine = self.fragment, self.engine
-            if (engine is not None and frag is not None and not (params or writes or self._observed_now or self._delay)
-                    and not frag.imports and not frag.exports):  # nothing but the frame: step()'s general path skipped
-                try:
+            if (engine is not None and frag is not None and not (self._observed_now or self._delay or self._drill)
+                    and not frag.imports and not frag.exports):  # no links, nothing observed: step()'s general path
+                try:  # skipped (the parameters and writes since the last frame, then the frame)
+                    self._apply(engine, params, writes)
                     frame = engine.tick()
                 except DeviceLostError as e:
                     self._lost(e)
