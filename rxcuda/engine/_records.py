@@ -7,6 +7,7 @@ publishes diagnostics and keeps the blocks' states.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -52,6 +53,12 @@ class AppliedUpdate(NamedTuple):
     blocks: tuple[str, ...]
     seconds: float
     events: int
+
+
+# the one maker of an AppliedUpdate: applied_update((frame, tiers, blocks, seconds, events)), without the named
+# tuple's Python-level __new__ (the hot path); the engine's reports (rxcuda.engine._update.Updater._notify) and the
+# drain of one value, in Python or in C (drain_one in rxcuda/cuda/_hotpath.c, handed it), all call it
+applied_update = functools.partial(tuple.__new__, AppliedUpdate)
 
 
 @attrs.frozen
@@ -147,4 +154,4 @@ class Reporter:
         self.stream.close()
 
 
-__all__ = ["AppliedUpdate", "Diagnostic", "Frame", "Reporter"]
+__all__ = ["AppliedUpdate", "Diagnostic", "Frame", "Reporter", "applied_update"]
