@@ -597,26 +597,4 @@ def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | N
     return LiveView(engine, host, port, token, params)
 
 
-def _engine_serve(self: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                  params: Iterable | None = None) -> LiveView:
-    """Serve this engine as a live web page: the pipeline as a graph with states, frame times, diagnostics,
-    memory, and every scalar parameter (or only those named in ``params``: ``"block.param"`` names or
-    blocks) as a control that sets it. Returns a :class:`rxcuda.view.LiveView` (``.url``; ``wait(seconds)``
-    keeps serving; ``dispose()`` or a ``with`` block stops it; so does ``engine.close()``). Installed by
-    ``rxcuda.view``; see :func:`rxcuda.view.serve`.
-
-    >>> running = engine.run(60)                              # doctest: +SKIP
-    >>> with engine.serve(params=["mul.scale"]) as view:      # doctest: +SKIP
-    ...     print(view.url, "- serving for 60 s")
-    ...     view.wait(60)
-    """
-    return LiveView(self, host, port, token, params)
-
-
-def install() -> None:
-    """Attach ``serve`` to ``Engine`` (docs/architecture.md: a convenience that reaches upward lives in the
-    upper package)."""
-    Engine.serve = _engine_serve  # type: ignore[attr-defined]
-
-
-__all__ = ["RATE", "LiveView", "LiveViewError", "dumps", "exposed_names", "install", "sample", "serve"]
+__all__ = ["RATE", "LiveView", "LiveViewError", "dumps", "exposed_names", "sample", "serve"]
