@@ -917,59 +917,53 @@ static PyObject *ready_once(const char *who, PyTypeObject *type, PyObject **kept
     return Py_NewRef((PyObject *)type);
 }
 
+/* The base ``type`` made ready with the names ``args`` = (fields, names) give (``who``: its maker, for messages):
+   ``fields[i]`` becomes the attribute name ``*field_slots[i]`` points at, ``names[i]`` the one ``*name_slots[i]``
+   points at (NULL: none) and is interned into ``*outs[i]`` (NULL: not kept); ``kept`` holds what it was made with. */
+static PyObject *make_base(const char *who, PyTypeObject *type, PyObject **kept, PyObject *const *args,
+                           Py_ssize_t nargs, Py_ssize_t nfields, const char **field_slots[], Py_ssize_t nnames,
+                           const char **name_slots[], PyObject **outs[]) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s(fields, names)", who);
+        return NULL;
+    }
+    if (take_names(who, args[0], nfields, NULL) < 0 || take_names(who, args[1], nnames, NULL) < 0) return NULL;
+    PyObject *given = PyTuple_Pack(2, args[0], args[1]);
+    if (given == NULL) return NULL;
+    PyObject *out = NULL;
+    if (*kept != NULL || take_names(who, args[1], nnames, outs) == 0) {
+        if (*kept == NULL) {
+            for (Py_ssize_t i = 0; i < nfields; i++) *field_slots[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args[0], i));
+            for (Py_ssize_t i = 0; i < nnames; i++)
+                if (name_slots[i] != NULL) *name_slots[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args[1], i));
+        }
+        out = ready_once(who, type, kept, given);
+    }
+    Py_DECREF(given);
+    return out;
+}
+
 /* param_base(fields, names) -> ParamBase: ``fields``, the parameter's 11 fields (name, dtype, value, block, check,
    min, max, step, plain, lo, hi: rxcuda.blocks._params._Fields.__slots__); ``names``: (its value property, the block's
    sink attribute, the block's id attribute, the sink's fold method). */
 static PyObject *param_base(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "param_base(fields, names)");
-        return NULL;
-    }
-    if (take_names("param_base", args[0], PARAM_FIELDS, NULL) < 0 || take_names("param_base", args[1], 4, NULL) < 0) return NULL;
-    PyObject *given = PyTuple_Pack(2, args[0], args[1]);
-    if (given == NULL) return NULL;
+    const char **fields[PARAM_FIELDS];
+    for (Py_ssize_t i = 0; i < PARAM_FIELDS; i++) fields[i] = &param_members[i].name;
+    const char **names[] = {&param_getset[0].name, NULL, NULL, NULL};
     PyObject **outs[] = {NULL, &s_sink, &s_id, &s_set_value};
-    PyObject *out = NULL;
-    if (param_names == NULL) {
-        if (take_names("param_base", args[0], PARAM_FIELDS, NULL) == 0 && take_names("param_base", args[1], 4, outs) == 0) {
-            for (Py_ssize_t i = 0; i < PARAM_FIELDS; i++)
-                param_members[i].name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args[0], i));
-            param_getset[0].name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args[1], 0));
-            out = ready_once("ParamBase", &ParamType, &param_names, given);
-        }
-    } else {
-        out = ready_once("ParamBase", &ParamType, &param_names, given);
-    }
-    Py_DECREF(given);
-    return out;
+    return make_base("param_base", &ParamType, &param_names, args, nargs, PARAM_FIELDS, fields, 4, names, outs);
 }
 
 /* pending_base(fields, names) -> PendingBase: ``fields``, the pending plan's 7 hot fields (lock, params, count, others,
    value_folds, observed, event_type: rxcuda.streams.PendingPlan.HOT_FIELDS); ``names``: (its method that publishes a
    folded value, its attribute with the Broadcast of changes). */
 static PyObject *pending_base(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "pending_base(fields, names)");
-        return NULL;
-    }
-    if (take_names("pending_base", args[0], PENDING_FIELDS, NULL) < 0 || take_names("pending_base", args[1], 2, NULL) < 0) return NULL;
-    PyObject *given = PyTuple_Pack(2, args[0], args[1]);
-    if (given == NULL) return NULL;
+    const char **fields[PENDING_FIELDS];
+    fields[0] = &pending_getset[0].name;
+    for (Py_ssize_t i = 1; i < PENDING_FIELDS; i++) fields[i] = &pending_members[i - 1].name;
+    const char **names[] = {NULL, NULL};
     PyObject **outs[] = {&s_publish_value, &s_changes};
-    PyObject *out = NULL;
-    if (pending_names == NULL) {
-        if (take_names("pending_base", args[0], PENDING_FIELDS, NULL) == 0
-            && take_names("pending_base", args[1], 2, outs) == 0) {
-            pending_getset[0].name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args[0], 0));
-            for (Py_ssize_t i = 1; i < PENDING_FIELDS; i++)
-                pending_members[i - 1].name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args[0], i));
-            out = ready_once("PendingBase", &PendingType, &pending_names, given);
-        }
-    } else {
-        out = ready_once("PendingBase", &PendingType, &pending_names, given);
-    }
-    Py_DECREF(given);
-    return out;
+    return make_base("pending_base", &PendingType, &pending_names, args, nargs, PENDING_FIELDS, fields, 2, names, outs);
 }
 
 static PyMethodDef methods[] = {
