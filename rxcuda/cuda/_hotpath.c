@@ -338,6 +338,73 @@ static double now_seconds(void) {
 
 static PyObject *drain(PyObject *pending, PyObject *table);
 
+/* Record(type) -> make: make(fields) is type's instance holding the tuple ``fields`` (as tuple.__new__(type, fields)
+   makes it, without the Python-level __new__ of a named tuple): rxcuda.engine._records.applied_update, the one maker
+   of an AppliedUpdate, which drain_one fills in directly. */
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *type;
+    Py_ssize_t n;
+    vectorcallfunc vectorcall;
+} RecordObject;
+
+static PyTypeObject RecordType;
+
+static PyObject *record_fill(RecordObject *self, PyObject *const *items) {
+    PyObject *r = self->type->tp_alloc(self->type, self->n);
+    if (r == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->n; i++) PyTuple_SET_ITEM(r, i, Py_NewRef(items[i]));
+    return r;
+}
+
+static PyObject *record_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    RecordObject *rec = (RecordObject *)self;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))
+        || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != rec->n) {
+        PyErr_Format(PyExc_TypeError, "make(fields): a tuple of %zd fields", rec->n);
+        return NULL;
+    }
+    return record_fill(rec, &PyTuple_GET_ITEM(args[0], 0));
+}
+
+static PyObject *record_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *of;
+    if (!PyArg_ParseTuple(args, "O!:Record", &PyType_Type, &of)) return NULL;
+    PyObject *fields = PyType_IsSubtype((PyTypeObject *)of, &PyTuple_Type) ? PyObject_GetAttrString(of, "_fields")
+                                                                          : NULL;
+    if (fields == NULL || !PyTuple_Check(fields)) {
+        Py_XDECREF(fields);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "Record takes a named tuple type (got %R)", of);
+        return NULL;
+    }
+    RecordObject *self = (RecordObject *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->type = (PyTypeObject *)Py_NewRef(of);
+        self->n = PyTuple_GET_SIZE(fields);
+        self->vectorcall = record_vectorcall;
+    }
+    Py_DECREF(fields);
+    return (PyObject *)self;
+}
+
+static void record_dealloc(RecordObject *self) {
+    Py_XDECREF(self->type);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject RecordType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rxcuda.cuda._hotpath.Record",
+    .tp_basicsize = sizeof(RecordObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Record(type) -> make: make(fields) is type's instance (see the C file)",
+    .tp_new = record_new,
+    .tp_dealloc = (destructor)record_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(RecordObject, vectorcall),
+};
+
 /* drain_one(pending, table[, updates]) -> (names, None, events) | (None, params, events): see the top of this
    file. ``updates``, where someone observes applied updates: (observers, make, frame, tiers, broadcast); a value the
    hot entry applied is then published here as make((frame, tiers, names, seconds, events)) (seconds: this call's
@@ -358,19 +425,23 @@ static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t n
     PyObject *out = drain(args[0], args[1]);
     if (out == NULL || PyTuple_GET_ITEM(out, 0) == Py_None) return out;
     PyObject *seconds = PyFloat_FromDouble(now_seconds() - t0);
-    PyObject *fields = seconds != NULL ? PyTuple_New(5) : NULL;
-    if (fields == NULL) {
-        Py_XDECREF(seconds);
+    if (seconds == NULL) {
         Py_DECREF(out);
         return NULL;
     }
-    PyTuple_SET_ITEM(fields, 0, Py_NewRef(PyTuple_GET_ITEM(updates, 2)));
-    PyTuple_SET_ITEM(fields, 1, Py_NewRef(PyTuple_GET_ITEM(updates, 3)));
-    PyTuple_SET_ITEM(fields, 2, Py_NewRef(PyTuple_GET_ITEM(out, 0)));
-    PyTuple_SET_ITEM(fields, 3, seconds);
-    PyTuple_SET_ITEM(fields, 4, Py_NewRef(PyTuple_GET_ITEM(out, 2)));
-    PyObject *record = PyObject_CallOneArg(PyTuple_GET_ITEM(updates, 1), fields);
-    Py_DECREF(fields);
+    PyObject *make = PyTuple_GET_ITEM(updates, 1);
+    PyObject *items[5] = {PyTuple_GET_ITEM(updates, 2), PyTuple_GET_ITEM(updates, 3), PyTuple_GET_ITEM(out, 0),
+                          seconds, PyTuple_GET_ITEM(out, 2)};
+    PyObject *record;
+    if (Py_IS_TYPE(make, &RecordType) && ((RecordObject *)make)->n == 5) {
+        record = record_fill((RecordObject *)make, items); /* (no Python call: the maker's own fill) */
+    } else {
+        PyObject *fields = PyTuple_New(5);
+        for (Py_ssize_t i = 0; fields != NULL && i < 5; i++) PyTuple_SET_ITEM(fields, i, Py_NewRef(items[i]));
+        record = fields != NULL ? PyObject_CallOneArg(make, fields) : NULL;
+        Py_XDECREF(fields);
+    }
+    Py_DECREF(seconds);
     int rc = record != NULL ? emit(PyTuple_GET_ITEM(updates, 0), record, PyTuple_GET_ITEM(updates, 4), NULL) : -1;
     Py_XDECREF(record);
     if (rc < 0) Py_CLEAR(out);
@@ -986,7 +1057,7 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
     /* (PendingBase and ParamBase are made ready by pending_base and param_base, with the names of their owners) */
-    if (PyType_Ready(&ApplyType) < 0) return NULL;
+    if (PyType_Ready(&ApplyType) < 0 || PyType_Ready(&RecordType) < 0) return NULL;
     s_acquire = PyUnicode_InternFromString("acquire"); /* (threading.Lock's) */
     s_release = PyUnicode_InternFromString("release");
     s_locked = PyUnicode_InternFromString("locked");
@@ -995,7 +1066,8 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     if (!s_locked || !s_acquire || !s_release || !s_on_next || !s_failed) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Apply", (PyObject *)&ApplyType) < 0) {
+    if (PyModule_AddObjectRef(m, "Apply", (PyObject *)&ApplyType) < 0
+        || PyModule_AddObjectRef(m, "Record", (PyObject *)&RecordType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,6 +1,6 @@
 """The live view: a running engine as a web page, parameters as controls (``engine.serve()``).
 
-``LiveView(engine)`` (installed as ``engine.serve(host="127.0.0.1", port=0, token=None)``) starts an aiohttp
+``LiveView(engine)`` (what ``engine.serve(host="127.0.0.1", port=0, token=None)`` calls) starts an aiohttp
 server on a daemon thread with its own asyncio loop. ``GET /`` is the page and ``/static/...`` its assets
 (shipped in ``rxcuda/view/static/``: no CDN), ``/ws`` the WebSocket that carries compact JSON both ways
 (``rxcuda/view/PROTOCOL.md`` is the protocol).
@@ -582,7 +582,7 @@ def _middleware():
 
 def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
           params: Iterable | None = None) -> LiveView:
-    """Serve ``engine`` as a live web page (installed as ``Engine.serve``); see :class:`LiveView`.
+    """Serve ``engine`` as a live web page (what ``engine.serve()`` does); see :class:`LiveView`.
 
     ``port=0`` picks a free port (``view.url`` says which). A ``host`` other than 127.0.0.1/localhost/::1
     needs a token: pass one, or one is generated and logged once (``view.url`` carries it). ``params``

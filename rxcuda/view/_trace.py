@@ -257,7 +257,7 @@ class Trace:
 
 
 def trace(engine: Engine, path: str | os.PathLike, frames: int | None = None) -> Trace:
-    """Record a Chrome/Perfetto trace of ``engine`` into ``path`` (installed as ``Engine.trace``).
+    """Record a Chrome/Perfetto trace of ``engine`` into ``path`` (what ``engine.trace()`` does).
 
     ``frames``: stop after that many ticks and write the file; ``None``: record until the ``with`` block
     ends or ``trace.stop()``. See :class:`Trace` and the module's docstring for what the file holds.

@@ -244,6 +244,34 @@ def test_the_compiled_drain_publishes_the_applied_update_as_the_python_drain_doe
     assert out[0][1] == (["division by zero"] if failing else [])
 
 
+def test_the_one_maker_of_an_applied_update_is_the_compiled_record_here():
+    """rxcuda.engine._records.applied_update is the compiled ``Record(AppliedUpdate)``, which the compiled drain fills
+    in without a Python call; it makes what tuple.__new__ makes, and a drain handed another maker calls it."""
+    import functools
+
+    from rxcuda.streams._broadcast import Broadcast
+
+    assert type(applied_update) is native.Record
+    fields = (5, ("parameters",), ("mul",), 0.5, 1)
+    made = applied_update(fields)
+    assert type(made) is AppliedUpdate and made == tuple.__new__(AppliedUpdate, fields) and made.seconds == 0.5
+    with pytest.raises(TypeError, match="a tuple of 5 fields"):
+        applied_update(fields[:4])
+    with pytest.raises(TypeError, match="named tuple type"):
+        native.Record(int)
+    seen: list = []
+    updates = Broadcast()
+    updates.observable.subscribe(seen.append)
+    pending = pending_plan()
+    pending.set_value((1, "scale"), 2.0)
+    other = functools.partial(tuple.__new__, AppliedUpdate)
+    native.drain_one(pending, {(1, "scale"): (lambda v: True, ("mul",))}, (updates.observers, other, 5,
+                                                                          ("parameters",), updates))
+    (record,) = seen
+    assert type(record) is AppliedUpdate and record._replace(seconds=0) == AppliedUpdate(5, ("parameters",), ("mul",),
+                                                                                           0, 1)
+
+
 def test_the_compiled_drain_publishes_nothing_for_a_value_it_did_not_apply():
     seen = []
     from rxcuda.streams._broadcast import Broadcast
