@@ -53,9 +53,9 @@ def hotpath() -> ModuleType | None:
                 why_not = f"{type(e).__name__}: {e}"
                 log.warning("rxcuda: the compiled parameter path is not available (%s); parameter changes take the "
                             "Python path, ~1 us slower each. It is built when rxcuda is installed on a machine with "
-                            "a C compiler and the Python headers (e.g. apt install gcc python3-dev, then pip install "
-                            "--force-reinstall --no-deps rxcuda, or pip install -e . in a checkout); set %s=0 to "
-                            "silence this", why_not, ENV)
+                            "a C compiler and the Python headers (e.g. apt install gcc python3-dev, then install "
+                            "rxcuda again: pip install -e . in its checkout, or build and install its wheel there); "
+                            "set %s=0 to silence this", why_not, ENV)
         _tried = True
         return _loaded
 

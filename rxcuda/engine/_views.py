@@ -23,7 +23,7 @@ class EngineViews:
 
     def save_graph(self, path: str | os.PathLike, format: str | None = None) -> pathlib.Path:
         """Write a picture of the pipeline (svg, png or pdf through Graphviz, or the DOT text for .dot); returns
-        the path (:func:`rxcuda.save_graph`). A picture needs Graphviz: ``pip install 'rxcuda[view]'`` and its
+        the path (:func:`rxcuda.save_graph`). A picture needs Graphviz: ``pip install '.[view]'`` and its
         ``dot`` program (apt install graphviz).
 
         >>> engine.save_graph("pipeline.svg")                # doctest: +SKIP
@@ -59,8 +59,7 @@ class EngineViews:
         memory, and every scalar parameter (or only those named in ``params``: ``"block.param"`` names or
         blocks) as a control that sets it. Returns a :class:`rxcuda.view.LiveView` (``.url``; ``wait(seconds)``
         keeps serving; ``dispose()`` or a ``with`` block stops it; so does ``engine.close()``); see
-        :func:`rxcuda.view.serve` for ``host``, ``port`` and ``token``. Needs aiohttp: ``pip install
-        'rxcuda[view]'``.
+        :func:`rxcuda.view.serve` for ``host``, ``port`` and ``token``. Needs aiohttp: ``pip install '.[view]'``.
 
         >>> running = engine.run(60)                              # doctest: +SKIP
         >>> with engine.serve(params=["mul.scale"]) as view:      # doctest: +SKIP
@@ -72,7 +71,7 @@ class EngineViews:
     def gl_buffer(self, port: Any, glo: int) -> Any:
         """Share ``port``'s memory with the OpenGL buffer object named ``glo`` (zero-copy); returns a
         :class:`rxcuda.view.GLBuffer`. Any GL binding makes the object (examples/particles_gl.py uses moderngl:
-        ``pip install 'rxcuda[gl]'``); rxcuda needs only its name and a current GL context."""
+        ``pip install '.[gl]'``); rxcuda needs only its name and a current GL context."""
         return provided("gl_buffer")(self, port, glo)
 
     def gl_texture(self, port: Any, glo: int) -> Any:

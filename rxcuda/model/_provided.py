@@ -5,7 +5,7 @@ function the upper package provided here, by name. ``rxcuda.view`` provides its 
 and ``import rxcuda`` imports it, so the lower package never imports the upper one.
 
 The upper functions import their optional extras (aiohttp, Graphviz, matplotlib, ipywidgets) only when called,
-and a missing one raises an error naming the extra to install (``pip install 'rxcuda[view]'``)."""
+and a missing one raises an error naming the extra to install (``pip install '.[view]'``)."""
 
 from __future__ import annotations
 
