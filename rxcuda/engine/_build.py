@@ -30,7 +30,15 @@ from ..cuda.nodes import kind_of
 from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
 from ..model._errors import KernelFileError
-from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, HandleArg, KernelNodePlan, ScalarArg
+from ..model._graphplan import (
+    BufferArg,
+    CallNodePlan,
+    GraphPlan,
+    HandleArg,
+    KernelNodePlan,
+    ScalarArg,
+    sizes_in_bytes,
+)
 from ..plan._liveness import holds_own_value
 from ..plan._plan import Replanner
 from ..plan._profile import add_stamps
@@ -518,26 +526,8 @@ def _group_sizes(was: tuple | None, members: tuple) -> tuple[tuple, list[int]]:
         if old[:n] == members[:n]:
             if n == len(members):
                 return members, largest[:n]
-            return members, largest + list(accumulate(_nbytes(members[n:]), max, initial=largest[-1]))[1:]
-    return members, list(accumulate(_nbytes(members), max))
-
-
-def _nbytes(members: tuple) -> list[int]:
-    """Each buffer's ``nbytes``, its dtype's item size looked up once per dtype (a chain's group holds hundreds of
-    buffers of one dtype)."""
-    sizes: dict = {}
-    out = []
-    for m in members:
-        dtype = m.dtype
-        if not dtype:
-            out.append(m.nbytes)
-            continue
-        size = sizes.get(dtype)
-        if size is None:
-            size = sizes[dtype] = _dtypes.itemsize(dtype)
-        n = size * m.count
-        out.append(n if n > 4 else 4)
-    return out
+            return members, largest + list(accumulate(sizes_in_bytes(members[n:]), max, initial=largest[-1]))[1:]
+    return members, list(accumulate(sizes_in_bytes(members), max))
 
 
 def codes_in_use(gp: GraphPlan) -> set[str]:

@@ -7,12 +7,14 @@ publishes diagnostics and keeps the blocks' states.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import attrs
 
+from ..cuda import _native
 from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 
@@ -56,6 +58,19 @@ class AppliedUpdate(NamedTuple):
     blocks: tuple[str, ...]
     seconds: float
     events: int
+
+
+def _maker(record: type) -> Callable[[tuple], Any]:
+    """``make(fields)``: a ``record`` holding ``fields``, without the named tuple's Python-level __new__: the compiled
+    path's ``Record`` (which its drain fills in without a Python call), else tuple.__new__."""
+    native = _native.hotpath()
+    return native.Record(record) if native is not None else functools.partial(tuple.__new__, record)
+
+
+# the one maker of an AppliedUpdate: applied_update((frame, tiers, blocks, seconds, events)); the engine's reports
+# (rxcuda.engine._update.Updater._notify) and the drain of one value, in Python or in C (drain_one in
+# rxcuda/cuda/_hotpath.c, handed it), all make theirs with it
+applied_update = _maker(AppliedUpdate)
 
 
 @attrs.frozen
@@ -151,4 +166,4 @@ class Reporter:
         self.stream.close()
 
 
-__all__ = ["AppliedUpdate", "Diagnostic", "Frame", "Reporter"]
+__all__ = ["AppliedUpdate", "Diagnostic", "Frame", "Reporter", "applied_update"]

@@ -14,6 +14,7 @@ from . import _dtypes
 from ._describe import Launch, PortRef
 from ._errors import Problem
 from ._events import Tier
+from ._provided import provided
 
 # The plan's parts are named tuples: a plan of a large pipeline makes thousands of them on every rebuild,
 # and a named tuple is built, hashed and compared in C.
@@ -294,3 +295,8 @@ class GraphPlan:
         if key in self.slots:
             return "parameters (exec-node update)"
         return "unused"
+
+    def to_dot(self) -> str:
+        """DOT text of the plan node by node (kernel, call, memset, copy and region nodes, dependencies):
+        :func:`rxcuda.to_dot`, done by ``rxcuda.view`` (rxcuda.model._provided)."""
+        return provided("to_dot")(self)

@@ -1,6 +1,6 @@
 """The live view: a running engine as a web page, parameters as controls (``engine.serve()``).
 
-``LiveView(engine)`` (installed as ``engine.serve(host="127.0.0.1", port=0, token=None)``) starts an aiohttp
+``LiveView(engine)`` (what ``engine.serve(host="127.0.0.1", port=0, token=None)`` calls) starts an aiohttp
 server on a daemon thread with its own asyncio loop. ``GET /`` is the page and ``/static/...`` its assets
 (shipped in ``rxcuda/view/static/``: no CDN), ``/ws`` the WebSocket that carries compact JSON both ways
 (``rxcuda/view/PROTOCOL.md`` is the protocol).
@@ -578,7 +578,7 @@ def _middleware():
 
 def serve(engine: Engine | Source, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
           params: Iterable | None = None) -> LiveView:
-    """Serve ``engine`` as a live web page (installed as ``Engine.serve``); see :class:`LiveView`.
+    """Serve ``engine`` as a live web page (what ``engine.serve()`` does); see :class:`LiveView`.
 
     ``port=0`` picks a free port (``view.url`` says which). A ``host`` other than 127.0.0.1/localhost/::1
     needs a token: pass one, or one is generated and logged once (``view.url`` carries it). ``params``
@@ -593,26 +593,4 @@ def serve(engine: Engine | Source, host: str = "127.0.0.1", port: int = 0, token
     return LiveView(engine, host, port, token, params)
 
 
-def _engine_serve(self: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                  params: Iterable | None = None) -> LiveView:
-    """Serve this engine as a live web page: the pipeline as a graph with states, frame times, diagnostics,
-    memory, and every scalar parameter (or only those named in ``params``: ``"block.param"`` names or
-    blocks) as a control that sets it. Returns a :class:`rxcuda.view.LiveView` (``.url``; ``wait(seconds)``
-    keeps serving; ``dispose()`` or a ``with`` block stops it; so does ``engine.close()``). Installed by
-    ``rxcuda.view``; see :func:`rxcuda.view.serve`.
-
-    >>> running = engine.run(60)                              # doctest: +SKIP
-    >>> with engine.serve(params=["mul.scale"]) as view:      # doctest: +SKIP
-    ...     print(view.url, "- serving for 60 s")
-    ...     view.wait(60)
-    """
-    return LiveView(self, host, port, token, params)
-
-
-def install() -> None:
-    """Attach ``serve`` to ``Engine`` (docs/architecture.md: a convenience that reaches upward lives in the
-    upper package)."""
-    Engine.serve = _engine_serve  # type: ignore[attr-defined]
-
-
-__all__ = ["RATE", "LiveView", "LiveViewError", "dumps", "exposed_names", "install", "sample", "serve"]
+__all__ = ["RATE", "LiveView", "LiveViewError", "dumps", "exposed_names", "sample", "serve"]
