@@ -77,6 +77,8 @@ class Device:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if _host.current() is self._drv:  # this thread's current context is gone with it
+                _host.note_current(None)
             check(self._drv.cuDevicePrimaryCtxRelease(self.handle), "cuDevicePrimaryCtxRelease")
 
     def __repr__(self) -> str:
