@@ -6,7 +6,9 @@ Writes a small CUDA C++ kernel, forces.cu, into a fresh temporary folder (remove
 runs it at 30 frames per second and prints the output every half second. Open the forces.cu it names in
 your editor, change the formula (say `k * x[i]` to `k * x[i] * x[i]`) and save: the kernel is recompiled
 off the engine thread and swapped into the running graph. Save a typo and you get one diagnostic with the
-compiler's line; the old kernel keeps running.
+compiler's line; the old kernel keeps running. Save a kernel that faults (say `out[i + 100000000] = ...`) and
+the session survives: the pipeline runs in an IsolatedEngine (docs/faults.md), whose GPU side is a child
+process: the new code is tried there first, refused with one diagnostic, and the last good code keeps running.
 """
 
 import contextlib
@@ -21,7 +23,7 @@ import reactivex
 import rxcuda
 
 ok, why = rxcuda.probe()
-if not ok:  # the same pipeline on the CPU device (docs/cpu.md): Engine() picks it where there is no GPU
+if not ok:  # the same pipeline on the CPU device (docs/cpu.md): IsolatedEngine() picks it where there is no GPU
     print(f"no CUDA device ({why}): running on the CPU device")
 
 SOURCE = '''// forces.cu: edit me while rxcuda.examples.hot_reload runs
@@ -36,13 +38,15 @@ seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
 n = 8
 x = np.arange(1, n + 1, dtype=np.float32)
 
-with tempfile.TemporaryDirectory(prefix="rxcuda-hot-reload-") as folder, rxcuda.Engine() as engine:
+# where people edit code live, the isolated engine: a kernel that faults costs frames, not this process
+with tempfile.TemporaryDirectory(prefix="rxcuda-hot-reload-") as folder, rxcuda.IsolatedEngine() as engine:
     path = pathlib.Path(folder) / "forces.cu"
     path.write_text(SOURCE)
     blk = engine.add(rxcuda.Block.from_kernel(path, size=n, k=2.0))
     engine.write(blk["x"], x)
     engine.diagnostics.subscribe(lambda d: print(f"[{d.severity}] {d.subject}: {d.message}"))
-    engine.code_changes.subscribe(lambda ev: print(f"new code for {blk.name}: swapped in place"))
+    swapped = f"new code for {blk.name}: swapped in place"
+    engine.frames.subscribe(lambda f: rxcuda.Tier.CODE in f.tiers and print(swapped))
     engine.observe(blk["out"], every=15).subscribe(lambda arr: print("out =", np.round(arr, 2)))
     watching = engine.watch()
     running = engine.run(reactivex.interval(1 / 30))

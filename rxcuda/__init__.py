@@ -60,7 +60,7 @@ from .sources._compose import ComposeError, In, InOut, Out, compose, elementwise
 from .sources._files import load_kernel_file
 from .sources._load import load_source
 from .sources._nvrtc import compile_cuda
-from .view._dot import GraphvizNotFoundError, save_graph, to_dot  # importing view installs engine.to_dot & co.
+from .view._dot import GraphvizNotFoundError, save_graph, to_dot  # importing view provides engine.to_dot & co.
 from .view._plot import MatplotlibNotFoundError, plot_frames
 from .view._serve import LiveView, LiveViewError  # engine.serve() makes one
 from .view._trace import Trace  # engine.trace(path) makes one

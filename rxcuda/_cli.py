@@ -435,7 +435,7 @@ _BUFFER_KINDS = {
     "zeros": "engine-owned, zeroed (optional input left open)",
     "counter": "append counter, zeroed every frame",
     "internal": "engine-owned, inside the block",
-    "device_scalar": "device scalar",
+    "device_scalar": "device scalar", "mapped": "host-mapped, read by the host after a frame (a While's passes left)",
 }
 
 

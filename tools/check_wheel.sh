@@ -27,7 +27,7 @@ fail() { echo "check_wheel: $*" >&2; exit 1; }
 "$python" - "$root" "$tmp/src" <<'EOF'
 import shutil, sys
 shutil.copytree(sys.argv[1], sys.argv[2], ignore=shutil.ignore_patterns(
-    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "site"))
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "site", "*.so"))
 EOF
 "$python" -m pip wheel --no-deps --no-build-isolation -q -w "$tmp/dist" "$tmp/src" > "$tmp/build.log" 2>&1 \
     || { cat "$tmp/build.log"; fail "building the wheel failed"; }
@@ -59,6 +59,14 @@ where=$(run "$tmp/venv/bin/python" -c 'import rxcuda; print(rxcuda.__file__)')
 case "$where" in
     "$site"/rxcuda/__init__.py) ;;
     *) fail "rxcuda came from $where, not from the wheel in $site" ;;
+esac
+# the compiled parameter path: built into the wheel (setup.py), loaded from it, nothing compiled on import
+"$python" -c 'import sys, zipfile; sys.exit(not any(n.startswith("rxcuda/cuda/_hotpath.") and n.endswith(".so") for n in zipfile.ZipFile(sys.argv[1]).namelist()))' "$wheel" \
+    || fail "the wheel has no compiled rxcuda/cuda/_hotpath module"
+native=$(run "$tmp/venv/bin/python" -c 'from rxcuda.cuda import _native; m = _native.hotpath(); print(m.__file__ if m else "none: " + _native.why_not)')
+case "$native" in
+    "$site"/rxcuda/cuda/_hotpath.*) ;;
+    *) fail "the installed rxcuda did not load its compiled parameter path from $site: $native" ;;
 esac
 run "$tmp/venv/bin/rxcuda" demo --plan --size 1000 > demo.txt || { cat demo.txt; fail "rxcuda demo --plan failed"; }
 grep -q "graph nodes (4, in launch order):" demo.txt || { cat demo.txt; fail "rxcuda demo --plan printed no plan"; }
@@ -98,5 +106,5 @@ done
 [ "$count" -gt 0 ] || fail "the docs have no block marked 'runs without a GPU'"
 [ -z "$(ls -A | grep -v -e '^demo.txt$' -e '^examples.txt$' -e '^snippet.log$')" ] \
     || fail "something was left in the directory the checks ran in: $(ls -A)"
-echo "wheel $(basename "$wheel"): installed into fresh environments; from another directory rxcuda demo --plan," \
+echo "wheel $(basename "$wheel"): with its compiled parameter path; installed into fresh environments; from another directory rxcuda demo --plan," \
      "python -m rxcuda.examples and $count docs blocks that need no GPU ran, each with exactly the extras it names"

@@ -34,6 +34,7 @@ from ..model._errors import ForeignBlockError, NotAPortError, ValidationError
 from ..model._events import Tier
 from ._appendstate import AppendState
 from ._builder import DescriptionBuilder, _as_tuple, _load_code, append_pairs
+from ._engineside import side_of
 from ._params import Parameter, Parameters
 
 _ids = itertools.count(1)
@@ -105,8 +106,8 @@ class PortHandle:
 
     def __str__(self) -> str:
         """Type, shape, bytes, pool class, and whose memory the port's buffer is (read from the running plan)."""
-        engine = self.block._engine
-        return port_head(self) + " (not in an engine)" if engine is None else engine._port_text(self)
+        side = side_of(self.block._engine)
+        return port_head(self) + " (not in an engine)" if side is None else side.port_text(self)
 
 
 def port_head(port: PortHandle, shape: tuple[int, ...] | None = None) -> str:
@@ -507,10 +508,9 @@ class Block:
         return state
 
     def _binding_error(self, name: str, err: Exception) -> None:
-        engine = self._engine
-        if engine is None:
-            return
-        engine._binding_failed(f"{self.name}.{name}", err, self.params[name].value, self)
+        side = side_of(self._engine)
+        if side is not None:
+            side.binding_failed(f"{self.name}.{name}", err, self.params[name].value, self)
 
     def dispose_bindings(self) -> None:
         """End every parameter binding of this block."""
@@ -561,21 +561,19 @@ class Block:
         >>> mul.occupancy                                                               # doctest: +SKIP
         {'scalar_mul': 1.0}
         """
-        engine = self._engine
-        if engine is None:
-            return {}
-        return {kernel: occ for (bid, kernel), occ in dict(engine._rt.occupancy).items() if bid == self.id}
+        side = side_of(self._engine)
+        return {} if side is None else side.occupancy(self.id)
 
     def _profile_lines(self) -> list[str]:
         """What the engine's profiling last measured of this block (nothing is read from the GPU here)."""
-        engine = self._engine
-        if engine is None:
+        side = side_of(self._engine)
+        if side is None:
             return []
         out = []
-        last = engine._profiler.last
+        last = side.last_profile()
         if last is not None and last.blocks is not None and self.name in last.blocks:
             out.append(f"  last GPU time: {last.blocks[self.name].gpu_us:.2f} us (frame {last.frame}, "
-                       f"profile {engine.profile})")
+                       f"profile {side.profile})")
             if last.kernels is not None:
                 for k in self._desc.kernels:
                     label = f"{self.name}/{k.name}"

@@ -28,6 +28,7 @@ from ..model._bounds import count_problem
 from ..model._describe import KernelSpec, Launch, PortRef
 from ..model._errors import BoundsError
 from ..model._memo import by_identity
+from ._engineside import side_of
 
 
 def capacities(block, names: Iterable[str]) -> dict[str, int]:
@@ -36,17 +37,16 @@ def capacities(block, names: Iterable[str]) -> dict[str, int]:
     desc = block.description
     ports = {p.name: p for p in desc.ports}
     internals = {ib.name: ib for ib in desc.internals}
-    engine = block._engine
-    rt = getattr(engine, "_rt", None)
+    side = side_of(block._engine)
 
     def count(name: str) -> int:
         spec = ports.get(name)
         if spec is not None:
-            if rt is None or spec.counter is not None:  # an append buffer keeps its capacity
+            if side is None or spec.counter is not None:  # an append buffer keeps its capacity
                 return spec.count
-            return engine._port_count(PortRef(block.id, name), spec)  # resized shapes are the engine's to know
+            return side.port_count(PortRef(block.id, name), spec)  # resized shapes are the engine's to know
         ib = internals[name]
-        if rt is not None and ib.like is not None and ib.like in ports:
+        if side is not None and ib.like is not None and ib.like in ports:
             return count(ib.like)
         return ib.count
 

@@ -35,6 +35,7 @@ from ..model._describe import BlockDescription, Connection, PortRef, PortSpec
 from ..model._errors import ForeignBlockError, NotAPortError, ValidationError
 from ..plan._index import PipelineIndex
 from ._blocks import Block, Parameter, PortHandle
+from ._engineside import side_of
 
 T = TypeVar("T")
 
@@ -508,10 +509,9 @@ class CompositeParameter:
             self.value = v
 
         def failed(err: Exception) -> None:
-            engine = self._instance._engine
-            if engine is None:
-                return
-            engine._binding_failed(f"{self._instance.name}.{self.name}", err, self.value, None)
+            side = side_of(self._instance._engine)
+            if side is not None:
+                side.binding_failed(f"{self._instance.name}.{self.name}", err, self.value, None)
 
         d = bind_parameter(source, setter, failed)
         self._instance._subscriptions.add(d)

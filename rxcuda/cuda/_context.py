@@ -7,11 +7,14 @@ context current before it sets up or captures anything); they never create or sw
 from __future__ import annotations
 
 from ..model._errors import CudaError
+from . import _host
 from ._driver import check, require_driver
 
 
 def current_device() -> int | None:
     """Ordinal of the device whose context is current on this thread, or None when no context is."""
+    if _host.current() is not None:
+        return 0  # the CPU device (one device, ordinal 0)
     drv = require_driver()
     ctx = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
     if ctx is None or int(ctx) == 0:
@@ -34,8 +37,9 @@ def require_current(ordinal: int, what: str) -> None:
 
 
 def device_arch(ordinal: int) -> str:
-    """``'sm_90'``-style architecture name of device ``ordinal``, for compilers."""
-    drv = require_driver()
+    """``'sm_90'``-style architecture name of device ``ordinal``, for compilers (the CPU device's where its context
+    is current: it runs the PTX)."""
+    drv = _host.current() or require_driver()
     dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
     a = drv.CUdevice_attribute
     major = check(drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")

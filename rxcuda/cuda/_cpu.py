@@ -30,6 +30,7 @@ from cuda.bindings import driver as _real
 
 from ..model._errors import CudaError
 from . import _cpukernel
+from ._cpucapture import CaptureMixin
 from ._null import NullDriver
 
 _OK = _real.CUresult.CUDA_SUCCESS
@@ -67,14 +68,14 @@ class _Node:
         self.bodies: list[int] = []
 
 
-class CpuDriver(NullDriver):
+class CpuDriver(CaptureMixin, NullDriver):
     """The CPU device's driver: :class:`NullDriver`'s bookkeeping, with memory, kernels and graphs that run.
 
     ``calls`` records every call where ``record=True`` (tests; ``count`` always counts); ``last_fault`` holds the
     last illegal address a kernel made (its message), which the launch raised as ``CUDA_ERROR_ILLEGAL_ADDRESS``."""
 
     opened = False  # whether a CpuDriver was made in this process (kernels compiled from then on are PTX)
-    on_host = True  # what the layers above ask where the CPU device differs (library calls cannot run on it yet)
+    on_host = True  # what the layers above ask where the CPU device differs (library calls issue host functions)
 
     def __init__(self, *, name: str = "CPU (rxcuda)", total_memory: int = 8 << 30, record: bool = False, **kwargs):
         super().__init__(name=name, total_memory=total_memory, **kwargs)
@@ -90,6 +91,7 @@ class CpuDriver(NullDriver):
         self._index: dict[int, dict[int, _Node]] = {}  # executable graph -> every node it holds, by handle
         self._cond: dict[int, int] = {}  # conditional handle -> its value
         self._events: dict[int, float] = {}
+        self._capturing: dict[int, list] = {}
         self.last_fault = ""
         self._set_cond = _cpukernel.SET_COND(self._on_set_cond)
 
@@ -145,12 +147,14 @@ class CpuDriver(NullDriver):
 
     def cuMemsetD8Async(self, ptr, value, count, stream):
         self._check_range("cuMemsetD8Async", int(ptr), int(count))
-        ctypes.memset(int(ptr), int(value), int(count))
+        if not self.captured(stream, "memset", (int(ptr), int(value), 1, int(count), 1, 0)):
+            ctypes.memset(int(ptr), int(value), int(count))
         return super().cuMemsetD8Async(ptr, value, count, stream)
 
     def cuMemsetD32Async(self, ptr, value, count, stream):
         self._check_range("cuMemsetD32Async", int(ptr), 4 * int(count))
-        _memset32(int(ptr), int(value), int(count))
+        if not self.captured(stream, "memset", (int(ptr), int(value), 4, int(count), 1, 0)):
+            _memset32(int(ptr), int(value), int(count))
         return super().cuMemsetD32Async(ptr, value, count, stream)
 
     def _copy(self, call: str, dst: int, src: int, nbytes: int, device: int, record: tuple) -> tuple:
@@ -161,6 +165,7 @@ class CpuDriver(NullDriver):
 
     def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
         d, n = int(dst), int(nbytes)
+        self.refuse_in_capture("cuMemcpyHtoDAsync", stream)
         return self._copy("cuMemcpyHtoDAsync", d, int(src), n, d, (d, n, int(stream)))
 
     def cuMemcpyHtoD(self, dst, src, nbytes):
@@ -169,6 +174,7 @@ class CpuDriver(NullDriver):
 
     def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
         s, n = int(src), int(nbytes)
+        self.refuse_in_capture("cuMemcpyDtoHAsync", stream)
         return self._copy("cuMemcpyDtoHAsync", int(dst), s, n, s, (s, n, int(stream)))
 
     def cuMemcpyDtoH(self, dst, src, nbytes):
@@ -178,7 +184,8 @@ class CpuDriver(NullDriver):
     def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
         self._check_range("cuMemcpyDtoDAsync", int(src), int(nbytes))
         self._check_range("cuMemcpyDtoDAsync", int(dst), int(nbytes))
-        ctypes.memmove(int(dst), int(src), int(nbytes))
+        if not self.captured(stream, "copy", (int(dst), int(src), int(nbytes))):
+            ctypes.memmove(int(dst), int(src), int(nbytes))
         return super().cuMemcpyDtoDAsync(dst, src, nbytes, stream)
 
     def cuMemcpyPeerAsync(self, dst, dst_ctx, src, src_ctx, nbytes, stream):
@@ -278,6 +285,12 @@ class CpuDriver(NullDriver):
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self._call("cuLaunchKernel", (int(f), (gx, gy, gz), (bx, by, bz), shared, int(stream)))
         args = params if isinstance(params, int) else int(params or 0)
+        if self._capturing and int(stream) in self._capturing:  # a kernel node of the capture, its arguments packed
+            func = self._functions.get(int(f))
+            if func is None:
+                raise _fail("cuLaunchKernel", "CUDA_ERROR_INVALID_HANDLE", f"no loaded function {int(f):#x}")
+            self.captured(stream, "kernel", (int(f), (gx, gy, gz), (bx, by, bz), shared, self._pack(func, args)))
+            return (_OK,)
         self._run(self._prepare(f, (gx, gy, gz), (bx, by, bz), shared, args), "cuLaunchKernel")
         return (_OK,)
 
@@ -382,12 +395,6 @@ class CpuDriver(NullDriver):
             raise _fail("cuGraphAddNode", "CUDA_ERROR_NOT_SUPPORTED",
                         f"the CPU device does not run graph nodes of type {params.type!r} yet")
         return result
-
-    def cuStreamBeginCapture(self, stream, mode):
-        self.calls.append(("cuStreamBeginCapture", (int(stream), mode)))
-        raise _fail("cuStreamBeginCapture", "CUDA_ERROR_NOT_SUPPORTED",
-                    "library calls (cuBLAS, cuFFT, cuRAND, cuSPARSE, cuSOLVER) do not run on the CPU device yet: "
-                    "their blocks need a CUDA device")
 
     # -- executable graphs -------------------------------------------------------------------------------
     def _snapshot(self, graph: int) -> dict[int, _Node]:
@@ -526,6 +533,9 @@ class CpuDriver(NullDriver):
                 ctypes.memmove(dst, src, nbytes)
             elif kind == "child":
                 self._run_nodes(nd.data)
+            elif kind == "host":  # a library call's NumPy work (``_host``), in the graph's order
+                fn, data = nd.data
+                fn(data)
             elif kind == "event":
                 self._events[nd.data] = time.perf_counter()
             elif kind == "if":
@@ -538,6 +548,9 @@ class CpuDriver(NullDriver):
                 handle, bodies = nd.data
                 while self._cond.get(handle, 0):
                     self._run_nodes(bodies[0])
+
+    _node = _Node
+    _fail = staticmethod(_fail)
 
     def __repr__(self) -> str:
         return f"<CpuDriver {len(self.calls)} calls>"
@@ -559,10 +572,7 @@ def choose_driver(device: int | str, driver, several: bool = False) -> tuple[int
     the CPU device; with no driver given and no CUDA device on the machine, the CPU device too, said once in the
     log (not for ``several`` devices: the CPU device is one). A given driver, or a GPU ordinal on a machine with a
     GPU, is left as it is."""
-    import logging
-    import os
 
-    from ._driver import probe
 
     if isinstance(device, str):
         if device.lower() == "cpu":
@@ -572,9 +582,20 @@ def choose_driver(device: int | str, driver, several: bool = False) -> tuple[int
         raise ValueError(f"'device' must be a GPU ordinal (an int), 'cuda' or 'cpu' (got {device!r})")
     if driver is not None or several:
         return device, driver
+    return device, CpuDriver() if cpu_by_default() else driver
+
+
+def cpu_by_default() -> bool:
+    """Whether an engine that names no device runs on the CPU device: ``RXCUDA_DEVICE=cpu``, or no CUDA device
+    and ``RXCUDA_DEVICE`` unset or ``auto`` (said once, in the log)."""
+    import logging
+    import os
+
+    from ._driver import probe
+
     env = os.environ.get(ENV, "").strip().lower()
     if env == "cpu":
-        return device, CpuDriver()
+        return True
     if env in ("", "auto"):
         ok, why = probe()
         if not ok:
@@ -583,8 +604,8 @@ def choose_driver(device: int | str, driver, several: bool = False) -> tuple[int
                 _said = True
                 logging.getLogger("rxcuda").info("rxcuda: no CUDA device (%s); running on the CPU device "
                                                  "(set %s=cuda to refuse instead)", why, ENV)
-            return device, CpuDriver()
-    return device, driver
+            return True
+    return False
 
 
 _said = False

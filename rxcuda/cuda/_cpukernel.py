@@ -21,8 +21,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shlex
+import shutil
 import struct
 import subprocess
+import sysconfig
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _native, _ptxc
+from . import _ptxc
 from ._paths import cache_dir
 
 PtxError = _ptxc.PtxError
@@ -75,8 +78,20 @@ def _cpu_flags() -> str:
         return ""
 
 
+def _compiler() -> list[str]:
+    """The host's C compiler as an argument list: $CC, Python's own, or the first of cc, gcc, clang found."""
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    argv = shlex.split(cc)
+    if not argv or shutil.which(argv[0]) is None:
+        for name in ("cc", "gcc", "clang"):
+            if shutil.which(name):
+                return [name]
+        raise FileNotFoundError(f"no C compiler found (tried {cc!r}, cc, gcc, clang)")
+    return argv
+
+
 def _compile(source: str) -> Path:
-    cc = _native._compiler()
+    cc = _compiler()
     digest = hashlib.sha256(source.encode() + repr((cc, _FLAGS, _cpu_flags())).encode()).hexdigest()[:20]
     out_dir = cache_dir() / "cpu"
     out = out_dir / f"k-{digest}.so"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 
 from ..model._errors import NoDeviceError
-from . import _stream
+from . import _host, _stream
 from ._driver import check, require_driver
 
 
@@ -44,6 +44,7 @@ class Device:
 
     def make_current(self) -> None:
         check(self._drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        _host.note_current(self._drv)  # library calls ask which device's context is current (the CPU device's?)
 
     def create_stream(self):
         """A new non-blocking stream on this device (:func:`rxcuda.cuda._stream.create_stream`)."""
@@ -76,6 +77,8 @@ class Device:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if _host.current() is self._drv:  # this thread's current context is gone with it
+                _host.note_current(None)
             check(self._drv.cuDevicePrimaryCtxRelease(self.handle), "cuDevicePrimaryCtxRelease")
 
     def __repr__(self) -> str:

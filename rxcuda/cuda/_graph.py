@@ -274,11 +274,10 @@ class CompiledGraph:
             mine.adopt(theirs.handle)
         self.spares, old.spares = old.spares, []
         self.keeps = self.keeps | old.keeps  # (the code its spares name)
-        for h, _ in self.spares:  # (disabled in the executable graph, whatever the update made of them)
-            check(drv.cuGraphNodeSetEnabled(old.exec, h, 0), "cuGraphNodeSetEnabled (spare)")
         check(drv.cuGraphDestroy(self.graph), "cuGraphDestroy")
         self.graph, old.graph = old.graph, None
         self.exec, old.exec = old.exec, None
+        self._disable_spares()  # (in the executable graph, whatever the update made of them)
         self.growable = False  # the template's nodes hold old's parameters, the executable graph this one's
         self._exec_h = int(self.exec)
         self._arm()

@@ -1,4 +1,5 @@
-/* rxcuda's compiled parameter path (built on first use by rxcuda/cuda/_native.py; pure-Python fallback there).
+/* rxcuda's compiled parameter path: the extension module rxcuda.cuda._hotpath, built with the package (setup.py);
+   loaded by rxcuda/cuda/_native.py, which keeps the pure-Python path where it was not built.
 
    Apply(targets, lo, hi, raise_for): one parameter's hot update. ``targets``: a tuple of
    (kind, address, function, graph_exec, node, params, update, keep) tuples, one per kernel node that reads the
@@ -10,23 +11,29 @@
    writes ``value`` into every target's argument and updates its exec node, True when it did; False, having
    done nothing, for a value outside [lo, hi]. A non-zero CUresult calls ``raise_for(err)``, which raises.
 
+   The Python classes these types serve hand their own names over: this file knows none of their fields. The C
+   side keeps each field in a slot of its own struct; ``param_base(fields, names)`` and ``pending_base(fields,
+   names)`` (called once, by rxcuda.blocks._params and rxcuda.engine._runtime) make the types ready with the
+   attribute names they are given, in the order each function's comment lists, and return them.
+
    drain_one(pending, table[, updates]): the scheduler's drain of parameter values alone
-   (rxcuda.engine._update), as Updater.apply_pending does it in Python: under ``pending._lock`` take the
-   pending values (``pending._params``) and reset ``pending.count``; one value whose hot entry ``table[key]`` =
-   (apply, names) has an ``apply`` that takes it is applied here. Returns (names, None, events) when it was; (None, params, events)
-   otherwise, ``params`` the dict of values for the general path.
+   (rxcuda.engine._update), as its _drain_one does it in Python: ``pending`` a PendingBase; under its lock take the
+   pending values and reset its count; one value whose hot entry ``table[key]`` = (apply, names) has an ``apply``
+   that takes it is applied here. Returns (names, None, events) when it was; (None, params, events) otherwise,
+   ``params`` the dict of values for the general path.
 
-   PendingBase: the pending plan's hot fields in C (``_lock``, ``_params``, ``count``, ``others``, ``_observed``),
-   a base of the engine's PendingPlan (rxcuda.engine._runtime), and its ``set_value(key, value)``: the setter's
-   fold, as PendingPlan.set_value does it in Python (one dict store and a count, under ``_lock`` where another
-   thread holds it); where someone observes parameter changes (``_observed``, a tuple, not empty) it then calls
-   the object's ``_publish_value(key, value)``.
+   PendingBase (made by pending_base): the pending plan's hot fields in C (its lock, its dict of values, the count
+   of changes since the last drain and of those not values, the values ever folded, its observers of parameter
+   changes, the type of such a change), a base of the engine's PendingPlan (rxcuda.engine._runtime), and its
+   ``set_value(key, value)``: the setter's fold, as PendingPlan.set_value does it in Python (one dict store and a
+   count, under the lock where another thread holds it); where someone observes parameter changes it then publishes
+   the change (made here where the event type is a tuple subclass, else by the object's publishing method).
 
-   ParamBase: a parameter's fields (``name``, ``dtype``, ``_value``, ``_block``, ``_check``, ``_min``, ``_max``,
-   ``_step``, ``_plain``, ``_lo``, ``_hi``), the base of rxcuda.blocks.Parameter, and its ``value`` setter, as the
-   Python one does it: a value of exactly type ``_plain`` within [``_lo``, ``_hi``] is kept as it is, any other
-   goes through ``_check(value)`` (which converts it or raises); then, where the block is in an engine
-   (``_block._sink`` not None), ``_sink.set_value((_block.id, name), value)`` -- PendingBase's in C.
+   ParamBase (made by param_base): a parameter's fields (name, dtype, value, block, check, min, max, step, plain, lo,
+   hi), the base of rxcuda.blocks.Parameter, and its value property's setter, as the Python one does it: a value of
+   exactly type ``plain`` within [``lo``, ``hi``] is kept as it is, any other goes through ``check(value)`` (which
+   converts it or raises); then, where the block is in an engine (its sink not None), the sink's fold method with
+   ((block id, name), value) -- PendingBase's in C.
 
    Everything runs with the GIL held; no Python object outlives a call except what Apply keeps. */
 #define PY_SSIZE_T_CLEAN
@@ -278,11 +285,9 @@ static PyTypeObject ApplyType = {
     .tp_vectorcall_offset = offsetof(ApplyObject, vectorcall),
 };
 
-static PyObject *s_params, *s_count, *s_others, *s_acquire, *s_release, *s_locked;
+static PyObject *s_acquire, *s_release, *s_locked;
 static PyTypeObject PendingType;
 static PyObject *drain_pending(PyObject *pending, PyObject *table);
-static PyObject *drain_attrs(PyObject *pending, PyObject *lock, PyObject *params, PyObject *table);
-static PyObject *s_lock;
 
 static PyObject *s_on_next, *s_failed;
 
@@ -333,117 +338,125 @@ static double now_seconds(void) {
 
 static PyObject *drain(PyObject *pending, PyObject *table);
 
+/* Record(type) -> make: make(fields) is type's instance holding the tuple ``fields`` (as tuple.__new__(type, fields)
+   makes it, without the Python-level __new__ of a named tuple): rxcuda.engine._records.applied_update, the one maker
+   of an AppliedUpdate, which drain_one fills in directly. */
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *type;
+    Py_ssize_t n;
+    vectorcallfunc vectorcall;
+} RecordObject;
+
+static PyTypeObject RecordType;
+
+static PyObject *record_fill(RecordObject *self, PyObject *const *items) {
+    PyObject *r = self->type->tp_alloc(self->type, self->n);
+    if (r == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->n; i++) PyTuple_SET_ITEM(r, i, Py_NewRef(items[i]));
+    return r;
+}
+
+static PyObject *record_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    RecordObject *rec = (RecordObject *)self;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))
+        || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != rec->n) {
+        PyErr_Format(PyExc_TypeError, "make(fields): a tuple of %zd fields", rec->n);
+        return NULL;
+    }
+    return record_fill(rec, &PyTuple_GET_ITEM(args[0], 0));
+}
+
+static PyObject *record_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *of;
+    if (!PyArg_ParseTuple(args, "O!:Record", &PyType_Type, &of)) return NULL;
+    PyObject *fields = PyType_IsSubtype((PyTypeObject *)of, &PyTuple_Type) ? PyObject_GetAttrString(of, "_fields")
+                                                                          : NULL;
+    if (fields == NULL || !PyTuple_Check(fields)) {
+        Py_XDECREF(fields);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "Record takes a named tuple type (got %R)", of);
+        return NULL;
+    }
+    RecordObject *self = (RecordObject *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->type = (PyTypeObject *)Py_NewRef(of);
+        self->n = PyTuple_GET_SIZE(fields);
+        self->vectorcall = record_vectorcall;
+    }
+    Py_DECREF(fields);
+    return (PyObject *)self;
+}
+
+static void record_dealloc(RecordObject *self) {
+    Py_XDECREF(self->type);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject RecordType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rxcuda.cuda._hotpath.Record",
+    .tp_basicsize = sizeof(RecordObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Record(type) -> make: make(fields) is type's instance (see the C file)",
+    .tp_new = record_new,
+    .tp_dealloc = (destructor)record_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(RecordObject, vectorcall),
+};
+
 /* drain_one(pending, table[, updates]) -> (names, None, events) | (None, params, events): see the top of this
-   file. ``updates``, where someone observes applied updates: (observers, record type, frame, tiers, broadcast); a
-   value the hot entry applied is then published here as record(frame, tiers, names, seconds, events) (seconds:
-   this call's time), as Broadcast.emit does it. */
+   file. ``updates``, where someone observes applied updates: (observers, make, frame, tiers, broadcast); a value the
+   hot entry applied is then published here as make((frame, tiers, names, seconds, events)) (seconds: this call's
+   time; ``make``: rxcuda.engine._records.applied_update, the one maker of an AppliedUpdate), as Broadcast.emit does
+   it. */
 static PyObject *drain_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *updates = nargs == 3 ? args[2] : Py_None;
     if ((nargs != 2 && nargs != 3)
         || (updates != Py_None && (!PyTuple_Check(updates) || PyTuple_GET_SIZE(updates) != 5
                                    || !PyTuple_Check(PyTuple_GET_ITEM(updates, 0))
-                                   || !PyType_Check(PyTuple_GET_ITEM(updates, 1))
-                                   || !PyType_IsSubtype((PyTypeObject *)PyTuple_GET_ITEM(updates, 1),
-                                                        &PyTuple_Type)))) {
-        PyErr_SetString(PyExc_TypeError, "drain_one(pending, table[, (observers, record type, frame, tiers, "
-                                         "broadcast) or None])");
+                                   || !PyCallable_Check(PyTuple_GET_ITEM(updates, 1))))) {
+        PyErr_SetString(PyExc_TypeError, "drain_one(pending, table[, (observers, make, frame, tiers, broadcast) "
+                                         "or None])");
         return NULL;
     }
     if (updates == Py_None) return drain(args[0], args[1]);
     double t0 = now_seconds();
     PyObject *out = drain(args[0], args[1]);
     if (out == NULL || PyTuple_GET_ITEM(out, 0) == Py_None) return out;
-    PyTypeObject *type = (PyTypeObject *)PyTuple_GET_ITEM(updates, 1);
     PyObject *seconds = PyFloat_FromDouble(now_seconds() - t0);
-    PyObject *record = seconds != NULL ? type->tp_alloc(type, 5) : NULL; /* (as tuple.__new__ makes it) */
-    if (record == NULL) {
-        Py_XDECREF(seconds);
+    if (seconds == NULL) {
         Py_DECREF(out);
         return NULL;
     }
-    PyTuple_SET_ITEM(record, 0, Py_NewRef(PyTuple_GET_ITEM(updates, 2)));
-    PyTuple_SET_ITEM(record, 1, Py_NewRef(PyTuple_GET_ITEM(updates, 3)));
-    PyTuple_SET_ITEM(record, 2, Py_NewRef(PyTuple_GET_ITEM(out, 0)));
-    PyTuple_SET_ITEM(record, 3, seconds);
-    PyTuple_SET_ITEM(record, 4, Py_NewRef(PyTuple_GET_ITEM(out, 2)));
-    int rc = emit(PyTuple_GET_ITEM(updates, 0), record, PyTuple_GET_ITEM(updates, 4), NULL);
-    Py_DECREF(record);
+    PyObject *make = PyTuple_GET_ITEM(updates, 1);
+    PyObject *items[5] = {PyTuple_GET_ITEM(updates, 2), PyTuple_GET_ITEM(updates, 3), PyTuple_GET_ITEM(out, 0),
+                          seconds, PyTuple_GET_ITEM(out, 2)};
+    PyObject *record;
+    if (Py_IS_TYPE(make, &RecordType) && ((RecordObject *)make)->n == 5) {
+        record = record_fill((RecordObject *)make, items); /* (no Python call: the maker's own fill) */
+    } else {
+        PyObject *fields = PyTuple_New(5);
+        for (Py_ssize_t i = 0; fields != NULL && i < 5; i++) PyTuple_SET_ITEM(fields, i, Py_NewRef(items[i]));
+        record = fields != NULL ? PyObject_CallOneArg(make, fields) : NULL;
+        Py_XDECREF(fields);
+    }
+    Py_DECREF(seconds);
+    int rc = record != NULL ? emit(PyTuple_GET_ITEM(updates, 0), record, PyTuple_GET_ITEM(updates, 4), NULL) : -1;
+    Py_XDECREF(record);
     if (rc < 0) Py_CLEAR(out);
     return out;
 }
 
-/* The drain of ``pending`` (a PendingBase: its fields, in C; anything else: its attributes ``_lock``, ``_params``,
-   ``count``, ``others``, as PendingPlan has them). The lock is taken only where another thread holds it: this
-   function keeps the GIL from start to end and runs no Python code before it has taken what it needs (instance
-   attributes of plain objects, a dict of tuple keys), so while the lock is free no other thread can be inside a
-   section it guards, nor enter one, until this returns. */
+/* The drain of ``pending``, a PendingBase (its fields, in C). The lock is taken only where another thread holds it:
+   this function keeps the GIL from start to end and runs no Python code before it has taken what it needs, so while
+   the lock is free no other thread can be inside a section it guards, nor enter one, until this returns. */
 static PyObject *drain(PyObject *pending, PyObject *table) {
-    if (PyObject_TypeCheck(pending, &PendingType)) return drain_pending(pending, table);
-    PyObject *lock = PyObject_GetAttr(pending, s_lock);
-    PyObject *params = lock != NULL ? PyObject_GetAttr(pending, s_params) : NULL;
-    PyObject *out = NULL;
-    if (params != NULL && !PyDict_CheckExact(params)) {
-        PyErr_SetString(PyExc_TypeError, "drain_one: the pending plan's _params is not a dict");
-    } else if (params != NULL) {
-        out = drain_attrs(pending, lock, params, table);
-    }
-    Py_XDECREF(lock);
-    Py_XDECREF(params);
-    return out;
-}
-
-static PyObject *drain_attrs(PyObject *pending, PyObject *lock, PyObject *params, PyObject *table) {
-    PyObject *held = PyObject_CallMethodNoArgs(lock, s_locked);
-    if (held == NULL) return NULL;
-    int acquire = PyObject_IsTrue(held);
-    Py_DECREF(held);
-    if (acquire < 0) return NULL;
-    if (acquire) { /* a producer is inside its section: wait for it (the GIL is released while waiting) */
-        PyObject *r = PyObject_CallMethodNoArgs(lock, s_acquire);
-        if (r == NULL) return NULL;
-        Py_DECREF(r);
-    }
-    /* (nothing below raises short of memory; the lock, when taken, is released on every path) */
-    PyObject *events = PyObject_GetAttr(pending, s_count);
-    PyObject *others = events ? PyObject_GetAttr(pending, s_others) : NULL;
-    PyObject *key = NULL, *value = NULL, *taken = NULL;
-    int failed = others == NULL || PyObject_SetAttr(pending, s_count, others) < 0;
-    if (!failed && PyDict_GET_SIZE(params) == 1) {
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        PyDict_Next(params, &pos, &k, &v);
-        key = Py_NewRef(k);
-        value = Py_NewRef(v);
-        failed = PyDict_DelItem(params, key) < 0;
-    } else if (!failed) {
-        PyObject *fresh = PyDict_New();
-        failed = fresh == NULL || PyObject_SetAttr(pending, s_params, fresh) < 0;
-        Py_XDECREF(fresh);
-        if (!failed) taken = Py_NewRef(params);
-    }
-    Py_XDECREF(others);
-    if (acquire) {
-        PyObject *et = NULL, *ev = NULL, *tb = NULL;
-        if (failed) PyErr_Fetch(&et, &ev, &tb);
-        PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
-        if (failed) PyErr_Restore(et, ev, tb);
-        if (r == NULL) failed = 1;
-        Py_XDECREF(r);
-    }
-    if (failed) {
-        Py_XDECREF(events);
-        Py_XDECREF(key);
-        Py_XDECREF(value);
-        Py_XDECREF(taken);
+    if (!(PendingType.tp_flags & Py_TPFLAGS_READY) || !PyObject_TypeCheck(pending, &PendingType)) {
+        PyErr_SetString(PyExc_TypeError, "drain_one: the pending plan is not a PendingBase (see pending_base)");
         return NULL;
     }
-    if (taken != NULL) {
-        PyObject *out = PyTuple_Pack(3, Py_None, taken, events);
-        Py_DECREF(taken);
-        Py_DECREF(events);
-        return out;
-    }
-    return apply_one(table, key, value, events);
+    return drain_pending(pending, table);
 }
 
 /* The drain's end for one value (references to key, value and events are stolen): its hot entry applies it ->
@@ -492,6 +505,7 @@ typedef struct {
     PyObject *event_type;    /* _event_type: ParameterChanged (NULL: _publish_value, in Python, publishes) */
 } PendingObject;
 
+/* the names the Python classes hand over (param_base, pending_base; NULL until then) */
 static PyObject *s_publish_value, *s_sink, *s_id, *s_set_value, *s_changes;
 
 /* A value just folded, as a ParameterChanged(block, name, value) to the observers of parameter changes. */
@@ -540,14 +554,14 @@ static int unlock(PyObject *lock) {
 
 static int pending_fold(PendingObject *self, PyObject *key, PyObject *value) {
     if (self->lock == NULL || self->params == NULL || self->observed == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "PendingBase: _lock, _params and _observed are set by __init__");
+        PyErr_SetString(PyExc_AttributeError, "PendingBase: its lock, values and observers are set by __init__");
         return -1;
     }
     int taken = lock_if_held(self->lock, self->locked);
     if (taken < 0) return -1;
     PyObject *params = self->params;
     int failed = !PyDict_Check(params);
-    if (failed) PyErr_SetString(PyExc_TypeError, "PendingBase: _params is a dict");
+    if (failed) PyErr_SetString(PyExc_TypeError, "PendingBase: its values are a dict");
     else failed = PyDict_SetItem(params, key, value) < 0;
     if (!failed) {
         self->count++;
@@ -570,7 +584,7 @@ static PyObject *pending_set_value(PendingObject *self, PyObject *const *args, P
 
 static PyObject *pending_get_lock(PendingObject *self, void *closure) {
     if (self->lock == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "_lock");
+        PyErr_SetString(PyExc_AttributeError, "PendingBase: its lock is not set");
         return NULL;
     }
     return Py_NewRef(self->lock);
@@ -578,7 +592,7 @@ static PyObject *pending_get_lock(PendingObject *self, void *closure) {
 
 static int pending_set_lock(PendingObject *self, PyObject *lock, void *closure) {
     if (lock == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "_lock cannot be deleted");
+        PyErr_SetString(PyExc_AttributeError, "PendingBase: its lock cannot be deleted");
         return -1;
     }
     PyObject *locked = PyObject_GetAttr(lock, s_locked);
@@ -612,19 +626,22 @@ static void pending_dealloc(PendingObject *self) { /* (a Python subclass's deall
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The names of these fields are the pending plan's (rxcuda.streams.PendingPlan): pending_base hands them over, in this
+   order, before the type is made ready; the placeholders here are never seen. */
+#define PENDING_FIELDS 7 /* _lock (a getset, first), then the members */
 static PyMemberDef pending_members[] = {
-    {"_params", T_OBJECT_EX, offsetof(PendingObject, params), 0, "the pending values: (block id, name) -> value"},
+    {"params", T_OBJECT_EX, offsetof(PendingObject, params), 0, "the pending values: (block id, name) -> value"},
     {"count", T_PYSSIZET, offsetof(PendingObject, count), 0, "changes folded since the last drain"},
     {"others", T_PYSSIZET, offsetof(PendingObject, others), 0, "... of which not parameter values"},
     {"value_folds", T_PYSSIZET, offsetof(PendingObject, values), 0,
      "parameter values and launches ever folded (never reset: see Runtime._entries)"},
-    {"_observed", T_OBJECT_EX, offsetof(PendingObject, observed), 0, "who observes parameter changes (a tuple)"},
-    {"_event_type", T_OBJECT, offsetof(PendingObject, event_type), 0, "the type of a parameter change's event"},
+    {"observed", T_OBJECT_EX, offsetof(PendingObject, observed), 0, "who observes parameter changes (a tuple)"},
+    {"event_type", T_OBJECT, offsetof(PendingObject, event_type), 0, "the type of a parameter change's event"},
     {NULL},
 };
 
 static PyGetSetDef pending_getset[] = {
-    {"_lock", (getter)pending_get_lock, (setter)pending_set_lock, "the lock producers fold under", NULL},
+    {"lock", (getter)pending_get_lock, (setter)pending_set_lock, "the lock producers fold under", NULL},
     {NULL},
 };
 
@@ -653,7 +670,7 @@ static PyTypeObject PendingType = {
 static PyObject *drain_pending(PyObject *pending, PyObject *table) {
     PendingObject *self = (PendingObject *)pending;
     if (self->lock == NULL || self->params == NULL || !PyDict_CheckExact(self->params)) {
-        PyErr_SetString(PyExc_TypeError, "drain_one: the pending plan's _lock and _params (a dict) are not set");
+        PyErr_SetString(PyExc_TypeError, "drain_one: the pending plan's lock and values (a dict) are not set");
         return NULL;
     }
     int taken = lock_if_held(self->lock, self->locked);
@@ -758,7 +775,7 @@ static int param_set_value(ParamObject *self, PyObject *v, void *closure) {
         value = Py_NewRef(v);
     } else {
         if (self->check == NULL) {
-            PyErr_SetString(PyExc_AttributeError, "_check");
+            PyErr_SetString(PyExc_AttributeError, "ParamBase: its check is not set");
             return -1;
         }
         value = PyObject_CallOneArg(self->check, v);
@@ -766,7 +783,7 @@ static int param_set_value(ParamObject *self, PyObject *v, void *closure) {
     }
     Py_XSETREF(self->value, value);
     if (self->block == NULL || self->name == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "_block");
+        PyErr_SetString(PyExc_AttributeError, "ParamBase: its block is not set");
         return -1;
     }
     PyObject *sink = PyObject_GetAttr(self->block, s_sink);
@@ -827,11 +844,14 @@ static void param_dealloc(ParamObject *self) { /* (a Python subclass's dealloc h
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The names of these fields are the parameter's (rxcuda.blocks.Parameter): param_base hands them over, in this order,
+   before the type is made ready; the placeholders here are never seen. */
+#define PARAM_FIELDS 11
 #define PARAM_FIELD(name, field) {name, T_OBJECT_EX, offsetof(ParamObject, field), 0, NULL}
 static PyMemberDef param_members[] = {
-    PARAM_FIELD("name", name), PARAM_FIELD("dtype", dtype), PARAM_FIELD("_value", value),
-    PARAM_FIELD("_block", block), PARAM_FIELD("_check", check), PARAM_FIELD("_min", min), PARAM_FIELD("_max", max),
-    PARAM_FIELD("_step", step), PARAM_FIELD("_plain", plain), PARAM_FIELD("_lo", lo), PARAM_FIELD("_hi", hi),
+    PARAM_FIELD("name", name), PARAM_FIELD("dtype", dtype), PARAM_FIELD("value", value),
+    PARAM_FIELD("block", block), PARAM_FIELD("check", check), PARAM_FIELD("min", min), PARAM_FIELD("max", max),
+    PARAM_FIELD("step", step), PARAM_FIELD("plain", plain), PARAM_FIELD("lo", lo), PARAM_FIELD("hi", hi),
     {NULL},
 };
 
@@ -926,11 +946,106 @@ static PyObject *add_kernel_nodes(PyObject *module, PyObject *const *args, Py_ss
     return Py_BuildValue("(ni)", failed, err);
 }
 
+/* ---- the names: handed over by the Python classes that own them (one definition of each contract) ---- */
+
+static PyObject *param_names, *pending_names; /* what param_base and pending_base were given (kept: the members'
+                                                 names point into these strings) */
+
+/* ``names``: a tuple of ``n`` str; each interned into ``out`` (NULL: skipped). 0, or -1 with an exception set. */
+static int take_names(const char *who, PyObject *names, Py_ssize_t n, PyObject **out[]) {
+    if (!PyTuple_Check(names) || PyTuple_GET_SIZE(names) != n) {
+        PyErr_Format(PyExc_TypeError, "%s: a tuple of %zd names", who, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_CheckExact(name) || PyUnicode_GET_LENGTH(name) == 0) {
+            PyErr_Format(PyExc_TypeError, "%s: the names are non-empty str (got %R)", who, name);
+            return -1;
+        }
+        if (out != NULL && out[i] != NULL) {
+            Py_INCREF(name);
+            PyUnicode_InternInPlace(&name);
+            Py_XSETREF(*out[i], name);
+        }
+    }
+    return 0;
+}
+
+/* Made ready once, with ``given``'s names; a second call with the same names returns the same type. */
+static PyObject *ready_once(const char *who, PyTypeObject *type, PyObject **kept, PyObject *given) {
+    if (*kept != NULL) {
+        int same = PyObject_RichCompareBool(*kept, given, Py_EQ);
+        if (same < 0) return NULL;
+        if (!same) {
+            PyErr_Format(PyExc_ValueError, "%s was made with the names %R already (asked for %R)", who, *kept, given);
+            return NULL;
+        }
+        return Py_NewRef((PyObject *)type);
+    }
+    if (PyType_Ready(type) < 0) return NULL;
+    *kept = Py_NewRef(given);
+    return Py_NewRef((PyObject *)type);
+}
+
+/* The base ``type`` made ready with the names ``args`` = (fields, names) give (``who``: its maker, for messages):
+   ``fields[i]`` becomes the attribute name ``*field_slots[i]`` points at, ``names[i]`` the one ``*name_slots[i]``
+   points at (NULL: none) and is interned into ``*outs[i]`` (NULL: not kept); ``kept`` holds what it was made with. */
+static PyObject *make_base(const char *who, PyTypeObject *type, PyObject **kept, PyObject *const *args,
+                           Py_ssize_t nargs, Py_ssize_t nfields, const char **field_slots[], Py_ssize_t nnames,
+                           const char **name_slots[], PyObject **outs[]) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s(fields, names)", who);
+        return NULL;
+    }
+    if (take_names(who, args[0], nfields, NULL) < 0 || take_names(who, args[1], nnames, NULL) < 0) return NULL;
+    PyObject *given = PyTuple_Pack(2, args[0], args[1]);
+    if (given == NULL) return NULL;
+    PyObject *out = NULL;
+    if (*kept != NULL || take_names(who, args[1], nnames, outs) == 0) {
+        if (*kept == NULL) {
+            for (Py_ssize_t i = 0; i < nfields; i++) *field_slots[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args[0], i));
+            for (Py_ssize_t i = 0; i < nnames; i++)
+                if (name_slots[i] != NULL) *name_slots[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args[1], i));
+        }
+        out = ready_once(who, type, kept, given);
+    }
+    Py_DECREF(given);
+    return out;
+}
+
+/* param_base(fields, names) -> ParamBase: ``fields``, the parameter's 11 fields (name, dtype, value, block, check,
+   min, max, step, plain, lo, hi: rxcuda.blocks._params._Fields.__slots__); ``names``: (its value property, the block's
+   sink attribute, the block's id attribute, the sink's fold method). */
+static PyObject *param_base(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    const char **fields[PARAM_FIELDS];
+    for (Py_ssize_t i = 0; i < PARAM_FIELDS; i++) fields[i] = &param_members[i].name;
+    const char **names[] = {&param_getset[0].name, NULL, NULL, NULL};
+    PyObject **outs[] = {NULL, &s_sink, &s_id, &s_set_value};
+    return make_base("param_base", &ParamType, &param_names, args, nargs, PARAM_FIELDS, fields, 4, names, outs);
+}
+
+/* pending_base(fields, names) -> PendingBase: ``fields``, the pending plan's 7 hot fields (lock, params, count, others,
+   value_folds, observed, event_type: rxcuda.streams.PendingPlan.HOT_FIELDS); ``names``: (its method that publishes a
+   folded value, its attribute with the Broadcast of changes). */
+static PyObject *pending_base(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    const char **fields[PENDING_FIELDS];
+    fields[0] = &pending_getset[0].name;
+    for (Py_ssize_t i = 1; i < PENDING_FIELDS; i++) fields[i] = &pending_members[i - 1].name;
+    const char **names[] = {NULL, NULL};
+    PyObject **outs[] = {&s_publish_value, &s_changes};
+    return make_base("pending_base", &PendingType, &pending_names, args, nargs, PENDING_FIELDS, fields, 2, names, outs);
+}
+
 static PyMethodDef methods[] = {
     {"drain_one", (PyCFunction)(void (*)(void))drain_one, METH_FASTCALL,
      "drain_one(pending, table[, updates]) -> (names, None, events) | (None, params, events)"},
     {"noop_address", noop_address, METH_NOARGS, "the address of a set-params function that does nothing"},
     {"set_float64", set_float64, METH_O, "set_float64(numpy.float64): the float subclass a float parameter takes fast"},
+    {"param_base", (PyCFunction)(void (*)(void))param_base, METH_FASTCALL,
+     "param_base(fields, names) -> ParamBase, made with the parameter's names (see the C file)"},
+    {"pending_base", (PyCFunction)(void (*)(void))pending_base, METH_FASTCALL,
+     "pending_base(fields, names) -> PendingBase, made with the pending plan's names (see the C file)"},
     {"add_kernel_nodes", (PyCFunction)(void (*)(void))add_kernel_nodes, METH_FASTCALL,
      "add_kernel_nodes(function, graph, params, counts, deps, out, n) -> (index, err)"},
     {NULL, NULL, 0, NULL},
@@ -941,29 +1056,18 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
-    if (PyType_Ready(&ApplyType) < 0 || PyType_Ready(&PendingType) < 0 || PyType_Ready(&ParamType) < 0) return NULL;
-    s_params = PyUnicode_InternFromString("_params");
-    s_lock = PyUnicode_InternFromString("_lock");
-    s_count = PyUnicode_InternFromString("count");
-    s_others = PyUnicode_InternFromString("others");
-    s_acquire = PyUnicode_InternFromString("acquire");
+    /* (PendingBase and ParamBase are made ready by pending_base and param_base, with the names of their owners) */
+    if (PyType_Ready(&ApplyType) < 0 || PyType_Ready(&RecordType) < 0) return NULL;
+    s_acquire = PyUnicode_InternFromString("acquire"); /* (threading.Lock's) */
     s_release = PyUnicode_InternFromString("release");
     s_locked = PyUnicode_InternFromString("locked");
-    s_publish_value = PyUnicode_InternFromString("_publish_value");
-    s_sink = PyUnicode_InternFromString("_sink");
-    s_id = PyUnicode_InternFromString("id");
-    s_set_value = PyUnicode_InternFromString("set_value");
-    s_on_next = PyUnicode_InternFromString("on_next");
-    s_failed = PyUnicode_InternFromString("failed");
-    s_changes = PyUnicode_InternFromString("_changes");
-    if (!s_locked || !s_lock || !s_params || !s_count || !s_others || !s_acquire || !s_release || !s_publish_value || !s_sink
-        || !s_id || !s_set_value || !s_on_next || !s_failed || !s_changes)
-        return NULL;
+    s_on_next = PyUnicode_InternFromString("on_next"); /* (an Rx observer's) */
+    s_failed = PyUnicode_InternFromString("failed");   /* (rxcuda.streams.Broadcast's) */
+    if (!s_locked || !s_acquire || !s_release || !s_on_next || !s_failed) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Apply", (PyObject *)&ApplyType) < 0
-        || PyModule_AddObjectRef(m, "PendingBase", (PyObject *)&PendingType) < 0
-        || PyModule_AddObjectRef(m, "ParamBase", (PyObject *)&ParamType) < 0) {
+        || PyModule_AddObjectRef(m, "Record", (PyObject *)&RecordType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -109,9 +109,27 @@ def load_module(image: bytes, *, ptx: bool = False, optimization_level: int | No
         else:
             handle = check(api.cuModuleLoadData(image), "cuModuleLoadData")
     except CudaError as e:
+        log = _jit_log(api, image) if ptx else ""
         raise CudaError(f"{e.call} ({origin})", e.name, f"{e.explanation}: the driver could not load this "
-                        f"{'PTX' if ptx else 'module image'}", e.code) from e
+                        f"{'PTX' if ptx else 'module image'}" + (f"; the JIT says: {log}" if log else ""),
+                        e.code) from e
     return KernelModule(handle, origin, api)
+
+
+def _jit_log(api, image: bytes) -> str:
+    """The PTX JIT's error log for ``image`` (loaded again with a log buffer, only after it failed): what the JIT
+    did not accept, line by line; '' where it cannot be had."""
+    try:
+        size = 1 << 13
+        buf = bytearray(size)
+        opt = api.CUjit_option
+        err, handle = api.cuModuleLoadDataEx(image, 2, [opt.CU_JIT_ERROR_LOG_BUFFER,
+                                                        opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES], [buf, size])
+        if not err and handle is not None:  # it loaded this time: nothing to say, and nothing kept
+            api.cuModuleUnload(handle)
+        return bytes(buf).split(b"\0", 1)[0].decode(errors="replace").strip()[:2000]
+    except Exception:  # (a driver without logs, a null driver): the error alone
+        return ""
 
 
 def _code(kind) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model import _dtypes
 from ..model._describe import KernelParam, Launch
+from . import _host
 from ._driver import check, drv
 from ._memory import copy_dtod_async
 
@@ -49,10 +50,11 @@ def launch_kernel(function, launch: Launch, stream: int, params: Sequence[Kernel
                   values: Sequence[int | float]) -> None:
     """``cuLaunchKernel`` of ``function`` on ``stream`` with one value per parameter (pointers as ints)."""
     _storage, pointers = pack_args(params, values)  # both alive until the driver has read them
-    check(drv.cuLaunchKernel(function, *launch.grid, *launch.block, launch.shared_mem, stream,
+    api = _host.current() or drv  # the CPU device's driver where its context is current on this thread
+    check(api.cuLaunchKernel(function, *launch.grid, *launch.block, launch.shared_mem, stream,
                              int(pointers.ctypes.data) if len(params) else 0, 0), "cuLaunchKernel")
 
 
 def copy_async(dst: int, src: int, nbytes: int, stream: int) -> None:
     """Device-to-device copy of ``nbytes`` on ``stream`` (a memcpy node when the stream captures)."""
-    copy_dtod_async(dst, src, nbytes, stream)
+    copy_dtod_async(dst, src, nbytes, stream, api=_host.current())

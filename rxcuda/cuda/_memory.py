@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import attrs
 import numpy as np
 
@@ -112,12 +114,20 @@ class BufferPool:
         self._slabs: list[tuple[int, int]] = []  # (base, bytes)
         self._home: dict[int, int] = {}  # small buffer -> the base of its slab
         self._cursor = self._end = 0  # the free tail of the newest slab
+        self._mapped: dict[int, int] = {}  # host-mapped buffer -> capacity (in use or free)
+        self._free_mapped: list[int] = []
         self.stats = PoolStats()
 
-    def acquire(self, nbytes: int, *, zero: bool = False, stream=None) -> DeviceBuffer:
-        """A buffer of at least ``nbytes``; ``zero``: cleared on ``stream`` (stream-ordered, no sync)."""
+    def acquire(self, nbytes: int, *, zero: bool = False, stream=None, mapped: bool = False) -> DeviceBuffer:
+        """A buffer of at least ``nbytes``; ``zero``: cleared on ``stream`` (stream-ordered, no sync).
+
+        ``mapped``: page-locked host memory the device reads and writes at the same address (unified
+        addressing), for a few bytes the host reads after a frame without a copy (a While's passes left). It
+        starts with every byte 0xFF, set from the host at once; ``zero`` passes it over."""
         if nbytes <= 0:
             raise ValueError(f"'nbytes' must be positive (got {nbytes})")
+        if mapped:
+            return self._acquire_mapped(nbytes)
         cap = size_class(nbytes)
         free = self._free.get(cap)
         if free:
@@ -153,6 +163,33 @@ class BufferPool:
         """(base, bytes) of each slab the small buffers are carved from."""
         return tuple(self._slabs)
 
+    def _acquire_mapped(self, nbytes: int) -> DeviceBuffer:
+        cap = size_class(nbytes)
+        ptr = next((p for p in self._free_mapped if self._mapped[p] >= nbytes), None)
+        if ptr is not None:
+            self._free_mapped.remove(ptr)
+            cap = self._mapped[ptr]
+        else:
+            flags = drv.CU_MEMHOSTALLOC_DEVICEMAP | drv.CU_MEMHOSTALLOC_PORTABLE
+            host = int(check(self._api.cuMemHostAlloc(cap, flags), "cuMemHostAlloc (mapped)"))
+            try:
+                ptr = int(check(self._api.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))
+                if ptr != host:  # (64-bit CUDA has unified addressing: the device sees host memory at its address)
+                    raise RuntimeError(f"host-mapped memory at {host:#x} is at {ptr:#x} on the device; rxcuda "
+                                       "needs unified addressing")
+            except BaseException:
+                self._api.cuMemFreeHost(host)
+                raise
+            self._mapped[ptr] = cap
+        ctypes.memset(ptr, 0xFF, cap)
+        self.stats.in_use += 1
+        return DeviceBuffer(ptr, nbytes, cap, pool=self, api=self._api)
+
+    def mapped_u32(self, ptr: int) -> ctypes.c_uint32 | None:
+        """The first 32-bit word of this pool's host-mapped buffer at ``ptr``, read and written by the host as
+        the device does (None: ``ptr`` is not one)."""
+        return ctypes.c_uint32.from_address(ptr) if ptr in self._mapped else None
+
     def _alloc(self, nbytes: int) -> int:
         ptr = int(check(self._api.cuMemAlloc(nbytes), "cuMemAlloc"))
         self.stats.allocations += 1
@@ -166,6 +203,8 @@ class BufferPool:
             raise ValueError("zeroing needs the stream it is ordered on (the engine's stream)")
         runs: list[list[int]] = []  # [start, end, allocation]: a run never spans two allocations
         for b in sorted(buffers, key=lambda b: b.ptr):
+            if b.ptr in self._mapped:
+                continue  # (host-mapped: set from the host when acquired)
             home = self._home.get(b.ptr, b.ptr)
             if runs and runs[-1][1] == b.ptr and runs[-1][2] == home:
                 runs[-1][1] = b.ptr + b.capacity
@@ -175,6 +214,12 @@ class BufferPool:
             set_bytes_async(start, 0, end - start, stream, api=self._api)
 
     def release(self, buf: DeviceBuffer) -> None:
+        if buf.ptr in self._mapped:
+            if buf.ptr in self._free_mapped:
+                raise ValueError(f"{buf!r} was released twice")
+            self.stats.in_use -= 1
+            self._free_mapped.append(buf.ptr)
+            return
         cap = self._live.pop(buf.ptr, None)
         if cap is None:
             raise ValueError(f"{buf!r} does not belong to this pool or was released twice")
@@ -200,6 +245,10 @@ class BufferPool:
         for base, size in self._slabs:
             check(self._api.cuMemFree(base), "cuMemFree")
             self.stats.bytes_reserved -= size
+        for p in self._mapped:
+            check(self._api.cuMemFreeHost(p), "cuMemFreeHost")
+        self._mapped.clear()
+        self._free_mapped.clear()
         self._live.clear()
         self._free.clear()
         self._slabs, self._cursor, self._end = [], 0, 0
@@ -269,8 +318,6 @@ class PinnedBuffer:
         self.busy = False
 
     def view(self, dtype, count: int) -> np.ndarray:
-        import ctypes
-
         buf = (ctypes.c_char * self.nbytes).from_address(self.ptr)
         return np.frombuffer(buf, dtype=dtype, count=count)
 

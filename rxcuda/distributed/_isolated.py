@@ -17,6 +17,8 @@ description with the last parameter values and the arrays last written, and fram
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -24,14 +26,16 @@ from reactivex import Observable
 from reactivex.disposable import Disposable
 
 from ..blocks._blocks import Block, PortHandle
+from ..blocks._composite import Composite, CompositeInstance
 from ..blocks._regions import Region
+from ..cuda._cpu import cpu_by_default
 from ..cuda._driver import probe
 from ..engine._engine import Diagnostic, Frame
 from ..model._describe import KernelSpec, PortRef
-from ..model._errors import NoDeviceError, RxcudaError
+from ..model._errors import DeviceLostError, NoDeviceError, RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
-from . import _board, _clock, _placement, _procs
+from . import _board, _clock, _isoview, _placement, _procs
 from ._engine import Engine as _Distributed
 from ._placement import Worker
 from ._records import DistributedFrame
@@ -79,9 +83,10 @@ class IsolatedEngine(_Distributed):
     Its verbs are the distributed engine's (``add``, ``connect``, ``set``/``bind``, ``write``/``read``,
     ``feed``/``observe``, ``tick``/``run``, ``watch``, ``close``); ``tick()`` returns a :class:`Frame` and
     ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index), or
-    ``"cpu"``: the CPU device (docs/cpu.md), whose illegal addresses are faults like a GPU's; ``null=True``: the null
-    driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as
-    a hang and the process is replaced. ``standby``: keep a spare process ready (its CUDA context made), so
+    ``"cpu"``: the CPU device (docs/cpu.md), whose illegal addresses are faults like a GPU's; left out, as
+    ``rxcuda.Engine()``: GPU 0, or the CPU device where there is no GPU (``RXCUDA_DEVICE`` decides as there);
+    ``null=True``: the null driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as a
+    hang and the process is replaced. ``standby``: keep a spare process ready (its CUDA context made), so
     that a restart does not wait for a new interpreter. ``trial``: new code (a saved file under :meth:`watch`,
     ``set_code``) first runs one frame of the pipeline in the standby, on the inputs last written, and reaches
     the running graph only if that frame ran clean: code that faults there costs no frame at all.
@@ -92,10 +97,12 @@ class IsolatedEngine(_Distributed):
     never read) restarts from its initial value.
     """
 
-    def __init__(self, *, device: int | str = 0, null: bool = False, deadline: float = DEADLINE_S,
+    def __init__(self, *, device: int | str | None = None, null: bool = False, deadline: float = DEADLINE_S,
                  standby: bool = True, trial: bool = True, max_restarts: int = 1000, max_in_flight: int = 2):
         if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
             raise ValueError(f"'deadline' must be a positive number of seconds (got {deadline!r})")
+        if device is None:  # as rxcuda.Engine(): GPU 0, else the CPU device (RXCUDA_DEVICE=cpu/cuda decides)
+            device = "cpu" if not null and cpu_by_default() else 0
         cpu = isinstance(device, str) and device.lower() == "cpu"
         if not cpu and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
             raise ValueError(f"'device' must be a GPU's index, an int >= 0, or 'cpu' (got {device!r})")
@@ -103,7 +110,8 @@ class IsolatedEngine(_Distributed):
         if not null and not cpu:
             ok, why = probe()
             if not ok:  # said here, not by a GPU process that fails to start
-                raise NoDeviceError(f"{why} (rxcuda.IsolatedEngine(null=True) runs on the null driver)")
+                raise NoDeviceError(f"{why} (rxcuda.IsolatedEngine(device='cpu') runs on the CPU device, "
+                                    "IsolatedEngine(null=True) on the null driver)")
         self.deadline = float(deadline)
         self.trial = bool(trial) and standby  # new code runs once in the standby before the GPU process takes it
         self.trial_s: list[float] = []  # how long each trial run took (from the change shipped to its answer)
@@ -118,6 +126,8 @@ class IsolatedEngine(_Distributed):
         self._in_a_row = 0  # faults since the last good frame
         self._held = False  # frames wait for a change (the same fault came back HOLD_AFTER times)
         self._last_ok: Frame | None = None
+        self.last_good = 0  # the index of the latest frame that ran clean (0: none yet)
+        self.diagnostic_log: deque[Diagnostic] = deque(maxlen=1000)  # the latest diagnostics, as a local engine's
         self._plain = Broadcast(on_error=lambda e, item: None)  # Diagnostic, as a local engine's
         self._iframes = Broadcast(on_error=lambda e, item: None)  # Frame, as a local engine's
         super().__init__({WORKER: Worker(null=null, max_restarts=max_restarts)}, backend="process",
@@ -146,26 +156,57 @@ class IsolatedEngine(_Distributed):
         """How many GPU processes were replaced so far."""
         return _procs.actor_of(self._actors[WORKER]).restarts
 
-    def add(self, block: Block, *, on: str | None = None) -> Block:  # type: ignore[override]
-        """Add a block, or a region (``If``, ``While``, ...) with the blocks of its bodies, to the pipeline; it is
-        built in the GPU process before the next frame."""
-        if not isinstance(block, Region):
+    def add(self, block, *, on: str | None = None):  # type: ignore[override]
+        """Add a block, a tensor program's block (``rxcuda.tensor.block``), a region (``If``, ``While``, ...) with
+        the blocks of its bodies, or a composite (``rxcuda.Composite``: a new instance of its blocks, named
+        ``instance/member``, with its inner connections, as ``rxcuda.Engine.add`` makes one; returns the
+        :class:`~rxcuda.CompositeInstance`) to the pipeline; it is built in the GPU process before the next frame,
+        from the pipeline's description (plain blocks and connections: an instance's parameters set its blocks'
+        here)."""
+        if not isinstance(block, Composite) and (not isinstance(block, Block) or type(block) is Block):
             return super().add(block, on=on or WORKER)
         self._check_open()
         with self._lock:
-            self._model.add(block)
-            for b in _members(block):
+            if isinstance(block, Composite):
+                instance = self._model.add(block)
+                added: Block | CompositeInstance = instance
+                members = list(instance.blocks)
+            else:
+                added = self._model.add(block)
+                members = _members(block)
+            for b in members:
                 self._placement[b.id] = WORKER
             self._dirty = True
-        return block
+        return added
 
-    def remove(self, block: Block) -> None:
-        """Take a block (a region with the blocks of its bodies) out of the pipeline."""
-        members = _members(block) if isinstance(block, Region) else [block]
+    def remove(self, block) -> None:  # type: ignore[override]
+        """Take a block (a region with the blocks of its bodies, a composite instance with every block inside)
+        out of the pipeline."""
+        if isinstance(block, CompositeInstance):
+            inner = {b.id for b in block.blocks}
+            with self._lock:
+                self._model.remove(block)
+                self._forget(inner)
+            return
+        members = _members(block)
         super().remove(block)
         with self._lock:
             for b in members[1:]:
                 self._placement.pop(b.id, None)
+
+    def _forget(self, ids: set[int]) -> None:
+        """What this side keeps for the blocks ``ids``, removed: placement, inputs written, observed ports, values
+        not yet shipped, observers (completed), as the distributed engine's ``remove`` drops them for one block."""
+        for bid in ids:
+            if self._placement.pop(bid, None) is not None:
+                self._pending_params[WORKER].pop(bid, None)
+        for table in (self._writes, self._pending_writes[WORKER]):
+            for ref in [r for r in table if r.block in ids]:
+                del table[ref]
+        self._observed[WORKER] = {r: e for r, e in self._observed[WORKER].items() if r.block not in ids}  # replaced
+        for ref in [r for r in self._taps if r.block in ids]:
+            self._taps.pop(ref).on_completed()
+        self._dirty = True
 
     def watch(self, *, debounce: float = 0.05) -> Disposable:
         """Reload kernels when their files are saved: the new code is compiled here and swapped into the GPU
@@ -238,6 +279,8 @@ class IsolatedEngine(_Distributed):
         if f is not None:
             if emit and f.state == "ok":
                 self._good_frame()
+            if f.state == "ok":
+                self.last_good = max(self.last_good, index)
             frame = f._replace(index=index)
         else:
             frame = Frame(index, 0.0, (), "error" if index in self._faulted else "idle", False)
@@ -258,7 +301,19 @@ class IsolatedEngine(_Distributed):
 
     def _publish(self, worker: str, d: Diagnostic) -> None:
         super()._publish(worker, d)
+        self.diagnostic_log.append(d)
         self._plain.emit(d)
+
+    def serve(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+              params: Iterable | None = None):
+        """Serve this engine as a live web page, as ``rxcuda.Engine.serve`` does (the pipeline with its states,
+        frame times, diagnostics, parameters as controls that set them through :meth:`set`, port previews). The
+        page's server runs in this process: it stays up and connected while the GPU process faults and is
+        replaced, and shows the fault's diagnostic, the rollback and the frames resuming. Figures the GPU process
+        does not report are shown as not measured (``rxcuda/distributed/_isoview.py`` says which). Returns a
+        :class:`rxcuda.view.LiveView`; ``close()`` stops it too."""
+        self._check_open()
+        return _isoview.serve(self, WORKER, host, port, token, params)
 
     # -- faults ----------------------------------------------------------------------------------------------
     def _good_frame(self) -> None:
@@ -293,7 +348,7 @@ class IsolatedEngine(_Distributed):
         actor = _procs.actor_of(self._actors[w])
         actor.settle()
         death = actor.deaths[-1] if actor.deaths else {}
-        words, cause, code = death.get("words"), death.get("cause"), death.get("exit")
+        words, cause, code = _said(death.get("words")), death.get("cause"), death.get("exit")
         kind = "hang" if cause == "deadline" else "fault" if words else "crash"
         rolled = self._roll_back()
         what = {"hang": f"did not finish within its deadline of {self.deadline:g} s and its GPU process was ended"
@@ -348,7 +403,7 @@ class IsolatedEngine(_Distributed):
             actor.kill_standby("deadline")
             self._trial_failed(f"did not finish within the deadline of {self.deadline:g} s")
         except _procs.RayActorError as e:
-            self._trial_failed(f"faulted: {e.last_words or e}")
+            self._trial_failed(f"faulted: {_said(e.last_words) or e}")
         except _procs.RayTaskError:
             pass  # it cannot be built: the GPU process reports that as it would without a trial
         else:
@@ -448,6 +503,8 @@ class IsolatedEngine(_Distributed):
         """Stop the frames, end the GPU process (and its standby) and remove what they left in shared memory."""
         super().close()
         self._shared.close()
+        self._iframes.close()  # completes the subscribers (a live page stops with the engine)
+        self._plain.close()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until a GPU process serves the pipeline again (after a fault)."""
@@ -460,20 +517,28 @@ class IsolatedEngine(_Distributed):
 
 def _loops(blocks) -> str:
     """What a hang message says of the pipeline's loops: a While runs until its condition clears or its
-    ``max_iterations``, which may take longer than the deadline."""
+    ``max_iterations``, which may take longer than the deadline. (A loop that reaches its bound within the
+    deadline is reported by the GPU process's engine: a warning naming it, rxcuda.engine._loops.)"""
     loops = [f"{type(b).__name__} '{b.name}' (at most {b.params['max_iterations'].value} passes)" for b in blocks
              if isinstance(b, Region) and b.kind == "while"]
     if not loops:
         return ""
     return (f" (its loops: {', '.join(loops)}; a condition that never clears runs every pass: lower "
-            "max_iterations, or fix the condition)")
+            "max_iterations so that a frame ends within the deadline (a loop that reaches it is then reported by a "
+            "warning naming it), or fix the condition that never clears)")
 
 
-def _members(region: Region) -> list[Block]:
-    """A region, the blocks of its bodies, and theirs (nested regions)."""
-    out: list[Block] = [region]
-    for b in region.members:
-        out.extend(_members(b) if isinstance(b, Region) else [b])
+def _said(words: str | None) -> str | None:
+    """A GPU process's last words as this side tells them: that process is gone and this one goes on, so a lost
+    context's advice to restart the process is left out."""
+    return words.replace(DeviceLostError.STICKY, "") if words else words
+
+
+def _members(block: Block) -> list[Block]:
+    """A block; for a region, it, the blocks of its bodies, and theirs (nested regions)."""
+    out: list[Block] = [block]
+    for b in block.members if isinstance(block, Region) else ():
+        out.extend(_members(b))
     return out
 
 

@@ -311,13 +311,8 @@ class FragmentHost:
                 board.skip(index)
             raise
 
-    def _step(self, index: int, params, writes, observed, payloads) -> tuple[dict, StepReport]:
-        engine = self._engine()
-        if self._drill is not None:
-            self._drill = None
-            raise RuntimeError(f"fault drill: worker '{self.name}' raised in its step of frame {index}")
-        if self._delay:
-            time.sleep(self._delay)
+    def _apply(self, engine: Engine, params, writes) -> None:
+        """A frame's parameter values (a refused one is a warning diagnostic) and host writes, before its tick."""
         for bid, values in params.items():
             block = self.blocks.get(bid)
             if block is None:
@@ -329,6 +324,15 @@ class FragmentHost:
                                                     f"'{self.name}': {e}", engine.frame, None))
         for ref, data in writes.items():
             engine.write(self.port(ref), data)
+
+    def _step(self, index: int, params, writes, observed, payloads) -> tuple[dict, StepReport]:
+        engine = self._engine()
+        if self._drill is not None:
+            self._drill = None
+            raise RuntimeError(f"fault drill: worker '{self.name}' raised in its step of frame {index}")
+        if self._delay:
+            time.sleep(self._delay)
+        self._apply(engine, params, writes)
         incoming: dict[PortRef, Any] = {}
         for p in payloads:
             if p:
@@ -404,12 +408,14 @@ class FragmentHost:
         """What the worker has done: frames, rebuilds, frames each link brought in and each skipped, how many of
         its ipc inputs' frames were not published yet when its step asked (``waited``: its producer's step ran
         alongside), the median host time a frame spends in the ends of its links besides such waits (``link_us``,
-        the last 1000 frames), the frames its current clock stepped (``clock_frames``), its process, and whether the
-        boards its ``host`` links copy into and out of are pinned here (``pinned``: False where the driver refused,
-        and its copies are staged)."""
+        the last 1000 frames), the frames its current clock stepped (``clock_frames``), its process, the bytes its
+        memory pool reserved and its graph's buffers (``buffers``: ``str(engine.stats)``), and whether the boards its
+        ``host`` links copy into and out of are pinned here (``pinned``: False where the driver refused, and its
+        copies are staged)."""
         e = self._engine()
         ends = [*self._senders.values(), *self._receivers.values()]
         return {"frame": e.frame, "rebuilds": e.rebuilds, "pid": self.pid, "received": dict(self.received),
+                "bytes_reserved": int(e.memory.bytes_reserved), "buffers": str(e.stats),
                 "skipped": dict(self.skipped), "waited": sum(r.waited for r in self._readers.values()),
                 "link_us": statistics.median(self._link_us) if self._link_us else None,
                 "clock_frames": self._clock.frames if self._clock is not None else 0,
@@ -516,9 +522,10 @@ class FragmentHost:
         with self._lock:
             (params, writes), self._next = self._next, ({}, {})
             frag, engine = self.fragment, self.engine
-            if (engine is not None and frag is not None and not (params or writes or self._observed_now or self._delay)
-                    and not frag.imports and not frag.exports):  # nothing but the frame: step()'s general path skipped
-                try:
+            if (engine is not None and frag is not None and not (self._observed_now or self._delay or self._drill)
+                    and not frag.imports and not frag.exports):  # no links, nothing observed: step()'s general path
+                try:  # skipped (the parameters and writes since the last frame, then the frame)
+                    self._apply(engine, params, writes)
                     frame = engine.tick()
                 except DeviceLostError as e:
                     self._lost(e)

@@ -29,8 +29,16 @@ from ..cuda._profile import StampRing
 from ..cuda.nodes import kind_of
 from ..model import _dtypes
 from ..model._describe import CallSpec, CaptureArgs, KernelSpec, PortRef
-from ..model._errors import CudaError, KernelFileError
-from ..model._graphplan import BufferArg, CallNodePlan, GraphPlan, HandleArg, KernelNodePlan, ScalarArg
+from ..model._errors import KernelFileError
+from ..model._graphplan import (
+    BufferArg,
+    CallNodePlan,
+    GraphPlan,
+    HandleArg,
+    KernelNodePlan,
+    ScalarArg,
+    sizes_in_bytes,
+)
 from ..plan._liveness import holds_own_value
 from ..plan._plan import Replanner
 from ..plan._profile import add_stamps
@@ -226,7 +234,7 @@ class Builder:
                 key = (b.key, b.nbytes)
                 buf = self.buffers.get(key)
                 if buf is None:
-                    buf = rt.pool.acquire(b.nbytes)
+                    buf = rt.pool.acquire(b.nbytes, mapped=b.kind == "mapped")
                     acquired.append(buf)
                 buffers[key] = buf
                 pointers[b.id] = buf.ptr
@@ -474,10 +482,6 @@ class Builder:
         block = rt.blocks[node.block]
         spec = block.description.kernel(node.call)
         assert isinstance(spec, CallSpec)
-        if getattr(rt.api, "on_host", False):  # (before setup: it would ask a GPU for handles and workspaces)
-            raise CudaError("capture", "CUDA_ERROR_NOT_SUPPORTED", f"{block.name}: library calls ({spec.name}: "
-                            "cuBLAS, cuFFT, cuRAND, cuSPARSE, cuSOLVER) do not run on the CPU device yet; this "
-                            "block needs a CUDA device (docs/cpu.md)", 801)
         # per block and call: two blocks never share a workspace; a rebuild reuses the handles
         skey = (block.id, spec.name, spec.key)
         if skey not in self.library_state:
@@ -522,26 +526,8 @@ def _group_sizes(was: tuple | None, members: tuple) -> tuple[tuple, list[int]]:
         if old[:n] == members[:n]:
             if n == len(members):
                 return members, largest[:n]
-            return members, largest + list(accumulate(_nbytes(members[n:]), max, initial=largest[-1]))[1:]
-    return members, list(accumulate(_nbytes(members), max))
-
-
-def _nbytes(members: tuple) -> list[int]:
-    """Each buffer's ``nbytes``, its dtype's item size looked up once per dtype (a chain's group holds hundreds of
-    buffers of one dtype)."""
-    sizes: dict = {}
-    out = []
-    for m in members:
-        dtype = m.dtype
-        if not dtype:
-            out.append(m.nbytes)
-            continue
-        size = sizes.get(dtype)
-        if size is None:
-            size = sizes[dtype] = _dtypes.itemsize(dtype)
-        n = size * m.count
-        out.append(n if n > 4 else 4)
-    return out
+            return members, largest + list(accumulate(sizes_in_bytes(members[n:]), max, initial=largest[-1]))[1:]
+    return members, list(accumulate(sizes_in_bytes(members), max))
 
 
 def codes_in_use(gp: GraphPlan) -> set[str]:

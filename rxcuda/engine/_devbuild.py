@@ -79,7 +79,7 @@ def build(builder, desc: PipelineDescription, gp: GraphPlan, raise_errors: bool)
                 key = (d, b.key, b.nbytes)
                 got = old.get(key)
                 if got is None:
-                    got = (lane, lane.pool.acquire(b.nbytes))
+                    got = (lane, lane.pool.acquire(b.nbytes, mapped=b.kind == "mapped"))
                     acquired.append(got)
                     fresh.append(got[1])
                 buffers[key] = got

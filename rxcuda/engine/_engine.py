@@ -8,7 +8,6 @@ parameters, connect, add or remove blocks: that only folds a change into the pen
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import overload
 
@@ -33,7 +32,7 @@ from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
 from . import _devices, _profile, _shapes_io
 from ._batch import Batches
-from ._bounds import binding_refused
+from ._blockside import BlockSide
 from ._build import Builder
 from ._composites import Composites
 from ._frames import FrameRunner, check_frame_count
@@ -46,15 +45,16 @@ from ._reload import HotReload
 from ._replace import replace_block
 from ._runtime import Runtime, quietly
 from ._streams import EngineStreams
-from ._tooltips import Link, engine_text, port_text
+from ._tooltips import Link, engine_text
 from ._update import Updater
+from ._views import EngineViews
 
 # while run() drives the frames, the interpreter hands the GIL over this often (seconds): with Python
 # threads producing values flat out, the engine thread waits up to this long for the GIL at each wake-up
 RUN_SWITCH_INTERVAL = 0.0002
 
 
-class Engine(EngineStreams):
+class Engine(EngineStreams, EngineViews):
     """Compiles the pipeline into one CUDA graph and launches it every frame.
 
     >>> import numpy as np, rxcuda
@@ -120,6 +120,7 @@ class Engine(EngineStreams):
         self._frames = Broadcast(on_error=self._subscriber_failed("frames", "the frames go on"))
         self._timings = Broadcast(on_error=self._subscriber_failed("frames", "the frames go on"))
         self._profiler = _profile.Profiler(rt, rt.fast, self._timings.emit)
+        self._side = BlockSide(self)  # what blocks ask of the engine (rxcuda.blocks._engineside.EngineSide)
         self._file_changes = Broadcast(on_error=self._subscriber_failed("file_changes", "the reload goes on"))
         self._runner = FrameRunner(rt, self._updater.apply_pending, self._io, self._profiler, self._batches,
                                    self._frames, self._timings)
@@ -558,19 +559,6 @@ class Engine(EngineStreams):
 
     def _warn(self, subject: str, message: str, block=None) -> None:
         self._rt.reporter.warn(subject, message, block)
-
-    def _port_count(self, ref: PortRef, spec) -> int:
-        """The element count a port has now (a resize waiting for the next frame included); blocks ask this."""
-        return math.prod(_shapes_io.current_shape(self._rt, ref, spec))
-
-    def _binding_failed(self, subject: str, err: Exception, keeps, block=None) -> None:
-        """A value from a parameter binding was refused: a count past its buffers is an error diagnostic (the
-        parameter keeps ``keeps``), any other refusal a warning. Blocks call this; they never import the engine."""
-        if not binding_refused(self, subject, keeps, block.id if block is not None else None, err):
-            self._warn(subject, f"parameter binding: {err}", block)
-
-    def _port_text(self, port: PortHandle) -> str:  # str(port) of a block in this engine (PortHandle.__str__)
-        return port_text(port)
 
     def _subscriber_failed(self, stream: str, goes_on: str) -> Callable[[Exception, object], None]:
         """What a Broadcast of ``engine.<stream>`` calls when a subscriber raises: a warning, and on it goes."""

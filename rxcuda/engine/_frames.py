@@ -26,6 +26,7 @@ from ..streams._scheduler import SWITCH_INTERVAL, FrameLoop
 from ._batch import Batches
 from ._devices import DeviceGraphs
 from ._io import DataIO
+from ._loops import LoopBounds
 from ._profile import Phases, Profiler, stamps_for
 from ._records import Diagnostic, Frame
 from ._runtime import Runtime
@@ -64,6 +65,7 @@ class FrameRunner:
         self.fast = rt.fast
         self.stream = rt.stream_h
         self.reporter = rt.reporter
+        self.loops = LoopBounds(rt)  # the Whiles that ran all their passes (read after a frame with regions)
         self.level = "none"  # the profiling level (rxcuda.engine._profile)
         self.debug = False
         self.plain = True
@@ -147,11 +149,13 @@ class FrameRunner:
         rt.frame += 1
         if g is not None and self.io.taps:
             self.io.deliver_taps(sync, self.reporter.warn)
+        # a While that ran all its passes: a host memory read per While (graphs without regions skip it)
+        bounded = self.loops.check(g, rt.frame) if g is not None and g.regions else ()
         state = self.reporter.state
         if g is None and state != "error":
             state = "idle"  # (no graph because nothing was built; a failed first build is an "error" frame)
         frame = _tuple_new(Frame, (rt.frame, (_now() - t0) / 1e3, tiers, state, g is not None,
-                                   *timed))  # Frame(...) without its Python-level __new__
+                                   *timed, bounded))  # Frame(...) without its Python-level __new__
         self.last = frame
         if self.frames.observers:
             self.frames.emit(frame)
@@ -254,9 +258,10 @@ class FrameRunner:
         rt.frame += frames
         if io.taps:
             io.deliver_taps(True, self.reporter.warn)
+        bounded = self.loops.check(g, rt.frame) if g.regions else ()  # (the batch's last frame)
         frame = Frame(rt.frame, (_now() - t0) / 1e3, tiers, self.reporter.state, True,
                       times.gpu_us if times else None, frames, times.blocks if times else None,
-                      times.kernels if times else None)
+                      times.kernels if times else None, loops_at_bound=bounded)
         self.last = frame
         if self.frames.observers:
             self.frames.emit(frame)

@@ -7,12 +7,14 @@ publishes diagnostics and keeps the blocks' states.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import attrs
 
+from ..cuda import _native
 from ..model._events import Tier
 from ..streams._broadcast import Broadcast
 
@@ -23,7 +25,8 @@ class Frame(NamedTuple):
     """What one tick did: its index, host time, tiers applied, the engine state after it, whether a graph
     was launched, its GPU time (with profiling, ``Engine(timing=True)`` or any ``engine.profile`` level, and a
     frame that was waited for), how many frames the launch ran (``engine.run_batch``: several, GPU time for
-    all of them), and with finer levels the GPU time of each block and kernel and the host phases.
+    all of them), with finer levels the GPU time of each block and kernel and the host phases, and the
+    ``While`` regions that ran all their ``max_iterations`` passes (``loops_at_bound``).
 
     ``state`` is ``"ok"``, ``"error"`` (a block failed: the last good graph runs, or, when no build has
     succeeded yet, nothing runs and ``launched`` is False) or ``"idle"`` (no graph, and nothing failed: an empty
@@ -42,6 +45,9 @@ class Frame(NamedTuple):
     blocks: Mapping | None = None
     kernels: Mapping | None = None
     phases: Mapping | None = None
+    # the names of the While regions that ran all their max_iterations passes (rxcuda.engine._loops; for a frame
+    # not waited for, as the last frame the GPU finished left them)
+    loops_at_bound: tuple[str, ...] = ()
 
 
 class AppliedUpdate(NamedTuple):
@@ -52,6 +58,19 @@ class AppliedUpdate(NamedTuple):
     blocks: tuple[str, ...]
     seconds: float
     events: int
+
+
+def _maker(record: type) -> Callable[[tuple], Any]:
+    """``make(fields)``: a ``record`` holding ``fields``, without the named tuple's Python-level __new__: the compiled
+    path's ``Record`` (which its drain fills in without a Python call), else tuple.__new__."""
+    native = _native.hotpath()
+    return native.Record(record) if native is not None else functools.partial(tuple.__new__, record)
+
+
+# the one maker of an AppliedUpdate: applied_update((frame, tiers, blocks, seconds, events)); the engine's reports
+# (rxcuda.engine._update.Updater._notify) and the drain of one value, in Python or in C (drain_one in
+# rxcuda/cuda/_hotpath.c, handed it), all make theirs with it
+applied_update = _maker(AppliedUpdate)
 
 
 @attrs.frozen
@@ -147,4 +166,4 @@ class Reporter:
         self.stream.close()
 
 
-__all__ = ["AppliedUpdate", "Diagnostic", "Frame", "Reporter"]
+__all__ = ["AppliedUpdate", "Diagnostic", "Frame", "Reporter", "applied_update"]

@@ -175,7 +175,8 @@ def _pending_type() -> type[PendingPlan]:
     native = _native.hotpath()
     if native is None:
         return PendingPlan
-    return type("PendingPlan", (native.PendingBase, PendingPlan), {"__module__": __name__, "__slots__": ()})
+    base = native.pending_base(PendingPlan.HOT_FIELDS, PendingPlan.HOT_NAMES)
+    return type("PendingPlan", (base, PendingPlan), {"__module__": __name__, "__slots__": ()})
 
 
 def quietly(fn) -> None:

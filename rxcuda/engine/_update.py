@@ -27,11 +27,10 @@ from ..model._events import Tier, merge_tiers
 from ..streams._broadcast import Broadcast
 from ..streams._coalesce import UpdatePlan
 from ._build import Builder, codes_in_use, runs_code, write_device_scalar
-from ._records import AppliedUpdate
+from ._records import applied_update
 from ._runtime import Runtime
 
 _PARAMETERS = (Tier.PARAMETERS,)
-_tuple_new = tuple.__new__  # builds a named tuple without its Python-level __new__ (the hot path)
 _now = time.perf_counter_ns
 
 
@@ -104,8 +103,8 @@ def _drain_one(pending, table, updates: tuple | None = None) -> tuple:
     """The drain of ``Updater.apply_pending`` in Python, as the compiled ``drain_one`` does it: under the pending
     plan's lock, take its values and reset its count; a single value whose hot entry takes it is applied here.
     (names, None, events) when it was; (None, the values for the general path, events) otherwise. ``updates``,
-    where someone observes applied updates: (observers, record type, frame, tiers, broadcast); a value applied here
-    is then published as record(frame, tiers, names, seconds, events)."""
+    where someone observes applied updates: (observers, make, frame, tiers, broadcast); a value applied here
+    is then published as make((frame, tiers, names, seconds, events))."""
     t0 = _now() if updates is not None else 0
     lock, params = pending._lock, pending._params
     lock.acquire()  # (nothing between can raise)
@@ -120,8 +119,8 @@ def _drain_one(pending, table, updates: tuple | None = None) -> tuple:
     apply, names = table[key]
     if apply is not None and apply(value):
         if updates is not None:  # Broadcast.emit, inline
-            observers, record, frame, tiers, broadcast = updates
-            done = _tuple_new(record, (frame, tiers, names, (_now() - t0) / 1e9, events))
+            observers, make, frame, tiers, broadcast = updates
+            done = make((frame, tiers, names, (_now() - t0) / 1e9, events))
             for observer in observers:
                 try:
                     observer.on_next(done)
@@ -189,7 +188,7 @@ class Updater:
         # published) by the drain itself
         names, params, events = self._drain_one(
             pending, self._hot,
-            (observed, AppliedUpdate, rt.frame + 1, _PARAMETERS, self.updates) if observed else None)
+            (observed, applied_update, rt.frame + 1, _PARAMETERS, self.updates) if observed else None)
         if names is not None:
             return _PARAMETERS
         return self._general(params, events, observed, _now() if observed else 0, raise_errors)
@@ -452,11 +451,11 @@ class Updater:
         self.recaptures += 1
         return True
 
-    # -- reporting: the one place an AppliedUpdate is made ------------------------------------------
+    # -- reporting (an AppliedUpdate is made by _records.applied_update, here and in the drains) -------
     def _notify(self, block_ids, tiers: tuple, t0: int, events: int) -> None:
         blocks = self.rt.blocks
         names = tuple(sorted({blocks[b].name if b in blocks else f"#{b}" for b in block_ids}))
-        self.updates.emit(_tuple_new(AppliedUpdate, (self.rt.frame + 1, tiers, names, (_now() - t0) / 1e9, events)))
+        self.updates.emit(applied_update((self.rt.frame + 1, tiers, names, (_now() - t0) / 1e9, events)))
 
     def _subscriber_failed(self, err: Exception, item) -> None:
         self.rt.reporter.warn("engine.updates", f"a subscriber raised {type(err).__name__}: {err}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 from . import _handles as H
+from . import _host
 from ._common import (
     CUDA_DATA_TYPE,
     LibraryCall,
@@ -74,8 +75,8 @@ def _beta_ptr(args, st, has_beta: bool) -> int:
     return args.pointers["beta"] if has_beta else st.extra["zero"]
 
 
-def _spec(name, params, record, key, counts, device_scalars, workspace_bytes, zero_dtype, summary):
-    return LibraryCall(
+def _spec(name, params, record, key, counts, device_scalars, workspace_bytes, zero_dtype, summary, host):
+    return _host.with_host(LibraryCall(
         name=name,
         params=tuple(params),
         record=record,
@@ -86,7 +87,7 @@ def _spec(name, params, record, key, counts, device_scalars, workspace_bytes, ze
         counts=counts,
         workspace_bytes=workspace_bytes + (8 if zero_dtype else 0),
         summary=summary,
-    )
+    ), host)
 
 
 def _workspace(op: str, value) -> int:
@@ -177,7 +178,8 @@ def gemm(
     counts = {"a": batch * m * k, "b": batch * k * n, "c": batch * m * n}
     key = ("gemm", m, n, k, batch, dt, out, bool(trans_a), bool(trans_b), has_beta, bool(tf32), ws)
     summary = f"gemm {dt}->{out} ({m}x{k})@({k}x{n})" + (f" x{batch}" if batch > 1 else "")
-    return _spec(name, params, record, key, counts, dscalars, ws, None if has_beta else st, summary)
+    host = functools.partial(_host.gemm, m, n, k, batch, dt, out, bool(trans_a), bool(trans_b), has_beta)
+    return _spec(name, params, record, key, counts, dscalars, ws, None if has_beta else st, summary, host)
 
 
 # -- GEMV -------------------------------------------------------------------------------------------------
@@ -238,6 +240,7 @@ def gemv(
         ws,
         None if has_beta else dt,
         f"gemv {dt} ({m}x{n}){'^T' if trans else ''}",
+        functools.partial(_host.gemv, m, n, bool(trans), has_beta),
     )
 
 
@@ -279,6 +282,7 @@ def axpy(
         ws,
         None,
         f"axpy {dt} n={n}",
+        _host.axpy,
     )
 
 
@@ -312,4 +316,5 @@ def scal(
         getattr(H.binding("cublas"), fn)(h, n, p["alpha"], p["x"], 1)
 
     params = [pointer("x", dt, "inout"), scalar("alpha", st, alpha)]
-    return _spec(name, params, record, ("scal", n, dt, ws), {"x": n}, ["alpha"], ws, None, f"scal {dt} n={n}")
+    return _spec(name, params, record, ("scal", n, dt, ws), {"x": n}, ["alpha"], ws, None, f"scal {dt} n={n}",
+                 _host.scal)

@@ -19,6 +19,7 @@ import math
 from ..cuda import _launch
 from ..model import _dtypes
 from . import _handles as H
+from . import _host
 from ._blas import blas_handle
 from ._common import (
     LibraryCall,
@@ -156,7 +157,7 @@ def _transform(
     key = ("fft", kind, shape, batch, in_dt, bool(inverse), norm, copy_in)
     ws_guess = scratch + (SCALE_WORKSPACE if scale != 1.0 else 0)
     label = {"c2c": "inverse" if inverse else "forward", "r2c": "real->complex", "c2r": "complex->real"}[kind]
-    return LibraryCall(
+    call = LibraryCall(
         name=name,
         params=params,
         record=record,
@@ -168,6 +169,7 @@ def _transform(
         workspace_bytes=ws_guess,
         summary=f"fft {label} {in_dt}->{out_dt} shape={shape} batch={batch} norm={norm}",
     )
+    return _host.with_host(call, functools.partial(_host.fft, kind, shape, batch, bool(inverse), scale))
 
 
 def fft(n: int, *, batch: int = 1, dtype="c64", norm="backward", name: str = "fft") -> LibraryCall:

@@ -30,6 +30,7 @@ import threading
 
 import numpy as np
 
+from ..cuda import _host
 from ..cuda._context import require_current
 from ..cuda._memory import BufferPool, DeviceBuffer
 from ..cuda._modules import ModuleCache
@@ -190,12 +191,21 @@ class Resources:
 
     def __init__(self, device_ordinal: int):
         require_current(device_ordinal, "library call setup")
-        self.libs = DeviceLibraries.acquire(device_ordinal)
-        self.pool = BufferPool()
-        self.modules = ModuleCache()
+        self.host = _host.current()  # the CPU device's driver where it is the current one: no library handles
+        self._libs = DeviceLibraries.acquire(device_ordinal) if self.host is None else None
+        self.pool = BufferPool(api=self.host)
+        self.modules = ModuleCache(api=self.host)
         self.cleanups: list = []
         self.extra: dict = {}
         self.closed = False
+
+    @property
+    def libs(self) -> DeviceLibraries:
+        """The device's library handles (a GPU's: the CPU device computes library calls with NumPy)."""
+        if self._libs is None:
+            raise RuntimeError("the CPU device has no cuBLAS/cuFFT/cuRAND/cuSPARSE/cuSOLVER handles: a library "
+                               "call computes there with NumPy (rxcuda/libraries/_host.py)")
+        return self._libs
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
         """Device memory of at least ``nbytes`` (at least one byte), owned by the call until ``close()``."""
@@ -217,7 +227,10 @@ class Resources:
             return
         self.closed = True
         errors = []
-        for fn in (*reversed(self.cleanups), self.modules.close, self.pool.close, self.libs.release):
+        release = self._libs.release if self._libs is not None else None
+        for fn in (*reversed(self.cleanups), self.modules.close, self.pool.close, release):
+            if fn is None:
+                continue
             try:
                 fn()
             except Exception as e:  # keep releasing the rest

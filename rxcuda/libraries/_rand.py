@@ -31,6 +31,7 @@ from ..cuda import _launch, _stream
 from ..cuda._context import device_arch
 from ..model._describe import KernelCode, KernelParam, Launch
 from . import _handles as H
+from . import _host
 from ._common import (
     LibraryCall,
     check_name,
@@ -43,6 +44,9 @@ from ._common import (
 )
 
 PHILOX4_32_10 = 161  # curandRngType_t CURAND_RNG_PSEUDO_PHILOX4_32_10
+CURAND_ON_CPU = ("backend='curand' does not run on the CPU device: it does not reproduce the order in which cuRAND's "
+                 "Philox generator lays out its numbers, and would give other numbers than a GPU. Use backend='philox' "
+                 "(the default): the same kernel runs on both devices, with the same numbers (docs/cpu.md)")
 BACKENDS = ("curand", "philox")
 BLOCK = 256
 
@@ -116,18 +120,22 @@ extern "C" __global__ void philox_normal_f64(double* out, u64 n, const u64* seed
     if (i >= n) return;
     uint4 r = draw(g, *seed, *offset);
     double m = *mean, s = *stddev;
-    double rr = sqrt(-2.0 * log(u01d(r.x, r.y))), t = 6.283185307179586 * u01d(r.z, r.w);
-    out[i] = m + s * rr * cos(t);
-    if (i + 1 < n) out[i + 1] = m + s * rr * sin(t);
+    double rr = sqrt(-2.0 * log(u01d(r.x, r.y))), sn, cs;
+    sincospi(2.0 * u01d(r.z, r.w), &sn, &cs);  // no argument reduction: no out-of-line slow path in the PTX
+    out[i] = m + s * rr * cs;
+    if (i + 1 < n) out[i + 1] = m + s * rr * sn;
 }
 """
 
 
 def _philox_code(entry: str, arch: str) -> KernelCode:
-    """One Philox kernel compiled for ``arch`` by the sources' NVRTC compiler (cached in memory and on disk)."""
+    """One Philox kernel compiled for ``arch`` by the sources' NVRTC compiler (cached in memory and on disk): the
+    shared functions and that kernel alone, so a module holds the code its call runs and nothing else."""
     from ..sources import compile_cuda
 
-    return compile_cuda(PHILOX_SOURCE, entry, arch=arch)
+    head, *kernels = PHILOX_SOURCE.split('extern "C"')
+    own = [k for k in kernels if f" {entry}(" in k]
+    return compile_cuda(head + 'extern "C"' + own[0], entry, arch=arch)
 
 
 def _u64(op: str, param: str, value) -> int:
@@ -238,7 +246,7 @@ def _curand_call(op, name, n, dt, dist, seed, offset, p0, p1) -> LibraryCall:
     params = [pointer("out", dt, "out"), scalar("seed", "u64", seed), scalar("offset", "u64", offset)]
     if dist == "normal":
         params += [scalar("mean", dt, p0), scalar("stddev", dt, p1)]
-    return LibraryCall(
+    return _host.refuse_on_host(LibraryCall(
         name=name,
         params=tuple(params),
         record=record,
@@ -250,7 +258,7 @@ def _curand_call(op, name, n, dt, dist, seed, offset, p0, p1) -> LibraryCall:
         counts={"out": n},
         workspace_bytes=0,
         summary=f"random {dist} {dt} n={n} (cuRAND Philox)",
-    )
+    ), CURAND_ON_CPU)
 
 
 # -- Philox kernel backend --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import functools
 from ..cuda import _launch
 from ..model import _dtypes
 from . import _handles as H
+from . import _host
 from ._common import LibraryCall, check_name, dtype_name, pointer, positive_int
 
 _PREFIX = {"f32": "s", "f64": "d", "c64": "c", "c128": "z"}
@@ -91,7 +92,7 @@ def lu_factor(n: int, *, dtype="f32", overwrite_a: bool = False, name: str = "lu
         counts = {"a": n * n, "lu": n * n}
     params += (pointer("piv", "i32", "out"), pointer("info", "i32", "out"))
     counts.update(piv=n, info=1)
-    return LibraryCall(
+    return _host.with_host(LibraryCall(
         name=name,
         params=params,
         record=record,
@@ -100,7 +101,7 @@ def lu_factor(n: int, *, dtype="f32", overwrite_a: bool = False, name: str = "lu
         teardown=H.close_resources,
         counts=counts,
         summary=f"lu_factor {dt} {n}x{n}",
-    )
+    ), functools.partial(_host.lu_factor, n, "a", target))
 
 
 def lu_solve(n: int, nrhs: int = 1, *, dtype="f32", overwrite_b: bool = False, name: str = "lu_solve") -> LibraryCall:
@@ -136,7 +137,7 @@ def lu_solve(n: int, nrhs: int = 1, *, dtype="f32", overwrite_b: bool = False, n
         counts.update(b=n * nrhs, x=n * nrhs)
     params += (pointer("info", "i32", "out"),)
     counts["info"] = 1
-    return LibraryCall(
+    return _host.with_host(LibraryCall(
         name=name,
         params=params,
         record=record,
@@ -145,4 +146,4 @@ def lu_solve(n: int, nrhs: int = 1, *, dtype="f32", overwrite_b: bool = False, n
         teardown=H.close_resources,
         counts=counts,
         summary=f"lu_solve {dt} {n}x{n}, {nrhs} right-hand side(s)",
-    )
+    ), functools.partial(_host.lu_solve, n, nrhs, "b", target))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 from . import _handles as H
+from . import _host
 from ._common import (
     CUDA_DATA_TYPE,
     LibraryCall,
@@ -143,7 +144,7 @@ def spmv(
     inputs = [pointer("indptr", it, "in"), pointer("indices", it, "in"), pointer("data", dt, "in"),
               pointer("x", dt, "in")]
     params, dscalars = scaled_output(inputs, "y", dt, dt, alpha, beta, has_beta)
-    return LibraryCall(
+    return _host.with_host(LibraryCall(
         name=name,
         params=tuple(params),
         record=record,
@@ -153,4 +154,4 @@ def spmv(
         teardown=H.close_resources,
         counts={"indptr": rows + 1, "indices": nnz, "data": nnz, "x": x_len, "y": y_len},
         summary=f"spmv csr {dt}/{it} {rows}x{cols} nnz={nnz}{' (A^T)' if transpose else ''}",
-    )
+    ), functools.partial(_host.spmv, rows, cols, bool(transpose), has_beta))

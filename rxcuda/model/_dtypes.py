@@ -150,11 +150,6 @@ _FROM_C.update({"cuFloatComplex": "c64", "cufftComplex": "c64", "cuComplex": "c6
 _COMPATIBLE = {frozenset(("c64", "float2")), frozenset(("c128", "double2"))}
 
 
-def is_vector(dtype) -> bool:
-    """True for a CUDA vector type name (``'float4'``, ``'int2'``, ...)."""
-    return isinstance(dtype, str) and (dtype in _VECTOR_LAYOUT or _ALIASES.get(dtype) in _VECTOR_LAYOUT)
-
-
 def vector_layout(dtype) -> tuple[str, int, int, int] | None:
     """(scalar type, lanes, size, alignment) of a vector type, e.g. ``('f32', 4, 16, 16)`` for float4;
     ``None`` for any other type."""

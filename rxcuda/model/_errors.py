@@ -116,6 +116,8 @@ class DeviceLostError(CudaError):
     kind are sticky -- every later call in this process fails -- so that GPU can be used again only from a
     new process. ``kernels`` names the kernels that ran in the faulting frame, where known."""
 
+    STICKY = ". CUDA errors of this kind are sticky: restart the process to use this GPU again"
+
     def __init__(self, call: str, name: str, explanation: str, code: int | None = None, *, device: int = 0,
                  kernels: tuple[str, ...] = (), exact: bool = False):
         if exact:
@@ -126,8 +128,7 @@ class DeviceLostError(CudaError):
         else:
             where = ""
         RxcudaError.__init__(
-            self, f"the CUDA context of GPU {device} is lost ({name} in {call}: {explanation}). CUDA errors of "
-            f"this kind are sticky: restart the process to use this GPU again" + where)
+            self, f"the CUDA context of GPU {device} is lost ({name} in {call}: {explanation}){self.STICKY}" + where)
         self.call, self.name, self.explanation, self.code = call, name, explanation, code
         self.node = None
         self.device = device

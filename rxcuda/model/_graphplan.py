@@ -14,11 +14,13 @@ from . import _dtypes
 from ._describe import Launch, PortRef
 from ._errors import Problem
 from ._events import Tier
+from ._provided import provided
 
 # The plan's parts are named tuples: a plan of a large pipeline makes thousands of them on every rebuild,
 # and a named tuple is built, hashed and compared in C.
 
-BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar", "delay"]
+# "mapped": host-mapped memory the host reads straight after a frame (a While's passes left: rxcuda.engine._loops)
+BufferKind = Literal["external", "port", "internal", "zeros", "counter", "device_scalar", "delay", "mapped"]
 
 
 class BufferPlan(NamedTuple):
@@ -132,7 +134,8 @@ class MemsetNodePlan:
 class CopyNodePlan(NamedTuple):
     """Copies ``nbytes`` from buffer ``src`` to buffer ``dst`` on the device, once a frame: a delayed
     connection's producer buffer into its previous-frame buffer. It runs after every other node that writes
-    ``src`` or uses ``dst`` (the planner emits it last), so next frame's readers see this frame's value."""
+    ``src`` or uses ``dst`` (the planner emits it last), so next frame's readers see this frame's value. Also
+    a While's pass counter into host-mapped memory (a ``mapped`` buffer), right after the While's node."""
 
     id: int
     src: int
@@ -292,3 +295,8 @@ class GraphPlan:
         if key in self.slots:
             return "parameters (exec-node update)"
         return "unused"
+
+    def to_dot(self) -> str:
+        """DOT text of the plan node by node (kernel, call, memset, copy and region nodes, dependencies):
+        :func:`rxcuda.to_dot`, done by ``rxcuda.view`` (rxcuda.model._provided)."""
+        return provided("to_dot")(self)

@@ -85,9 +85,6 @@ class PipelineIndex:
         self._bound.pop(block_id, None)
         return removed
 
-    def has_block(self, block_id: int) -> bool:
-        return block_id in self._blocks
-
     def __len__(self) -> int:
         return len(self._blocks)
 
@@ -96,9 +93,6 @@ class PipelineIndex:
     def connections(self) -> tuple[Connection, ...]:
         """Every connection, in the order they were added."""
         return tuple(self._connections)
-
-    def has_connection(self, conn: Connection) -> bool:
-        return conn in self._connections
 
     def source(self, dst: PortRef) -> PortRef | None:
         """The output connected to input ``dst``, or None."""
@@ -189,9 +183,6 @@ class PipelineIndex:
         ports = self._bound.get(ref.block)
         if ports is not None:
             ports.discard(ref.port)
-
-    def is_bound(self, ref: PortRef) -> bool:
-        return ref.port in self._bound.get(ref.block, ())
 
 
 class _BoundView:

@@ -20,6 +20,7 @@ from ..model._describe import BlockEntry, PipelineDescription, PortRef, step_par
 from ..model._graphplan import (
     BufferArg,
     BufferKind,
+    CopyNodePlan,
     HandleArg,
     KernelNodePlan,
     MemsetNodePlan,
@@ -37,6 +38,8 @@ Level = tuple[int, int] | None  # (region id, body index), or None for the top l
 # The region block's kernels and ports, as rxcuda.blocks._regions declares them.
 SET, INIT, STEP, CLEAR = "set", "init", "step", "clear"
 CONDITION = "condition"
+COUNTER = "counter"
+BOUND = "loop_bound"  # the key of a While's host-mapped copy of its counter: (BOUND, region id)
 
 
 def check_regions(desc: PipelineDescription, report) -> dict[int, tuple[int, int]]:
@@ -301,6 +304,25 @@ def _emit_region(planner: Any, entry: BlockEntry, spec: RegionSpec, sources, par
         written |= nodes[nid].writes
     nodes[node_id] = nodes[node_id]._replace(reads=frozenset(used), writes=frozenset(written))  # type: ignore[union-attr]
     planner.region_setters[node_id] = setter
+    if spec.kind == "while":
+        _emit_bound(planner, entry, parent, parents)
+
+
+def _emit_bound(planner: Any, entry: BlockEntry, parent, parents: dict) -> None:
+    """After a While's node, at its level: a copy of its pass counter into host-mapped memory (a ``mapped``
+    buffer keyed ``(BOUND, region id)``), which the engine reads after the frame without a driver call. The
+    kernels count the counter down from ``max_iterations``; 0 after the loop means it ran every pass
+    (rxcuda.engine._loops)."""
+    counter = planner.by_key.get(("internal", entry.id, COUNTER))
+    if counter is None:
+        return
+    label = entry.label()
+    bound = planner.buffer((BOUND, entry.id), f"{label}/passes left", "u32", 1, "mapped")
+    nid = len(planner.nodes)
+    planner.nodes.append(CopyNodePlan(nid, counter, bound, 4, f"{label} (passes left, for the host)",
+                                      frozenset((counter,)), frozenset((bound,))))
+    if parent is not None:
+        parents[nid] = parent
 
 
 def _emit_unrolled(planner: Any, spec: RegionSpec, entry: BlockEntry, node_id: int, emit, emit_kernel, emit_step,

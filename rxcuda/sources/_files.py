@@ -28,6 +28,7 @@ from ._ptx import check_ptx, parse_ptx, signature_from_ptx
 from ._sidecar import Sidecar, merge, read_sidecar
 
 _FORMATS: dict[str, CodeFormat] = {".ptx": "ptx", ".cubin": "cubin", ".fatbin": "fatbin"}
+FILE_SUFFIXES = tuple(_FORMATS)  # the same, for str.endswith (load_source's fast test of a path)
 
 
 def find_sidecar(path: str | Path) -> Path | None:
@@ -104,6 +105,12 @@ def _last_write(stamp: tuple, side_stamp: tuple | None) -> int:
     return max(stamp[2], side_stamp[2]) if side_stamp else stamp[2]
 
 
+def _racy(stamp: tuple, side_stamp: tuple | None, when: int) -> bool:
+    """Whether the kernel file or its sidecar was last written within the racy window before ``when`` (ns): an
+    entry checked then may hide an edit behind an unchanged stamp, so only its bytes confirm it."""
+    return _last_write(stamp, side_stamp) >= when - _RACY_NS
+
+
 def _bytes_of(path: str) -> bytes | None:
     try:
         with open(path, "rb") as f:
@@ -159,14 +166,13 @@ class _FileCache:
                 self._entries.move_to_end(key)
                 # the usual hit, decided here: both stamps as recorded, and confirmed long enough ago that an
                 # edit within the file system's tick cannot hide behind them (else _still, outside the lock)
-                if (found[1] == stamp and found[2] == side_stamp
-                        and _last_write(stamp, side_stamp) < found[4] - _RACY_NS):
+                if found[1] == stamp and found[2] == side_stamp and not _racy(stamp, side_stamp, found[4]):
                     self.hits += 1
                     return found[0]
         if found is not None and self._still(found, stamp, side_stamp, full, side, checked):
             with self._lock:
                 self.hits += 1
-                if found[4] - _last_write(stamp, side_stamp) < _RACY_NS <= checked - stamp[2]:
+                if _racy(stamp, side_stamp, found[4]) and not _racy(stamp, side_stamp, checked):
                     # confirmed by its bytes, now long enough after its last write: the stamp suffices from now on
                     self._entries[key] = (*found[:4], checked)
             return found[0]
@@ -185,8 +191,7 @@ class _FileCache:
         code, was, side_was, side_bytes, when = found
         if stamp != was or side_stamp != side_was:
             return False
-        racy = _last_write(stamp, side_stamp) >= when - _RACY_NS
-        if not racy:
+        if not _racy(stamp, side_stamp, when):
             return True
         # modified close to when the entry was made: an edit in the same tick would keep the stamp
         return _bytes_of(full) == code.image and (side_stamp is None or _bytes_of(side) == side_bytes)

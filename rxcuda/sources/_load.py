@@ -6,10 +6,8 @@ from __future__ import annotations
 import os
 
 from ..model._describe import KernelCode
-from ._files import _FORMATS, load_kernel_file
+from ._files import FILE_SUFFIXES, load_kernel_file
 from ._paths import shipped_kernel
-
-_FILE_SUFFIXES = tuple(_FORMATS)  # the kernel file formats (".ptx", ".cubin", ".fatbin")
 
 
 def load_source(source, entry: str | None = None, *, arch: str | None = None) -> KernelCode:
@@ -18,7 +16,7 @@ def load_source(source, entry: str | None = None, *, arch: str | None = None) ->
     rxcuda (see ``rxcuda.kernels``)."""
     if isinstance(source, KernelCode):
         return source
-    if type(source) is str and source.endswith(_FILE_SUFFIXES):  # (never a shipped kernel's bare name)
+    if type(source) is str and source.endswith(FILE_SUFFIXES):  # (never a shipped kernel's bare name)
         # a kernel file by path, as blocks are usually declared (in a loop: the shortest way to the file cache)
         return load_kernel_file(source, entry=entry)
     if hasattr(source, "kernel_code") and callable(source.kernel_code):

@@ -92,9 +92,15 @@ class PendingPlan:
     ``add`` takes any change event.
 
     The engine's pending plan is a subclass with the compiled path's ``PendingBase`` first
-    (rxcuda.engine._runtime.pending_plan): its hot fields (``_lock``, ``_params``, ``count``, ``others``,
-    ``_observed``) live in C, and ``set_value`` is its C twin of the one below.
+    (rxcuda.engine._runtime.pending_plan): its hot fields (:attr:`HOT_FIELDS`) live in C, and ``set_value`` is its C
+    twin of the one below.
     """
+
+    # the fields the compiled PendingBase holds (rxcuda/cuda/_hotpath.c's pending_base takes them in this order, with
+    # HOT_NAMES: the method that publishes a folded value and the Broadcast of changes); ``_event_type`` is the
+    # compiled fold's alone (the type of the ParameterChanged it publishes itself)
+    HOT_FIELDS = ("_lock", "_params", "count", "others", "value_folds", "_observed", "_event_type")
+    HOT_NAMES = ("_publish_value", "_changes")
 
     def __init__(self, on_subscriber_error=None) -> None:
         self._lock = threading.Lock()

@@ -64,7 +64,7 @@ class Collector:
     is outstanding; :meth:`drain` makes the next arrival wake again. ``dispose()`` unsubscribes.
     """
 
-    def __init__(self, engine: Engine, wake: Callable[[], None]):
+    def __init__(self, engine: Any, wake: Callable[[], None]):  # an Engine, or the view's _source.Source
         self._engine = engine
         self._wake = wake
         self._lock = threading.Lock()
@@ -190,12 +190,18 @@ def _round(v):
 def graph_message(engine: Engine) -> dict:
     """The ``graph`` message: blocks (state, message, region, composite, device, ports, parameters), links, a
     layered layout and how many devices the engine has (see PROTOCOL.md)."""
-    parts = _engine_parts(engine)
+    return pipeline_graph(_engine_parts(engine), engine.blocks, len(engine.devices.ordinals))
+
+
+def pipeline_graph(parts: dict, blocks, devices: int) -> dict:
+    """The ``graph`` message of a pipeline given as ``_dot._engine_parts`` gives it (``desc``, ``states``,
+    ``messages``, ``composites``, ``plan``), the blocks whose parameters it lists (their declared ranges) and the
+    engine's device positions."""
     desc = parts["desc"]
     pipe = _Pipeline(desc, states=parts["states"], messages=parts["messages"], composites=parts["composites"],
                      plan=parts["plan"])
     names = {e.id: e.desc.name for e in desc.blocks}
-    params = {b.id: b.params for b in engine.blocks}
+    params = {b.id: b.params for b in blocks}
     composite: dict[int, str] = {}
 
     def visit(inst) -> None:  # outer first: an inner instance's path overrides its parent's
@@ -235,7 +241,7 @@ def graph_message(engine: Engine) -> dict:
              if not c.delay and c.src.block in names and c.dst.block in names]
     layout, width, height = layered_layout([e.desc.name for e in desc.blocks], edges)
     return {"type": "graph", "blocks": blocks, "links": links, "layout": layout, "width": width, "height": height,
-            "devices": len(engine.devices.ordinals)}
+            "devices": devices}
 
 
 def _limit(params, spec, key: str):
@@ -311,4 +317,4 @@ def status_message(engine: Engine) -> dict:
             "stats": str(engine.stats), "appends": appends}
 
 
-__all__ = ["Batch", "Collector", "graph_message", "layered_layout", "status_message"]
+__all__ = ["Batch", "Collector", "graph_message", "layered_layout", "pipeline_graph", "status_message"]

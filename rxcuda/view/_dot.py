@@ -499,44 +499,4 @@ def save_driver_graph(engine: Engine, path, *, verbose: bool = False) -> pathlib
     return path
 
 
-# -- conveniences installed on the classes below (the engine never imports this package) -------------------
-def _engine_to_dot(self: Engine) -> str:
-    """DOT text of the pipeline: blocks with their ports and states, connections, regions and composites.
-    Installed by ``rxcuda.view`` (imported with ``rxcuda``); see :func:`rxcuda.to_dot`."""
-    return to_dot(self)
-
-
-def _engine_save_graph(self: Engine, path, format: str | None = None) -> pathlib.Path:
-    """Write a picture of the pipeline (svg, png or pdf through Graphviz, or the DOT text for .dot).
-    Installed by ``rxcuda.view`` (imported with ``rxcuda``); see :func:`rxcuda.save_graph`.
-
-    >>> engine.save_graph("pipeline.svg")                # doctest: +SKIP
-    """
-    return save_graph(self, path, format)
-
-
-def _engine_save_driver_graph(self: Engine, path, *, verbose: bool = False) -> pathlib.Path:
-    """Write the CUDA driver's own DOT picture of the running graph (cuGraphDebugDotPrint). Installed by
-    ``rxcuda.view`` (imported with ``rxcuda``); see :func:`rxcuda.view.save_driver_graph`.
-
-    >>> engine.save_driver_graph("driver.dot")           # doctest: +SKIP
-    """
-    return save_driver_graph(self, path, verbose=verbose)
-
-
-def _plan_to_dot(self: GraphPlan) -> str:
-    """DOT text of the plan node by node (kernel, call, memset, copy and region nodes, dependencies).
-    Installed by ``rxcuda.view`` (imported with ``rxcuda``); see :func:`rxcuda.to_dot`."""
-    return to_dot(self)
-
-
-def install() -> None:
-    """Attach ``to_dot``, ``save_graph`` and ``save_driver_graph`` to ``Engine`` and ``to_dot`` to ``GraphPlan``
-    (docs/architecture.md: a convenience that reaches upward lives in the upper package)."""
-    Engine.to_dot = _engine_to_dot  # type: ignore[attr-defined]
-    Engine.save_graph = _engine_save_graph  # type: ignore[attr-defined]
-    Engine.save_driver_graph = _engine_save_driver_graph  # type: ignore[attr-defined]
-    GraphPlan.to_dot = _plan_to_dot  # type: ignore[attr-defined]
-
-
-__all__ = ["GraphvizNotFoundError", "install", "render", "save_driver_graph", "save_graph", "to_dot"]
+__all__ = ["GraphvizNotFoundError", "render", "save_driver_graph", "save_graph", "to_dot"]

@@ -231,21 +231,4 @@ def gl_frame(engine: Engine, *shared: _Shared, sync: bool = False):
         return engine.tick(sync=sync)
 
 
-def _engine_gl_buffer(self: Engine, port, glo: int) -> GLBuffer:
-    """Share ``port``'s memory with the GL buffer object named ``glo`` (see :class:`GLBuffer`)."""
-    return GLBuffer(self, port, glo)
-
-
-def _engine_gl_texture(self: Engine, port, glo: int) -> GLTexture:
-    """Copy the 2-D ``port`` into the GL texture named ``glo`` after every frame (see :class:`GLTexture`)."""
-    return GLTexture(self, port, glo)
-
-
-def install() -> None:
-    """Attach ``gl_buffer`` and ``gl_texture`` to ``Engine`` (a convenience that reaches upward lives in the upper
-    package, docs/architecture.md)."""
-    Engine.gl_buffer = _engine_gl_buffer  # type: ignore[attr-defined]
-    Engine.gl_texture = _engine_gl_texture  # type: ignore[attr-defined]
-
-
-__all__ = ["GLBuffer", "GLTexture", "gl_frame", "install"]
+__all__ = ["GLBuffer", "GLTexture", "gl_frame"]

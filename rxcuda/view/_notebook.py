@@ -80,14 +80,4 @@ def engine_html(engine: Engine) -> str:
     return "<div>" + "<br>".join(rows) + picture(engine) + "".join(table) + "</div>"
 
 
-def _repr_html_(self: Engine) -> str:
-    return engine_html(self)
-
-
-def install() -> None:
-    """Attach ``_repr_html_`` to ``Engine`` (a convenience that reaches upward lives in the upper package,
-    docs/architecture.md)."""
-    Engine._repr_html_ = _repr_html_  # type: ignore[attr-defined]
-
-
-__all__ = ["engine_html", "engine_state", "install", "picture"]
+__all__ = ["engine_html", "engine_state", "picture"]

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from ..engine._engine import Engine
 from ._collect import MAX_DIAGNOSTICS, MAX_FRAMES
 
 log = logging.getLogger("rxcuda.view")
@@ -125,7 +124,7 @@ class Preview:
     """A sampled ``engine.observe()`` of one port for one page: the engine thread stores the latest array
     (one assignment), the pump samples it at most every PREVIEW_EVERY seconds."""
 
-    def __init__(self, block: str, port: str, kind: str, engine: Engine):
+    def __init__(self, block: str, port: str, kind: str, engine: Any):  # an Engine, or the view's _source.Source
         self.block, self.port, self.kind = block, port, kind
         self._engine = engine
         self.latest: tuple[int, Any] | None = None

@@ -1,6 +1,6 @@
 """The live view: a running engine as a web page, parameters as controls (``engine.serve()``).
 
-``LiveView(engine)`` (installed as ``engine.serve(host="127.0.0.1", port=0, token=None)``) starts an aiohttp
+``LiveView(engine)`` (what ``engine.serve(host="127.0.0.1", port=0, token=None)`` calls) starts an aiohttp
 server on a daemon thread with its own asyncio loop. ``GET /`` is the page and ``/static/...`` its assets
 (shipped in ``rxcuda/view/static/``: no CDN), ``/ws`` the WebSocket that carries compact JSON both ways
 (``rxcuda/view/PROTOCOL.md`` is the protocol).
@@ -48,9 +48,10 @@ from urllib.parse import urlsplit
 from ..engine._engine import Engine
 from ..model._errors import EngineClosedError, RxcudaError
 from . import _protocol
-from ._collect import Collector, graph_message, status_message
+from ._collect import Collector
 from ._pages import RATE, Page, Preview, dumps, page_socket, sample
 from ._protocol import Refused
+from ._source import Source, as_source
 
 log = logging.getLogger("rxcuda.view")
 
@@ -82,10 +83,9 @@ class LiveView:
     >>> view.dispose()                                         # doctest: +SKIP
     """
 
-    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+    def __init__(self, engine: Engine | Source, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  params: Iterable | None = None):
-        if not isinstance(engine, Engine):
-            raise TypeError(f"serve() shows an rxcuda.Engine (got {type(engine).__name__}); use engine.serve()")
+        engine = as_source(engine)  # what the view reads of the engine, and nothing else (_source)
         if engine.closed:
             raise EngineClosedError("engine.serve: the engine is closed; serve a running engine")
         if not isinstance(host, str) or not host:
@@ -387,16 +387,12 @@ class LiveView:
         if self._graph is None:
             self._graph = self._build(self._graph_message)
         page.ready = True
-        api = getattr(engine.device, "api", None)  # a driver that measures nothing says so (the null driver)
-        page.put({"type": "hello", "version": VERSION,
-                  "engine": {"device": getattr(engine.device, "name", "?"), "profile": engine.profile,
-                             "frame": engine.frame, "measured": getattr(api, "measures", True),
-                             "unmeasured": getattr(api, "unmeasured", "")}})
+        page.put({"type": "hello", "version": VERSION, "engine": engine.about()})
         if self._graph is not None:
             page.put(self._graph)
         page.put({"type": "params", "values": {key: p.value for b in engine.blocks for n, p in b.params.items()
                                                if self._shows(key := f"{b.name}.{n}")}})
-        status = self._build(status_message)
+        status = self._build(engine.status)
         if status is not None:
             page.put(status)
 
@@ -408,7 +404,7 @@ class LiveView:
                           f"{shown}")
         frame = self._engine.frame
         try:  # the public path Python takes, with every check it makes: one change event, a hot update
-            block.set(**{name: value})
+            self._engine.set(block, **{name: value})
         except (TypeError, ValueError, RxcudaError) as e:  # refused before anything was stored
             raise Refused(_protocol.for_page(str(e))) from None
         if "id" in msg:
@@ -425,7 +421,7 @@ class LiveView:
         engine = self._engine
         try:  # observe() may wait for the engine thread between frames: not on this loop
             obs = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: engine.observe(block[port], every=PREVIEW_FRAMES))
+                None, lambda: engine.observe(block[port], PREVIEW_FRAMES))
         except (RxcudaError, TypeError, ValueError, KeyError) as e:
             raise Refused(f"cannot preview {block.name}.{port}: {e}") from None
         preview = Preview(block.name, port, kind, engine)
@@ -439,9 +435,9 @@ class LiveView:
         """Whether the page shows (and may set) the parameter ``"block.param"``."""
         return self._exposed is None or key in self._exposed
 
-    def _graph_message(self, engine: Engine) -> dict:
+    def _graph_message(self) -> dict:
         """The graph message, with only the parameters this page shows."""
-        graph = graph_message(engine)
+        graph = self._engine.graph()
         if self._exposed is not None:
             graph["blocks"] = [{**b, "params": [p for p in b["params"] if self._shows(f"{b['name']}.{p['name']}")]}
                                for b in graph["blocks"]]
@@ -449,7 +445,7 @@ class LiveView:
 
     def _build(self, make):
         try:
-            return make(self._engine)
+            return make()
         except Exception as e:  # the engine closed or changed under us: the next change tries again
             log.debug("live view: %s failed: %s", make.__name__, e)
             return None
@@ -511,7 +507,7 @@ class LiveView:
                          "block": None, "message": f"{batch.dropped} more diagnostics in this interval were left "
                                                    f"out (engine.diagnostic_log has them)"})
         if batch.status or status_due:
-            status = self._build(status_message)
+            status = self._build(self._engine.status)
             if status is not None:
                 msgs.append(status)
         for page in pages:
@@ -523,7 +519,7 @@ class LiveView:
                     page.put(m)
 
 
-def exposed_names(engine: Engine, params) -> frozenset[str]:
+def exposed_names(engine: Engine | Source, params) -> frozenset[str]:
     """The ``"block.param"`` names ``engine.serve(params=...)`` shows: each item a name such as
     ``"damp.scale"``, or a block (or composite instance) of ``engine`` for all of its parameters.
 
@@ -580,9 +576,9 @@ def _middleware():
     return headers
 
 
-def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+def serve(engine: Engine | Source, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
           params: Iterable | None = None) -> LiveView:
-    """Serve ``engine`` as a live web page (installed as ``Engine.serve``); see :class:`LiveView`.
+    """Serve ``engine`` as a live web page (what ``engine.serve()`` does); see :class:`LiveView`.
 
     ``port=0`` picks a free port (``view.url`` says which). A ``host`` other than 127.0.0.1/localhost/::1
     needs a token: pass one, or one is generated and logged once (``view.url`` carries it). ``params``
@@ -597,26 +593,4 @@ def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | N
     return LiveView(engine, host, port, token, params)
 
 
-def _engine_serve(self: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                  params: Iterable | None = None) -> LiveView:
-    """Serve this engine as a live web page: the pipeline as a graph with states, frame times, diagnostics,
-    memory, and every scalar parameter (or only those named in ``params``: ``"block.param"`` names or
-    blocks) as a control that sets it. Returns a :class:`rxcuda.view.LiveView` (``.url``; ``wait(seconds)``
-    keeps serving; ``dispose()`` or a ``with`` block stops it; so does ``engine.close()``). Installed by
-    ``rxcuda.view``; see :func:`rxcuda.view.serve`.
-
-    >>> running = engine.run(60)                              # doctest: +SKIP
-    >>> with engine.serve(params=["mul.scale"]) as view:      # doctest: +SKIP
-    ...     print(view.url, "- serving for 60 s")
-    ...     view.wait(60)
-    """
-    return LiveView(self, host, port, token, params)
-
-
-def install() -> None:
-    """Attach ``serve`` to ``Engine`` (docs/architecture.md: a convenience that reaches upward lives in the
-    upper package)."""
-    Engine.serve = _engine_serve  # type: ignore[attr-defined]
-
-
-__all__ = ["RATE", "LiveView", "LiveViewError", "dumps", "exposed_names", "install", "sample", "serve"]
+__all__ = ["RATE", "LiveView", "LiveViewError", "dumps", "exposed_names", "sample", "serve"]

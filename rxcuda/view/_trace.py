@@ -257,7 +257,7 @@ class Trace:
 
 
 def trace(engine: Engine, path: str | os.PathLike, frames: int | None = None) -> Trace:
-    """Record a Chrome/Perfetto trace of ``engine`` into ``path`` (installed as ``Engine.trace``).
+    """Record a Chrome/Perfetto trace of ``engine`` into ``path`` (what ``engine.trace()`` does).
 
     ``frames``: stop after that many ticks and write the file; ``None``: record until the ``with`` block
     ends or ``trace.stop()``. See :class:`Trace` and the module's docstring for what the file holds.
@@ -616,27 +616,5 @@ def _percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
 
 
-def _engine_trace(self: Engine, path: str | os.PathLike, frames: int | None = None) -> Trace:
-    """Record a Chrome/Perfetto trace of this engine into ``path``: per frame the host time (and phases),
-    the GPU time (per block, when measured), applied updates with their tiers, reloads and diagnostics, and
-    parameter values as counters. Returns a :class:`rxcuda.view.Trace`, which is a context manager.
-
-    ``frames``: stop after that many ticks and write the file; ``None``: record until the ``with`` block
-    ends (or ``trace.stop()``). Open the file in https://ui.perfetto.dev or chrome://tracing;
-    ``rxcuda plot TRACE -o frames.png`` draws its frame times.
-
-    >>> with engine.trace("trace.json") as t:                                   # doctest: +SKIP
-    ...     for _ in range(100): engine.tick()
-    >>> print(t.summary())                                                        # doctest: +SKIP
-    """
-    return Trace(self, path, frames)
-
-
-def install() -> None:
-    """Attach ``trace`` to ``Engine`` (docs/architecture.md: a convenience that reaches upward lives in the
-    upper package)."""
-    Engine.trace = _engine_trace  # type: ignore[attr-defined]
-
-
-__all__ = ["Trace", "TraceData", "TraceFrame", "TraceMark", "TraceSummary", "build_events", "install",
+__all__ = ["Trace", "TraceData", "TraceFrame", "TraceMark", "TraceSummary", "build_events",
            "read_trace", "summarize", "trace"]

@@ -16,6 +16,7 @@ import rxcuda
 
 ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install 'rxcuda[ray]'")
 
+from conftest import KERNELS  # noqa: E402
 from test_distributed_gpu import cluster, exact_frames  # noqa: E402, F401  (the local Ray cluster with the GPU)
 
 from rxcuda.distributed import Engine, FragmentDiagnostic, Worker, WorkerDownError  # noqa: E402
@@ -24,13 +25,13 @@ N = 1 << 20
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["standby", "ray-restart"])
-def pair(request, kernels):
+def pair(request):
     request.getfixturevalue("cluster")
     spec = Worker(num_gpus=0.5, max_restarts=10)
     with Engine({"a": spec, "b": spec}, standby=request.param) as dist:
-        first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="first", scale=1.5),
+        first = dist.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=N, name="first", scale=1.5),
                          on="a")
-        second = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="second", scale=2.0),
+        second = dist.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=N, name="second", scale=2.0),
                           on="b")
         dist.connect(first["out"], second["x"], transport="ipc")
         dist.write(first["x"], np.ones(N, np.float32))

@@ -164,12 +164,15 @@ def test_many_frames_through_an_ipc_link_with_both_steps_in_flight_are_exact_eve
     dist, first, second, s1, s2 = pair
     got: list[np.ndarray] = []
     dist.observe(second["out"]).subscribe(got.append)
+    diags: list = []
+    dist.diagnostics.subscribe(diags.append)
     inputs = []
     for _ in range(40):
         x = rng.standard_normal(N).astype(np.float32)
         inputs.append(x)
         dist.write(first["x"], x)
-        assert dist.tick().complete
+        frame = dist.tick()
+        assert frame.complete, (frame, diags)
     assert len(got) == len(inputs)
     for i, (x, out) in enumerate(zip(inputs, got, strict=True)):
         np.testing.assert_array_equal(out, (x * np.float32(s1)) * np.float32(s2), err_msg=f"frame {i}")

@@ -261,6 +261,27 @@ def test_a_while_whose_condition_never_clears_is_a_hang_that_names_the_loop(sess
     assert "While 'loop' (at most 1000000 passes)" in message
 
 
+def test_a_while_that_reaches_its_bound_within_the_deadline_is_a_warning_that_names_it(session):
+    engine, good, diags = session
+    cmp = _compare("bounded")
+    step = rxcuda.Block.from_kernel(rxcuda.compile_cuda(COMPARE, entry="affine"), size=N, name="bstep", c=2.0)
+    loop = engine.add(rxcuda.While(cmp["flag"], [step, cmp], max_iterations=50, name="capped"))
+    engine.write(cmp["v"], np.ones(N, np.float32))  # v never changes: the flag never clears, 50 passes a frame
+    x = np.random.default_rng().standard_normal(N).astype(np.float32)
+    engine.write(step["x"], x)
+    before, faults = len(diags), len(engine.faults)
+    for _ in range(4):
+        assert engine.tick().state == "ok"
+    np.testing.assert_allclose(engine.read(step["out"]), x * np.float32(2.0) + np.float32(1.0), rtol=1e-6)
+    warned = [d for d in diags[before:] if d.severity == "warning" and "max_iterations" in d.message]
+    assert len(warned) == 1, warned  # once, not once a frame
+    assert "While 'capped'" in warned[0].message and "all its 50 passes" in warned[0].message
+    assert "fix the condition that never clears: bounded.flag" in warned[0].message
+    assert len(engine.faults) == faults  # a warning, not a fault
+    engine.remove(loop)
+    _exact(engine, good)
+
+
 def _gemm(engine, m=64):
     """A gemm block with fresh random operands written; returns it and the product it must compute."""
     from rxcuda import libraries as lib
@@ -296,4 +317,39 @@ def test_a_library_call_handed_a_too_small_buffer_is_refused(session):
     assert len(engine.faults) == before
     engine.remove(small)
     engine.remove(mm)
+    _exact(engine, good)
+
+
+def test_a_tensor_block_survives_a_fault_and_its_retrace_is_tried_first(session):
+    """A tensor program's block (a cuBLAS GEMM and a fused kernel) in the session: exact, rebuilt after a
+    neighbour's fault, and a retrace (new code) runs in the standby before the running graph takes it. (Tensor
+    programs check their shapes when traced: what they meet in a session is a fault beside them.)"""
+    import rxcuda.tensor as rt
+
+    engine, good, _ = session
+    m = 64
+    rng = np.random.default_rng()
+    x, w = (rng.standard_normal((m, m)).astype(np.float32) for _ in range(2))
+    layer = rt.block(lambda x, w, s: rt.maximum(x @ w, 0) * s, x=rt.input((m, m), "f32"), w=rt.input((m, m), "f32"),
+                     s=2.0)
+    blk = engine.add(layer)
+    engine.write(blk["x"], x)
+    engine.write(blk["w"], w)
+    assert engine.tick().state == "ok"
+    np.testing.assert_allclose(engine.read(blk["out"]).reshape(m, m), np.maximum(x @ w, 0) * 2, rtol=1e-4, atol=1e-4)
+    bad = engine.add(rxcuda.Block.from_cuda(_source(FAULTS["null pointer"]), size=N))
+    engine.write(bad["x"], np.ones(N, np.float32))
+    _fault_then_exact(session, bad)
+    layer.params["s"].value = -0.5
+    assert engine.tick().state == "ok"
+    np.testing.assert_allclose(engine.read(blk["out"]).reshape(m, m), np.maximum(x @ w, 0) * -0.5, rtol=1e-4,
+                               atol=1e-4)
+    _standby_ready(engine)
+    tried = len(engine.trial_s)
+    layer.retrace(lambda x, w, s: rt.maximum(x @ w, 0) * s + 1.0)
+    assert layer.last_change.startswith("code of"), layer.last_change
+    assert engine.tick().state == "ok" and len(engine.trial_s) == tried + 1
+    np.testing.assert_allclose(engine.read(blk["out"]).reshape(m, m), np.maximum(x @ w, 0) * -0.5 + 1, rtol=1e-4,
+                               atol=1e-4)
+    engine.remove(blk)
     _exact(engine, good)

@@ -144,6 +144,86 @@ def test_while_loops_on_the_device_until_the_flag_clears(engine, codes, rng):
     np.testing.assert_array_equal(engine.read(body["y"]), y)
 
 
+def test_a_while_that_reaches_max_iterations_says_so_once_naming_it(engine, codes, rng):
+    x = np.abs(f32(rng)) + np.float32(0.25)
+    body, cmp = acc_block(codes), compare_block(codes, below=1)
+    loop = rx.While(cmp["flag"], [body, cmp], max_iterations=50, name="spin")
+    engine.add(loop)
+    engine.write(body["x"], x)
+    engine.connect(body["y"], cmp["v"])
+    seen = []
+    engine.diagnostics.subscribe(seen.append)
+    cmp.params["level"].value = float(x[0] * 3)  # y[0] climbs towards 2 x[0]: the flag never clears
+    y = np.zeros(N, np.float32)
+
+    def run(frames, passes):
+        nonlocal y
+        out = []
+        for _ in range(frames):
+            out.append(engine.tick())
+            for _ in range(passes):
+                y = y * np.float32(0.5) + x
+            np.testing.assert_array_equal(engine.read(body["y"]), y)  # the numbers are still the loop's
+        return out
+
+    def bound():
+        return [d for d in seen if d.severity == "warning" and "max_iterations" in d.message]
+
+    frames = run(4, 50)
+    assert [f.loops_at_bound for f in frames] == [("spin",)] * 4
+    (w,) = bound()  # once across the frames
+    assert w.subject == "spin" and w.block == loop.id and w.frame == frames[0].index
+    assert "While 'spin'" in w.message and "50 passes" in w.message and "cmp.flag" in w.message
+    assert "raise max_iterations, or fix the condition that never clears: cmp.flag" in w.message
+    assert loop.state == "warning"
+    # a level the loop reaches: it ends early, says nothing more, and the region recovers
+    y = np.zeros(N, np.float32)
+    engine.write(body["y"], y)
+    level = float(x[0] * 1.5)
+    cmp.params["level"].value = level
+    engine.tick()
+    y, passes = np.zeros(N, np.float32), 0
+    while True:
+        y = y * np.float32(0.5) + x
+        passes += 1
+        if not (y[0] < np.float32(level)):
+            break
+    assert 1 < passes < 50
+    np.testing.assert_array_equal(engine.read(body["y"]), y)
+    assert engine.tick().loops_at_bound == () and len(bound()) == 1  # (y is past the level: one pass a frame)
+    y = y * np.float32(0.5) + x
+    assert loop.state == "ok" and any(d.severity == "info" and d.block == loop.id for d in seen)
+    # never clearing again: said again, and after a new max_iterations once more
+    cmp.params["level"].value = float(x[0] * 3)
+    run(2, 50)
+    assert len(bound()) == 2
+    loop.params["max_iterations"].value = 20
+    run(3, 20)
+    assert len(bound()) == 3 and "20 passes" in bound()[-1].message
+
+
+def test_a_while_nested_in_a_for_reaches_its_bound_inside_a_conditional_body(engine, codes, rng):
+    """The counter's copy into host-mapped memory runs inside the For's body (a memcpy node in a conditional
+    body): the loop at its bound is said once, and the numbers are every pass's."""
+    x = np.abs(f32(rng)) + np.float32(0.25)
+    body, cmp = acc_block(codes), compare_block(codes, below=1)
+    inner = rx.While(cmp["flag"], [body, cmp], max_iterations=9, name="inner")
+    engine.add(rx.For(3, [inner], name="outer"))
+    engine.write(body["x"], x)
+    engine.connect(body["y"], cmp["v"])
+    seen = []
+    engine.diagnostics.subscribe(seen.append)
+    cmp.params["level"].value = float(x[0] * 3)  # never reached
+    y = np.zeros(N, np.float32)
+    for _ in range(3):
+        assert engine.tick().loops_at_bound == ("inner",)
+        for _ in range(3 * 9):
+            y = y * np.float32(0.5) + x
+        np.testing.assert_array_equal(engine.read(body["y"]), y)
+    (w,) = [d for d in seen if d.severity == "warning" and "max_iterations" in d.message]
+    assert "While 'inner'" in w.message and "all its 9 passes" in w.message
+
+
 def test_nested_regions_and_eager_equivalence(engine, codes, rng):
     x = f32(rng)
     cmp, body = compare_block(codes), acc_block(codes)

@@ -255,15 +255,3 @@ def test_triton_kernels_build_where_triton_is_installed(tmp_path):
     assert code.block_size == 256
 
 
-def test_a_groups_sizes_are_its_members_nbytes():
-    """_build._nbytes (the item size looked up once per dtype) gives each BufferPlan's nbytes, the 4-byte
-    minimum and untyped buffers included."""
-    import random
-
-    from rxcuda.engine._build import _nbytes
-    from rxcuda.model._graphplan import BufferPlan
-
-    rng = random.Random(7)
-    members = tuple(BufferPlan(i, ("k", i), f"b{i}", rng.choice(["f32", "f64", "u8", "i16", None]),
-                               rng.choice([0, 1, 3, 1024]), "port") for i in range(200))
-    assert _nbytes(members) == [m.nbytes for m in members]

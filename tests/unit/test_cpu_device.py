@@ -165,17 +165,15 @@ def test_engine_device_must_be_an_ordinal_cuda_or_cpu():
         rxcuda.Engine(device="tpu")
 
 
-def test_a_library_call_says_it_needs_a_cuda_device_and_the_rest_keeps_running():
+def test_a_curand_backend_call_is_refused_naming_the_philox_backend():
     from rxcuda import libraries as lib
 
     with rxcuda.Engine(device="cpu") as engine:
-        blk = engine.add(rxcuda.Block.from_call(lib.axpy(64), name="axpy"))
-        engine.write(blk["x"], np.ones(64, np.float32))
-        engine.write(blk["y"], np.ones(64, np.float32))
+        engine.add(rxcuda.Block.from_call(lib.random_uniform(64, backend="curand"), name="noise"))
         engine.tick()
         message = engine.diagnostic_log[-1].message
-    assert ("axpy: library calls (axpy: cuBLAS, cuFFT, cuRAND, cuSPARSE, cuSOLVER) do not run on the CPU device"
-            in message)
+    assert "random_uniform: backend='curand' does not run on the CPU device" in message
+    assert "Use backend='philox'" in message
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build a fatbin")

@@ -738,10 +738,23 @@ def test_a_closed_compiled_graph_has_nothing_to_describe(engine, tmp_path):
 
 
 # -- the conveniences, the command line, the docs -------------------------------------------------------------
-def test_the_conveniences_are_installed_by_rxcuda_view_and_say_so():
-    for fn in (Engine.to_dot, Engine.save_graph, Engine.save_driver_graph, rxcuda.GraphPlan.to_dot):
-        assert "Installed by ``rxcuda.view``" in " ".join(fn.__doc__.split())
+def test_the_pictures_are_the_classes_own_methods_done_by_rxcuda_view(monkeypatch):
+    """Engine.to_dot, save_graph, save_driver_graph (rxcuda.engine._views) and GraphPlan.to_dot are declared on the
+    classes and call the functions rxcuda.view provides (rxcuda.model._provided); none is attached by rxcuda.view."""
+    from rxcuda.engine._views import EngineViews
+    from rxcuda.model import _provided
+
+    for name in ("to_dot", "save_graph", "save_driver_graph"):
+        assert getattr(Engine, name) is EngineViews.__dict__[name]
+    assert "to_dot" in rxcuda.GraphPlan.__dict__
     assert rxcuda.to_dot is rxcuda.view.to_dot and rxcuda.save_graph is rxcuda.view.save_graph
+    seen = []
+    monkeypatch.setitem(_provided._functions, "to_dot", lambda x: seen.append(x) or "digraph {}")
+    plan = object.__new__(rxcuda.GraphPlan)
+    assert rxcuda.GraphPlan.to_dot(plan) == "digraph {}" and seen == [plan]
+    monkeypatch.delitem(_provided._functions, "to_dot")
+    with pytest.raises(ImportError, match="to_dot is done by rxcuda.view, which is not loaded"):
+        rxcuda.GraphPlan.to_dot(plan)
 
 
 def test_demo_plan_dot_writes_the_demo_pipeline(tmp_path, capsys):

@@ -17,9 +17,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_"))
 # examples that run without a GPU too (on the null driver, saying so); every other one needs a device
 RUN_ANYWHERE = {"distributed"}
-# examples whose pipelines the CPU device runs where there is no GPU (docs/cpu.md); the rest need a CUDA device:
-# library calls (peaks, solver), CuPy arrays (train_mlp), two devices (two_gpus), OpenGL interop (particles_gl)
-ON_CPU = {"hot_reload", "particles", "quickstart", "sensor_params", "video_filter"}
+# examples whose pipelines the CPU device runs where there is no GPU (docs/cpu.md; train_mlp on the tensor functions'
+# NumPy backend); the rest need a CUDA device: two devices (two_gpus), OpenGL interop (particles_gl)
+ON_CPU = {"hot_reload", "particles", "peaks", "quickstart", "sensor_params", "solver", "train_mlp", "video_filter"}
+# the argument each runs with in CI (frames or steps: "1" unless it needs more to show what it checks)
+CI_ARGS = {"train_mlp": "40"}
+# what each prints last when its numbers matched NumPy's (or its own check passed)
+OK_LINE = {"particles": "OK: 1 frames match NumPy", "peaks": "OK: 1 frames, ", "solver": "OK: every solve met tol=",
+           "train_mlp": "OK: the loss went down", "video_filter": "OK: "}
 HAS_GPU, WHY = rxcuda.probe()
 
 
@@ -68,9 +73,15 @@ def test_python_dash_m_rxcuda_examples_lists_them(tmp_path):
 @pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
 @pytest.mark.parametrize("name", sorted(ON_CPU))
 def test_an_example_without_a_gpu_runs_on_the_cpu_device(name, tmp_path):
-    proc = python_m(f"rxcuda.examples.{name}", "1", cwd=tmp_path)
+    proc = python_m(f"rxcuda.examples.{name}", CI_ARGS.get(name, "1"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"no CUDA device ({WHY}): running on the CPU device\n")
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"no CUDA device ({WHY}): running on the CPU device")
+    if name in OK_LINE:
+        assert lines[-1].startswith(OK_LINE[name]), proc.stdout
+    if name == "peaks":  # each refined peak beside NumPy's: 'peak at   4228.78 Hz (NumPy   4228.78)'
+        peaks = [line.split("peak at")[1].split("Hz (NumPy") for line in lines if "peak at" in line]
+        assert peaks and all(float(a) == float(b.split(")")[0]) for a, b in peaks)
     assert list(tmp_path.iterdir()) == []  # nothing left in the current directory
 
 

@@ -248,8 +248,20 @@ def test_regions_are_built_in_the_gpu_process_with_their_bodies(engine):
 
 
 @pytest.mark.skipif(rxcuda.probe()[0], reason="a CUDA device is usable here")
-def test_without_a_device_it_says_so_when_made():
-    with pytest.raises(rxcuda.NoDeviceError, match=r"IsolatedEngine\(null=True\) runs on the null driver"):
+@pytest.mark.skipif(rxcuda.cuda._driver.probe()[0], reason="a GPU is here: IsolatedEngine() runs on it")
+def test_without_a_gpu_it_runs_on_the_cpu_device_unless_a_gpu_is_asked_for(monkeypatch):
+    monkeypatch.delenv("RXCUDA_DEVICE", raising=False)
+    with IsolatedEngine(standby=False) as iso:  # as rxcuda.Engine(): the CPU device where there is no GPU
+        assert iso.device_index == "cpu"
+        x = np.random.default_rng().standard_normal(N).astype(np.float32)
+        mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=N, scale=-2.5))
+        iso.write(mul["x"], x)
+        assert iso.tick().state == "ok"
+        np.testing.assert_allclose(iso.read(mul["out"]), np.float32(-2.5) * x, rtol=1e-6)
+    with pytest.raises(rxcuda.NoDeviceError, match=r"IsolatedEngine\(device='cpu'\) runs on the CPU device"):
+        IsolatedEngine(device=0)
+    monkeypatch.setenv("RXCUDA_DEVICE", "cuda")
+    with pytest.raises(rxcuda.NoDeviceError, match=r"IsolatedEngine\(null=True\) on the null driver"):
         IsolatedEngine()
 
 
@@ -369,3 +381,31 @@ def test_on_the_cpu_device_new_code_that_faults_is_caught_by_its_trial_and_costs
         assert fault.kind == "trial" and "illegal address in kernel 'scalar_mul'" in fault.message
         assert mul.description.kernel("scalar_mul").code.key == good.key
         np.testing.assert_allclose(iso.read(mul["out"]), 2 * x, rtol=1e-6)
+
+
+@pytest.mark.skipif(rxcuda.cuda._driver.probe()[0], reason="a GPU is here: tensor blocks compile cubins for it, "
+                    "which the CPU device cannot run (the GPU's version: tests/gpu/test_faults_gpu.py)")
+def test_on_the_cpu_device_a_tensor_block_survives_a_fault_and_its_retrace_is_tried_first():
+    """A tensor program's block (rxcuda.tensor.block) in the isolated engine: exact before a neighbour's fault,
+    rebuilt with its parameter after it, and a retrace (new code) tried in the standby before it runs."""
+    import rxcuda.tensor as rt
+
+    rng = np.random.default_rng()
+    x = rng.standard_normal(1024).astype(np.float32)
+    blk = rt.block(lambda x, s: rt.exp(x * s) + 1.0, x=rt.input((1024,), "f32"), s=0.5)
+    with IsolatedEngine(device="cpu", deadline=30.0) as iso:
+        b = iso.add(blk)
+        iso.write(b["x"], x)
+        assert iso.tick().state == "ok"
+        np.testing.assert_allclose(iso.read(b["out"]), np.exp(x * 0.5) + 1, rtol=1e-5)
+        oops = iso.add(rxcuda.Block.from_kernel(rxcuda.compile_cuda(BAD, target="ptx"), size=1024))
+        iso.connect(b["out"], oops["x"])
+        assert iso.tick().state == "error" and "illegal address in kernel 'bad'" in iso.faults[-1].message
+        iso.remove(oops)
+        blk.params["s"].value = -0.25
+        _until_ok(iso)
+        np.testing.assert_allclose(iso.read(b["out"]), np.exp(x * -0.25) + 1, rtol=1e-5)
+        _standby_ready(iso)
+        assert blk.retrace(lambda x, s: rt.exp(x * s) + 2.0) is not None and blk.last_change == "code of k0"
+        assert iso.tick().state == "ok" and len(iso.trial_s) == 1   # ran clean in the standby first
+        np.testing.assert_allclose(iso.read(b["out"]), np.exp(x * -0.25) + 2, rtol=1e-5)

@@ -5,6 +5,7 @@ the same values kept, the same errors, the same events to the same observers, th
 publishes an AppliedUpdate as the Python drain does."""
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,13 +13,13 @@ from _folding import while_a_producer_folds
 
 from rxcuda.blocks._params import Parameter, _Fields
 from rxcuda.cuda import _native
-from rxcuda.engine._records import AppliedUpdate
+from rxcuda.engine._records import AppliedUpdate, applied_update
 from rxcuda.engine._runtime import pending_plan
 from rxcuda.model._events import ParameterChanged
 from rxcuda.streams._coalesce import PendingPlan
 
 native = _native.hotpath()
-pytestmark = pytest.mark.skipif(native is None, reason=f"the compiled path does not build here: {_native.why_not} "
+pytestmark = pytest.mark.skipif(native is None, reason=f"the compiled path was not built here: {_native.why_not} "
                                                         "(install a C compiler and the Python headers)")
 
 
@@ -49,8 +50,34 @@ def _outcome(param, value):
 
 
 def test_parameter_is_built_on_the_compiled_base_here():
-    assert Parameter.__mro__[1] is native.ParamBase
-    assert type(pending_plan()).__mro__[1:3] == (native.PendingBase, PendingPlan)
+    base, pending_base = Parameter.__mro__[1], type(pending_plan()).__mro__[1]
+    assert base.__module__ == pending_base.__module__ == "rxcuda.cuda._hotpath"
+    assert (base.__name__, pending_base.__name__) == ("ParamBase", "PendingBase")
+    assert type(pending_plan()).__mro__[2] is PendingPlan
+
+
+def test_the_compiled_bases_carry_the_names_their_python_classes_hand_over():
+    """rxcuda/cuda/_hotpath.c names no field of Parameter or PendingPlan: each base is made with the names of the
+    class it serves (_Fields.__slots__, PendingPlan.HOT_FIELDS), so each field is the same attribute on both paths."""
+    from rxcuda.blocks._params import _SETTER
+
+    base = Parameter.__mro__[1]
+    for name in (*_Fields.__slots__, "value"):
+        assert name in base.__dict__, name
+    pending_base = type(pending_plan()).__mro__[1]
+    for name in PendingPlan.HOT_FIELDS:
+        assert name in pending_base.__dict__, name
+    # made once: the same names give the same type, others are refused
+    assert native.param_base(_Fields.__slots__, _SETTER) is base
+    assert native.pending_base(PendingPlan.HOT_FIELDS, PendingPlan.HOT_NAMES) is pending_base
+    with pytest.raises(ValueError, match="made with the names"):
+        native.param_base(tuple(f"x{n}" for n in _Fields.__slots__), _SETTER)
+    with pytest.raises(TypeError, match="a tuple of 7 names"):
+        native.pending_base(PendingPlan.HOT_FIELDS[:3], PendingPlan.HOT_NAMES)
+    source = (Path(native.__file__).parent / "_hotpath.c").read_text()
+    for name in (*_Fields.__slots__, *PendingPlan.HOT_FIELDS, *PendingPlan.HOT_NAMES, *_SETTER):
+        if name.startswith("_"):
+            assert f'"{name}"' not in source, f"_hotpath.c names {name}"
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "i32", "u8", "i64"])
@@ -207,7 +234,7 @@ def test_the_compiled_drain_publishes_the_applied_update_as_the_python_drain_doe
         pending.set_value((1, "scale"), 2.0)
         table = {(1, "scale"): (lambda v: True, ("mul",))}
         got = drain(pending, table,
-                    (updates.observers, AppliedUpdate, 5, ("parameters",), updates))
+                    (updates.observers, applied_update, 5, ("parameters",), updates))
         assert got == (("mul",), None, 1)
         (record,) = seen
         assert type(record) is AppliedUpdate and 0 <= record.seconds < 1
@@ -215,6 +242,34 @@ def test_the_compiled_drain_publishes_the_applied_update_as_the_python_drain_doe
     assert out[0] == out[1]
     assert out[0][0] == AppliedUpdate(5, ("parameters",), ("mul",), 0, 1)
     assert out[0][1] == (["division by zero"] if failing else [])
+
+
+def test_the_one_maker_of_an_applied_update_is_the_compiled_record_here():
+    """rxcuda.engine._records.applied_update is the compiled ``Record(AppliedUpdate)``, which the compiled drain fills
+    in without a Python call; it makes what tuple.__new__ makes, and a drain handed another maker calls it."""
+    import functools
+
+    from rxcuda.streams._broadcast import Broadcast
+
+    assert type(applied_update) is native.Record
+    fields = (5, ("parameters",), ("mul",), 0.5, 1)
+    made = applied_update(fields)
+    assert type(made) is AppliedUpdate and made == tuple.__new__(AppliedUpdate, fields) and made.seconds == 0.5
+    with pytest.raises(TypeError, match="a tuple of 5 fields"):
+        applied_update(fields[:4])
+    with pytest.raises(TypeError, match="named tuple type"):
+        native.Record(int)
+    seen: list = []
+    updates = Broadcast()
+    updates.observable.subscribe(seen.append)
+    pending = pending_plan()
+    pending.set_value((1, "scale"), 2.0)
+    other = functools.partial(tuple.__new__, AppliedUpdate)
+    native.drain_one(pending, {(1, "scale"): (lambda v: True, ("mul",))}, (updates.observers, other, 5,
+                                                                          ("parameters",), updates))
+    (record,) = seen
+    assert type(record) is AppliedUpdate and record._replace(seconds=0) == AppliedUpdate(5, ("parameters",), ("mul",),
+                                                                                           0, 1)
 
 
 def test_the_compiled_drain_publishes_nothing_for_a_value_it_did_not_apply():
@@ -226,7 +281,7 @@ def test_the_compiled_drain_publishes_nothing_for_a_value_it_did_not_apply():
     pending = pending_plan()
     pending.set_value((1, "scale"), 2.0)
     got = native.drain_one(pending, {(1, "scale"): (None, ("mul",))},
-                           (updates.observers, AppliedUpdate, 5, ("parameters",), updates))
+                           (updates.observers, applied_update, 5, ("parameters",), updates))
     assert got == (None, {(1, "scale"): 2.0}, 1) and seen == []
     with pytest.raises(TypeError, match="drain_one"):
         native.drain_one(pending, {}, ("not", "five"))

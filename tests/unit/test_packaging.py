@@ -25,7 +25,7 @@ def wheel(tmp_path_factory) -> pathlib.Path:
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"))
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "*.so"))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp / "dist"),
          str(src)], capture_output=True, text=True, timeout=300)
@@ -133,10 +133,51 @@ def test_the_built_in_kernels_ship_in_the_wheel(wheel):
         assert "rxcuda/cuda/_conditions.cu" in z.namelist()
 
 
-def test_the_compiled_parameter_paths_source_ships_in_the_wheel(wheel):
-    """rxcuda/cuda/_native.py compiles _hotpath.c on first use: an installed rxcuda carries the source."""
+def test_the_wheel_carries_the_compiled_parameter_path_built_with_it(wheel):
+    """setup.py builds rxcuda/cuda/_hotpath.c into the extension module rxcuda.cuda._hotpath when the wheel is built
+    (the copy the wheel is built from holds no compiled module): the wheel carries it, for this interpreter and
+    platform, and not the C source, since nothing is compiled where it is installed."""
+    import importlib.machinery
+
     with zipfile.ZipFile(wheel) as z:
-        assert z.read("rxcuda/cuda/_hotpath.c") == (ROOT / "rxcuda" / "cuda" / "_hotpath.c").read_bytes()
+        names = z.namelist()
+        built = [n for n in names if n.startswith("rxcuda/cuda/_hotpath")]
+        suffixes = importlib.machinery.EXTENSION_SUFFIXES
+        assert [n for n in built if any(n == "rxcuda/cuda/_hotpath" + s for s in suffixes)]
+        assert built and all(not n.endswith(".c") for n in built), built
+        (meta,) = [n for n in names if n.endswith(".dist-info/WHEEL")]
+        assert "Root-Is-Purelib: false" in z.read(meta).decode()  # a platform wheel, as a compiled module needs
+
+
+def test_the_compiled_parameter_path_is_an_optional_extension_of_the_build():
+    """An install without a C compiler still works (the Python path, rxcuda/cuda/_native.py): the extension is
+    marked optional, so its failed build is a warning, and nothing else of the package is compiled."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    (ext,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Extension"]
+    assert [ast.literal_eval(a) for a in ext.args] == ["rxcuda.cuda._hotpath", ["rxcuda/cuda/_hotpath.c"]]
+    assert {k.arg: ast.literal_eval(k.value) for k in ext.keywords}["optional"] is True
+    pyproject = PYPROJECT["tool"]["setuptools"]
+    assert "_hotpath.c" not in pyproject["package-data"]["rxcuda.cuda"]  # (the sdist carries it as the source)
+
+
+def test_a_build_without_a_compiler_still_gives_a_wheel_without_the_module(tmp_path):
+    """Where the C compiler fails, `pip wheel .` still succeeds (the extension is optional) and the wheel has no
+    compiled module: rxcuda then takes its Python path."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "*.so", "site", "tests", "bench",
+        "docs"))
+    env = dict(os.environ, CC="false")  # a compiler that fails every file
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"),
+         str(src)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (found,) = (tmp_path / "dist").glob("rxcuda-*.whl")
+    with zipfile.ZipFile(found) as z:
+        assert "rxcuda/cuda/_native.py" in z.namelist()
+        assert not [n for n in z.namelist() if n.startswith("rxcuda/cuda/_hotpath")]
 
 
 def test_the_wheel_ships_the_live_views_page(wheel):

@@ -727,12 +727,18 @@
   }
 
   function onStatus(m) {
-    if (m.rebuilds !== undefined) $("rebuilds").textContent = str(m.rebuilds);
+    // null: a figure the engine cannot measure (an isolated engine's GPU process does not report it)
+    const figure = (v, fmt) => (v === null ? "not measured" : fmt(v));
+    if (m.rebuilds !== undefined) $("rebuilds").textContent = figure(m.rebuilds, str);
     const box = $("status");
     clear(box);
     const mem = m.memory || {};
-    box.appendChild(el("div", {id: "memory-total"}, `rebuilds ${str(m.rebuilds)} \u00b7 reserved ` +
-      fmtBytes(mem.bytes_reserved)));
+    box.appendChild(el("div", {id: "memory-total"}, `rebuilds ${figure(m.rebuilds, str)} \u00b7 reserved ` +
+      figure(mem.bytes_reserved, fmtBytes)));
+    if (Array.isArray(m.unmeasured) && m.unmeasured.length) {
+      box.appendChild(el("p", {id: "status-unmeasured", class: "unmeasured"},
+        "not measured: " + m.unmeasured.map(str).join(", ")));
+    }
     const classes = Array.isArray(mem.by_class) ? mem.by_class : [];
     if (classes.length) {
       box.appendChild(table(["pool class", "in use", "free"],
