@@ -6,11 +6,13 @@ GPU host.
     pip install '.[ray]'
     python -m rxcuda.examples.distributed [frames]
 
-It starts a local Ray cluster. With a GPU each worker takes half of it and the output is checked against NumPy
-every frame; without one the workers run on the null driver (it says so): the wiring, the links, the frames and
-the parameters all run, but no kernel computes anything. To use a cluster you already run, call
+It starts a local Ray cluster. With a GPU each worker takes half of it; without one the workers run on the CPU
+device (docs/cpu.md; `RXCUDA_DEVICE=cpu`, which the workers inherit), each taking half of a GPU Ray is told the
+machine has. Either way the output is checked against NumPy every frame. To use a cluster you already run, call
 `ray.init(address="auto")` (or set RAY_ADDRESS) before making the engine.
 """
+
+import os
 
 import sys
 
@@ -33,10 +35,11 @@ frames = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 n = 1 << 20
 gpu, why = rxcuda.probe()
 if not gpu:
-    print(f"no CUDA device ({why}): the workers run on the null driver, so the frames carry zeros")
+    print(f"no CUDA device ({why}): the workers run on the CPU device")
+    os.environ["RXCUDA_DEVICE"] = "cpu"  # before Ray starts: its worker processes inherit it
 
-ray.init(num_cpus=2, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)
-spec = Worker(num_gpus=0.5) if gpu else Worker(null=True)
+ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)  # (without a GPU: Ray's count only)
+spec = Worker(num_gpus=0.5)
 rng = np.random.default_rng()
 try:
     with Engine({"camera": spec, "filter": spec}) as dist:
@@ -45,7 +48,8 @@ try:
                         on="camera")
         level = dist.add(rxcuda.Block.from_kernel("scalar_mul", size=n, name="level", scale=0.5),
                          on="filter")
-        dist.connect(gain["out"], level["x"])
+        # CUDA IPC between GPU workers of one host; the CPU device's memory is its process's: a host link
+        dist.connect(gain["out"], level["x"], transport="auto" if gpu else "host")
         print("links:", dist.describe().transports())
         worst = 0.0
         for k in range(frames):
@@ -53,12 +57,10 @@ try:
             dist.write(gain["x"], x)
             level.params["scale"].value = 0.5 + 0.1 * k  # on the filter worker: a hot update next frame
             frame = dist.tick()
-            if gpu:
-                expected = x * np.float32(2.0) * np.float32(0.5 + 0.1 * k)
-                worst = max(worst, float(np.abs(dist.read(level["out"]) - expected).max()))
+            expected = x * np.float32(2.0) * np.float32(0.5 + 0.1 * k)
+            worst = max(worst, float(np.abs(dist.read(level["out"]) - expected).max()))
         tiers = {w: f.tiers for w, f in frame.fragments.items()}
         print(f"{frames} frames on workers {', '.join(dist.workers)}; last frame's tiers {tiers}")
-        if gpu:
-            print(f"max error vs NumPy {worst:.2e}")
+        print(f"max error vs NumPy {worst:.2e}")
 finally:
     ray.shutdown()

@@ -132,6 +132,10 @@ class CpuDriver(CaptureMixin, NullDriver):
         used = sum(a.nbytes for a in self._memory.values())
         return self._call("cuMemGetInfo", (), (max(self.total_memory - used, 0), self.total_memory))
 
+    def cuIpcGetMemHandle(self, ptr):  # a CPU device's memory is its process's: nothing another can map
+        raise _fail("cuIpcGetMemHandle", "CUDA_ERROR_NOT_SUPPORTED", "CUDA IPC maps a GPU's memory into another "
+                    "process; the CPU device's memory cannot be: connect its workers with transport='host'")
+
     def _check_range(self, call: str, ptr: int, nbytes: int) -> None:
         if nbytes <= 0:
             return
