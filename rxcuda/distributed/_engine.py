@@ -5,14 +5,13 @@ connection and write as a local engine would, and ``describe()`` gives the pipel
 a changed structure is cut into fragments (``_placement.split``) and shipped: each worker builds its own.
 Parameter changes are folded per worker (the latest value wins) and travel with the next frame's step.
 
-A frame is one step per worker, all started at once: through each worker's clock (``_clock``: named pipes, no
-Ray call per frame) when every worker runs on the driver's host and no link is ``host``, else a Ray call each
-(``_stepping``). Over an ``ipc`` link (one host) the consumer's step waits
-for the producer's frame on the link's board (``_board``: shared memory, no Ray call); over a ``host`` link what
-the producer's step returns is handed to the consumer's step as a Ray object reference, so Ray runs it after.
-The driver never waits inside a frame. At most ``max_in_flight`` frames are outstanding: the driver waits for
-the oldest before it submits another, so a slow worker slows every producer and nothing queues without bound
-(and an ``ipc`` slot, ``max_in_flight + 1`` of them, is never written while read).
+A frame is one step per worker, all started at once: through each worker's clock (``_clock``: named pipes, no Ray
+call per frame) when every worker runs on the driver's host, else a Ray call each (``_stepping``). Over a link
+whose ends meet on a board (``ipc``; ``host`` on one host: ``_board``, ``_hostlink``) the consumer's step waits for
+the producer's frame there; over a ``host`` link across hosts the producer's step returns a Ray object reference.
+The driver never waits inside a frame. At most ``max_in_flight`` frames are outstanding (the driver waits for the
+oldest first: nothing queues without bound, and a board's slot, one of ``max_in_flight + 1``, is never written
+while read).
 """
 
 from __future__ import annotations
@@ -187,8 +186,7 @@ class Engine(Restarts, ClockSteps):
                             "and regions run inside one engine: add them to a local rxcuda.Engine")
         if on is None:
             if len(self._workers) > 1:
-                raise ValueError(f"say which worker holds {block.name}: add(block, on=...) (workers: "
-                                 f"{', '.join(self._workers)})")
+                raise ValueError(f"say which worker holds {block.name}: add(block, on=...) (workers: {', '.join(self._workers)})")  # noqa: E501
             on = next(iter(self._workers))
         on = _placement.check_worker(on, self._workers)
         with self._lock:
@@ -201,18 +199,21 @@ class Engine(Restarts, ClockSteps):
         """Take a block (with its connections) out of the pipeline; its worker rebuilds before the next frame."""
         with self._lock:
             self._model.remove(block)
-            w = self._placement.pop(block.id, None)
-            tables: list[dict] = [self._writes, *self._pending_writes.values()]
-            for table in tables:
-                for ref in [r for r in table if r.block == block.id]:
-                    del table[ref]
-            for ow, table in self._observed.items():  # replaced, never changed: a frame may be sending the old one
-                self._observed[ow] = {r: e for r, e in table.items() if r.block != block.id}
-            if w is not None:
-                self._pending_params[w].pop(block.id, None)
-            for ref in [r for r in self._taps if r.block == block.id]:
-                self._taps.pop(ref).on_completed()
-            self._dirty = True
+            self._forget({block.id})
+
+    def _forget(self, ids: set[int]) -> None:
+        """Drop what this side keeps for the (removed) blocks ``ids``: placement, values not shipped, writes, taps."""
+        for bid in ids:
+            if (w := self._placement.pop(bid, None)) is not None:
+                self._pending_params[w].pop(bid, None)
+        for written in (self._writes, *self._pending_writes.values()):
+            for ref in [r for r in written if r.block in ids]:
+                del written[ref]
+        for ow, seen in self._observed.items():  # replaced, never changed: a frame may be sending the old one
+            self._observed[ow] = {r: e for r, e in seen.items() if r.block not in ids}
+        for ref in [r for r in self._taps if r.block in ids]:
+            self._taps.pop(ref).on_completed()
+        self._dirty = True
 
     def placement(self, block: Block) -> str:
         """The worker that holds ``block``."""

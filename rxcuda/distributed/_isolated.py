@@ -182,31 +182,11 @@ class IsolatedEngine(_Distributed):
     def remove(self, block) -> None:  # type: ignore[override]
         """Take a block (a region with the blocks of its bodies, a composite instance with every block inside)
         out of the pipeline."""
-        if isinstance(block, CompositeInstance):
-            inner = {b.id for b in block.blocks}
-            with self._lock:
-                self._model.remove(block)
-                self._forget(inner)
-            return
-        members = _members(block)
-        super().remove(block)
+        self._check_open()
+        inner = {b.id for b in (block.blocks if isinstance(block, CompositeInstance) else _members(block))}
         with self._lock:
-            for b in members[1:]:
-                self._placement.pop(b.id, None)
-
-    def _forget(self, ids: set[int]) -> None:
-        """What this side keeps for the blocks ``ids``, removed: placement, inputs written, observed ports, values
-        not yet shipped, observers (completed), as the distributed engine's ``remove`` drops them for one block."""
-        for bid in ids:
-            if self._placement.pop(bid, None) is not None:
-                self._pending_params[WORKER].pop(bid, None)
-        for table in (self._writes, self._pending_writes[WORKER]):
-            for ref in [r for r in table if r.block in ids]:
-                del table[ref]
-        self._observed[WORKER] = {r: e for r, e in self._observed[WORKER].items() if r.block not in ids}  # replaced
-        for ref in [r for r in self._taps if r.block in ids]:
-            self._taps.pop(ref).on_completed()
-        self._dirty = True
+            self._model.remove(block)
+            self._forget(inner)
 
     def watch(self, *, debounce: float = 0.05) -> Disposable:
         """Reload kernels when their files are saved: the new code is compiled here and swapped into the GPU
