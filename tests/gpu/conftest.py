@@ -77,6 +77,9 @@ def pytest_generate_tests(metafunc):
     if "engine" in metafunc.fixturenames:
         on_cpu = metafunc.module.__name__.rsplit(".", 1)[-1] in ON_CPU
         devices = (["cpu"] if on_cpu else []) + (["cuda"] if _ok else [])
+        only = os.environ.get("RXCUDA_TEST_DEVICES")  # "cuda" or "cpu": the one device to test (CI runs "cpu")
+        if only:
+            devices = [d for d in devices if d in only.split(",")]
         metafunc.parametrize("device", devices or ["cuda"])
 
 
