@@ -13,7 +13,6 @@ machine has. Either way the output is checked against NumPy every frame. To use 
 """
 
 import os
-
 import sys
 
 import numpy as np
