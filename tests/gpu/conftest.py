@@ -127,6 +127,19 @@ def engine(device):
         yield e
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray cluster that knows this machine's GPU, for the distributed tests' module (one already
+    running in the process is used as it is)."""
+    ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install '.[ray]'")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng()

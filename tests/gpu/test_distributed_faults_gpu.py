@@ -17,7 +17,7 @@ import rxcuda
 ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install 'rxcuda[ray]'")
 
 from conftest import KERNELS  # noqa: E402
-from test_distributed_gpu import cluster, exact_frames  # noqa: E402, F401  (the local Ray cluster with the GPU)
+from test_distributed_gpu import exact_frames  # noqa: E402
 
 from rxcuda.distributed import Engine, FragmentDiagnostic, Worker, WorkerDownError  # noqa: E402
 

@@ -17,16 +17,6 @@ N = 1 << 20  # 4 MiB of f32 a frame
 LINK = "first.out -> second.x"
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 @pytest.fixture
 def pair(cluster, kernels, rng):
     s1, s2 = (float(v) for v in rng.uniform(0.5, 3.0, 2))

@@ -23,16 +23,6 @@ from rxcuda.distributed import Engine, Worker  # noqa: E402
 LINK = "first.out -> second.x"
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 def _linked(dist, kernels, n: int, transport: str, s1: float, s2: float):
     first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=n, name="first", scale=s1), on="a")
     second = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=n, name="second", scale=s2), on="b")
