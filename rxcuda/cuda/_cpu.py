@@ -78,6 +78,9 @@ class CpuDriver(CaptureMixin, NullDriver):
     on_host = True  # what the layers above ask where the CPU device differs (library calls issue host functions)
 
     def __init__(self, *, name: str = "CPU (rxcuda)", total_memory: int = 8 << 30, record: bool = False, **kwargs):
+        if kwargs.get("devices", 1) != 1:
+            raise ValueError(f"the CPU device is one device (got devices={kwargs['devices']!r}): an engine's positions "
+                             "on it are Engine(devices=['cpu', 'cpu']), each with its own graph and stream")
         super().__init__(name=name, total_memory=total_memory, **kwargs)
         self.record = record  # ``calls`` grows with every frame when True: tests only
         CpuDriver.opened = True
@@ -569,50 +572,6 @@ def _memset16(ptr: int, value: int, count: int) -> None:
 
 
 ENV = "RXCUDA_DEVICE"  # "cpu": every engine on the CPU device; "cuda": never fall back to it
-
-
-def choose_driver(device: int | str, driver, several: bool = False) -> tuple[int, object]:
-    """(ordinal, driver) for ``Engine(device, driver=driver)``: ``device="cpu"`` (or ``RXCUDA_DEVICE=cpu``) is
-    the CPU device; with no driver given and no CUDA device on the machine, the CPU device too, said once in the
-    log (not for ``several`` devices: the CPU device is one). A given driver, or a GPU ordinal on a machine with a
-    GPU, is left as it is."""
-
-
-    if isinstance(device, str):
-        if device.lower() == "cpu":
-            return 0, driver if isinstance(driver, CpuDriver) else CpuDriver()
-        if device.lower() in ("cuda", "gpu"):
-            return 0, driver
-        raise ValueError(f"'device' must be a GPU ordinal (an int), 'cuda' or 'cpu' (got {device!r})")
-    if driver is not None or several:
-        return device, driver
-    return device, CpuDriver() if cpu_by_default() else driver
-
-
-def cpu_by_default() -> bool:
-    """Whether an engine that names no device runs on the CPU device: ``RXCUDA_DEVICE=cpu``, or no CUDA device
-    and ``RXCUDA_DEVICE`` unset or ``auto`` (said once, in the log)."""
-    import logging
-    import os
-
-    from ._driver import probe
-
-    env = os.environ.get(ENV, "").strip().lower()
-    if env == "cpu":
-        return True
-    if env in ("", "auto"):
-        ok, why = probe()
-        if not ok:
-            global _said
-            if not _said:
-                _said = True
-                logging.getLogger("rxcuda").info("rxcuda: no CUDA device (%s); running on the CPU device "
-                                                 "(set %s=cuda to refuse instead)", why, ENV)
-            return True
-    return False
-
-
-_said = False
 
 
 def wants_ptx() -> bool:

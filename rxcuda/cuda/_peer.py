@@ -30,6 +30,12 @@ from ._driver import check, is_sticky
 LOCAL, PEER, HOST = "local", "peer", "host"
 ROUTES = {LOCAL: "a device-to-device copy (both are one GPU)", PEER: "a peer copy (peer access on)",
           HOST: "staged through page-locked host memory (no peer access between them)"}
+ON_HOST = "a device-to-device copy (both are the CPU device, whose memory is the host's)"  # its only route
+
+
+def describe_route(name: str, api) -> str:
+    """How a copy of route ``name`` goes, in words, on the driver ``api`` (the CPU device is one device)."""
+    return ON_HOST if getattr(api, "on_host", False) and name == LOCAL else ROUTES[name]
 
 
 def route(src, dst) -> str:

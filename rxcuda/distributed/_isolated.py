@@ -28,7 +28,7 @@ from reactivex.disposable import Disposable
 from ..blocks._blocks import Block, PortHandle
 from ..blocks._composite import Composite, CompositeInstance
 from ..blocks._regions import Region
-from ..cuda._cpu import cpu_by_default
+from ..cuda._cpuchoice import cpu_by_default
 from ..cuda._driver import probe
 from ..engine._engine import Diagnostic, Frame
 from ..model._describe import KernelSpec, PortRef

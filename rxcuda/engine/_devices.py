@@ -27,7 +27,7 @@ from ..cuda._fast import FastDriver
 from ..cuda._graph import CompiledGraph
 from ..cuda._memory import BufferPool, PoolStats, copy_dtod_async
 from ..cuda._modules import ModuleCache
-from ..cuda._peer import ROUTES, lost, route
+from ..cuda._peer import describe_route, lost, route
 from ..cuda._stream import destroy_event, destroy_stream, synchronize, wait_event
 from ..cuda.nodes import PeerCopyNode
 from ..model._errors import NoDeviceError
@@ -42,7 +42,8 @@ from ._records import Diagnostic
 
 def check_devices(devices, device: int = 0) -> tuple[int, ...]:
     """``Engine(devices=...)``: a non-empty sequence of GPU ordinals (an ordinal may repeat: two positions
-    on one GPU, each with its own graph and stream); ``device``, the engine's other spelling, left alone."""
+    on one GPU, each with its own graph and stream; ``"cpu"`` entries were made the CPU device's ordinal 0 by
+    ``rxcuda.cuda._cpuchoice.choose_driver``); ``device``, the engine's other spelling, left alone."""
     if device != 0:
         raise ValueError(f"give Engine either device={device!r} or devices={devices!r}, not both (devices[0] is "
                          "the engine's first device)")
@@ -50,7 +51,8 @@ def check_devices(devices, device: int = 0) -> tuple[int, ...]:
         raise ValueError(f"devices takes a non-empty list of GPU ordinals, e.g. devices=[0, 1] (got {devices!r})")
     for d in devices:
         if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-            raise ValueError(f"devices takes GPU ordinals (ints >= 0); got {d!r} in {list(devices)!r}")
+            raise ValueError(f"devices takes GPU ordinals (ints >= 0), or 'cpu' for positions on the CPU device; "
+                             f"got {d!r} in {list(devices)!r}")
     return tuple(devices)
 
 
@@ -194,7 +196,7 @@ class Devices:
             pair = (link.src_device, link.dst_device)
             if pair not in self.told:
                 self.told.add(pair)
-                how = ROUTES[self.routes[pair]]
+                how = describe_route(self.routes[pair], self.rt.api)
                 self.rt.reporter.publish(Diagnostic("info", "devices", f"copies from device {pair[0]} to device "
                                                     f"{pair[1]}: {how}", self.rt.frame))
 

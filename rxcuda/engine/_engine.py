@@ -19,7 +19,7 @@ from ..blocks._blocks import Block, PortHandle, resolve_port
 from ..blocks._composite import Composite, CompositeInstance
 from ..blocks._regions import Region
 from ..cuda import _nvtx
-from ..cuda._cpu import choose_driver
+from ..cuda._cpuchoice import choose_driver
 from ..cuda._device import Device
 from ..cuda._driver import is_sticky
 from ..cuda._memory import resolve_device_array
@@ -66,7 +66,8 @@ class Engine(EngineStreams, EngineViews):
     array([2., 2., 2.], dtype=float32)
 
     ``device``: the GPU ordinal; ``devices``: several, one pipeline over them (``devices=[0, 1]``, then
-    ``engine.add(block, device=1)`` by position; ``pipelined=True``: device i works on frame t-i, and
+    ``engine.add(block, device=1)`` by position; ``devices=["cpu", "cpu"]``: two positions on the CPU device, as
+    ``[0, 0]`` on one GPU; ``pipelined=True``: device i works on frame t-i, and
     ``engine.devices.latency`` says how many frames late; docs/devices.md). ``sync``: whether ``tick()`` waits for the
     frame by default. ``timing``:
     record GPU time per frame (``Frame.gpu_us``; two event records a frame): the ``summary`` profiling level.
@@ -85,7 +86,7 @@ class Engine(EngineStreams, EngineViews):
                  timing: bool = False, debug: bool = False, profile: str = "none", driver=None,
                  reuse_memory: bool = True):
         level = _profile.check_level(profile)
-        device, driver = choose_driver(device, driver, several=devices is not None)
+        device, driver, devices = choose_driver(device, driver, devices)  # ("cpu": the CPU device, docs/cpu.md)
         if devices is not None:  # several devices: the first is the engine's own (docs/devices.md)
             device = _devices.check_devices(devices, device)[0]
         try:
