@@ -4,9 +4,10 @@
 
 (a + b) on device 0, then * scale and + c on device 1, checked against NumPy every frame while `scale` changes
 (an exec-node update of device 1's graph only). On a machine with one GPU it says so and runs both halves
-there, as two "devices" with their own graphs and streams. Then the same chain pipelined: device 1 works on
-the previous frame while device 0 works on this one, and the outputs trail the inputs by the latency it
-reports.
+there, as two "devices" with their own graphs and streams; without a GPU (or with RXCUDA_DEVICE=cpu) it runs
+them on the CPU device the same way, as two positions of it (docs/cpu.md). Then the same chain pipelined:
+device 1 works on the previous frame while device 0 works on this one, and the outputs trail the inputs by the
+latency it reports.
 """
 
 import sys
@@ -14,17 +15,22 @@ import sys
 import numpy as np
 
 import rxcuda
+from rxcuda.cuda._cpuchoice import cpu_by_default
 from rxcuda.cuda._device import device_info
 
 ok, why = rxcuda.probe()
-if not ok:
-    sys.exit(f"rxcuda.examples.two_gpus runs on a CUDA device, and this machine has none: {why}")
-
 frames = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-cards = device_info().get("devices", [])
-devices = [0, 1] if len(cards) > 1 else [0, 0]
-if devices == [0, 0]:
-    print(f"one GPU here ({cards[0]['name'] if cards else '?'}): both halves run on it, as two devices")
+if cpu_by_default():  # no CUDA device, or RXCUDA_DEVICE=cpu: both halves on the CPU device (docs/cpu.md)
+    devices: list = ["cpu", "cpu"]
+    print(f"{f'no CUDA device ({why})' if not ok else 'RXCUDA_DEVICE=cpu'}: running on the CPU device, both halves "
+          "on it as two devices")
+elif not ok:
+    sys.exit(f"rxcuda.examples.two_gpus runs on a CUDA device, and this machine has none: {why}")
+else:
+    cards = device_info().get("devices", [])
+    devices = [0, 1] if len(cards) > 1 else [0, 0]
+    if devices == [0, 0]:
+        print(f"one GPU here ({cards[0]['name'] if cards else '?'}): both halves run on it, as two devices")
 n = 1 << 20
 rng = np.random.default_rng()
 a, b, c = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
@@ -53,6 +59,7 @@ with rxcuda.Engine(devices=devices, pipelined=True) as engine:
     s2 = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=n, scale=-0.5, name="s2"), device=1)
     engine.connect(s1["out"], s2["x"])
     inputs = [rng.standard_normal(n).astype(np.float32) for _ in range(frames)]
+    checked = 0
     for t, x in enumerate(inputs):
         engine.write(s1["x"], x)
         engine.tick()
@@ -61,3 +68,5 @@ with rxcuda.Engine(devices=devices, pipelined=True) as engine:
             err = np.abs(engine.read(s2["out"]) - inputs[t - lag] * np.float32(-1.0)).max()
             print(f"pipelined frame {t}: the output of frame {t - lag} (latency {lag}), max error vs NumPy {err:.2e}")
             assert err < 1e-5, err
+            checked += 1
+print(f"OK: {frames} frames over two devices and {checked} pipelined frames match NumPy")

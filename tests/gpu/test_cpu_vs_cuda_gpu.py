@@ -2,7 +2,7 @@
 CUDA C++ with shared memory, barriers and shuffles, an append output with its atomics) on
 ``Engine(device="cpu")`` and ``Engine()`` with the same inputs give the same numbers (to float32 tolerance, exactly
 where the arithmetic is one IEEE operation), and the examples that run on the CPU device run there on this machine
-too (``RXCUDA_DEVICE=cpu``), each checking itself against NumPy."""
+too (``RXCUDA_DEVICE=cpu``; two_gpus on two positions of the CPU device), each checking itself against NumPy."""
 
 import importlib.util
 import os
@@ -13,7 +13,8 @@ import sys
 import pytest
 from conftest import gpu_subprocess_env
 
-ON_CPU = ["hot_reload", "particles", "quickstart", "sensor_params", "video_filter"]
+ON_CPU = ["hot_reload", "particles", "quickstart", "sensor_params", "two_gpus", "video_filter"]
+ARGS = {"two_gpus": "3"}  # (two_gpus checks its pipelined frames from the second on)
 
 # block_sum: shared memory, barriers, shuffles (and an atomic count of the blocks, not compared: the GPU's buffer
 # starts as whatever it held)
@@ -25,9 +26,12 @@ def test_the_example_runs_on_the_cpu_device_of_a_gpu_machine(name, tmp_path):
     if name == "video_filter" and importlib.util.find_spec("av") is None:
         pytest.skip("video_filter decodes video with PyAV, which this Python lacks: pip install '.[media]'")
     env = {**gpu_subprocess_env(), "RXCUDA_DEVICE": "cpu"}
-    proc = subprocess.run([sys.executable, "-m", f"rxcuda.examples.{name}", "1"], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", f"rxcuda.examples.{name}", ARGS.get(name, "1")], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    if name == "two_gpus":  # both halves on two positions of the CPU device, whatever GPUs the machine has
+        assert proc.stdout.startswith("RXCUDA_DEVICE=cpu: running on the CPU device, both halves on it"), proc.stdout
+        assert proc.stdout.rstrip().endswith("OK: 3 frames over two devices and 2 pipelined frames match NumPy")
 
 
 # Both devices' engines in one process run in a child: after this file's comparisons ran in the test process, every

@@ -18,13 +18,17 @@ EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem
 # examples that run without a GPU too (on the null driver, saying so); every other one needs a device
 RUN_ANYWHERE = {"distributed"}
 # examples whose pipelines the CPU device runs where there is no GPU (docs/cpu.md; train_mlp on the tensor functions'
-# NumPy backend); the rest need a CUDA device: two devices (two_gpus), OpenGL interop (particles_gl)
-ON_CPU = {"hot_reload", "particles", "peaks", "quickstart", "sensor_params", "solver", "train_mlp", "video_filter"}
-# the argument each runs with in CI (frames or steps: "1" unless it needs more to show what it checks)
-CI_ARGS = {"train_mlp": "40"}
+# NumPy backend; two_gpus on two positions of the CPU device); the rest need a CUDA device: OpenGL interop
+# (particles_gl)
+ON_CPU = {"hot_reload", "particles", "peaks", "quickstart", "sensor_params", "solver", "train_mlp", "two_gpus",
+          "video_filter"}
+# the argument each runs with in CI (frames or steps: "1" unless it needs more to show what it checks; two_gpus
+# checks pipelined frames from the second on)
+CI_ARGS = {"train_mlp": "40", "two_gpus": "3"}
 # what each prints last when its numbers matched NumPy's (or its own check passed)
 OK_LINE = {"particles": "OK: 1 frames match NumPy", "peaks": "OK: 1 frames, ", "solver": "OK: every solve met tol=",
-           "train_mlp": "OK: the loss went down", "video_filter": "OK: "}
+           "train_mlp": "OK: the loss went down", "two_gpus": "OK: 3 frames over two devices and 2 pipelined frames "
+           "match NumPy", "video_filter": "OK: "}
 HAS_GPU, WHY = rxcuda.probe()
 
 
@@ -79,6 +83,13 @@ def test_an_example_without_a_gpu_runs_on_the_cpu_device(name, tmp_path):
     assert lines[0].startswith(f"no CUDA device ({WHY}): running on the CPU device")
     if name in OK_LINE:
         assert lines[-1].startswith(OK_LINE[name]), proc.stdout
+    if name == "two_gpus":  # both halves on the CPU device, every frame checked: 3 ticks, then 2 pipelined
+        assert lines[0].endswith("running on the CPU device, both halves on it as two devices"), proc.stdout
+        assert "devices (0, 0) (CPU (rxcuda), CPU (rxcuda)): copies go local" in lines, proc.stdout
+        assert sum("max error vs NumPy" in line for line in lines) == 5, proc.stdout
+        assert [line.split(":")[0] for line in lines if "tiers=" in line] == ["frame 1", "frame 2", "frame 3"]
+        assert [line.split("tiers=")[1].split(" ")[0] for line in lines if "tiers=" in line] == \
+            ["('structure',)", "('parameters',)", "('parameters',)"]  # a new scale: a patch, no rebuild
     if name == "peaks":  # each refined peak beside NumPy's: 'peak at   4228.78 Hz (NumPy   4228.78)'
         peaks = [line.split("peak at")[1].split("Hz (NumPy") for line in lines if "peak at" in line]
         assert peaks and all(float(a) == float(b.split(")")[0]) for a, b in peaks)
