@@ -83,22 +83,29 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", devices or ["cuda"])
 
 
+def _on_cpu(item) -> bool:
+    """Whether a test runs on the CPU device: the ``engine`` fixture's ``device="cpu"``, or test_devices_gpu.py's
+    ``devices=["cpu", "cpu"]`` (two positions of it)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("device") == "cpu" or params.get("devices") == ["cpu", "cpu"]
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu_fault`` make a kernel fault on purpose (in a subprocess) and run last: after a fault
     anywhere on the GPU, CUDA-OpenGL interop on that machine stops ordering GL's draws after the frame (39 of 40
     first draws wrong, even with a host sync before the unmap) and a later map can hang, in new processes too,
     until the GPU is reset (seen on an H200, driver 580.159.04, headless EGL). Everything else keeps working.
     The tests' runs on the CPU device come last of all. Tests in NOT_ON_CPU skip on the CPU device, saying why."""
+    only = os.environ.get("RXCUDA_TEST_DEVICES")
     for item in items:
         why = NOT_ON_CPU.get(item.originalname) if hasattr(item, "originalname") else None
-        if why and getattr(getattr(item, "callspec", None), "params", {}).get("device") == "cpu":
+        if why and _on_cpu(item):
             item.add_marker(pytest.mark.skip(reason=f"not on the CPU device: {why}"))
+        elif only and "cpu" not in only.split(",") and _on_cpu(item):  # (the engine fixture's are not made)
+            item.add_marker(pytest.mark.skip(reason=f"RXCUDA_TEST_DEVICES={only}"))
     if _ok:
         # the CPU device's runs come after every GPU test (docs/cpu.md, Known issues: a CPU-device engine in a
         # process that also JITs PTX for a GPU was seen to leave that JIT failing), the faulting ones before them
-        def _on_cpu(item) -> bool:
-            return getattr(getattr(item, "callspec", None), "params", {}).get("device") == "cpu"
-
         faulting = [item for item in items if item.get_closest_marker("gpu_fault") and not _on_cpu(item)]
         on_cpu = [item for item in items if _on_cpu(item)]
         rest = [item for item in items if not _on_cpu(item) and not item.get_closest_marker("gpu_fault")]
@@ -106,8 +113,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason=f"needs a CUDA device: {_why}")
     for item in items:
-        on_cpu = getattr(getattr(item, "callspec", None), "params", {}).get("device") == "cpu"
-        if "tests/gpu" in str(item.fspath).replace("\\", "/") and not on_cpu:
+        if "tests/gpu" in str(item.fspath).replace("\\", "/") and not _on_cpu(item):
             item.add_marker(skip)
 
 

@@ -3,7 +3,8 @@
 ``Engine(devices=[0, 0])`` runs everywhere there is one GPU: two "devices" that are the same GPU, with real
 contexts, streams, pools and graphs of their own; the copy between them degenerates to a device-to-device
 copy. With two or more GPUs the same tests run on distinct devices (peer copies, or copies staged through
-host memory); they are skipped, with the reason, where there is one.
+host memory); they are skipped, with the reason, where there is one. ``Engine(devices=["cpu", "cpu"])`` runs them
+on two positions of the CPU device, on any machine.
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ def _gpus() -> int:
 ONE_GPU = pytest.param([0, 0], id="one-gpu-twice")
 TWO_GPUS = pytest.param([0, 1], id="two-gpus", marks=pytest.mark.skipif(
     _gpus() < 2, reason=f"needs two GPUs for distinct devices; this machine has {_gpus()}"))
+# two positions of the CPU device (docs/devices.md#on-the-cpu-device): run everywhere, so CI checks these numbers too
+# (conftest.py runs them on a machine without a GPU, and last on one with a GPU, as the engine tests' CPU runs)
+CPU_TWICE = pytest.param(["cpu", "cpu"], id="cpu-device-twice")
 
 
 def rand(rng, n):
     return rng.standard_normal(n).astype(np.float32) + 0.5
 
 
-@pytest.fixture(params=[ONE_GPU, TWO_GPUS])
+@pytest.fixture(params=[ONE_GPU, TWO_GPUS, CPU_TWICE])
 def devices(request):
     return request.param
 
