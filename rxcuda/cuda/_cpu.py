@@ -195,8 +195,11 @@ class CpuDriver(CaptureMixin, NullDriver):
             ctypes.memmove(int(dst), int(src), int(nbytes))
         return super().cuMemcpyDtoDAsync(dst, src, nbytes, stream)
 
-    def cuMemcpyPeerAsync(self, dst, dst_ctx, src, src_ctx, nbytes, stream):
-        ctypes.memmove(int(dst), int(src), int(nbytes))
+    def cuMemcpyPeerAsync(self, dst, dst_ctx, src, src_ctx, nbytes, stream):  # (one device: its own memory)
+        self._check_range("cuMemcpyPeerAsync", int(src), int(nbytes))
+        self._check_range("cuMemcpyPeerAsync", int(dst), int(nbytes))
+        if not self.captured(stream, "copy", (int(dst), int(src), int(nbytes))):
+            ctypes.memmove(int(dst), int(src), int(nbytes))
         return super().cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, nbytes, stream)
 
     # -- events keep time (everything before them has run when they are recorded) --------------------------

@@ -175,3 +175,20 @@ def test_mixing_the_cpu_device_and_gpus_is_refused_naming_the_fix():
     with pytest.raises(ValueError, match=r"the CPU device is one device \(got devices=2\): an engine's positions on it "
                                          r"are Engine\(devices=\['cpu', 'cpu'\]\)"):
         CpuDriver(devices=2)
+
+
+def test_a_peer_copy_on_the_cpu_device_copies_real_bytes_and_refuses_a_range_past_an_allocation():
+    from rxcuda.cuda._driver import check
+
+    api = CpuDriver()
+    ctx = check(api.cuDevicePrimaryCtxRetain(check(api.cuDeviceGet(0), "cuDeviceGet")), "retain")
+    x = _f32(1000)
+    src, dst = check(api.cuMemAlloc(x.nbytes), "alloc"), check(api.cuMemAlloc(x.nbytes), "alloc")
+    check(api.cuMemcpyHtoD(src, x.ctypes.data, x.nbytes), "HtoD")
+    check(api.cuMemcpyPeerAsync(dst, ctx, src, ctx, x.nbytes, 0), "cuMemcpyPeerAsync")
+    back = np.zeros_like(x)
+    check(api.cuMemcpyDtoH(back.ctypes.data, dst, x.nbytes), "DtoH")
+    np.testing.assert_array_equal(back, x)
+    assert check(api.cuDeviceCanAccessPeer(0, 0), "cuDeviceCanAccessPeer") == 0  # a device is not its own peer
+    with pytest.raises(rxcuda.CudaError, match="CUDA_ERROR_INVALID_VALUE.*not inside one allocation"):
+        api.cuMemcpyPeerAsync(dst, ctx, src, ctx, x.nbytes + 4, 0)
