@@ -133,7 +133,6 @@ class IsolatedEngine(_Distributed):
         super().__init__({WORKER: Worker(null=null, max_restarts=max_restarts)}, backend="process",
                          max_in_flight=max_in_flight)
         self._shared = _board.SharedArrays(f"rxcuda-{self._session}-read")  # reads come back through memory
-        self._subs.append(self._model.changes.subscribe(self._moved))
 
     # -- the child process ---------------------------------------------------------------------------------
     def _actor_options(self, name: str, w: Worker) -> dict:
@@ -310,10 +309,11 @@ class IsolatedEngine(_Distributed):
             return {(b.id, k.name): k.code for b in self._model.blocks for k in b.description.kernels
                     if isinstance(k, KernelSpec)}
 
-    def _moved(self, event) -> None:
+    def _on_change(self, event) -> None:  # (the model's changes, subscribed by the distributed engine)
         self._held = False  # a change: frames are tried again
-        if not isinstance(event, ParameterChanged):
+        if type(event) is not ParameterChanged:
             self._code_moved = True
+        super()._on_change(event)
 
     def _step_failed(self, w: str, err: Exception, params: dict, writes: dict, died: bool | None = None) -> None:
         if died is False or (died is None and not isinstance(err, _procs.RayActorError)):
