@@ -294,6 +294,10 @@ class IsolatedEngine(_Distributed):
         self._check_open()
         return _isoview.serve(self, WORKER, host, port, token, params)
 
+    def _live_source(self):
+        """What the live page and the notebook controls (``rxcuda.view.widgets(iso)``) read of this engine."""
+        return _isoview.IsolatedSource(self, WORKER)
+
     # -- faults ----------------------------------------------------------------------------------------------
     def _good_frame(self) -> None:
         self._in_a_row = 0
