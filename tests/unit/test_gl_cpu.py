@@ -1,10 +1,15 @@
 """OpenGL interop on the CPU device, drawn for real: headless through EGL (Mesa's llvmpipe where there is no GPU), a
 port shared with a moderngl vertex buffer (``engine.gl_buffer``) is what GL draws after each frame, checked against
-NumPy vertex by vertex and pixel by pixel; the GL calls' errors and a missing context are reported naming the fix."""
+NumPy vertex by vertex and pixel by pixel; the GL calls' errors and a missing context are reported naming the fix;
+``examples/particles_gl.py`` runs on the CPU device with its framebuffer checks."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import pathlib
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -17,6 +22,7 @@ from rxcuda.cuda._cpugl import GL, GL_COPY_WRITE_BUFFER
 
 moderngl = pytest.importorskip("moderngl", reason="the gl extra's moderngl is not installed: pip install '.[gl]'")
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SIZE = 64
 
 
@@ -180,3 +186,14 @@ def test_gl_textures_are_refused_on_the_cpu_device_naming_gl_buffer(engine, ctx)
     with pytest.raises(rxcuda.CudaError, match=r"NOT_SUPPORTED.*GL textures \(engine.gl_texture\).*engine.gl_buffer"):
         engine.gl_texture(mul["out"], tex.glo)
 
+
+def test_the_particles_gl_example_runs_on_the_cpu_device_and_its_pixels_check(ctx, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RXCUDA_DEVICE": "cpu"}
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "particles_gl.py"), "90", "--fast"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    checked = [line for line in lines if "particles drawn, each on its pixel" in line]
+    assert len(checked) == 2 and all(int(line.split(":")[1].split()[0]) > 0 for line in checked)  # frames 60, 90
+    assert lines[-1] == ("OK: 90 frames drawn by OpenGL from the vertex buffer CPU (rxcuda) wrote, "
+                         "2 framebuffers checked")
