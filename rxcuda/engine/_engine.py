@@ -256,7 +256,7 @@ class Engine(EngineStreams, EngineViews):
         if isinstance(array, np.ndarray):
             self.write(port, array)
             return
-        self._model.bind(port, self._gpu(resolve_device_array, array, self._rt.stream_h))
+        self._model.bind(port, self._gpu(resolve_device_array, array, self._rt.stream_h, self.device.api))
 
     def unbind(self, port: PortHandle) -> None:
         """Give a port its own engine-owned buffer again (a rebuild)."""
