@@ -1,7 +1,7 @@
 # `make demo` and `make test` work from a fresh clone: each creates .venv if it is missing and installs
 # rxcuda into it (editable) whenever pyproject.toml (or this file) is newer than the last install. `make demo`
 # installs only what the demo runs (rxcuda's own requirements: pip install -e .); `make test` installs the dev
-# extra (the docs, view, notebook, media and ray extras and the test tools, well over a GB). The install is
+# extra (the docs, view, notebook, media, ray and gl extras and the test tools, well over a GB). The install is
 # editable: edits and new modules need no reinstall.
 
 PYTHON ?= python3
@@ -12,7 +12,7 @@ CORE_STAMP := $(VENV)/.installed-core
 # Every module's docstring examples run with the tests (examples that need a device are marked
 # `# doctest: +SKIP` where they stand).
 
-.PHONY: demo test docs install chromium screenshot
+.PHONY: demo test docs install chromium egl screenshot
 
 demo: $(CORE_STAMP)
 	$(VENV)/bin/rxcuda demo
@@ -21,7 +21,7 @@ demo: $(CORE_STAMP)
 # wheel (tools/check_wheel.sh: built, installed into a fresh environment, run from another directory), then pytest
 # with the docstring examples. Every step runs even when an earlier one fails, so one run reports everything;
 # pytest's summary line comes last (.ci/run looks for it) and the exit status is non-zero when any step failed.
-test: $(STAMP) chromium
+test: $(STAMP) chromium egl
 	@status=0; \
 	echo "== ruff"; $(VENV)/bin/ruff check $(wildcard rxcuda tests bench examples kernels tools) || status=1; \
 	echo "== mypy"; $(VENV)/bin/mypy || status=1; \
@@ -49,6 +49,18 @@ chromium: $(STAMP)
 	@if [ -z "$${RXCUDA_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] \
 			&& command -v apt-get > /dev/null; then \
 		sh tools/install_chromium.sh $(VENV)/chromium.log; \
+	fi
+
+# The OpenGL tests (the CPU device's engine.gl_buffer, tests/unit/test_gl_cpu.py and examples/particles_gl.py) draw
+# headless through EGL: without a GPU that is Mesa's EGL and its software renderer, llvmpipe. When Mesa's EGL vendor
+# file or its DRI drivers are missing and this runs as root with apt-get (CI), tools/install_egl.sh installs the
+# missing ones of libegl1, libegl-mesa0, libgl1 and libgl1-mesa-dri, as the chromium step does (no upgrades; it
+# prints the packages). RXCUDA_EGL=skip skips this step; elsewhere those tests skip and say why.
+egl: $(STAMP)
+	@if [ -z "$${RXCUDA_EGL:-}" ] && [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null \
+			&& { [ ! -e /usr/share/glvnd/egl_vendor.d/50_mesa.json ] || ! ls /usr/lib/*/dri/swrast_dri.so \
+				> /dev/null 2>&1; }; then \
+		sh tools/install_egl.sh $(VENV)/egl.log; \
 	fi
 
 # the README's picture of the live view, docs/live-view.png (1400x900) and docs/live-view-800.png (800x600),

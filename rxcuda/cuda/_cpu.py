@@ -3,7 +3,8 @@
 device memory is host memory (NumPy arrays, handed out at their real addresses), kernels run from their PTX
 translated to C (``_ptxc``, ``_cpukernel``), graphs keep their nodes and run them in order when launched,
 conditional nodes decide on the host from the handle their condition kernel set, and everything is synchronous:
-a launch has finished when the call returns (streams and events only keep time).
+a launch has finished when the call returns (streams and events only keep time). A registered GL buffer gets a host
+copy, uploaded into it when unmapped (``_cpugl``).
 
 Everything above ``rxcuda/cuda`` is unchanged: ``rxcuda.Engine(device="cpu")`` is an engine on this driver.
 
@@ -31,6 +32,7 @@ from cuda.bindings import driver as _real
 from ..model._errors import CudaError
 from . import _cpukernel
 from ._cpucapture import CaptureMixin
+from ._cpugl import GLInteropMixin
 from ._null import NullDriver
 
 _OK = _real.CUresult.CUDA_SUCCESS
@@ -68,7 +70,7 @@ class _Node:
         self.bodies: list[int] = []
 
 
-class CpuDriver(CaptureMixin, NullDriver):
+class CpuDriver(CaptureMixin, GLInteropMixin, NullDriver):
     """The CPU device's driver: :class:`NullDriver`'s bookkeeping, with memory, kernels and graphs that run.
 
     ``calls`` records every call where ``record=True`` (tests; ``count`` always counts); ``last_fault`` holds the
@@ -95,6 +97,7 @@ class CpuDriver(CaptureMixin, NullDriver):
         self._cond: dict[int, int] = {}  # conditional handle -> its value
         self._events: dict[int, float] = {}
         self._capturing: dict[int, list] = {}
+        self._gl_res = {}  # graphics resource -> its GL buffer and host copy (_cpugl)
         self.last_fault = ""
         self._set_cond = _cpukernel.SET_COND(self._on_set_cond)
 

@@ -1,6 +1,7 @@
 """CUDA-OpenGL interop as named verbs: register a GL buffer or texture, map it on a stream, get its device
 pointer or array, copy into an array, unmap, unregister. Every call goes through the layer's ``api`` (the
-driver, or the null driver), so the logic above it runs without a GPU.
+driver, or the null driver), so the logic above it runs without a GPU. The CPU device's driver answers the buffer
+calls for real (``_cpugl``): a mapped buffer is a host copy, uploaded into the GL buffer when unmapped.
 
 Mapping and unmapping are stream-ordered: ``map_resources(api, res, stream)`` orders the GL work issued
 before it ahead of the CUDA work queued on ``stream`` after it, and ``unmap_resources`` orders the CUDA work

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 
 import attrs
 import numpy as np
@@ -269,16 +270,20 @@ class ExternalArray:
     device: int = 0  # the GPU ordinal the memory lives on
 
 
-def resolve_device_array(obj, stream: int | None = None) -> ExternalArray:
+def resolve_device_array(obj, stream: int | None = None, api=None) -> ExternalArray:
     """Pointer, dtype and size of a device array (DLPack or ``__cuda_array_interface__`` v3), zero-copy.
 
     Goes through cuda.core's ``StridedMemoryView``. With ``stream`` (the consumer's raw CUstream), the
     consumer is ordered after the producer as the protocols ask: the array's own stream (CAI v3's
     ``stream`` field, DLPack's ``stream`` argument) is waited on with an event, not a device sync.
     Raises TypeError for host arrays, non-contiguous views and objects that are no array, naming the fix.
+    On the CPU device (``api`` a CpuDriver) the array's ``__cuda_array_interface__`` must point into the CPU
+    device's own memory (such as a GL buffer's host copy: ``engine.gl_buffer``); it is read as it stands.
     """
     from cuda.core.utils import StridedMemoryView
 
+    if getattr(api, "on_host", False) and not isinstance(obj, np.ndarray):
+        return _resolve_on_host(obj, api)
     if isinstance(obj, np.ndarray):
         raise TypeError("a NumPy array lives in host memory; use engine.write(port, array) to copy it into the "
                         "port's buffer, or pass a CuPy/PyTorch CUDA array")
@@ -305,6 +310,33 @@ def resolve_device_array(obj, stream: int | None = None) -> ExternalArray:
             raise TypeError("the array is not C-contiguous; pass a contiguous copy (e.g. cupy.ascontiguousarray)")
     return ExternalArray(int(view.ptr), _dtypes.dtype_name(np.dtype(view.dtype)), count, shape, obj,
                          bool(view.readonly), int(view.device_id))
+
+
+def _resolve_on_host(obj, api) -> ExternalArray:
+    """An array in the CPU device's memory, from its ``__cuda_array_interface__`` (the CPU device is synchronous:
+    its ``stream`` needs no wait)."""
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None:
+        raise TypeError(f"the CPU device binds arrays in its own memory, given by __cuda_array_interface__; "
+                        f"{type(obj).__name__} has none: use engine.write(port, array) to copy it into the port")
+    shape = tuple(int(d) for d in cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    ptr, readonly = int(cai["data"][0]), bool(cai["data"][1])
+    count = math.prod(shape)
+    strides = cai.get("strides")
+    if strides is not None and count > 1:
+        acc, expected = dtype.itemsize, []
+        for dim in reversed(shape):
+            expected.append(acc)
+            acc *= dim
+        if any(s != e for s, e, d in zip(strides, reversed(expected), shape, strict=True) if d > 1):
+            raise TypeError("the array is not C-contiguous; pass a contiguous one")
+    found = api.allocations.find(ptr)
+    if found is None or ptr + count * dtype.itemsize > found[0] + found[1]:
+        raise TypeError(f"{count * dtype.itemsize} bytes at {ptr:#x} are not memory of the CPU device (its "
+                        "allocations, and GL buffers shared with engine.gl_buffer); a GPU's array cannot be bound "
+                        "there: copy it to the host and engine.write(port, array)")
+    return ExternalArray(ptr, _dtypes.dtype_name(dtype), count, shape, obj, readonly, 0)
 
 
 class PinnedBuffer:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import mmap
 import os
 import re
@@ -344,6 +345,21 @@ def remove_boards(session: str) -> None:
             os.unlink(os.path.join(board_dir(), n))
 
 
+def copy_out(value: np.ndarray, out) -> np.ndarray:
+    """``value`` copied into ``out`` (``read(..., out=out)`` of an engine in another process; ``value`` itself
+    where ``out`` is None); ValueError naming the array to make where ``out`` is not a writable NumPy array of the
+    same dtype and shape."""
+    if out is None:
+        return value
+    if not (isinstance(out, np.ndarray) and out.shape == value.shape and out.dtype == value.dtype
+            and out.flags.writeable):
+        got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise ValueError(f"read(..., out=...) needs a writable NumPy array of {value.dtype} {value.shape} for this "
+                         f"port (got {got}); make one with numpy.empty({value.shape}, numpy.{value.dtype.name})")
+    np.copyto(out, value)
+    return out
+
+
 class SharedArrays:
     """Arrays one process writes into files of :func:`board_dir` (memory) and another copies out: a large read
     crosses between processes as two memory copies instead of being pickled through a pipe. The writer keeps one
@@ -352,6 +368,7 @@ class SharedArrays:
     def __init__(self, prefix: str):
         self.prefix = prefix  # rxcuda-<session>-...: remove_boards(session) removes what a killed writer left
         self._maps: dict[str, tuple[int, mmap.mmap]] = {}
+        self._paths: dict[str, str] = {}  # name -> its file
 
     def _map(self, path: str, nbytes: int, create: bool) -> mmap.mmap:
         had = self._maps.get(path)
@@ -374,21 +391,36 @@ class SharedArrays:
     def put(self, name: str, arr: np.ndarray) -> tuple[str, tuple, str]:
         """Write ``arr`` under ``name``; returns the handle :meth:`take` reads it by."""
         arr = np.ascontiguousarray(arr)
-        path = os.path.join(board_dir(), f"{self.prefix}-{re.sub(r'[^A-Za-z0-9_]', '_', name)[:60]}")
-        mm = self._map(path, arr.nbytes, True)
+        handle, view = self.slot(name, arr.shape, arr.dtype)
         if arr.nbytes:
-            np.frombuffer(mm, np.uint8, arr.nbytes)[:] = arr.reshape(-1).view(np.uint8)
-        return path, arr.shape, arr.dtype.str
+            view[...] = arr
+        return handle
 
-    def take(self, handle: tuple[str, tuple, str]) -> np.ndarray:
-        """A copy of the array a :meth:`put` (in this or another process) wrote."""
+    def slot(self, name: str, shape: tuple, dtype) -> tuple[tuple[str, tuple, str], np.ndarray]:
+        """(the handle :meth:`take` reads it by, a writable array in the file) for an array of ``shape`` and
+        ``dtype`` under ``name``, for the writer to fill in place (a device's copy straight into it). Drop the
+        array before the next call for the same name: the file may be mapped anew."""
+        dt = np.dtype(dtype)
+        count = math.prod(shape)
+        path = self._paths.get(name)
+        if path is None:
+            path = self._paths[name] = os.path.join(board_dir(),
+                                                    f"{self.prefix}-{re.sub(r'[^A-Za-z0-9_]', '_', name)[:60]}")
+        mm = self._map(path, count * dt.itemsize, True)
+        view = np.frombuffer(mm, dt, count).reshape(shape) if count else np.empty(shape, dt)
+        return (path, tuple(shape), dt.str), view
+
+    def take(self, handle: tuple[str, tuple, str], out: np.ndarray | None = None) -> np.ndarray:
+        """A copy of the array a :meth:`put` (in this or another process) wrote; into ``out`` where given (of the
+        same shape and dtype)."""
         path, shape, dtype = handle
         dt = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         if count == 0:
-            return np.empty(shape, dt)
+            return np.empty(shape, dt) if out is None else copy_out(np.empty(shape, dt), out)
         mm = self._map(path, count * dt.itemsize, False)
-        return np.frombuffer(mm, dt, count).reshape(shape).copy()
+        src = np.frombuffer(mm, dt, count).reshape(shape)
+        return src.copy() if out is None else copy_out(src, out)
 
     def close(self) -> None:
         for _, mm in self._maps.values():

@@ -51,6 +51,7 @@ SPIN_S = float(os.environ.get("RXCUDA_CLOCK_SPIN_US", "300" if (os.cpu_count() o
 RECORD = struct.Struct("<qqqqqqdd")  # index, status, flags, engine frame, tiers, state | launched << 8 | frames << 16,
 #                                      host_us, gpu_us (nan: none)
 STOP = -1
+READ = -2  # a request index at or below this is a read between frames (READ - n: the driver's n-th), not a frame
 DONE, FAILED = 0, 1
 STATUS = {DONE: "done", FAILED: "failed"}
 MORE = 1  # flag: collect() has more for this frame (observed values, diagnostics, a profiled frame, an error)
@@ -106,6 +107,7 @@ class Clock:
         self.go = self.done = -1
         self.seq = 0  # control messages posted
         self.observed: object = None  # the observed-ports table last posted (tables are replaced, never changed)
+        self.reads = 0  # reads asked through this clock
         try:
             os.mkfifo(self.go_path, 0o600)
             os.mkfifo(self.done_path, 0o600)
@@ -118,6 +120,14 @@ class Clock:
     def step(self, index: int, inline: bytes = b"") -> None:
         """Request frame ``index``; ``inline``: the control message numbered ``seq`` (pickled), sent with it."""
         os.write(self.go, REQUEST.pack(index, self.seq, len(inline)) + inline)
+
+    def read(self, what) -> int:
+        """Ask the frame thread for ``read(what)`` between frames (after the frames requested so far); returns the
+        request's index, whose answer :func:`answer` waits for."""
+        self.reads += 1
+        payload = pickle.dumps(what, pickle.HIGHEST_PROTOCOL)
+        os.write(self.go, REQUEST.pack(READ - self.reads, self.seq, len(payload)) + payload)
+        return READ - self.reads
 
     def close(self) -> None:
         """Tell the frame thread to end, close the pipes and remove them."""
@@ -174,8 +184,32 @@ def wait(clocks: Mapping[str, Clock], index: int, on_silence: Callable[[str, flo
     return got
 
 
+def answer(clock: Clock, index: int, on_silence: Callable[[str, float], None] | None = None):
+    """The answer to read request ``index`` (:meth:`Clock.read`): (True, the value) or (False, the exception it
+    raised), or "dead" (the pipe hung up, or the process is gone). ``on_silence`` as for :func:`wait`."""
+    poller = select.poll()
+    poller.register(clock.done, select.POLLIN)
+    start = time.monotonic()
+    spin = start + SPIN_S
+    while True:
+        got = _read(clock.done, index)
+        if got is not None:
+            return got
+        if time.monotonic() < spin:
+            continue
+        events = poller.poll(CHECK_S * 1000)
+        if not events:
+            if not _alive(clock.pid):
+                return "dead"
+            if on_silence is not None:
+                on_silence(clock.worker, time.monotonic() - start)
+        elif not events[0][1] & select.POLLIN:  # hung up, nothing left to read
+            return "dead"
+
+
 def _read(fd: int, index: int) -> tuple | None:
-    """The answer for frame ``index`` from a done pipe, dropping older ones; None if it is not there yet."""
+    """The answer for frame ``index`` (or read request ``index``) from a done pipe, dropping older ones; None if
+    it is not there yet."""
     while True:
         try:
             raw = os.read(fd, RECORD.size)
@@ -183,6 +217,19 @@ def _read(fd: int, index: int) -> tuple | None:
             return None
         if len(raw) < RECORD.size:
             return None  # hung up (nothing), or a writer died mid-record: the caller sees the hang-up
+        i = RECORD.unpack(raw)[0]
+        if i <= READ:  # a read's answer: its pickled (ok, value) follows the record (written with it)
+            payload = _read_exact(fd, RECORD.unpack(raw)[3])
+            if payload is None:
+                return None  # hung up mid-answer: the caller sees the hang-up
+            if i != index:
+                continue
+            try:
+                return pickle.loads(payload)
+            except Exception as e:  # (an exception type this process cannot make)
+                return False, RuntimeError(f"the worker's answer could not be read here: {type(e).__name__}: {e}")
+        if index <= READ:
+            continue  # a frame's answer nobody waits for any more
         i, status, flags, frame = decode(raw)
         if i == index:
             return status, flags, frame
@@ -197,9 +244,10 @@ class ClockHand:
     diagnostics) or None when there are none); it raising is a FAILED answer. What does not fit the answer waits in
     ``more[index]`` as (frame, observed values, diagnostics, error) for the driver's ``collect``."""
 
-    def __init__(self, go_path: str, done_path: str, generation: int, step: Callable, apply: Callable):
+    def __init__(self, go_path: str, done_path: str, generation: int, step: Callable, apply: Callable,
+                 read: Callable | None = None):
         self.generation = generation
-        self._step, self._apply = step, apply
+        self._step, self._apply, self._read = step, apply, read
         self._posted: queue.SimpleQueue = queue.SimpleQueue()
         self._applied = 0
         self.more: dict[int, object] = {}  # frame -> what collect() gives for it
@@ -241,6 +289,10 @@ class ClockHand:
             index, upto, nbytes = REQUEST.unpack(raw)
             if index == STOP:
                 break
+            if index <= READ:
+                if not self._answer_read(index, nbytes):
+                    break
+                continue
             inline = None
             if nbytes:
                 payload = _read_exact(self._go, nbytes)
@@ -266,6 +318,28 @@ class ClockHand:
         for fd in (self._go, self._done):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def _answer_read(self, index: int, nbytes: int) -> bool:
+        """Run read request ``index`` (its argument follows in the go pipe) and write its answer; False once
+        either pipe is gone."""
+        payload = _read_exact(self._go, nbytes) if nbytes else b""
+        if payload is None:
+            return False
+        try:
+            if self._read is None:
+                raise RuntimeError("this worker's clock takes no reads")
+            result: tuple = (True, self._read(pickle.loads(payload)))
+        except Exception as e:
+            result = (False, e)
+        try:
+            data = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # an exception that does not pickle: its message
+            data = pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e}")), pickle.HIGHEST_PROTOCOL)
+        try:  # one write (a pipe keeps a write of up to PIPE_BUF bytes whole): the reader finds it all at once
+            os.write(self._done, RECORD.pack(index, DONE, 0, len(data), 0, 0, 0.0, math.nan) + data)
+        except OSError:
+            return False
+        return True
 
     def stop(self, timeout: float = 5.0) -> None:
         self.thread.join(timeout)

@@ -310,14 +310,14 @@ class Engine(Restarts, ClockSteps):
 
         return source.subscribe(on_next)
 
-    def read(self, port: PortHandle):
-        """The port's value after the frames submitted so far (waits for them); WorkerDownError while its worker
-        restarts."""
+    def read(self, port: PortHandle, *, out=None):
+        """The port's value after the frames submitted so far (waits for them; into ``out`` where given, as
+        :meth:`rxcuda.Engine.read`); WorkerDownError while its worker restarts."""
         self._check_open()
         w = self.placement(port.block)
         self._ship()
         self._drain(0)
-        return self._ask(w, "read", PortRef(port.block.id, port.name))
+        return _board.copy_out(self._ask(w, "read", PortRef(port.block.id, port.name)), out)
 
     def observe(self, port: PortHandle, *, every: int = 1) -> Observable:
         """A port on any worker as a local Observable of NumPy arrays, one after every ``every``-th frame,

@@ -20,6 +20,8 @@ on its node (no copy on read), which the consumer copies into its input (the dri
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..cuda import _hostmem
@@ -141,3 +143,39 @@ class StoreReceiver(_End):
 
     def close(self) -> None:
         pass  # holds nothing of its own: the driver staged the bytes before the copy call returned
+
+
+class PinnedArrays(_board.SharedArrays):
+    """:class:`~._board.SharedArrays` whose files are pinned in this process for ``engine``'s driver
+    (``cuMemHostRegister``): a read copies from the device straight into them at the bus's pace, and the other
+    process copies out (the isolated engine's reads: one DMA and one host copy, no staging). Where the driver
+    does not pin (the CPU device, the null driver), they work unpinned."""
+
+    def __init__(self, prefix: str, engine):
+        super().__init__(prefix)
+        self.engine = engine
+        self._api = engine.device.api
+        self._pinned: dict[str, int] = {}  # path -> base address registered
+
+    def _map(self, path: str, nbytes: int, create: bool):
+        had = self._maps.get(path)
+        if had is not None and had[0] < nbytes:  # mapped anew, larger: unpinned before the old mapping goes
+            self._unpin(path)
+        mm = super()._map(path, nbytes, create)
+        if path not in self._pinned and not self.engine.closed:  # asked once per mapping (0: refused)
+            base = np.frombuffer(mm, np.uint8).ctypes.data
+            self.engine.device.make_current()
+            self._pinned[path] = base if _hostmem.register(self._api, base, len(mm)) else 0
+        return mm
+
+    def _unpin(self, path: str) -> None:
+        base = self._pinned.pop(path, None)
+        if base and not self.engine.closed:
+            with contextlib.suppress(Exception):  # (a context already gone took its registrations with it)
+                self.engine.device.make_current()
+                _hostmem.unregister(self._api, base)
+
+    def close(self) -> None:
+        for path in list(self._pinned):
+            self._unpin(path)
+        super().close()

@@ -133,7 +133,6 @@ class IsolatedEngine(_Distributed):
         super().__init__({WORKER: Worker(null=null, max_restarts=max_restarts)}, backend="process",
                          max_in_flight=max_in_flight)
         self._shared = _board.SharedArrays(f"rxcuda-{self._session}-read")  # reads come back through memory
-        self._subs.append(self._model.changes.subscribe(self._moved))
 
     # -- the child process ---------------------------------------------------------------------------------
     def _actor_options(self, name: str, w: Worker) -> dict:
@@ -295,6 +294,10 @@ class IsolatedEngine(_Distributed):
         self._check_open()
         return _isoview.serve(self, WORKER, host, port, token, params)
 
+    def _live_source(self):
+        """What the live page and the notebook controls (``rxcuda.view.widgets(iso)``) read of this engine."""
+        return _isoview.IsolatedSource(self, WORKER)
+
     # -- faults ----------------------------------------------------------------------------------------------
     def _good_frame(self) -> None:
         self._in_a_row = 0
@@ -310,10 +313,11 @@ class IsolatedEngine(_Distributed):
             return {(b.id, k.name): k.code for b in self._model.blocks for k in b.description.kernels
                     if isinstance(k, KernelSpec)}
 
-    def _moved(self, event) -> None:
+    def _on_change(self, event) -> None:  # (the model's changes, subscribed by the distributed engine)
         self._held = False  # a change: frames are tried again
-        if not isinstance(event, ParameterChanged):
+        if type(event) is not ParameterChanged:
             self._code_moved = True
+        super()._on_change(event)
 
     def _step_failed(self, w: str, err: Exception, params: dict, writes: dict, died: bool | None = None) -> None:
         if died is False or (died is None and not isinstance(err, _procs.RayActorError)):
@@ -448,28 +452,46 @@ class IsolatedEngine(_Distributed):
         super()._on_silence(w, index, seconds)
 
     # -- data ----------------------------------------------------------------------------------------------------
-    def read(self, port: PortHandle):
-        """The port's value after the frames submitted so far. While the GPU process is replaced after a fault,
-        waits for it (up to the deadline plus a start) and reads the rebuilt pipeline's value; raises
-        :class:`RestartingError` if it does not come back."""
+    def read(self, port: PortHandle, *, out=None):
+        """The port's value after the frames submitted so far (into ``out`` where given, as
+        :meth:`rxcuda.Engine.read`). While the GPU process is replaced after a fault, waits for it (up to the
+        deadline plus a start) and reads the rebuilt pipeline's value; raises :class:`RestartingError` if it does
+        not come back. The GPU process copies the port into page-locked shared memory, and this one copies it
+        out: through the frame clock when it runs (no call between threads), else by a call."""
         self._check_open()
         self.placement(port.block)
         ref = PortRef(port.block.id, port.name)
         end = time.monotonic() + self.deadline + _procs.START_TIMEOUT_S
         while True:
-            self._ship()
-            self._drain(0)
-            self._wait_back(end)
+            with self._frame_lock:
+                self._ship()
+                self._drain(0)
+                self._wait_back(end)
+                got = self._clock_read(ref)
+            if got is not None:
+                ok, value = got
+                if not ok:
+                    raise value
+                return self._shared.take(value, out)
             try:
                 handle = _procs.get(self._actors[WORKER].read_shared.remote(ref),
                                     timeout=max(0.0, end - time.monotonic()))
-                return self._shared.take(handle)
+                return self._shared.take(handle, out)
             except _procs.RayActorError:
                 continue  # it died while reading: the restart is seen by the next frame's check
             except _procs.GetTimeoutError:
                 _procs.actor_of(self._actors[WORKER]).kill(no_restart=False, cause="deadline")
                 raise RestartingError(f"reading {port.block.name}.{port.name} took past the deadline; the GPU "
                                       "process was ended and is replaced") from None
+
+    def _clock_read(self, ref: PortRef) -> tuple | None:
+        """(ok, the handle or the error) of a read through the GPU process's clock, when nothing else is under
+        way; None where the call must do it (no clock, frames in flight, a restart, or the process died)."""
+        c = self._clocks.get(WORKER)
+        if c is None or self._inflight or self._down or self._rebuilding or self._held:
+            return None
+        got = _clock.answer(c, c.read(ref), lambda w, seconds: self._on_silence(w, self._index, seconds))
+        return None if got == "dead" else got
 
     def _wait_back(self, end: float) -> None:
         while WORKER in self._down and time.monotonic() < end:

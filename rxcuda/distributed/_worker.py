@@ -26,6 +26,7 @@ import attrs
 
 from ..blocks._blocks import Block, PortHandle
 from ..cuda._stream import synchronize
+from ..engine import _shapes_io
 from ..engine._engine import Diagnostic, Engine, Frame
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError
@@ -110,7 +111,7 @@ class FragmentHost:
         self._next: tuple[dict, dict] = ({}, {})  # the clock's posted parameters and writes for the next step
         self._observed_now: Mapping[PortRef, int] = {}  # the observed ports, as last posted
         self._warm: Engine | None = None  # an engine made beforehand (prewarm), taken by the next build
-        self._shared: _board.SharedArrays | None = None  # what read_shared wrote
+        self._shared: _hostlink.PinnedArrays | None = None  # what read_shared wrote (pinned for self.engine)
         self._armed: list[tuple[str, str]] = []  # driver calls the next trial fails (arm: tests)
 
     # -- where it runs -------------------------------------------------------------------------------------
@@ -389,10 +390,25 @@ class FragmentHost:
 
     @_locked
     def read_shared(self, ref: PortRef) -> tuple:
-        """:meth:`read` into shared memory (``_board.SharedArrays``): the handle the driver copies it out by."""
-        if self._shared is None:
-            self._shared = _board.SharedArrays(f"rxcuda-{self.session}-read-{self.pid}")
-        return self._shared.put(f"{ref.block}-{ref.port}", self._engine().read(self.port(ref)))
+        """:meth:`read` into shared memory (``_hostlink.PinnedArrays``, pinned for this engine's driver: the copy
+        from the device lands there directly): the handle the driver copies it out by."""
+        engine, port = self._engine(), self.port(ref)
+        shared = self._shared
+        if shared is None or shared.engine is not engine:  # the first read, or a new engine (a rebuilt fragment)
+            if shared is not None:
+                shared.close()
+            shared = self._shared = _hostlink.PinnedArrays(f"rxcuda-{self.session}-read-{self.pid}", engine)
+        name = f"{ref.block}-{ref.port}"
+        layout = _shapes_io.read_layout(port.spec, engine.shape(port))
+        if layout is None:  # an append output (as many elements as were appended): read, then copied in
+            return shared.put(name, engine.read(port))
+        handle, view = shared.slot(name, *layout)
+        try:
+            engine.read(port, out=view)
+        except ValueError:  # its shape changes with the next frame (a resize not run yet): as it runs now
+            del view
+            return shared.put(name, engine.read(port))
+        return handle
 
     @_locked
     def write(self, ref: PortRef, data) -> None:
@@ -489,7 +505,7 @@ class FragmentHost:
         process id (the driver checks it while it waits)."""
         self.stop_clock()
         self._next, self._observed_now = ({}, {}), {}
-        self._clock = _clock.ClockHand(go, done, generation, self._clock_step, self._clock_apply)
+        self._clock = _clock.ClockHand(go, done, generation, self._clock_step, self._clock_apply, self.read_shared)
         return self.pid
 
     def post(self, generation: int, seq: int, params: Mapping, writes: Mapping, observed: Mapping | None) -> None:
@@ -564,6 +580,9 @@ class FragmentHost:
         for rest in [*(s for s in self._senders.values() if s not in pinned), *self._stores.values()]:
             rest.close()
         self._receivers, self._senders, self._readers, self._boards, self._stores = {}, {}, {}, {}, {}
+        if self._shared is not None and self._shared.engine is engine:  # unpinned while its context lives
+            self._shared.close()
+            self._shared = None
         engine.close()
         self.engine = None
 

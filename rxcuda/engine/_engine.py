@@ -257,7 +257,7 @@ class Engine(EngineStreams, EngineViews):
         if isinstance(array, np.ndarray):
             self.write(port, array)
             return
-        self._model.bind(port, self._gpu(resolve_device_array, array, self._rt.stream_h))
+        self._model.bind(port, self._gpu(resolve_device_array, array, self._rt.stream_h, self.device.api))
 
     def unbind(self, port: PortHandle) -> None:
         """Give a port its own engine-owned buffer again (a rebuild)."""
@@ -515,11 +515,18 @@ class Engine(EngineStreams, EngineViews):
         ref = self._ref(port)
         return _shapes_io.current_shape(self._rt, ref, port.spec)
 
-    def read(self, port: PortHandle):
+    def read(self, port: PortHandle, *, out=None):
         """The port's data as a new NumPy array (waits for the frames in flight). For an append output, only
-        the elements appended this frame (up to its capacity)."""
+        the elements appended this frame (up to its capacity). ``out``: an array to copy into instead of a new one
+        (C-contiguous, of the dtype and shape a read returns: ValueError saying which otherwise), e.g. reused
+        every frame, or page-locked memory the copy runs into at the bus's pace.
+
+        >>> frame_out = np.empty(engine.shape(mul["out"]), np.float32)           # doctest: +SKIP
+        >>> engine.read(mul["out"], out=frame_out) is frame_out                   # doctest: +SKIP
+        True
+        """
         self._check_open()
-        return self._gpu(self._io.read, self._ref(port), port)
+        return self._gpu(self._io.read, self._ref(port), port, out)
 
     def count(self, port: PortHandle) -> int:
         """The raw counter of an append output after the last frame (may exceed the capacity: overflow)."""

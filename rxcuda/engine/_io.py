@@ -129,18 +129,26 @@ class DataIO:
                                "the engine with Engine(reuse_memory=False)")
         return bid, g.pointers[bid]
 
-    def read(self, ref: PortRef, port) -> np.ndarray:
+    def read(self, ref: PortRef, port, out: np.ndarray | None = None) -> np.ndarray:
         rt = self.rt
         if ref not in rt.kept:
             self.keep(ref, port, reading=True)
         bid, ptr = self.port_buffer(ref, port)
         spec = port.spec
         if isinstance(spec, CountSpec):  # an append port's count: read (and noted) like engine.count
-            return np.array([self.count(ref, port)], np.uint32)
+            value = np.array([self.count(ref, port)], np.uint32)
+            if out is None:
+                return value
+            if not (isinstance(out, np.ndarray) and out.dtype == np.uint32 and out.shape == (1,)
+                    and out.flags.writeable):
+                raise ValueError("read(..., out=...) of an append output's count needs a writable NumPy array of "
+                                 "uint32 (1,); make one with numpy.empty(1, numpy.uint32)")
+            out[...] = value
+            return out
         shape = _shapes_io.running_shape(rt.running(), ref, spec)
         if spec.counter is not None:
             shape = (min(self.count(ref, port), math.prod(shape)),)
-        out, raw = _shapes_io.empty_for_read(spec, shape)  # vectors as (..., lanes), strided ports gathered
+        out, raw = _shapes_io.empty_for_read(spec, shape, out)  # vectors as (..., lanes), strided ports gathered
         if out.size:
             DeviceBuffer(ptr, raw.nbytes, api=rt.api).download(raw, rt.stream)
         else:

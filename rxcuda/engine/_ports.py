@@ -91,7 +91,7 @@ class InputFeed:
             slot.record(stream)
         else:
             # ordered after the array's producer stream (an event wait), as the interchange protocols ask
-            src = resolve_device_array(arr, stream)
+            src = resolve_device_array(arr, stream, self._api)
             nbytes = src.count * np.dtype(arr.dtype).itemsize
             # the source array must stay valid until the copy ran: keep it until the next stage
             self._keep = arr

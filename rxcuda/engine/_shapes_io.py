@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 
 from ..model import _dtypes, _shapes
-from ..model._describe import PortRef, PortSpec
+from ..model._describe import CountSpec, PortRef, PortSpec
 from ..model._errors import ValidationError
 from ..model._events import BlockChanged
 from ..model._shapes import Shape, ShapeError, fmt
@@ -129,14 +129,40 @@ def _strided(flat: np.ndarray, spec: PortSpec) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat, shape, strides, writeable=True)
 
 
-def empty_for_read(spec: PortSpec, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
+def empty_for_read(spec: PortSpec, shape: Shape, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(the array engine.read returns, the array to download into): the same array unless the port is
-    strided (then a buffer of its extent, gathered with :func:`gathered`)."""
-    out = _dtypes.empty_host(spec.dtype, shape)
+    strided (then a buffer of its extent, gathered with :func:`gathered`). ``out``: the caller's array to read
+    into (``engine.read(port, out=...)``), checked to be what a new one would be."""
+    if out is None:
+        out = _dtypes.empty_host(spec.dtype, shape)
+    else:
+        check_out(out, spec, shape)
     if spec.strides is None or spec.dtype is None:
         return out, out
     want, lanes = _dtypes.host_dtype(spec.dtype)
     return out, np.empty(spec.extent * (lanes[0] if lanes else 1), want)
+
+
+def read_layout(spec, shape: Shape) -> tuple[Shape, np.dtype] | None:
+    """(shape, dtype) of the array ``engine.read`` returns for a port of ``shape`` elements: vector lanes on a
+    last axis, untyped ports as bytes; None for an append output or its count (as many as were appended)."""
+    if isinstance(spec, CountSpec) or spec.counter is not None:
+        return None
+    want, lanes = (np.dtype(np.uint8), ()) if spec.dtype is None else _dtypes.host_dtype(spec.dtype)
+    return tuple(shape) + lanes, np.dtype(want)
+
+
+def check_out(out, spec: PortSpec, shape: Shape) -> None:
+    """Raise ValueError (naming what it must be) unless ``out`` is a writable C-contiguous NumPy array of the
+    dtype and shape ``engine.read`` would return for this port now."""
+    want, lanes = (np.dtype(np.uint8), ()) if spec.dtype is None else _dtypes.host_dtype(spec.dtype)
+    full = tuple(shape) + lanes  # (read_layout's, for an append output's elements too)
+    if (not isinstance(out, np.ndarray) or out.dtype != want or out.shape != full or not out.flags.c_contiguous
+            or not out.flags.writeable):
+        got = (f"{out.dtype} {out.shape}{'' if out.flags.c_contiguous else ', not C-contiguous'}"
+               f"{'' if out.flags.writeable else ', read-only'}" if isinstance(out, np.ndarray) else type(out).__name__)
+        raise ValueError(f"read(..., out=...) needs a writable C-contiguous NumPy array of {want} {full} for this "
+                         f"port (got {got}); make one with numpy.empty({full}, numpy.{want.name})")
 
 
 def gathered(out: np.ndarray, raw: np.ndarray, spec: PortSpec) -> np.ndarray:

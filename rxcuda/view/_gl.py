@@ -11,6 +11,10 @@ GL's next draw). The port must be one ``engine.bind`` takes: not connected (a re
 one device-to-device copy (``cuMemcpy2DAsync`` into the texture's CUDA array), because a kernel cannot write
 a texture's array through a pointer. Nothing goes through the host either way.
 
+On the CPU device (no GPU) a GL buffer works the same from here, but its memory cannot be shared: the port is bound
+to a host copy of the buffer, uploaded into it after each frame (one ``glBufferSubData`` through the GL context
+current on the render thread; docs/opengl.md says what it costs). GL textures are refused there.
+
 The render loop is the frame clock: the thread that owns the GL context ticks the engine through the shared
 objects (``shared.tick()``, or ``gl_frame(engine, a, b)`` for several), not ``engine.run()`` on a thread of its
 own: mapping needs the GL context's thread.
@@ -110,7 +114,8 @@ class _Shared:
 
 
 class GLBuffer(_Shared):
-    """A port whose memory is a GL buffer object: the frame writes what GL draws, no copy (module docstring).
+    """A port whose memory is a GL buffer object: the frame writes what GL draws, no copy (on the CPU device, one
+    host upload a frame; module docstring).
 
     ``engine.gl_buffer(port, glo)`` makes one. The buffer must hold at least the port's bytes (vector ports
     such as float4 are 16 bytes an element: ``ctx.buffer(reserve=n * 16)``).

@@ -122,6 +122,9 @@ def as_source(x) -> Source:
         return x
     if isinstance(x, Engine):
         return EngineSource(x)
+    made = getattr(x, "_live_source", None)  # an engine whose GPU side runs elsewhere makes its own
+    if made is not None:
+        return made()
     raise TypeError(f"serve() shows an rxcuda.Engine or an rxcuda.IsolatedEngine (got {type(x).__name__}); use "
                     "engine.serve()")
 

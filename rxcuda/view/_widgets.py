@@ -24,6 +24,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from ..engine._engine import Engine
 from ..model._errors import EngineClosedError
 from ..model._words import counted
 from ._serve import exposed_names
+from ._source import as_source
 
 PLOT_W, PLOT_H = 360, 90
 
@@ -117,22 +119,25 @@ class Widgets:
     ``previews``: ``"block.port"`` -> its widget. ``refresh()`` redraws now; ``close()`` unsubscribes.
     """
 
-    def __init__(self, engine: Engine, params=None, previews=(), *, every: int = 4, interval: float = 0.2,
+    def __init__(self, engine: Engine | Any, params=None, previews=(), *, every: int = 4, interval: float = 0.2,
                  history: int = 240):
         w = _ipywidgets()
-        if not isinstance(engine, Engine):
-            raise TypeError(f"widgets() shows an rxcuda.Engine (got {type(engine).__name__})")
-        if engine.closed:
+        try:
+            src = as_source(engine)  # an Engine, or an IsolatedEngine (parameters set in this process)
+        except TypeError:
+            raise TypeError("widgets() shows an rxcuda.Engine or an rxcuda.IsolatedEngine (got "
+                            f"{type(engine).__name__})") from None
+        if src.closed:
             raise EngineClosedError("rxcuda.view.widgets: the engine is closed; show a running engine")
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise ValueError(f"widgets(every=...) must be a positive int: preview every n-th frame (got {every!r})")
-        self.engine, self.interval = engine, interval
+        self.engine, self.interval, self._src = engine, interval, src
         try:
-            names = exposed_names(engine, params) if params is not None else {
-                f"{b.name}.{p}" for b in engine.blocks for p in b.params}
+            names = exposed_names(src, params) if params is not None else {
+                f"{b.name}.{p}" for b in src.blocks for p in b.params}
         except ValueError as e:
             raise ValueError(str(e).replace("engine.serve(params=...)", "widgets(params=...)")) from None
-        blocks = {b.name: b for b in engine.blocks}
+        blocks = {b.name: b for b in src.blocks}
         self.params = {}
         for name in sorted(names):
             block, _, param = name.rpartition(".")
@@ -147,12 +152,12 @@ class Widgets:
         self._times: collections.deque = collections.deque(maxlen=history)
         self._lock = threading.Lock()
         self._last_draw = 0.0
-        self._subs = [engine.parameter_changes.subscribe(self._changed_from_code),
-                      engine.frames.subscribe(self._frame)]
+        self._subs = [src.parameter_changes.subscribe(self._changed_from_code),
+                      src.frames.subscribe(self._frame)]
         for port in previews:
             key = f"{port.block.name}.{port.name}"
             self.previews[key] = w.HTML(f"<i>{key}: waiting for a frame</i>")
-            self._subs.append(engine.observe(port, every=every).subscribe(
+            self._subs.append(src.observe(port, every).subscribe(
                 lambda a, key=key: self._store(key, a)))
         rows = [w.HTML(f"<b>{counted(len(self.controls), 'parameter')}</b>"), *self.controls.values(), self.message,
                 w.HTML("<b>frame time</b>"), self.plot]
@@ -166,7 +171,7 @@ class Widgets:
         if value == param.value:  # the echo of a change from code, or a control put back
             return
         try:
-            param._block.set(**{param.name: value})
+            self._src.set(param._block, **{param.name: value})
         except (TypeError, ValueError) as e:  # BoundsError is a ValueError
             self.message.value = f"<span style='color:#cf222e'>{_escape(str(e))}</span>"
             self.controls[name].value = param.value  # the control returns to what the parameter holds
@@ -174,7 +179,7 @@ class Widgets:
             self.message.value = ""
 
     def _changed_from_code(self, event) -> None:
-        block = next((b for b in self.engine.blocks if b.id == event.block), None)
+        block = next((b for b in self._src.blocks if b.id == event.block), None)
         key = f"{block.name}.{event.name}" if block is not None else None
         widget = self.controls.get(key) if key else None
         if widget is not None and widget.value != event.value:
@@ -254,7 +259,7 @@ def _escape(text: str) -> str:
     return html.escape(text)
 
 
-def widgets(engine: Engine, params=None, previews=(), *, every: int = 4, interval: float = 0.2) -> Widgets:
+def widgets(engine: Engine | Any, params=None, previews=(), *, every: int = 4, interval: float = 0.2) -> Widgets:
     """Notebook controls for ``engine``: a control per parameter (``params``: names such as ``"blur.radius"``
     or blocks, as for ``engine.serve``; default all), the frame times, and previews of the ports in
     ``previews`` (read every ``every``-th frame). Display the result in a cell. See the module docstring.

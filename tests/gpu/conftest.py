@@ -14,13 +14,13 @@ _ok, _why = probe()
 
 # Modules whose tests that take the ``engine`` fixture run on every device there is: the CPU device always (so CI
 # checks their numbers), the GPU where there is one. The others need what the CPU device does not run yet (library
-# calls, CuPy arrays, OpenGL, video) or check GPU-only behaviour (faults, NVTX, timings).
+# calls, CuPy arrays, GL textures, video) or check GPU-only behaviour (faults, NVTX, timings).
 ON_CPU = {"test_append_gpu", "test_bounds_gpu", "test_composite_gpu", "test_delays_gpu", "test_engine_gpu",
           "test_footguns", "test_frames_gpu", "test_param_path_gpu", "test_profile_gpu", "test_regions_gpu",
           "test_regions_unroll_gpu", "test_replan_gpu", "test_shapes_gpu", "test_shipped_kernels_gpu",
           "test_sources_gpu", "test_streams_gpu", "test_structure_async_gpu", "test_dot_gpu", "test_trace_gpu",
           "test_tensor_block_gpu", "test_serve_controls_gpu", "test_media_gpu", "test_libraries_engine",
-          "test_libraries_capture"}
+          "test_libraries_capture", "test_gl_gpu"}
 
 # tests of those modules that check what only a GPU has, and why
 NOT_ON_CPU = {
@@ -70,6 +70,8 @@ NOT_ON_CPU = {
         "the driver's own DOT picture (cuGraphDebugDotPrint) is the GPU driver's",
     "test_unsynced_frames_never_wait_and_their_timings_arrive_later":
         "the CPU device runs a frame when it is launched",
+    "test_a_gl_texture_gets_the_2d_port_after_each_frame":
+        "the CPU device does not copy into GL textures yet (GL buffers it does: docs/opengl.md)",
 }
 
 

@@ -25,6 +25,24 @@ def test_vector_add(engine, rng, kernels):
     np.testing.assert_allclose(engine.read(add["out"]), a + b, rtol=1e-6)
 
 
+def test_read_into_the_callers_array_page_locked_or_not(engine, rng, kernels):
+    n = 1 << 20
+    mul = engine.add(Block.from_kernel(kernels / "scalar_mul.ptx", size=n, scale=1.0))
+    plain = np.empty(n, np.float32)
+    pinned = None if getattr(engine.device.api, "on_host", False) else cp.cuda.alloc_pinned_memory(4 * n)
+    locked = np.frombuffer(pinned, np.float32, n) if pinned is not None else np.empty(n, np.float32)
+    for scale in rng.uniform(-3, 3, 3).astype(np.float32):
+        x = rand(rng, n)
+        engine.write(mul["x"], x)
+        mul.params["scale"].value = float(scale)
+        engine.tick()
+        for out in (plain, locked):
+            assert engine.read(mul["out"], out=out) is out
+            np.testing.assert_allclose(out, x * scale, rtol=1e-6)
+    with pytest.raises(ValueError, match="numpy.empty"):
+        engine.read(mul["out"], out=np.empty(n, np.float64))
+
+
 def test_two_blocks_connected_intermediate_allocated(engine, rng, kernels):
     n = 4096
     add = engine.add(Block.from_kernel(kernels / "vector_add.ptx", size=n))

@@ -60,8 +60,10 @@ def _until_ok(engine, seconds=60.0):
 
 
 def _exact(engine, good, frames=3):
-    """A few frames with fresh random inputs and a fresh scale: each one exact against NumPy."""
+    """A few frames with fresh random inputs and a fresh scale: each one exact against NumPy, read into a new
+    array and into the caller's (both through the GPU process's page-locked shared memory)."""
     rng = np.random.default_rng()
+    out = np.full(N, np.nan, np.float32)
     for _ in range(frames):
         x = rng.standard_normal(N).astype(np.float32)
         scale = float(rng.uniform(-4, 4))
@@ -70,6 +72,8 @@ def _exact(engine, good, frames=3):
         f = engine.tick()
         assert f.state == "ok", (f, engine.faults[-1:])
         np.testing.assert_allclose(engine.read(good["out"]), x * np.float32(scale), rtol=1e-6)
+        assert engine.read(good["out"], out=out) is out
+        np.testing.assert_allclose(out, x * np.float32(scale), rtol=1e-6)
 
 
 def _fault_then_exact(session, block, expect_kind="fault"):

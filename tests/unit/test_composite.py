@@ -556,7 +556,7 @@ def test_replace_keeps_a_bound_array_and_checks_it_fits(engine, monkeypatch):
         ptr = 0xA000
 
     monkeypatch.setattr(engine_module, "resolve_device_array",
-                        lambda arr, stream=None: ExternalArray(arr.ptr, "f32", N, (N,), arr))
+                        lambda arr, stream=None, api=None: ExternalArray(arr.ptr, "f32", N, (N,), arr))
     blk = engine.add(mul("m"))
     engine.bind(blk["x"], FakeArray())
     engine.tick()

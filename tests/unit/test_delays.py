@@ -350,7 +350,7 @@ def test_a_rebound_delayed_output_points_the_copy_at_the_new_array(engine, api, 
             self.ptr = ptr
 
     monkeypatch.setattr(engine_module, "resolve_device_array",
-                        lambda arr, stream=None: ExternalArray(arr.ptr, "f32", N, (N,), arr))
+                        lambda arr, stream=None, api=None: ExternalArray(arr.ptr, "f32", N, (N,), arr))
     acc = engine.add(Block.from_kernel(f"{KERNELS}/vector_add.ptx", size=N, name="acc"))
     engine.bind(acc["out"], FakeArray(0xA000))
     engine.connect(acc["out"], acc["a"], delay=1)

@@ -37,7 +37,7 @@ def test_a_frame_crosses_in_one_record_and_one_that_does_not_fit_asks_for_more()
 class _Hand:
     """A clock with both ends in this process: the steps it ran and the messages it applied, in order."""
 
-    def __init__(self, step=None):
+    def __init__(self, step=None, read=None):
         self.log: list = []
         self.clock = _clock.Clock(uuid.uuid4().hex[:12], "w", os.getpid())
 
@@ -46,7 +46,7 @@ class _Hand:
             return Frame(index, 1.0, (), "ok", True, None, 1), None
 
         self.hand = _clock.ClockHand(self.clock.go_path, self.clock.done_path, self.clock.generation,
-                                     step or default, lambda ms: self.log.append(("apply", ms)))
+                                     step or default, lambda ms: self.log.append(("apply", ms)), read)
 
     def post(self, message) -> None:
         self.clock.seq += 1
@@ -116,6 +116,38 @@ def test_a_worker_whose_end_hangs_up_or_whose_process_is_gone_is_dead_not_waited
         os.close(fd)
     finally:
         silent.close()
+
+
+def test_a_read_between_frames_is_answered_in_order_with_its_value_or_its_error():
+    def read(what):
+        if what == "missing":
+            raise KeyError("no such port")
+        return {"asked": what, "data": np.arange(3)}
+
+    h = _Hand(read=read)
+    try:
+        h.clock.step(1)
+        r = h.clock.read(("block", 7, "out"))
+        assert r <= _clock.READ
+        ok, value = _clock.answer(h.clock, r)  # frame 1's answer (not waited for) is read and dropped on the way
+        assert ok and value["asked"] == ("block", 7, "out") and value["data"].tolist() == [0, 1, 2]
+        ok, err = _clock.answer(h.clock, h.clock.read("missing"))
+        assert not ok and isinstance(err, KeyError) and "no such port" in str(err)
+        h.clock.read("a read nobody waits for")
+        h.clock.step(2)
+        assert _clock.wait({"w": h.clock}, 2)["w"][2].index == 2  # the read's answer (and payload) skipped
+        assert h.log == [("step", 1), ("step", 2)]
+    finally:
+        h.close()
+    plain = _Hand()  # a clock whose worker takes no reads says so
+    try:
+        ok, err = _clock.answer(plain.clock, plain.clock.read("x"))
+        assert not ok and "takes no reads" in str(err)
+        plain.clock.step(_clock.STOP)  # the frame thread ends: a read then is "dead", not waited for
+        plain.hand.stop()
+        assert _clock.answer(plain.clock, plain.clock.read("x")) == "dead"
+    finally:
+        plain.close()
 
 
 def test_close_removes_the_pipes():

@@ -268,7 +268,7 @@ def test_a_rebound_array_read_by_a_library_call_recaptures_that_call(engine, api
         def __init__(self, ptr):
             self.ptr = ptr
 
-    def resolve(arr, stream=None):
+    def resolve(arr, stream=None, api=None):
         from rxcuda.cuda._memory import ExternalArray
 
         return ExternalArray(arr.ptr, "f32", N, (N,), arr)
@@ -361,7 +361,7 @@ def test_an_array_on_another_gpu_is_refused_and_changes_nothing(engine, api, mon
 
     blk = engine.add(Block.from_kernel(f"{KERNELS}/scalar_mul.ptx", size=N))
     monkeypatch.setattr(engine_module, "resolve_device_array",
-                        lambda arr, stream=None: ExternalArray(0xC000, "f32", N, (N,), arr, device=1))
+                        lambda arr, stream=None, api=None: ExternalArray(0xC000, "f32", N, (N,), arr, device=1))
     with pytest.raises(rxcuda.ValidationError, match=r"the array lives on GPU 1, but this engine runs on GPU 0"):
         engine.bind(blk["x"], object())
     assert engine.describe().bindings == {}

@@ -3,6 +3,7 @@
 one line and exits non-zero."""
 
 import doctest
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -18,17 +19,18 @@ EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem
 # examples that run without a GPU too (on the null driver, saying so); every other one needs a device
 RUN_ANYWHERE = {"distributed"}
 # examples whose pipelines the CPU device runs where there is no GPU (docs/cpu.md; train_mlp on the tensor functions'
-# NumPy backend; two_gpus on two positions of the CPU device); the rest need a CUDA device: OpenGL interop
-# (particles_gl)
-ON_CPU = {"hot_reload", "particles", "peaks", "quickstart", "sensor_params", "solver", "train_mlp", "two_gpus",
-          "video_filter"}
+# NumPy backend; particles_gl drawn through EGL, skipping without moderngl or an EGL context; two_gpus on two
+# positions of the CPU device)
+ON_CPU = {"hot_reload", "particles", "particles_gl", "peaks", "quickstart", "sensor_params", "solver", "train_mlp",
+          "two_gpus", "video_filter"}
 # the argument each runs with in CI (frames or steps: "1" unless it needs more to show what it checks; two_gpus
 # checks pipelined frames from the second on)
 CI_ARGS = {"train_mlp": "40", "two_gpus": "3"}
 # what each prints last when its numbers matched NumPy's (or its own check passed)
 OK_LINE = {"particles": "OK: 1 frames match NumPy", "peaks": "OK: 1 frames, ", "solver": "OK: every solve met tol=",
-           "train_mlp": "OK: the loss went down", "two_gpus": "OK: 3 frames over two devices and 2 pipelined frames "
-           "match NumPy", "video_filter": "OK: "}
+           "train_mlp": "OK: the loss went down", "video_filter": "OK: ",
+           "particles_gl": "OK: 1 frames drawn by OpenGL from the vertex buffer CPU (rxcuda) wrote, 1 framebuffers",
+           "two_gpus": "OK: 3 frames over two devices and 2 pipelined frames match NumPy"}
 HAS_GPU, WHY = rxcuda.probe()
 
 
@@ -77,7 +79,11 @@ def test_python_dash_m_rxcuda_examples_lists_them(tmp_path):
 @pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
 @pytest.mark.parametrize("name", sorted(ON_CPU))
 def test_an_example_without_a_gpu_runs_on_the_cpu_device(name, tmp_path):
+    if name == "particles_gl" and importlib.util.find_spec("moderngl") is None:
+        pytest.skip("particles_gl draws with moderngl, which this Python lacks: pip install '.[gl]'")
     proc = python_m(f"rxcuda.examples.{name}", CI_ARGS.get(name, "1"), cwd=tmp_path)
+    if name == "particles_gl" and "no OpenGL context through EGL" in proc.stderr:
+        pytest.skip(proc.stderr.strip())  # no libEGL or no EGL vendor library (Debian: libegl1, libegl-mesa0)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"no CUDA device ({WHY}): running on the CPU device")
@@ -103,6 +109,16 @@ def test_an_example_without_a_gpu_says_what_it_needs_in_one_line(name, tmp_path)
     assert proc.returncode != 0 and proc.stdout == ""
     assert proc.stderr == f"rxcuda.examples.{name} runs on a CUDA device, and this machine has none: {WHY}\n"
     assert list(tmp_path.iterdir()) == []  # nothing left in the current directory
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks what a machine without a CUDA device prints")
+def test_two_gpus_refused_the_cpu_device_says_what_it_needs_in_one_line(tmp_path):
+    """RXCUDA_DEVICE=cuda refuses the CPU device: the example then says in one line that it needs a CUDA device."""
+    proc = subprocess.run([sys.executable, "-m", "rxcuda.examples.two_gpus", "1"], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "RXCUDA_DEVICE": "cuda"},
+                          timeout=120)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.stderr == f"rxcuda.examples.two_gpus runs on a CUDA device, and this machine has none: {WHY}\n"
 
 
 def test_run_sets_argv_for_the_example_and_restores_it(monkeypatch):

@@ -29,7 +29,7 @@ def engine(api, monkeypatch):
     import rxcuda.engine._engine as engine_module
 
     # the null driver has no memory for cuda.core to inspect: a mapped buffer resolves to its pointer and size
-    def resolve(arr, stream=None):
+    def resolve(arr, stream=None, api=None):
         cai = arr.__cuda_array_interface__
         return ExternalArray(cai["data"][0], "f32", int(np.prod(cai["shape"])), cai["shape"], arr)
 

@@ -66,6 +66,33 @@ def test_an_object_that_is_no_array_is_refused_with_the_fix():
         resolve_device_array([1.0, 2.0])
 
 
+class _Cai:
+    def __init__(self, ptr: int, shape: tuple, typestr: str = "<f4", strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False), "version": 3,
+                                         "strides": strides}
+
+
+def test_on_the_cpu_device_an_array_in_its_memory_resolves_from_its_array_interface():
+    """The CPU device's memory is host memory cuda.core cannot inspect: its own allocations (a GL buffer's host copy
+    among them) resolve from ``__cuda_array_interface__`` as it stands; anything else is refused naming the fix."""
+    from rxcuda.cuda._cpu import CpuDriver
+
+    api = CpuDriver()
+    _, ptr = api.cuMemAlloc(64)
+    ext = resolve_device_array(_Cai(int(ptr), (4, 4)), api=api)
+    assert (ext.ptr, ext.dtype, ext.count, ext.shape, ext.device) == (int(ptr), "f32", 16, (4, 4), 0)
+    with pytest.raises(TypeError, match=r"68 bytes at 0x[0-9a-f]+ are not memory of the CPU device"):
+        resolve_device_array(_Cai(int(ptr), (17,)), api=api)  # past its end
+    outside = np.zeros(4, np.float32)
+    with pytest.raises(TypeError, match=r"not memory of the CPU device .*engine\.write\(port, array\)"):
+        resolve_device_array(_Cai(outside.ctypes.data, (4,)), api=api)
+    with pytest.raises(TypeError, match=r"not C-contiguous"):
+        resolve_device_array(_Cai(int(ptr), (4, 2), strides=(16, 8)), api=api)
+    with pytest.raises(TypeError, match=r"list has none: use engine\.write\(port, array\)"):
+        resolve_device_array([1.0], api=api)
+    api.cuMemFree(ptr)
+
+
 def test_small_buffers_come_from_a_few_slabs_and_zero_in_a_few_memsets():
     from rxcuda.cuda import NullDriver
 

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import struct
 import sys
+import time
 import zlib
 
 import numpy as np
@@ -178,7 +181,7 @@ def test_widgets_errors(engine, monkeypatch):
     pipeline(engine)
     with pytest.raises(ValueError, match=r"widgets\(params=...\): mul has no parameter 'gain'"):
         rxcuda.view.widgets(engine, params=["mul.gain"])
-    with pytest.raises(TypeError, match=r"widgets\(\) shows an rxcuda.Engine \(got str\)"):
+    with pytest.raises(TypeError, match=r"widgets\(\) shows an rxcuda.Engine or an rxcuda.IsolatedEngine \(got str\)"):
         rxcuda.view.widgets("engine")
     with pytest.raises(ValueError, match=r"every=.*positive int.*got 0"):
         rxcuda.view.widgets(engine, every=0)
@@ -206,3 +209,35 @@ def test_png_is_a_valid_image():
     rows = np.frombuffer(raw, np.uint8).reshape(5, 8)[:, 1:]
     d = a.astype(np.float64)
     np.testing.assert_array_equal(rows, ((d - d.min()) * (255 / (d.max() - d.min()))).astype(np.uint8))
+
+
+def test_the_controls_of_an_isolated_engine_set_its_gpu_process_and_survive_a_fault():
+    """rxcuda.view.widgets(iso): the parameters live in the user's process, so the controls work as for an Engine;
+    each value reaches the GPU process's next frame (checked against NumPy on the CPU device), previews come from
+    it, and the same controls keep working after its process was replaced."""
+    with rxcuda.IsolatedEngine(device="cpu", deadline=5.0) as iso:
+        mul = iso.add(Block.from_kernel("kernels/scalar_mul.ptx", size=N, name="mul"))
+        x = np.random.default_rng().standard_normal(N).astype(np.float32)
+        iso.write(mul["x"], x)
+        assert iso.tick().state == "ok"
+        ui = rxcuda.view.widgets(iso, params=["mul.scale"], previews=[mul["out"]], every=1, interval=0.0)
+        for scale in (2.5, -0.75):
+            ui.controls["mul.scale"].value = scale
+            assert iso.tick().state == "ok"
+            np.testing.assert_array_equal(iso.read(mul["out"]), x * np.float32(scale))
+        mul.set(scale=1.5)  # a change from code moves the slider
+        assert ui.controls["mul.scale"].value == 1.5
+        ui.controls["mul.scale"].value = float("nan")  # refused by the parameter's checks, here
+        assert "finite" in ui.message.value and ui.controls["mul.scale"].value == 1.5
+        iso.tick()
+        ui.refresh()
+        assert "<svg" in ui.previews["mul.out"].value and "<polyline" in ui.plot.value
+        pid = iso.pid
+        os.kill(pid, signal.SIGKILL)  # the GPU process dies: the controls are the user's, they stay
+        deadline = time.monotonic() + 60
+        while iso.tick().state != "ok" or iso.pid == pid:
+            assert time.monotonic() < deadline, iso.faults[-1:]
+        ui.controls["mul.scale"].value = 4.0
+        assert iso.tick().state == "ok"
+        np.testing.assert_array_equal(iso.read(mul["out"]), x * np.float32(4.0))
+        ui.close()
