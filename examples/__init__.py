@@ -1,9 +1,9 @@
 """The examples shipped with rxcuda (installed as ``rxcuda.examples``): runnable pipelines, each a script.
 
 Run one from any directory as ``python -m rxcuda.examples.particles`` (or ``rxcuda examples particles``);
-``python -m rxcuda.examples`` (or ``rxcuda examples``) lists them with what each shows. They need a CUDA
-device (``distributed`` runs on the null driver without one, saying so); without one each says so in one line
-and exits with status 1. docs/examples.md says what each needs (a GPU, an extra).
+``python -m rxcuda.examples`` (or ``rxcuda examples``) lists them with what each shows. Where there is no CUDA
+device they run on the CPU device (docs/cpu.md), saying so in their first line; docs/examples.md says what each
+needs (a GPU, an extra).
 
 >>> from rxcuda import examples
 >>> "quickstart" in examples.names()
