@@ -2,7 +2,9 @@
 actor round trip; frames per second of a 2-fragment pipeline against the same pipeline in one engine; and the
 time from a worker's death to its fragment producing frames again.
 
-    python bench/distributed.py [--frames 200] [--mib 4] [--stepping auto|ray]
+    python bench/distributed.py [--frames 200] [--mib 4] [--stepping auto|ray] [--only frames,sweep,mps,deaths,store]
+
+Each part prints its table when it is done (``--only`` picks the parts: a short GPU run takes ``--only deaths``).
 
 Rows (each a median over ``--frames`` frames of ``tick()``, every frame waited for):
 - one engine, in this process: two ``scalar_mul`` blocks connected (the local connection);
@@ -73,6 +75,9 @@ def _pipeline(dist, rxcuda, np, n: int, where: tuple[str, str], transport: str =
     return first, second
 
 
+SECTIONS = ("frames", "sweep", "mps", "deaths", "store")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=200)
@@ -81,7 +86,18 @@ def main() -> None:
                     help="auto: same-host workers stepped through their clocks; ray: a Ray call per worker and frame")
     ap.add_argument("--sizes", default="64,1024,4096,16384", help="link sizes to sweep, KiB, comma-separated")
     ap.add_argument("--no-store", action="store_true", help="leave out the two-node object-store sweep")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help=f"the parts to run, comma-separated, each printed when it is done: {', '.join(SECTIONS)} "
+                         "(frames: the per-frame rows and frames per second; sweep: the host link over --sizes on "
+                         "one host; mps: the ipc link with share_gpu off and mps, a GPU only; deaths: a worker's "
+                         "death to its next frame; store: the host link between two Ray nodes)")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # each line out as it is printed (a run cut short keeps its parts)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    if not only or only - set(SECTIONS):
+        ap.error(f"--only takes some of {', '.join(SECTIONS)} (got {args.only!r})")
+    if args.no_store:
+        only.discard("store")
     try:
         import ray
     except ImportError:
@@ -98,81 +114,81 @@ def main() -> None:
 
     gpu, why = rxcuda.probe()
     n = int(args.mib * (1 << 20)) // 4
-    ray.init(num_cpus=4, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)
     spec = Worker(num_gpus=0.5) if gpu else Worker(null=True)
-    rows: list[tuple[str, float]] = []
+    sizes = [int(s) << 10 for s in args.sizes.split(",")]
+    ray.init(num_cpus=4, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)
     try:
         with rxcuda.Engine(driver=None if gpu else NullDriver()) as local:
             name = local.device.name if gpu else f"null driver, no GPU ({why})"
             if gpu:  # several processes on one GPU: under MPS they run at once, else they take turns
                 name += ", MPS on" if local.device.mps else ", MPS off: the workers' contexts take turns on the GPU"
-            a = local.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="first", scale=1.5))
-            b = local.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="second", scale=0.5))
-            local.connect(a["out"], b["x"])
-            local.write(a["x"], np.ones(n, np.float32))
-            rows.append(("one engine, in this process (local connection)", _median_us(local.tick, args.frames)))
-        with Engine({"a": spec}) as dist:
-            _pipeline(dist, rxcuda, np, n, ("a", "a"))
-            one_worker = _median_us(dist.tick, args.frames)
-            step = dist.describe().stepping["a"]
-            rows.append((f"one worker, both blocks ({step} step, no link)", one_worker))
-        with Engine({"a": spec, "b": spec}) as dist:  # the same two workers and blocks, no connection
-            for block, w, scale in (("first", "a", 1.5), ("second", "b", 0.5)):
-                blk = dist.add(rxcuda.Block.from_kernel(KERNEL, size=n, name=block, scale=scale), on=w)
-                dist.write(blk["x"], np.random.default_rng().standard_normal(n).astype(np.float32))
-            unlinked = _median_us(dist.tick, args.frames)
-            rows.append(("two workers, a block each, not connected", unlinked))
-        transports = ["ipc", "host"]  # ipc on the null driver: the board's shared memory carries the bytes
-        link_cost = {}
-        for transport in transports:
-            with Engine({"a": spec, "b": spec}) as dist:
-                _pipeline(dist, rxcuda, np, n, ("a", "b"), transport)
-                us = _median_us(dist.tick, args.frames)
-                link_cost[transport] = us - one_worker
-                rows.append((f"two workers, {transport} link", us))
-                ends = [ray.get(dist.actor(w).stats.remote())["link_us"] for w in ("a", "b")]
-                rows.append((f"  of which the {transport} link's two ends (host time in the workers)", sum(ends)))
-        rows.append(("plain Ray actor call (GPU reduction + readback)" if gpu else "plain Ray actor call",
-                     _actor_round_trip(ray, gpu, args.frames)))
-        clock_us = _clock_round_trip(ray, args.frames)
-
-        spec_fps = {}
-        for label, where in (("one worker", ("a", "a")), ("two workers", ("a", "b"))):
-            with Engine({"a": spec, "b": spec}) as dist:
-                _pipeline(dist, rxcuda, np, n, where)
-                dist.tick()
-                count = [0]
-
-                def on_frame(f, count=count) -> None:
-                    if f.worker == "a":  # one frame of the pipeline: worker a's part of it
-                        count[0] += 1
-
-                sub = dist.frames.subscribe(on_frame)
-                running = dist.run(10_000)
-                time.sleep(2.0)
-                running.dispose()
-                sub.dispose()
-                spec_fps[label] = count[0] / 2.0
-
-        sizes = [int(s) << 10 for s in args.sizes.split(",")]
-        sweep = {"host, one host (board)": _sweep(ray, Engine, rxcuda, np, gpu, spec, {}, sizes, args.frames)}
-        shared = _share_gpu_rows(DistEngine, rxcuda, np, n, args, spec) if gpu else []
-
-        deaths = []
-        for standby in (True, False):
-            respec = Worker(**{**{k: getattr(spec, k) for k in ("num_gpus", "num_cpus", "null")}, "max_restarts": 20})
-            with DistEngine({"a": respec, "b": respec}, stepping=args.stepping, standby=standby) as dist:
-                _pipeline(dist, rxcuda, np, n, ("a", "b"))
-                dist.tick()
-                for how in DEATHS + (() if gpu else ("context",)):
-                    deaths.append((how, standby, _death(ray, dist, how)))
+            print(f"\nbench/distributed.py — per-frame time with sync, median of {args.frames} frames ({name}, "
+                  f"{args.mib:g} MiB connection); parts: {', '.join(s for s in SECTIONS if s in only)}", flush=True)
+            if "frames" in only:
+                _frames_part(ray, Engine, rxcuda, np, gpu, spec, n, args, local)
+        if "sweep" in only:
+            _print_sweep({"host, one host (board)": _sweep(ray, Engine, rxcuda, np, gpu, spec, {}, sizes,
+                                                            args.frames)}, gpu)
+        if "mps" in only and gpu:
+            _print_shared(_share_gpu_rows(DistEngine, rxcuda, np, n, args, spec), args)
+        if "deaths" in only:
+            _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args)
     finally:
         ray.shutdown()
-    if not args.no_store:
-        sweep["host, two Ray nodes (object store)"] = _two_nodes(ray, Engine, rxcuda, np, gpu, sizes, args.frames)
+    if "store" in only:
+        _print_sweep({"host, two Ray nodes (object store)": _two_nodes(ray, Engine, rxcuda, np, gpu, sizes,
+                                                                      args.frames)}, gpu)
 
-    print(f"\nbench/distributed.py — per-frame time with sync, median of {args.frames} frames ({name}, "
-          f"{args.mib:g} MiB connection)\n")
+
+def _frames_part(ray, Engine, rxcuda, np, gpu, spec, n, args, local) -> None:  # noqa: N803
+    """The per-frame rows, the links' costs and frames per second under run(), printed."""
+    rows: list[tuple[str, float]] = []
+    a = local.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="first", scale=1.5))
+    b = local.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="second", scale=0.5))
+    local.connect(a["out"], b["x"])
+    local.write(a["x"], np.ones(n, np.float32))
+    rows.append(("one engine, in this process (local connection)", _median_us(local.tick, args.frames)))
+    with Engine({"a": spec}) as dist:
+        _pipeline(dist, rxcuda, np, n, ("a", "a"))
+        one_worker = _median_us(dist.tick, args.frames)
+        step = dist.describe().stepping["a"]
+        rows.append((f"one worker, both blocks ({step} step, no link)", one_worker))
+    with Engine({"a": spec, "b": spec}) as dist:  # the same two workers and blocks, no connection
+        for block, w, scale in (("first", "a", 1.5), ("second", "b", 0.5)):
+            blk = dist.add(rxcuda.Block.from_kernel(KERNEL, size=n, name=block, scale=scale), on=w)
+            dist.write(blk["x"], np.random.default_rng().standard_normal(n).astype(np.float32))
+        unlinked = _median_us(dist.tick, args.frames)
+        rows.append(("two workers, a block each, not connected", unlinked))
+    link_cost = {}
+    for transport in ("ipc", "host"):  # ipc on the null driver: the board's shared memory carries the bytes
+        with Engine({"a": spec, "b": spec}) as dist:
+            _pipeline(dist, rxcuda, np, n, ("a", "b"), transport)
+            us = _median_us(dist.tick, args.frames)
+            link_cost[transport] = us - one_worker
+            rows.append((f"two workers, {transport} link", us))
+            ends = [ray.get(dist.actor(w).stats.remote())["link_us"] for w in ("a", "b")]
+            rows.append((f"  of which the {transport} link's two ends (host time in the workers)", sum(ends)))
+    rows.append(("plain Ray actor call (GPU reduction + readback)" if gpu else "plain Ray actor call",
+                 _actor_round_trip(ray, gpu, args.frames)))
+    clock_us = _clock_round_trip(ray, args.frames)
+    spec_fps = {}
+    for label, where in (("one worker", ("a", "a")), ("two workers", ("a", "b"))):
+        with Engine({"a": spec, "b": spec}) as dist:
+            _pipeline(dist, rxcuda, np, n, where)
+            dist.tick()
+            count = [0]
+
+            def on_frame(f, count=count) -> None:
+                if f.worker == "a":  # one frame of the pipeline: worker a's part of it
+                    count[0] += 1
+
+            sub = dist.frames.subscribe(on_frame)
+            running = dist.run(10_000)
+            time.sleep(2.0)
+            running.dispose()
+            sub.dispose()
+            spec_fps[label] = count[0] / 2.0
+    print()
     width = max(len(r[0]) for r in rows)
     print(f"{'what':<{width}}  {'us / frame':>11}")
     for label, us in rows:
@@ -186,23 +202,35 @@ def main() -> None:
               "same two not connected)")
     print(f"frames per second under run(): one worker {spec_fps['one worker']:.0f}, two workers "
           f"{spec_fps['two workers']:.0f} (frames in flight overlap the workers)")
+    print(f"a clock's round trip (a record to another process and its answer, through named pipes): {clock_us:.1f} us; "
+          f"frames stepped by {'clocks on one host' if args.stepping == 'auto' else 'Ray calls (--stepping ray)'}",
+          flush=True)
+
+
+def _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args) -> None:  # noqa: N803
+    """From a worker's death to its fragment's next frame, by kind of death and phase, printed."""
     print("\nfrom a worker's death to its fragment's next complete frame (worker b, the link's consumer), ms:")
     head = ("death", "how it comes back", "found", "process up", "built", "driver sees it", "next frame", "total")
-    print("  ".join(f"{h:>{len(h) if i else 9}}" for i, h in enumerate(head)))
-    for how, standby, ph in deaths:
-        cells = [f"{how:<9}", f"{'a standby' if standby else 'Ray restarts':>17}"]
-        cells += [f"{ph[k] * 1e3:>{len(h)}.0f}" for k, h in zip(PHASES, head[2:], strict=True)]
-        print("  ".join(cells))
-    print(f"a clock's round trip (a record to another process and its answer, through named pipes): {clock_us:.1f} us; "
-          f"frames stepped by {'clocks on one host' if args.stepping == 'auto' else 'Ray calls (--stepping ray)'}")
-    _print_sweep(sweep, gpu)
-    if shared:
-        print(f"\nthe ipc link ({args.mib:g} MiB) with the workers' GPU shared, us / frame (results checked against "
-              "NumPy):")
-        print(f"{'share_gpu':<10} {'one worker':>11} {'two, not linked':>16} {'two, ipc link':>14} "
-              f"{'link adds':>10}  MPS")
-        for mode, one, apart, linked, mps in shared:
-            print(f"{mode:<10} {one:>11.1f} {apart:>16.1f} {linked:>14.1f} {linked - one:>10.1f}  {mps}")
+    print("  ".join(f"{h:>{len(h) if i else 9}}" for i, h in enumerate(head)), flush=True)
+    for standby in (True, False):
+        respec = Worker(**{**{k: getattr(spec, k) for k in ("num_gpus", "num_cpus", "null")}, "max_restarts": 20})
+        with DistEngine({"a": respec, "b": respec}, stepping=args.stepping, standby=standby) as dist:
+            _pipeline(dist, rxcuda, np, n, ("a", "b"))
+            dist.tick()
+            for how in DEATHS + (() if gpu else ("context",)):
+                ph = _death(ray, dist, how)
+                cells = [f"{how:<9}", f"{'a standby' if standby else 'Ray restarts':>17}"]
+                cells += [f"{ph[k] * 1e3:>{len(h)}.0f}" for k, h in zip(PHASES, head[2:], strict=True)]
+                print("  ".join(cells), flush=True)
+
+
+def _print_shared(shared: list, args) -> None:
+    print(f"\nthe ipc link ({args.mib:g} MiB) with the workers' GPU shared, us / frame (results checked against "
+          "NumPy):")
+    print(f"{'share_gpu':<10} {'one worker':>11} {'two, not linked':>16} {'two, ipc link':>14} "
+          f"{'link adds':>10}  MPS")
+    for mode, one, apart, linked, mps in shared:
+        print(f"{mode:<10} {one:>11.1f} {apart:>16.1f} {linked:>14.1f} {linked - one:>10.1f}  {mps}", flush=True)
 
 
 DEATHS = ("ray.kill", "kill", "exit", "segfault")  # ray.kill (the docs' drill), SIGKILL, os._exit, a segfault
