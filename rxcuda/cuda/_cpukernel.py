@@ -246,8 +246,11 @@ class Prepared:
         self._offsets = np.array([p.offset for p in self.kernel.params] or [0], dtype=np.uint32)
         self._sizes = np.array([p.size for p in self.kernel.params] or [0], dtype=np.uint32)
         self._repack, self._n = module.repack, len(self.kernel.params)
-        self._params_ptr = ctypes.addressof(self._params)
-        self._offsets_ptr, self._sizes_ptr = self._offsets.ctypes.data, self._sizes.ctypes.data
+        self._n_c = ctypes.c_int(self._n)
+        # ctypes objects, not ints: the hot update's call converts nothing but the argument array's address
+        self._params_ptr = ctypes.c_void_p(ctypes.addressof(self._params))
+        self._offsets_ptr = ctypes.c_void_p(self._offsets.ctypes.data)
+        self._sizes_ptr = ctypes.c_void_p(self._sizes.ctypes.data)
         self._bind()
 
     def _bind(self) -> None:
@@ -272,7 +275,7 @@ class Prepared:
     def repack(self, args_ptr: int) -> None:
         """New parameter values read from a ``kernelParams`` array (one pointer per parameter), in C: the hot update's
         path (the allocations are looked up again only where a pointer changed)."""
-        if self._repack(self._params_ptr, args_ptr, self._offsets_ptr, self._sizes_ptr, self._n):
+        if self._repack(self._params_ptr, args_ptr, self._offsets_ptr, self._sizes_ptr, self._n_c):
             self._seen = -1
 
     def set_params(self, params: bytes) -> None:

@@ -120,6 +120,9 @@ class FastDriver:
         if self.native:
             return functools.partial(self._set_params, graph_exec, node, params_ptr)
         api = self.api
+        bound = getattr(api, "kernel_node_updater", None)  # a driver with its own bound path (the CPU device's)
+        if bound is not None:
+            return bound(graph_exec, node, params_ptr, params)
         return lambda: int(api.cuGraphExecKernelNodeSetParams(graph_exec, node, params)[0])
 
     @staticmethod
