@@ -60,13 +60,12 @@ class _Func:
 class _Node:
     """A node of a graph (template or executable): what it does, and what it depends on."""
 
-    __slots__ = ("kind", "data", "deps", "enabled", "launch", "bodies", "raw", "seen")
+    __slots__ = ("kind", "data", "deps", "enabled", "launch", "bodies", "raw")
 
     def __init__(self, kind: str, data, deps=()):
         self.kind, self.data, self.deps = kind, data, tuple(int(d) for d in deps)
         self.enabled = True
         self.raw = b""  # a kernel node's params struct as last set: the same again is a change of argument values
-        self.seen: tuple[int, ctypes.Array] | None = None  # (address, a view of the 56 bytes there) last set from
         self.launch: _cpukernel.Prepared | None = None
         self.bodies: list[int] = []
 
@@ -475,29 +474,30 @@ class CpuDriver(CaptureMixin, GLInteropMixin, NullDriver):
         anything else takes the full call."""
         graph_exec, node = int(graph_exec), int(node)
         view = (ctypes.c_char * 56).from_address(int(params_ptr))
-        index, counts, failures, full = self._index, self._counts, self._failures, self.cuGraphExecKernelNodeSetParams
+        index, full = self._index, self.cuGraphExecKernelNodeSetParams
 
         def update() -> int:
             nodes = index.get(graph_exec)
             nd = nodes.get(node) if nodes is not None else None
-            if nd is not None and nd.launch is not None and not failures and view.raw == nd.raw:
-                nd.launch.repack(nd.data[5])
-                counts["cuGraphExecKernelNodeSetParams"] += 1
+            if nd is not None and self._repacked(nd, view.raw):
                 return 0
             return int(full(graph_exec, node, params)[0])
 
         return update
 
+    def _repacked(self, nd: _Node, raw: bytes) -> bool:
+        """The Parameters tier's case (the same function, launch and argument array as last set; new values):
+        the values repacked in C, counted as the call. False where the full call must run."""
+        if raw != nd.raw or nd.launch is None or self._failures:
+            return False
+        nd.launch.repack(nd.data[5])
+        self._counts["cuGraphExecKernelNodeSetParams"] += 1
+        return True
+
     def cuGraphExecKernelNodeSetParams(self, graph_exec, node, params):
         nd = self._exec_node(int(graph_exec), int(node))
-        ptr, seen = params.getPtr(), nd.seen
-        if seen is None or seen[0] != ptr:  # (a view made once per address: a tenth of a string_at's time)
-            seen = nd.seen = (ptr, (ctypes.c_char * 56).from_address(ptr))
-        raw = seen[1].raw
-        if raw == nd.raw and nd.launch is not None and not self._failures:
-            # the Parameters tier's case (the same function, launch and argument array; new values): in C
-            nd.launch.repack(nd.data[5])
-            self._counts["cuGraphExecKernelNodeSetParams"] += 1
+        raw = ctypes.string_at(params.getPtr(), 56)
+        if self._repacked(nd, raw):
             return (_OK,)
         func, grid, block, shared, args = self._kernel_data(params)
         f = self._functions.get(func)
