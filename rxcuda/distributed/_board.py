@@ -53,6 +53,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..model import _dtypes
+
 MAGIC = 0x72786C696E6B0001  # "rxlink", layout 1
 HANDLE_BYTES = 64  # a CUDA IPC handle (memory or event)
 LIVE, RETIRED = 1, 2
@@ -347,15 +349,10 @@ def remove_boards(session: str) -> None:
 
 def copy_out(value: np.ndarray, out) -> np.ndarray:
     """``value`` copied into ``out`` (``read(..., out=out)`` of an engine in another process; ``value`` itself
-    where ``out`` is None); ValueError naming the array to make where ``out`` is not a writable NumPy array of the
-    same dtype and shape."""
+    where ``out`` is None), checked as a local engine checks it (``_dtypes.check_out``)."""
     if out is None:
         return value
-    if not (isinstance(out, np.ndarray) and out.shape == value.shape and out.dtype == value.dtype
-            and out.flags.writeable):
-        got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
-        raise ValueError(f"read(..., out=...) needs a writable NumPy array of {value.dtype} {value.shape} for this "
-                         f"port (got {got}); make one with numpy.empty({value.shape}, numpy.{value.dtype.name})")
+    _dtypes.check_out(out, value.shape, value.dtype)
     np.copyto(out, value)
     return out
 

@@ -20,6 +20,7 @@ from reactivex.disposable import Disposable
 from ..cuda._graph import CompiledGraph
 from ..cuda._memory import DeviceBuffer, as_cupy
 from ..cuda._stream import wait_event, wait_stream
+from ..model import _dtypes
 from ..model._describe import CountSpec, PortRef
 from ..model._errors import ValidationError
 from ..model._events import BlockChanged
@@ -139,10 +140,7 @@ class DataIO:
             value = np.array([self.count(ref, port)], np.uint32)
             if out is None:
                 return value
-            if not (isinstance(out, np.ndarray) and out.dtype == np.uint32 and out.shape == (1,)
-                    and out.flags.writeable):
-                raise ValueError("read(..., out=...) of an append output's count needs a writable NumPy array of "
-                                 "uint32 (1,); make one with numpy.empty(1, numpy.uint32)")
+            _dtypes.check_out(out, value.shape, value.dtype)
             out[...] = value
             return out
         shape = _shapes_io.running_shape(rt.running(), ref, spec)

@@ -136,7 +136,7 @@ def empty_for_read(spec: PortSpec, shape: Shape, out: np.ndarray | None = None) 
     if out is None:
         out = _dtypes.empty_host(spec.dtype, shape)
     else:
-        check_out(out, spec, shape)
+        _dtypes.check_out(out, *_dtypes.host_layout(spec.dtype, shape))
     if spec.strides is None or spec.dtype is None:
         return out, out
     want, lanes = _dtypes.host_dtype(spec.dtype)
@@ -148,21 +148,7 @@ def read_layout(spec, shape: Shape) -> tuple[Shape, np.dtype] | None:
     last axis, untyped ports as bytes; None for an append output or its count (as many as were appended)."""
     if isinstance(spec, CountSpec) or spec.counter is not None:
         return None
-    want, lanes = (np.dtype(np.uint8), ()) if spec.dtype is None else _dtypes.host_dtype(spec.dtype)
-    return tuple(shape) + lanes, np.dtype(want)
-
-
-def check_out(out, spec: PortSpec, shape: Shape) -> None:
-    """Raise ValueError (naming what it must be) unless ``out`` is a writable C-contiguous NumPy array of the
-    dtype and shape ``engine.read`` would return for this port now."""
-    want, lanes = (np.dtype(np.uint8), ()) if spec.dtype is None else _dtypes.host_dtype(spec.dtype)
-    full = tuple(shape) + lanes  # (read_layout's, for an append output's elements too)
-    if (not isinstance(out, np.ndarray) or out.dtype != want or out.shape != full or not out.flags.c_contiguous
-            or not out.flags.writeable):
-        got = (f"{out.dtype} {out.shape}{'' if out.flags.c_contiguous else ', not C-contiguous'}"
-               f"{'' if out.flags.writeable else ', read-only'}" if isinstance(out, np.ndarray) else type(out).__name__)
-        raise ValueError(f"read(..., out=...) needs a writable C-contiguous NumPy array of {want} {full} for this "
-                         f"port (got {got}); make one with numpy.empty({full}, numpy.{want.name})")
+    return _dtypes.host_layout(spec.dtype, shape)
 
 
 def gathered(out: np.ndarray, raw: np.ndarray, spec: PortSpec) -> np.ndarray:

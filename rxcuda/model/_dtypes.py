@@ -391,12 +391,30 @@ def _same_layout(a: np.dtype, b: np.dtype) -> bool:
     return fa == fb
 
 
+def host_layout(dtype, shape: tuple[int, ...]) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, NumPy dtype) of a host array holding ``shape`` elements of ``dtype`` (vector lanes on a last axis;
+    None: bytes)."""
+    if dtype is None:
+        return tuple(shape), np.dtype(np.uint8)
+    want, lanes = host_dtype(dtype)
+    return tuple(shape) + lanes, np.dtype(want)
+
+
 def empty_host(dtype, shape: tuple[int, ...]) -> np.ndarray:
     """A new host array for ``shape`` elements of ``dtype`` (vector lanes on a last axis; None: bytes)."""
-    if dtype is None:
-        return np.empty(shape, np.uint8)
-    want, lanes = host_dtype(dtype)
-    return np.empty(tuple(shape) + lanes, want)
+    return np.empty(*host_layout(dtype, shape))
+
+
+def check_out(out, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Raise ValueError (naming the array to make) unless ``out`` is a writable C-contiguous NumPy array of
+    ``shape`` and ``dtype``: what ``read(port, out=out)`` copies into."""
+    if (isinstance(out, np.ndarray) and out.dtype == dtype and out.shape == tuple(shape) and out.flags.c_contiguous
+            and out.flags.writeable):
+        return
+    got = (f"{out.dtype} {out.shape}{'' if out.flags.c_contiguous else ', not C-contiguous'}"
+           f"{'' if out.flags.writeable else ', read-only'}" if isinstance(out, np.ndarray) else type(out).__name__)
+    raise ValueError(f"read(..., out=...) needs a writable C-contiguous NumPy array of {dtype} {tuple(shape)} for "
+                     f"this port (got {got}); make one with numpy.empty({tuple(shape)}, numpy.{dtype.name})")
 
 
 def numpy_dtype(dtype) -> np.dtype:

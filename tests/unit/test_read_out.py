@@ -65,3 +65,15 @@ def test_an_isolated_engine_reads_the_same_numbers_with_and_without_out():
         with pytest.raises(ValueError, match="numpy.empty"):
             iso.read(b["out"], out=np.empty(3, np.float32))
         np.testing.assert_array_equal(iso.read(b["x"]), x)  # another port, its own shared file
+
+
+def test_an_append_outputs_count_reads_into_a_u32_array_and_a_wrong_one_is_refused(engine):
+    above = engine.add(rxcuda.Block.from_kernel("append_above", size=N, threshold=0.5))
+    x = np.random.default_rng().standard_normal(N).astype(np.float32)
+    engine.write(above["values"], x)
+    engine.tick()
+    count = np.zeros(1, np.uint32)
+    assert engine.read(above["out"].count, out=count) is count
+    assert int(count[0]) == int((x > 0.5).sum()) == engine.count(above["out"])
+    with pytest.raises(ValueError, match=r"numpy.empty\(\(1,\), numpy.uint32\)"):
+        engine.read(above["out"].count, out=np.zeros(1, np.int64))
