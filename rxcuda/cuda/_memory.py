@@ -9,6 +9,7 @@ import attrs
 import numpy as np
 
 from ..model import _dtypes
+from ..model._shapes import c_strides
 from ._driver import check, drv
 
 _MIN_CLASS = 256
@@ -325,11 +326,8 @@ def _resolve_on_host(obj, api) -> ExternalArray:
     count = math.prod(shape)
     strides = cai.get("strides")
     if strides is not None and count > 1:
-        acc, expected = dtype.itemsize, []
-        for dim in reversed(shape):
-            expected.append(acc)
-            acc *= dim
-        if any(s != e for s, e, d in zip(strides, reversed(expected), shape, strict=True) if d > 1):
+        expected = (e * dtype.itemsize for e in c_strides(shape))
+        if any(s != e for s, e, d in zip(strides, expected, shape, strict=True) if d > 1):
             raise TypeError("the array is not C-contiguous; pass a contiguous one")
     found = api.allocations.find(ptr)
     if found is None or ptr + count * dtype.itemsize > found[0] + found[1]:

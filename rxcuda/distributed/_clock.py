@@ -217,9 +217,9 @@ def _read(fd: int, index: int) -> tuple | None:
             return None
         if len(raw) < RECORD.size:
             return None  # hung up (nothing), or a writer died mid-record: the caller sees the hang-up
-        i = RECORD.unpack(raw)[0]
-        if i <= READ:  # a read's answer: its pickled (ok, value) follows the record (written with it)
-            payload = _read_exact(fd, RECORD.unpack(raw)[3])
+        i, _status, _flags, length = RECORD.unpack(raw)[:4]
+        if i <= READ:  # a read's answer: its pickled (ok, value) follows the record (written with it; length)
+            payload = _read_exact(fd, length)
             if payload is None:
                 return None  # hung up mid-answer: the caller sees the hang-up
             if i != index:

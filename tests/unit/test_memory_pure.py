@@ -88,6 +88,7 @@ def test_on_the_cpu_device_an_array_in_its_memory_resolves_from_its_array_interf
         resolve_device_array(_Cai(outside.ctypes.data, (4,)), api=api)
     with pytest.raises(TypeError, match=r"not C-contiguous"):
         resolve_device_array(_Cai(int(ptr), (4, 2), strides=(16, 8)), api=api)
+    assert resolve_device_array(_Cai(int(ptr), (4, 4), strides=(16, 4)), api=api).count == 16  # C order, spelt out
     with pytest.raises(TypeError, match=r"list has none: use engine\.write\(port, array\)"):
         resolve_device_array([1.0], api=api)
     api.cuMemFree(ptr)
