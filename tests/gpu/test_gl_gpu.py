@@ -14,44 +14,19 @@ from conftest import gpu_subprocess_env
 
 import rxcuda
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
+from _gldraw import draw, egl_context, pixel_centres, points  # noqa: E402
+
 moderngl = pytest.importorskip("moderngl", reason="the gl extra's moderngl is not installed")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SIZE = 64
 
 
 @pytest.fixture
 def ctx():
-    try:
-        ctx = moderngl.create_context(standalone=True, backend="egl")
-    except Exception as e:  # no EGL vendor library: nothing to draw with
-        pytest.skip(f"no OpenGL context through EGL: {e}")
+    ctx = egl_context(moderngl)
     yield ctx
     ctx.release()
-
-
-def points(ctx, vbo):
-    program = ctx.program(
-        vertex_shader="#version 330\nin vec2 p; void main() { gl_Position = vec4(p, 0.0, 1.0); gl_PointSize = 1.0; }",
-        fragment_shader="#version 330\nout vec4 c; void main() { c = vec4(1.0); }")
-    return ctx.vertex_array(program, [(vbo, "2f", "p")])
-
-
-def draw(ctx, vao) -> set:
-    fbo = ctx.simple_framebuffer((SIZE, SIZE))
-    fbo.use()
-    fbo.clear(0.0, 0.0, 0.0, 1.0)
-    vao.render(moderngl.POINTS)
-    img = np.frombuffer(fbo.read(components=1), np.uint8).reshape(SIZE, SIZE)
-    return set(zip(*(a.tolist() for a in np.nonzero(img)), strict=True))
-
-
-def pixel_centres(rng, m: int):
-    """m distinct pixels (row, col) and clip-space points at their centres (GL's rows count from the bottom)."""
-    flat = rng.choice(SIZE * SIZE, size=m, replace=False)
-    rows, cols = flat // SIZE, flat % SIZE
-    xy = np.stack([(cols + 0.5) / SIZE * 2 - 1, (rows + 0.5) / SIZE * 2 - 1], axis=1).astype(np.float32)
-    return set(zip(rows.tolist(), cols.tolist(), strict=True)), xy
 
 
 def test_a_gl_buffer_is_drawn_from_the_ports_memory_every_frame(engine, ctx, rng, kernels):

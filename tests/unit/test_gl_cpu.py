@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 import pytest
+from _gldraw import draw, egl_context, pixel_centres, points
 
 import rxcuda
 from rxcuda.cuda import _gl
@@ -23,15 +24,11 @@ from rxcuda.cuda._cpugl import GL, GL_COPY_WRITE_BUFFER
 moderngl = pytest.importorskip("moderngl", reason="the gl extra's moderngl is not installed: pip install '.[gl]'")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SIZE = 64
 
 
 @pytest.fixture
 def ctx():
-    try:
-        ctx = moderngl.create_context(standalone=True, backend="egl")
-    except Exception as e:  # no libEGL, or no EGL vendor library (Debian: libegl1 and libegl-mesa0)
-        pytest.skip(f"no OpenGL context through EGL: {e}")
+    ctx = egl_context(moderngl)
     yield ctx
     ctx.release()
 
@@ -40,30 +37,6 @@ def ctx():
 def engine():
     with rxcuda.Engine(device="cpu") as e:
         yield e
-
-
-def points(ctx, vbo):
-    program = ctx.program(
-        vertex_shader="#version 330\nin vec2 p; void main() { gl_Position = vec4(p, 0.0, 1.0); gl_PointSize = 1.0; }",
-        fragment_shader="#version 330\nout vec4 c; void main() { c = vec4(1.0); }")
-    return ctx.vertex_array(program, [(vbo, "2f", "p")])
-
-
-def draw(ctx, vao) -> set:
-    fbo = ctx.simple_framebuffer((SIZE, SIZE))
-    fbo.use()
-    fbo.clear(0.0, 0.0, 0.0, 1.0)
-    vao.render(moderngl.POINTS)
-    img = np.frombuffer(fbo.read(components=1), np.uint8).reshape(SIZE, SIZE)
-    return set(zip(*(a.tolist() for a in np.nonzero(img)), strict=True))
-
-
-def pixel_centres(rng, m: int):
-    """m distinct pixels (row, col) and clip-space points at their centres (GL's rows count from the bottom)."""
-    flat = rng.choice(SIZE * SIZE, size=m, replace=False)
-    rows, cols = flat // SIZE, flat % SIZE
-    xy = np.stack([(cols + 0.5) / SIZE * 2 - 1, (rows + 0.5) / SIZE * 2 - 1], axis=1).astype(np.float32)
-    return set(zip(rows.tolist(), cols.tolist(), strict=True)), xy
 
 
 def test_gl_draws_what_each_frame_of_the_cpu_device_wrote(engine, ctx):
