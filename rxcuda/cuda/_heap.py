@@ -13,6 +13,11 @@ JIT (nothing happens for cubins), only on glibc, and not at all where ``RXCUDA_K
 environment or the user already tuned glibc through its ``MALLOC_TRIM_THRESHOLD_``/``MALLOC_TOP_PAD_``
 variables (theirs win).
 
+Nor where NVRTC made PTX in this process before the first driver JIT (the CPU device's kernels, and then a GPU's
+PTX JIT in the same process): measured on an H100 (driver 580.159), every later PTX JIT there failed with
+``CUDA_ERROR_INVALID_PTX`` with the heap kept, and none with ``RXCUDA_KEEP_HEAP=0``, cubins, or the GPU's JIT
+first. The cause is in the libraries, not found; :func:`nvrtc_made_ptx` keeps such a process on glibc's defaults.
+
 >>> wanted({"RXCUDA_KEEP_HEAP": "0"}), wanted({"MALLOC_TOP_PAD_": "0"}), wanted({})
 (False, False, True)
 """
@@ -46,6 +51,15 @@ def keep_jit_heap() -> bool:
             if not _DONE:
                 _DONE.append(wanted(os.environ) and _mallopt())
     return _DONE[0]
+
+
+def nvrtc_made_ptx() -> None:
+    """Called before NVRTC compiles to PTX: where no driver JIT has set the heap yet, it never will in this
+    process (see the module's note)."""
+    if not _DONE:
+        with _LOCK:
+            if not _DONE:
+                _DONE.append(False)
 
 
 def _mallopt() -> bool:
