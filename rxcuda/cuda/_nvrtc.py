@@ -16,7 +16,6 @@ import io
 from collections.abc import Sequence
 
 from ..model._errors import CompileError
-from . import _heap
 
 
 class NvrtcRejected(Exception):
@@ -101,6 +100,5 @@ def compile_source(source: str, name: str, options, target: str) -> tuple[bytes,
     """Compile CUDA C++ ``source`` to ``target`` ("ptx" or "cubin") with ``options`` (a ``ProgramOptions``):
     (image, log). Raises :class:`NvrtcRejected` with the log when NVRTC rejects the source."""
     if target == "ptx":
-        _heap.nvrtc_made_ptx()  # see rxcuda.cuda._heap: the heap is left alone in such a process
         return compile_ptx(source, name, list(options.as_bytes("nvrtc", "ptx")))
     return compile_cubin(source, options)
