@@ -186,17 +186,20 @@ def wait(clocks: Mapping[str, Clock], index: int, on_silence: Callable[[str, flo
 
 def answer(clock: Clock, index: int, on_silence: Callable[[str, float], None] | None = None):
     """The answer to read request ``index`` (:meth:`Clock.read`): (True, the value) or (False, the exception it
-    raised), or "dead" (the pipe hung up, or the process is gone). ``on_silence`` as for :func:`wait`."""
-    poller = select.poll()
-    poller.register(clock.done, select.POLLIN)
+    raised); to frame ``index`` of this one clock, (status, flags, frame) as :func:`wait` gives it; or "dead" (the
+    pipe hung up, or the process is gone). ``on_silence`` as for :func:`wait`."""
     start = time.monotonic()
     spin = start + SPIN_S
+    poller = None  # made once the spin is over (most answers come before)
     while True:
         got = _read(clock.done, index)
         if got is not None:
             return got
         if time.monotonic() < spin:
             continue
+        if poller is None:
+            poller = select.poll()
+            poller.register(clock.done, select.POLLIN)
         events = poller.poll(CHECK_S * 1000)
         if not events:
             if not _alive(clock.pid):
@@ -263,6 +266,8 @@ class ClockHand:
     def _take(self, upto: int, inline: object = None) -> None:
         """Apply the control messages up to ``upto``: posted ones (Ray calls), then ``inline`` (numbered
         ``upto``, read from the go pipe) when there is one."""
+        if inline is None and self._applied >= upto:
+            return  # the common frame: nothing to apply
         messages = []
         if inline is not None:
             upto -= 1

@@ -38,7 +38,7 @@ from ..streams._broadcast import Broadcast
 from . import _board, _clock, _isoview, _placement, _procs
 from ._engine import Engine as _Distributed
 from ._placement import Worker
-from ._records import DistributedFrame
+from ._records import DistributedFrame, FragmentFrame
 
 WORKER = "gpu"  # the one worker's name
 DEADLINE_S = 5.0  # a frame not finished by then is a hang: its process is ended and replaced
@@ -227,8 +227,19 @@ class IsolatedEngine(_Distributed):
             self._index += 1
             index = self._index
         self._clock_step(WORKER, index, params, writes, observed)
-        answer = _clock.wait({WORKER: c}, index, lambda w, seconds: self._on_silence(w, index, seconds))
-        rep = self._clock_answer(WORKER, index, answer.get(WORKER, "dead"), c)
+        got = _clock.answer(c, index, lambda w, seconds: self._on_silence(w, index, seconds))
+        if type(got) is tuple and got[0] == "done" and not got[1] & _clock.MORE:  # a frame and nothing more to
+            frame = got[2]  # collect (no diagnostics, no observed values): what _report and _frame_of do, inline
+            if self._frames.observers:
+                self._frames.emit(FragmentFrame(WORKER, index, frame))
+            frame = frame._replace(index=index)
+            if frame.state == "ok":
+                self._good_frame()
+                self.last_good = max(self.last_good, index)
+            if self._iframes.observers:
+                self._iframes.emit(frame)
+            return frame
+        rep = self._clock_answer(WORKER, index, got, c)
         frames: dict = {WORKER: None}
         if isinstance(rep, tuple):
             self._step_failed(WORKER, rep[0], params, writes, rep[1])
