@@ -544,7 +544,7 @@ def _loops(blocks) -> str:
 def _said(words: str | None) -> str | None:
     """A GPU process's last words as this side tells them: that process is gone and this one goes on, so a lost
     context's advice to restart the process is left out."""
-    return words.replace(DeviceLostError.STICKY, "") if words else words
+    return words.replace(DeviceLostError.STICKY, "").replace(DeviceLostError.STICKY_CPU, "") if words else words
 
 
 def _members(block: Block) -> list[Block]:

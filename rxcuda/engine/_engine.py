@@ -19,6 +19,7 @@ from ..blocks._blocks import Block, PortHandle, resolve_port
 from ..blocks._composite import Composite, CompositeInstance
 from ..blocks._regions import Region
 from ..cuda import _nvtx
+from ..cuda._cpu import CpuDriver
 from ..cuda._cpuchoice import choose_driver
 from ..cuda._device import Device
 from ..cuda._driver import is_sticky
@@ -93,7 +94,8 @@ class Engine(EngineStreams, EngineViews):
             self._open(device, sync, driver)
         except CudaError as e:
             if is_sticky(e):  # another engine (or library) in this process lost the context
-                raise DeviceLostError(e.call, e.name, e.explanation, e.code, device=device) from e
+                raise DeviceLostError(e.call, e.name, e.explanation, e.code,
+                                      device="cpu" if isinstance(driver, CpuDriver) else device) from e
             raise
         if devices is not None or pipelined:  # (closes the engine if a device cannot be opened)
             _devices.open_devices(self, devices, driver, pipelined)

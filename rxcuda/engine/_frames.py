@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..cuda._cpu import CpuDriver
 from ..cuda._driver import is_sticky
 from ..cuda._stream import destroy_event
 from ..model._errors import CudaError, DeviceLostError
@@ -100,8 +101,8 @@ class FrameRunner:
                 kernels: tuple[str, ...] = (err.node,)
             else:
                 kernels = tuple(dict.fromkeys(n.label for n in g.plan.nodes)) if g is not None else ()
-            device = self.device.ordinal
-            if self.rt.devices is not None:  # several devices: the one whose context is gone, and its kernels
+            device: int | str = "cpu" if isinstance(self.device.api, CpuDriver) else self.device.ordinal
+            if self.rt.devices is not None and device != "cpu":  # several GPUs: the lost one, its kernels
                 device, kernels = self.rt.devices.fault(g, kernels)
             self.lost = DeviceLostError(err.call, err.name, err.explanation, err.code, device=device,
                                         kernels=kernels[:8], exact=err.node is not None)

@@ -114,11 +114,17 @@ class CudaError(RxcudaError, RuntimeError):
 class DeviceLostError(CudaError):
     """The CUDA context of a GPU is lost: a kernel faulted (an illegal address, say). CUDA's errors of this
     kind are sticky -- every later call in this process fails -- so that GPU can be used again only from a
-    new process. ``kernels`` names the kernels that ran in the faulting frame, where known."""
+    new process. ``kernels`` names the kernels that ran in the faulting frame, where known; ``device``: the GPU's
+    ordinal, or ``"cpu"`` for the CPU device.
+
+    >>> str(DeviceLostError("cuGraphLaunch", "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal address", device="cpu"))[:48]
+    "the CPU device's context is lost (CUDA_ERROR_ILL"
+    """
 
     STICKY = ". CUDA errors of this kind are sticky: restart the process to use this GPU again"
+    STICKY_CPU = STICKY.replace("this GPU", "the CPU device")  # (the CPU device keeps a GPU's rules: docs/cpu.md)
 
-    def __init__(self, call: str, name: str, explanation: str, code: int | None = None, *, device: int = 0,
+    def __init__(self, call: str, name: str, explanation: str, code: int | None = None, *, device: int | str = 0,
                  kernels: tuple[str, ...] = (), exact: bool = False):
         if exact:
             where = f"; the fault came from {kernels[0]}"
@@ -127,8 +133,11 @@ class DeviceLostError(CudaError):
                      "the one that faults)")
         else:
             where = ""
-        RxcudaError.__init__(
-            self, f"the CUDA context of GPU {device} is lost ({name} in {call}: {explanation}){self.STICKY}" + where)
+        if device == "cpu":
+            lost, sticky = "the CPU device's context", self.STICKY_CPU
+        else:
+            lost, sticky = f"the CUDA context of GPU {device}", self.STICKY
+        RxcudaError.__init__(self, f"{lost} is lost ({name} in {call}: {explanation}){sticky}" + where)
         self.call, self.name, self.explanation, self.code = call, name, explanation, code
         self.node = None
         self.device = device

@@ -13,8 +13,8 @@ KERNELS = pathlib.Path(__file__).resolve().parents[2] / "kernels"
 _ok, _why = probe()
 
 # Modules whose tests that take the ``engine`` fixture run on every device there is: the CPU device always (so CI
-# checks their numbers), the GPU where there is one. The others need what the CPU device does not run yet (library
-# calls, CuPy arrays, GL textures, video) or check GPU-only behaviour (faults, NVTX, timings).
+# checks their numbers), the GPU where there is one. The others need what the CPU device does not run (CuPy
+# arrays, GL textures) or check GPU-only behaviour (faults, NVTX, timings).
 ON_CPU = {"test_append_gpu", "test_bounds_gpu", "test_composite_gpu", "test_delays_gpu", "test_engine_gpu",
           "test_footguns", "test_frames_gpu", "test_param_path_gpu", "test_profile_gpu", "test_regions_gpu",
           "test_regions_unroll_gpu", "test_replan_gpu", "test_shapes_gpu", "test_shipped_kernels_gpu",

@@ -271,3 +271,16 @@ def test_kernels_compile_to_ptx_where_the_cpu_device_runs_and_rxcuda_device_cuda
     assert _nvrtc.default_target() == "ptx"
     monkeypatch.setenv("RXCUDA_DEVICE", "cuda")
     assert _nvrtc.default_target() == "cubin"
+
+
+def test_a_fault_on_the_cpu_device_names_the_cpu_device_not_a_gpu():
+    bad = ('extern "C" __global__ void past(const float* x, float* out, int n) '
+           "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i + (1 << 28)] = x[i]; }")
+    with rxcuda.Engine(device="cpu") as engine:
+        blk = engine.add(rxcuda.Block.from_cuda(bad, size=64))
+        engine.write(blk["x"], np.ones(64, np.float32))
+        with pytest.raises(rxcuda.DeviceLostError) as info:
+            engine.tick()
+    message = str(info.value)
+    assert message.startswith("the CPU device's context is lost (CUDA_ERROR_ILLEGAL_ADDRESS"), message
+    assert "restart the process to use the CPU device again" in message and "GPU" not in message.split(";")[0]
