@@ -258,9 +258,9 @@ class Share:
 
     @property
     def news(self) -> Choice | None:
-        """The choice, where it is worth an info diagnostic: some worker could use MPS, or it was asked for (an
-        engine of null-driver or CPU-device workers says nothing)."""
-        return self.choice if self.candidates or self.asked == "mps" else None
+        """The choice, where it is worth an info diagnostic: two or more workers could share a GPU, or MPS was asked
+        for (an engine of one GPU worker, or of null-driver or CPU-device workers, says nothing)."""
+        return self.choice if len(self.candidates) > 1 or self.asked == "mps" else None
 
     @property
     def mode(self) -> str:

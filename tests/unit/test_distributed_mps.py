@@ -202,7 +202,10 @@ def test_a_failing_daemon_is_off_with_a_warning_when_asked_for_and_quietly_under
 
 def test_nothing_starts_when_off_for_null_workers_or_under_the_users_own_mps(fake, monkeypatch):
     assert _mps.Share("off", ("a", "b"), placed_first=False).env == {}
-    assert _mps.Share("auto", (), placed_first=True).mode == "off"
+    quiet = _mps.Share("auto", (), placed_first=True)
+    assert quiet.mode == "off" and quiet.news is None  # null driver or CPU device: no info diagnostic either
+    one = _mps.Share("auto", ("a",), placed_first=True)  # one GPU worker (an isolated engine): nothing to say
+    assert (one.mode, one.news) == ("off", None)
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/users-mps")
     share = _mps.Share("auto", ("a", "b"), placed_first=True)
     assert share.mode == "theirs" and share.env == {}
