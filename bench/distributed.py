@@ -38,8 +38,10 @@ against NumPy on random inputs (on a GPU):
   between sizes (GB/s: target >= 5; and <= 1 ms added for 4 MiB);
 - the same over Ray's object store: two Ray nodes started on this machine (``ray.cluster_utils.Cluster``, each
   declaring the one GPU), a worker on each, so the link crosses "hosts" (``--no-store`` leaves it out);
-- the ``ipc`` link with ``Engine(share_gpu="off")`` and ``"mps"`` (a private MPS daemon for the workers; a GPU
-  only): one worker, two workers not connected, two workers linked, at ``--mib``.
+- the ``ipc`` link with ``Engine(share_gpu="off")``, ``"auto"`` (the default: a private MPS daemon where two workers
+  share a GPU) and ``"mps"`` (a GPU only): one worker, two workers not connected, two workers linked, at ``--mib``.
+Every measurement is warm (frames for at least ``WARM_S`` before it, and the sweep's first pipeline run once
+before the sweep), and every part's header names the GPU.
 """
 
 from __future__ import annotations
@@ -56,9 +58,17 @@ sys.path.insert(0, str(ROOT))
 KERNEL = ROOT / "kernels" / "scalar_mul.ptx"
 
 
+WARM_S = 0.5  # each measurement's warm-up: frames for at least this long (and 5), so the row is measured warm
+
+
 def _median_us(fn, frames: int) -> float:
-    for _ in range(5):  # warm up: builds, first copies, handle mapping
+    """Median seconds of ``fn`` over ``frames`` calls, in us, after a warm-up: builds, first copies, handle mapping,
+    and long enough for the GPU's clocks and the workers' processes to settle (the first row of a run measured
+    cold took 812 us a frame for what took 45 us warm)."""
+    t_end, done = time.perf_counter() + WARM_S, 0
+    while done < 5 or time.perf_counter() < t_end:
         fn()
+        done += 1
     times = []
     for _ in range(frames):
         t0 = time.perf_counter()
@@ -89,7 +99,7 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"the parts to run, comma-separated, each printed when it is done: {', '.join(SECTIONS)} "
                          "(frames: the per-frame rows and frames per second; sweep: the host link over --sizes on "
-                         "one host; mps: the ipc link with share_gpu off and mps, a GPU only; deaths: a worker's "
+                         "one host; mps: the ipc link with share_gpu off, auto and mps, a GPU only; deaths: a worker's "
                          "death to its next frame; store: the host link between two Ray nodes)")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # each line out as it is printed (a run cut short keeps its parts)
@@ -113,34 +123,36 @@ def main() -> None:
         return DistEngine(workers, stepping=args.stepping, standby=False)
 
     gpu, why = rxcuda.probe()
+    card = "?"
     n = int(args.mib * (1 << 20)) // 4
     spec = Worker(num_gpus=0.5) if gpu else Worker(null=True)
     sizes = [int(s) << 10 for s in args.sizes.split(",")]
     ray.init(num_cpus=4, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)
     try:
         with rxcuda.Engine(driver=None if gpu else NullDriver()) as local:
-            name = local.device.name if gpu else f"null driver, no GPU ({why})"
+            card = local.device.name if gpu else "null driver, no GPU"  # named in every part's header
+            name = card if gpu else f"{card} ({why})"
             if gpu:  # several processes on one GPU: under MPS they run at once, else they take turns
                 name += ", MPS on" if local.device.mps else ", MPS off: the workers' contexts take turns on the GPU"
             print(f"\nbench/distributed.py — per-frame time with sync, median of {args.frames} frames ({name}, "
                   f"{args.mib:g} MiB connection); parts: {', '.join(s for s in SECTIONS if s in only)}", flush=True)
             if "frames" in only:
-                _frames_part(ray, Engine, rxcuda, np, gpu, spec, n, args, local)
+                _frames_part(ray, Engine, rxcuda, np, gpu, spec, n, args, local, card)
         if "sweep" in only:
             _print_sweep({"host, one host (board)": _sweep(ray, Engine, rxcuda, np, gpu, spec, {}, sizes,
-                                                            args.frames)}, gpu)
+                                                            args.frames)}, gpu, card)
         if "mps" in only and gpu:
-            _print_shared(_share_gpu_rows(DistEngine, rxcuda, np, n, args, spec), args)
+            _print_shared(_share_gpu_rows(DistEngine, rxcuda, np, n, args, spec), args, card)
         if "deaths" in only:
-            _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args)
+            _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args, card)
     finally:
         ray.shutdown()
     if "store" in only:
         _print_sweep({"host, two Ray nodes (object store)": _two_nodes(ray, Engine, rxcuda, np, gpu, sizes,
-                                                                      args.frames)}, gpu)
+                                                                      args.frames)}, gpu, card)
 
 
-def _frames_part(ray, Engine, rxcuda, np, gpu, spec, n, args, local) -> None:  # noqa: N803
+def _frames_part(ray, Engine, rxcuda, np, gpu, spec, n, args, local, card: str) -> None:  # noqa: N803
     """The per-frame rows, the links' costs and frames per second under run(), printed."""
     rows: list[tuple[str, float]] = []
     a = local.add(rxcuda.Block.from_kernel(KERNEL, size=n, name="first", scale=1.5))
@@ -190,6 +202,7 @@ def _frames_part(ray, Engine, rxcuda, np, gpu, spec, n, args, local) -> None:  #
             spec_fps[label] = count[0] / 2.0
     print()
     width = max(len(r[0]) for r in rows)
+    print(f"per frame ({card}, {args.mib:g} MiB):")
     print(f"{'what':<{width}}  {'us / frame':>11}")
     for label, us in rows:
         print(f"{label:<{width}}  {us:>11.1f}")
@@ -207,9 +220,10 @@ def _frames_part(ray, Engine, rxcuda, np, gpu, spec, n, args, local) -> None:  #
           flush=True)
 
 
-def _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args) -> None:  # noqa: N803
+def _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args, card: str) -> None:  # noqa: N803
     """From a worker's death to its fragment's next frame, by kind of death and phase, printed."""
-    print("\nfrom a worker's death to its fragment's next complete frame (worker b, the link's consumer), ms:")
+    print(f"\nfrom a worker's death to its fragment's next complete frame (worker b, the link's consumer; {card}), "
+          "ms:")
     head = ("death", "how it comes back", "found", "process up", "built", "driver sees it", "next frame", "total")
     print("  ".join(f"{h:>{len(h) if i else 9}}" for i, h in enumerate(head)), flush=True)
     for standby in (True, False):
@@ -224,9 +238,9 @@ def _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args) -> Non
                 print("  ".join(cells), flush=True)
 
 
-def _print_shared(shared: list, args) -> None:
-    print(f"\nthe ipc link ({args.mib:g} MiB) with the workers' GPU shared, us / frame (results checked against "
-          "NumPy):")
+def _print_shared(shared: list, args, card: str) -> None:
+    print(f"\nthe ipc link ({args.mib:g} MiB) with the workers' GPU shared ({card}), us / frame (results checked "
+          "against NumPy; auto: the default, which chooses MPS for two workers on one GPU):")
     print(f"{'share_gpu':<10} {'one worker':>11} {'two, not linked':>16} {'two, ipc link':>14} "
           f"{'link adds':>10}  MPS")
     for mode, one, apart, linked, mps in shared:
@@ -329,6 +343,7 @@ def _sweep(ray, Engine, rxcuda, np, gpu, spec, where: dict, sizes, frames) -> li
     """Per size: (bytes, one worker us, two workers over a host link us, the link's transport why, check). ``where``:
     worker -> Worker spec overrides (the two-node run pins a and b to nodes)."""
     rows = []
+    _warm_workers(Engine, rxcuda, np, spec, where, sizes[0] // 4)
     for nbytes in sizes:
         n = nbytes // 4
         per = {}
@@ -344,6 +359,16 @@ def _sweep(ray, Engine, rxcuda, np, gpu, spec, where: dict, sizes, frames) -> li
                     check = _checked(dist, np, gpu, x, second["out"])
         rows.append((nbytes, per["one"], per["two"], why, check))
     return rows
+
+
+def _warm_workers(Engine, rxcuda, np, spec, where: dict, n: int) -> None:  # noqa: N803
+    """Run the sweep's first pipeline once, unmeasured, for a second: the first engine of a run pays for Ray's
+    worker processes starting beside it, first module loads and the GPU leaving its idle clocks."""
+    with Engine({"a": where.get("a", spec), "b": where.get("b", spec)}) as dist:
+        _pipeline(dist, rxcuda, np, n, ("a", "b"), "host")
+        t_end = time.perf_counter() + 1.0
+        while time.perf_counter() < t_end:
+            dist.tick()
 
 
 def _two_nodes(ray, Engine, rxcuda, np, gpu, sizes, frames) -> list[tuple]:  # noqa: N803
@@ -368,10 +393,10 @@ def _two_nodes(ray, Engine, rxcuda, np, gpu, sizes, frames) -> list[tuple]:  # n
         cluster.shutdown()
 
 
-def _print_sweep(sweep: dict, gpu: bool) -> None:
+def _print_sweep(sweep: dict, gpu: bool, card: str) -> None:
     for what, rows in sweep.items():
-        print(f"\n{what}: what the link adds a frame over one worker holding both blocks (median us), results "
-              f"{rows[0][4] if rows else ''}")
+        print(f"\n{what}, {card}: what the link adds a frame over one worker holding both blocks (median us), "
+              f"results {rows[0][4] if rows else ''}")
         print(f"{'bytes':>10} {'one worker':>11} {'two, linked':>12} {'link adds':>10} {'GB/s':>7} "
               f"{'growth GB/s':>12}  transport")
         last = None
@@ -389,9 +414,10 @@ def _print_sweep(sweep: dict, gpu: bool) -> None:
 
 def _share_gpu_rows(DistEngine, rxcuda, np, n: int, args, spec) -> list[tuple]:  # noqa: N803
     """(share_gpu, one worker us, two workers not connected us, two workers over an ipc link us, whether MPS served
-    the workers' GPU) with ``share_gpu`` off and "mps"; the linked result checked against NumPy."""
+    the workers' GPU) with ``share_gpu`` off, "auto" (the default) and "mps"; the linked result checked against
+    NumPy."""
     rows = []
-    for mode in ("off", "mps"):
+    for mode in ("off", "auto", "mps"):
         def Engine(workers, mode=mode):  # noqa: N802
             return DistEngine(workers, stepping=args.stepping, standby=False, share_gpu=mode)
 

@@ -75,22 +75,22 @@ class Engine(Restarts, ClockSteps):
     always by Ray calls. ``standby``: keep a standby actor on the driver's host (one per worker spec and GPU, its
     engine made beforehand) that takes a dead worker over at once, instead of waiting for Ray to restart it.
     ``backend``: ``"ray"``, or ``"process"`` (workers are child processes of this one with standbys of their own,
-    on this host and without Ray: what :class:`IsolatedEngine` runs on). ``share_gpu``: ``"mps"`` starts a private
-    NVIDIA MPS daemon for the workers on this host (``_mps``), so that workers sharing a GPU run at once instead of
-    taking turns; ``"off"`` (the default) starts none.
+    on this host and without Ray: what :class:`IsolatedEngine` runs on). ``share_gpu``: ``"auto"`` (the default)
+    runs a private NVIDIA MPS daemon where two or more workers share a GPU of this host, so their frames run at once
+    instead of taking turns (``_mps``; ``describe().share_gpu`` says what it chose and why); ``"mps"``, ``"off"``.
     """
 
     def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2,
                  start_timeout: float = 120.0, stepping: str = "auto", standby: bool = True, backend: str = "ray",
-                 share_gpu: str = "off"):
+                 share_gpu: str = "auto"):
         check_options(max_in_flight, start_timeout, stepping, _mps.check_share_gpu(share_gpu))
         self._start_timeout = float(start_timeout)
         self._stepping = stepping
         self._workers = _placement.check_workers(workers)
         ray = self._ray = backend_module(backend)
         self._backend = backend
-        self._mps = _mps.start_for(share_gpu, self._workers)  # a private MPS daemon, before any worker starts
-        self._worker_env = self._mps.env if self._mps is not None else {}  # set in every worker process
+        self._share = _mps.Share(share_gpu, _sharing.candidates(self._workers, backend), placed_first=backend == "ray")
+        self._worker_env = self._share.env  # every worker process's: the daemon's variables, behind this engine's gate
         self._owns_ray = False
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False)
@@ -132,6 +132,7 @@ class Engine(Restarts, ClockSteps):
         self._driver_node = ray.get_runtime_context().get_node_id()
         try:
             self._start_actors(ray)
+            self._share.decide(_sharing.on_one_gpu(self._where, self._workers, self._driver_node))  # before a build
         except BaseException:
             self.close()
             raise
@@ -173,8 +174,8 @@ class Engine(Restarts, ClockSteps):
 
     def where(self, worker: str) -> dict:
         """Where ``worker`` runs: its Ray node id, process id and GPU ids; once built, its GPU's UUID (``gpu``)
-        and whether MPS serves that GPU (``mps``)."""
-        return dict(self._where[_placement.check_worker(worker, self._workers)])
+        and whether MPS serves that GPU (``mps``); what ``share_gpu`` came to (``share_gpu``: mps, theirs, off)."""
+        return {**self._where[_placement.check_worker(worker, self._workers)], "share_gpu": self._share.mode}
 
     def add(self, block: Block, *, on: str | None = None) -> Block:
         """Place ``block`` on worker ``on`` (may be left out when there is one worker); returns the block. Its
@@ -559,8 +560,8 @@ class Engine(Restarts, ClockSteps):
             try:
                 built = ray.get(ref)
                 self._built[w] = key
-                for advice in _sharing.placed(self._where, self._warned, w, built):  # GPUs shared without MPS
-                    self._publish("driver", Diagnostic("warning", "placement", advice, self._index))
+                for severity, said in _sharing.placed(self._where, self._warned, w, built, self._share.news):
+                    self._publish("driver", Diagnostic(severity, "placement", said, self._index))  # once each
             except ray.exceptions.RayActorError as e:
                 self._step_failed(w, e, {}, {})
             except ray.exceptions.RayTaskError as e:
@@ -573,7 +574,7 @@ class Engine(Restarts, ClockSteps):
         """The pipeline as data, where each block runs and each link's transport."""
         split = self._split_now() if self._placement else None
         return DistributedDescription(self._model.describe(), dict(self._placement), dict(self._workers),
-                                      split.links if split else (), self._steppings(split))
+                                      split.links if split else (), self._steppings(split), str(self._share.choice))
 
     def to_dot(self) -> str:
         """A picture of the pipeline (DOT text): a cluster per worker, links drawn bold with their transport."""
@@ -618,8 +619,7 @@ class Engine(Restarts, ClockSteps):
                 ray.kill(a, no_restart=True)
         self._actors = {}
         self._end_standbys()
-        if self._mps is not None:  # its clients gone: the private MPS daemon quits
-            self._mps.stop()
+        self._share.close()  # its clients gone: the private MPS daemon quits (the process's last engine's close)
         _board.remove_boards(self._session)  # those a killed worker on this host left
         for s in self._subs:
             s.dispose()

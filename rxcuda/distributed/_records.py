@@ -61,13 +61,15 @@ class DistributedDescription:
     """The pipeline as data (``pipeline``: what ``rxcuda.plan`` takes), where each block runs (``placement``:
     block id -> worker), the workers, the links between them with the transport each one uses, and how each
     worker's frames are stepped (``stepping``: ``"clock"``, through named pipes on the driver's host, or ``"ray"``,
-    a Ray call per frame)."""
+    a Ray call per frame), and what ``Engine(share_gpu=...)`` came to and why (``share_gpu``: ``"share_gpu='auto' ->
+    mps: workers 'a', 'b' share a GPU of the driver's host: ..."``)."""
 
     pipeline: PipelineDescription
     placement: Mapping[int, str]
     workers: Mapping[str, Worker]
     links: tuple[RemoteLink, ...]
     stepping: Mapping[str, str] = attrs.field(factory=dict)
+    share_gpu: str = ""
 
     def transports(self, why: bool = False) -> dict[str, str]:
         """Each link's transport by its label: ``{"first.out -> second.x": "ipc"}``; ``why=True``: with why it was

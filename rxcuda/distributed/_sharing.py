@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..cuda._cpuchoice import cpu_by_default
+
 
 def shared_without_mps(where: Mapping[str, Mapping]) -> list[tuple[object, str, tuple[str, ...]]]:
     """(node, GPU UUID, workers) for each GPU that two or more workers share while MPS is off for one of them;
@@ -28,25 +30,67 @@ def shared_without_mps(where: Mapping[str, Mapping]) -> list[tuple[object, str, 
             if len(ws) > 1 and not all(where[w].get("mps") for w in ws)]
 
 
-def placed(where: dict[str, dict], warned: set, worker: str, built) -> list[str]:
+def candidates(workers: Mapping, backend: str) -> tuple[str, ...]:
+    """The workers that may share a GPU of the driver's host, judged before they start (``Engine(share_gpu=...)``,
+    ``_mps``): none on the CPU device (``RXCUDA_DEVICE=cpu``, or no CUDA device here) or the null driver; child
+    processes (``backend="process"``) all open this host's first GPU; Ray gives a whole GPU (``num_gpus >= 1``)
+    to one worker only, so there only those asking for a share.
+
+    >>> from rxcuda.distributed import Worker
+    >>> candidates({"a": Worker(num_gpus=1, null=True), "b": Worker(num_gpus=0.5), "c": Worker(num_gpus=1)},
+    ...            "ray") if not cpu_by_default() else ("b",)
+    ('b',)
+    """
+    gpu = {w: spec for w, spec in workers.items() if not spec.null}
+    if not gpu or cpu_by_default():
+        return ()
+    return tuple(w for w, spec in gpu.items() if backend == "process" or spec.num_gpus < 1)
+
+
+def on_one_gpu(where: Mapping[str, Mapping], workers: Mapping, node) -> list[tuple[str, ...]]:
+    """The groups of two or more GPU workers placed on one GPU of node ``node`` (the driver's), from where their
+    actors run (``where``: each worker's ``node`` and the GPU ids Ray gave it, ``gpus``; none for child processes,
+    which all open the first GPU).
+
+    >>> from rxcuda.distributed import Worker
+    >>> on_one_gpu({"a": {"node": "n", "gpus": ["0"]}, "b": {"node": "n", "gpus": ["0"]},
+    ...             "c": {"node": "n", "gpus": ["1"]}, "d": {"node": "m", "gpus": ["0"]}},
+    ...            {w: Worker(num_gpus=0.5) for w in "abcd"}, "n")
+    [('a', 'b')]
+    """
+    groups: dict[tuple, list[str]] = {}
+    for w, at in where.items():
+        if not workers[w].null and at.get("node") == node:
+            groups.setdefault(tuple(sorted(at.get("gpus") or ())), []).append(w)
+    return [tuple(sorted(ws)) for _, ws in sorted(groups.items()) if len(ws) > 1]
+
+
+def placed(where: dict[str, dict], warned: set, worker: str, built, choice=None) -> list[tuple[str, str]]:
     """Record in ``where`` the GPU ``worker`` built its fragment on (``built``: its build's answer; a retune's
-    is not a dict and changes nothing), and return the advice for each GPU newly found shared without MPS
-    (``warned`` keeps those already told, so each is said once)."""
+    is not a dict and changes nothing), and return (severity, message) to say: what ``share_gpu`` came to (``choice``,
+    an info, once) and the advice for each GPU newly found shared without MPS (a warning; ``warned`` keeps what was
+    said already, so each is said once)."""
     if isinstance(built, dict):
-        where[worker] = {**where.get(worker, {}), "gpu": built.get("gpu"), "mps": built.get("mps")}
+        where[worker] = {**where.get(worker, {}), "gpu": built.get("gpu"), "mps": built.get("mps"),
+                         "mps_pipe": built.get("mps_pipe")}
     out = []
+    if choice is not None and "choice" not in warned:
+        warned.add("choice")
+        out.append(("info", str(choice)))
     for node, gpu, ws in shared_without_mps(where):
         if (gpu, ws) not in warned:
             warned.add((gpu, ws))
-            out.append(advice(node, gpu, ws))
+            out.append(("warning", advice(node, gpu, ws, choice)))
     return out
 
 
-def advice(node, gpu: str, workers: tuple[str, ...]) -> str:
-    """The warning for workers sharing one GPU without MPS."""
+def advice(node, gpu: str, workers: tuple[str, ...], choice=None) -> str:
+    """The warning for workers sharing one GPU without MPS (``choice``: what ``share_gpu`` came to, and why)."""
+    chosen = f" ({choice})" if choice is not None else ""
     return (f"workers {', '.join(repr(w) for w in workers)} share one GPU ({gpu[:8]}… on node {node}) without "
             "NVIDIA's Multi-Process Service: their contexts take turns on the GPU, and each frame waits for the "
-            "others' time slices (on an H200, two workers took ~5x one worker's frame time). Pass "
-            "Engine(..., share_gpu='mps') for a private MPS daemon on the driver's host, or start MPS on that host "
-            "before Ray starts its workers (nvidia-cuda-mps-control -d; see docs/distributed.md, 'Several workers "
-            "on one GPU'), or give each worker a GPU of its own")
+            f"others' time slices (on an H200, two workers took ~5x one worker's frame time){chosen}. Put "
+            "nvidia-cuda-mps-control on the driver's PATH (share_gpu='auto', the default, then starts a private MPS "
+            "daemon on the driver's host), or start MPS on the workers' host before Ray starts its workers "
+            "(nvidia-cuda-mps-control -d; see docs/distributed.md, 'Several workers on one GPU'), or give each "
+            "worker a GPU of its own")

@@ -30,7 +30,7 @@ from ..engine import _shapes_io
 from ..engine._engine import Diagnostic, Engine, Frame
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError
-from . import _board, _clock, _hostlink, _links
+from . import _board, _clock, _hostlink, _links, _mps
 from ._placement import Fragment, RemoteLink
 
 log = logging.getLogger("rxcuda")
@@ -76,12 +76,13 @@ class FragmentHost:
     producer and consumers on one host). ``device_slots``: whether an ``ipc`` link's slots are exported device
     memory (CUDA IPC; the default on a GPU) or the board's shared memory (the default on the null driver, which has
     no memory to export; True there runs the CUDA IPC calls, recorded, with no bytes moving: tests). ``env``:
-    variables set in this process before it makes a CUDA context (``Engine(share_gpu="mps")``'s)."""
+    the private MPS daemon's variables (``Engine(share_gpu=...)``, ``_mps.enter``), set in this process before it makes
+    a CUDA context where the engine chose MPS."""
 
     def __init__(self, name: str, null: bool, depth: int = 3, session: str | None = None,
                  device_slots: bool | None = None, env: Mapping[str, str] | None = None):
-        if env and all(os.path.isdir(v) for v in env.values()):  # a private MPS daemon's folders (_mps): on its host
-            os.environ.update(env)  # before this process's first CUDA call, which connects to the daemon
+        self._env = dict(env or {})
+        _mps.enter(self._env)  # the daemon up and this engine's gate open: before this process's first CUDA call
         self.name = name
         self.null = null
         self.device_slots = not null if device_slots is None else device_slots
@@ -149,6 +150,7 @@ class FragmentHost:
 
     def _new_engine(self, gpu: str | None = None) -> Engine:
         """An engine on the null driver, or on the GPU whose UUID is ``gpu`` (None: the first this process sees)."""
+        _mps.enter(self._env)  # a worker placed on a shared GPU: the engine opened the gate after placement
         if self.null:
             return Engine(driver=_null_driver())
         from ..cuda._device import ordinal_of

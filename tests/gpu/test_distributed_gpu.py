@@ -238,8 +238,9 @@ def test_workers_sharing_one_gpu_know_it_and_are_told_about_mps_once(cluster, ke
 
     here = Device(0)
     placement: list = []
-    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}) as dist:
-        dist.diagnostics.subscribe(lambda d: placement.append(d) if d.diagnostic.subject == "placement" else None)
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}, share_gpu="off") as dist:  # no daemon
+        dist.diagnostics.subscribe(lambda d: placement.append(d) if d.diagnostic.subject == "placement" and
+                                   d.severity == "warning" else None)
         first = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="first", scale=2.0), on="a")
         second = dist.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=N, name="second", scale=0.5),
                           on="b")

@@ -1,6 +1,7 @@
 """Links at the hardware's pace on one GPU host (two workers, ``num_gpus=0.5`` each): the ``host`` link through the
 link's pinned shared-memory board (no Ray call, DMA copies) at several sizes, frame by frame and under ``run()``
-with frames in flight, and the ``ipc`` link with ``Engine(share_gpu="mps")`` (a private MPS daemon), every result
+with frames in flight, and the ``ipc`` link under a private MPS daemon (``share_gpu="mps"``, and the default
+``"auto"``, which chooses it for two workers on one GPU), every result
 exact against NumPy on fresh random inputs. Needs Ray (../shared/tools/device-prep.sh --ray)."""
 
 from __future__ import annotations
@@ -94,10 +95,37 @@ def test_share_gpu_mps_runs_the_workers_under_a_private_daemon_exactly_and_close
     s1, s2 = (float(v) for v in rng.uniform(0.5, 3.0, 2))
     placement: list = []
     with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}, share_gpu="mps") as dist:
-        root = dist._mps.root
+        root = os.path.dirname(dist._share.env["CUDA_MPS_PIPE_DIRECTORY"])
         dist.diagnostics.subscribe(lambda d: placement.append(d) if d.diagnostic.subject == "placement" else None)
         first, second = _linked(dist, kernels, n, "ipc", s1, s2)
         _frames_exact(dist, first, second, s1, s2, rng, n, 20)
         assert dist.where("a")["mps"] is True and dist.where("b")["mps"] is True  # both its clients
-        assert placement == []  # no warning about a GPU shared without MPS
+        assert [d.severity for d in placement] == ["info"]  # what was chosen; no warning of a GPU shared without MPS
     assert not os.path.exists(root)  # the daemon told quit, its folder removed
+
+
+@pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None, reason="nvidia-cuda-mps-control is not here")
+@pytest.mark.skipif(bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")), reason="MPS is set up already (the user's)")
+def test_the_default_runs_two_workers_placed_on_one_gpu_under_a_private_daemon_and_one_worker_without(cluster, kernels,
+                                                                                                      rng):
+    n = (4 << 20) // 4
+    s1, s2 = (float(v) for v in rng.uniform(0.5, 3.0, 2))
+    placement: list = []
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}) as dist:  # the docs' first example, on a GPU
+        dist.diagnostics.subscribe(lambda d: placement.append(d) if d.diagnostic.subject == "placement" else None)
+        assert dist.where("a")["gpus"] == dist.where("b")["gpus"]  # Ray put both on one GPU
+        root = os.path.dirname(dist._share.env["CUDA_MPS_PIPE_DIRECTORY"])
+        first, second = _linked(dist, kernels, n, "ipc", s1, s2)
+        _frames_exact(dist, first, second, s1, s2, rng, n, 20)
+        assert dist.where("a")["share_gpu"] == "mps" and dist.where("a")["mps"] is dist.where("b")["mps"] is True
+        assert dist.describe().share_gpu.startswith("share_gpu='auto' -> mps: workers 'a', 'b' share a GPU")
+        (said,) = placement  # one info, no warning
+        assert said.severity == "info" and said.message == dist.describe().share_gpu
+    assert not os.path.exists(root)
+    with Engine({"a": Worker(num_gpus=0.5)}) as one:  # nothing shared: no daemon
+        k = one.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=n, name="k", scale=s1), on="a")
+        x = rng.standard_normal(n).astype(np.float32)
+        one.write(k["x"], x)
+        assert one.tick().complete
+        np.testing.assert_array_equal(one.read(k["out"]), x * np.float32(s1))
+        assert one.where("a")["share_gpu"] == "off" and one.where("a")["mps"] is False and one._share.env == {}

@@ -28,7 +28,8 @@ def test_the_advice_is_given_once_per_gpu_and_names_the_workers_and_the_fix():
     where = {"a": {"node": "n1", "pid": 1, "gpus": ["0"]}, "b": {"node": "n1", "pid": 2, "gpus": ["0"]}}
     warned: set = set()
     assert _sharing.placed(where, warned, "a", {"gpu": "ab" * 16, "mps": False, "blocks": 1}) == []
-    (advice,) = _sharing.placed(where, warned, "b", {"gpu": "ab" * 16, "mps": False, "blocks": 1})
+    ((severity, advice),) = _sharing.placed(where, warned, "b", {"gpu": "ab" * 16, "mps": False, "blocks": 1})
+    assert severity == "warning" and "share_gpu='auto', the default" in advice
     assert "workers 'a', 'b' share one GPU (abababab… on node n1)" in advice
     assert "nvidia-cuda-mps-control -d" in advice and "a GPU of its own" in advice
     assert where["b"]["gpu"] == "ab" * 16 and where["b"]["pid"] == 2
@@ -39,3 +40,15 @@ def test_the_advice_is_given_once_per_gpu_and_names_the_workers_and_the_fix():
 def test_the_null_driver_has_no_gpu_uuid_and_no_mps():
     device = Device(0, api=NullDriver())
     assert device.uuid is None and device.mps is False
+
+
+def test_what_share_gpu_came_to_is_an_info_said_once_and_named_in_the_advice():
+    from rxcuda.distributed import _mps
+
+    choice = _mps.choose("auto", [("a", "b")], candidates=("a", "b"), user_pipe=None, binary=None)
+    where = {"a": {"node": "n1", "gpus": ["0"]}, "b": {"node": "n1", "gpus": ["0"]}}
+    warned: set = set()
+    assert _sharing.placed(where, warned, "a", {"gpu": "cd" * 16, "mps": False}, choice) == [("info", str(choice))]
+    ((severity, advice),) = _sharing.placed(where, warned, "b", {"gpu": "cd" * 16, "mps": False}, choice)
+    assert severity == "warning" and f"({choice})" in advice and "is not on PATH" in advice
+    assert _sharing.placed(where, warned, "b", {"gpu": "cd" * 16, "mps": False}, choice) == []
