@@ -159,8 +159,8 @@ class _Producer:
         self.api = NullDriver()
         self.slots = [_ipc.export_memory(self.api, nbytes) for _ in range(depth)]
         self.events = [_ipc.export_event(self.api) for _ in range(depth)]
-        self.board = _board.LinkBoard.create(path, depth=depth, nbytes=nbytes, data=False, since=since,
-                                             handles=[(m.handle, e.handle) for m, e in zip(self.slots, self.events, strict=True)])
+        handles = [(m.handle, e.handle) for m, e in zip(self.slots, self.events, strict=True)]
+        self.board = _board.LinkBoard.create(path, depth=depth, nbytes=nbytes, data=False, since=since, handles=handles)
 
     def close(self) -> None:
         self.board.close(unlink=True)
