@@ -147,6 +147,13 @@ def test_what_it_refuses_it_names_with_the_fix():
         running.dispose()
         shared = iso.gl_buffer(mul["out"], 7)
         assert shared.tick().state == "ok" and shared.copied == 1
+        iso._gl_side.api.gl_objects[10] = 64 * 4
+        inputs = iso.gl_buffer(mul["x"], 10)  # any typed port: an input too (nothing is bound to the buffer)
+        with shared, inputs:  # several buffers around one frame
+            assert iso.tick().state == "ok"
+        assert shared.copied == 2 and inputs.copied == 1
+        iso.tick()  # a frame not ticked through them: not copied
+        assert shared.copied == 2 and shared.missed == 0
     with pytest.raises(rxcuda.EngineClosedError):
         shared.tick()
 
