@@ -33,9 +33,16 @@ import numpy as np
 
 from ..cuda import NullDriver, _gl, _ipc
 from ..cuda._device import Device
-from ..cuda._driver import check
 from ..cuda._memory import copy_htod_async
-from ..cuda._stream import create_event, create_stream, destroy_event, destroy_stream, record_event, synchronize
+from ..cuda._stream import (
+    create_event,
+    create_stream,
+    destroy_event,
+    destroy_stream,
+    event_synchronize,
+    record_event,
+    synchronize,
+)
 from ..model import _dtypes
 from ..model._describe import PortRef
 from ..model._errors import EngineClosedError
@@ -142,7 +149,7 @@ class IsolatedGLBuffer:
         self._check()
         self._side.device.make_current()
         if self._copying:  # the slot the next frames write is not being copied from any more
-            check(self._api.cuEventSynchronize(self._event), "cuEventSynchronize")
+            event_synchronize(self._event, api=self._api)
             self._copying = False
         self._from = self.engine._index
         return self
@@ -224,7 +231,7 @@ class IsolatedGLBuffer:
             side.buffers.remove(self)
         side.device.make_current()
         if self._copying:
-            check(self._api.cuEventSynchronize(self._event), "cuEventSynchronize")
+            event_synchronize(self._event, api=self._api)
         for got in self._slots.values():
             self._unmap(got)
         self._slots = {}
