@@ -25,6 +25,7 @@ its last copy (an event long done by then: GL drew from it), so the GPU process 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -45,7 +46,7 @@ from ..cuda._stream import (
 )
 from ..model import _dtypes
 from ..model._describe import PortRef
-from ..model._errors import EngineClosedError
+from ..model._errors import CudaError, EngineClosedError
 from . import _board
 from ._placement import RemoteLink, Split
 
@@ -163,8 +164,8 @@ class IsolatedGLBuffer:
         """Copy frame ``index`` from the GPU process's board into the GL buffer; a frame that did not complete is
         counted in ``missed`` and leaves the buffer as it was."""
         e = self.engine
-        if index in e._faulted or e._down or e._held:
-            self.missed += 1
+        if index in e._faulted or e._down or e._held or self.ref.block not in e._placement:
+            self.missed += 1  # (a removed block's port is exported no more: nothing to wait for)
             return
         reader = self._reader
         if reader.wait(index, e.deadline) != _board.READY or reader.board is None:
@@ -204,9 +205,10 @@ class IsolatedGLBuffer:
         if got is not None and got[0] == reader.generation:
             return got
         memory, event = board.handles(s)
-        if got is not None:
-            self._unmap(got)
+        if got is not None:  # a slot of a process that ended (a fault) or rebuilt its fragment
             del self._slots[s]
+            with contextlib.suppress(CudaError):  # (a dead exporter's memory: nothing left to do if refused)
+                self._unmap(got)
         ptr = _ipc.open_memory(self._api, memory)
         try:
             ev = _ipc.open_event(self._api, event)

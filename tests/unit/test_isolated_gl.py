@@ -154,6 +154,14 @@ def test_what_it_refuses_it_names_with_the_fix():
         assert shared.copied == 2 and inputs.copied == 1
         iso.tick()  # a frame not ticked through them: not copied
         assert shared.copied == 2 and shared.missed == 0
+        keep = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=64, name="keep"))
+        iso.remove(mul)  # the shared port's block: exported no more, its frames are not waited for
+        t0 = time.monotonic()
+        shared.tick()
+        assert shared.missed == 1 and time.monotonic() - t0 < iso.deadline
+        shared.close()
+        inputs.close()
+        shared = iso.gl_buffer(keep["out"], 7)
     with pytest.raises(rxcuda.EngineClosedError):
         shared.tick()
 
@@ -188,6 +196,7 @@ class _Engine:
         self._faulted: set[int] = set()
         self._down: dict = {}
         self._held, self._dirty, self._index = False, False, 0
+        self._placement = {block.id: "gpu"}
         self.producer: _Producer | None = None
 
     def placement(self, block) -> str:
