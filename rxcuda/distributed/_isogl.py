@@ -57,6 +57,23 @@ def _port_name(port) -> str:
     return f"{port.block.name}.{port.name}"
 
 
+def check(engine, port, glo) -> None:
+    """Refuse what an isolated engine's GL buffer cannot be made of, naming the fix (before any CUDA context is made
+    here for it)."""
+    what = "IsolatedGLBuffer"
+    if engine.closed:
+        raise EngineClosedError(f"{what}: the engine is closed")
+    if engine._loop is not None:
+        raise RuntimeError(f"{what}: engine.run() drives the frames on its own thread, but GL objects are mapped on "
+                           "the GL context's thread; dispose run() and tick from the render loop (shared.tick())")
+    if not isinstance(glo, int | np.integer) or isinstance(glo, bool) or glo <= 0:
+        raise TypeError(f"{what} takes the GL object's name, a positive int such as moderngl's buffer.glo "
+                        f"(got {glo!r})")
+    engine.placement(port.block)  # a port of a block of this engine, or a ValidationError naming the fix
+    if port.spec.dtype is None:
+        raise TypeError(f"{_port_name(port)} has no element type (void*); share a typed port with GL")
+
+
 class GLSide:
     """This process's CUDA side of an isolated engine's GL buffers: a device (the primary context of the engine's
     GPU; the CPU device's driver; the null driver), a stream, and the buffers shared so far."""
@@ -91,18 +108,7 @@ class IsolatedGLBuffer:
     what = "GL buffer"
 
     def __init__(self, engine, side: GLSide, port, glo: int):
-        if engine.closed:
-            raise EngineClosedError(f"{type(self).__name__}: the engine is closed")
-        if engine._loop is not None:
-            raise RuntimeError(f"{type(self).__name__}: engine.run() drives the frames on its own thread, but GL "
-                               "objects are mapped on the GL context's thread; dispose run() and tick from the "
-                               "render loop (shared.tick())")
-        if not isinstance(glo, int | np.integer) or isinstance(glo, bool) or glo <= 0:
-            raise TypeError(f"{type(self).__name__} takes the GL object's name, a positive int such as moderngl's "
-                            f"buffer.glo (got {glo!r})")
-        engine.placement(port.block)  # a port of a block of this engine, or a ValidationError naming the fix
-        if port.spec.dtype is None:
-            raise TypeError(f"{_port_name(port)} has no element type (void*); share a typed port with GL")
+        check(engine, port, glo)
         self.engine, self.port, self.glo = engine, port, int(glo)
         self.ref = PortRef(port.block.id, port.name)
         self.shape: tuple[int, ...] = ()
@@ -268,4 +274,4 @@ def with_exports(split: Split, worker: str, side: GLSide | None) -> Split:
     return attrs.evolve(split, fragments={**split.fragments, worker: frag})
 
 
-__all__ = ["GLSide", "IsolatedGLBuffer", "with_exports"]
+__all__ = ["GLSide", "IsolatedGLBuffer", "check", "with_exports"]

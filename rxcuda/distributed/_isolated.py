@@ -81,7 +81,8 @@ class IsolatedEngine(_Distributed):
     2.0
 
     Its verbs are the distributed engine's (``add``, ``connect``, ``set``/``bind``, ``write``/``read``,
-    ``feed``/``observe``, ``tick``/``run``, ``watch``, ``close``); ``tick()`` returns a :class:`Frame` and
+    ``feed``/``observe``, ``tick``/``run``, ``watch``, ``close``), with ``serve`` and ``gl_buffer`` (OpenGL drawing
+    that survives a fault); ``tick()`` returns a :class:`Frame` and
     ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index), or
     ``"cpu"``: the CPU device (docs/cpu.md), whose illegal addresses are faults like a GPU's; left out, as
     ``rxcuda.Engine()``: GPU 0, or the CPU device where there is no GPU (``RXCUDA_DEVICE`` decides as there);
@@ -314,6 +315,7 @@ class IsolatedEngine(_Distributed):
 
         Returns an :class:`~rxcuda.distributed._isogl.IsolatedGLBuffer` (``close()`` stops sharing)."""
         self._check_open()
+        _isogl.check(self, port, glo)
         if self._gl_side is None:
             self._gl_side = _isogl.GLSide(self.device_index, cpu=self._cpu, null=self._null)
         shared = _isogl.IsolatedGLBuffer(self, self._gl_side, port, glo)

@@ -122,7 +122,10 @@ def test_on_the_cpu_device_new_code_tried_in_the_standby_leaves_the_drawing_to_t
 def test_what_it_refuses_it_names_with_the_fix():
     with IsolatedEngine(null=True, deadline=5.0) as iso:
         mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=64, name="mul"))
-        iso._gl_side = _isogl.GLSide(0, cpu=False, null=True)
+        with pytest.raises(TypeError, match=r"the GL object's name, a positive int .* \(got True\)"):
+            iso.gl_buffer(mul["out"], True)
+        assert iso._gl_side is None  # refused before a CUDA context was made here for it
+        iso._gl_side = _isogl.GLSide(0, cpu=False, null=True)  # (the null driver's GL objects are the test's)
         iso._gl_side.api.gl_objects[7] = 64 * 4
         with pytest.raises(NotImplementedError, match=r"shares GL buffers, not textures: draw mul.out through a GL "
                                                       r"buffer \(iso.gl_buffer"):
