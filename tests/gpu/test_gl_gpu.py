@@ -179,6 +179,6 @@ def test_an_isolated_engine_draws_again_after_its_gpu_process_faulted(tmp_path):
     print(f"isolated GL after a fault (a frame's median host time, us: Engine {got['engine_tick_us']:.0f}, with its "
           f"GL buffer {got['engine_gl_tick_us']:.0f}; IsolatedEngine {got['isolated_tick_us']:.0f}, with its GL buffer "
           f"{got['isolated_gl_tick_us']:.0f}): {got}")
-    assert got["before"] == [20, 20], got
+    assert got["before"] == [20, 20], f"drawn wrong before this test's fault (an earlier fault on this GPU?): {got}"
     assert got["fault"] == "fault" and got["replaced"] and got["missed"] >= 1, got
     assert got["interop"] == [20, 20], f"drawing after the fault, per path (read back right, drawn right): {got}"
