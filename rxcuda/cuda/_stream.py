@@ -56,6 +56,12 @@ def record_event(event, stream, *, api=None) -> None:
     check(api.cuEventRecord(event, stream), "cuEventRecord")
 
 
+def event_synchronize(event, *, api=None) -> None:
+    """Wait on the host until the work before ``event``'s latest record has run (at once if it never was)."""
+    api = api if api is not None else drv
+    check(api.cuEventSynchronize(event), "cuEventSynchronize")
+
+
 def wait_event(stream, event, *, api=None) -> None:
     """Order ``stream`` after ``event``: its later work starts once the work before the event is done."""
     api = api if api is not None else drv

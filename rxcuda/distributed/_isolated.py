@@ -35,7 +35,7 @@ from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError, NoDeviceError, RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
-from . import _board, _clock, _isoview, _placement, _procs
+from . import _board, _clock, _isogl, _isoview, _placement, _procs
 from ._engine import Engine as _Distributed
 from ._placement import Worker
 from ._records import DistributedFrame, FragmentFrame
@@ -81,7 +81,8 @@ class IsolatedEngine(_Distributed):
     2.0
 
     Its verbs are the distributed engine's (``add``, ``connect``, ``set``/``bind``, ``write``/``read``,
-    ``feed``/``observe``, ``tick``/``run``, ``watch``, ``close``); ``tick()`` returns a :class:`Frame` and
+    ``feed``/``observe``, ``tick``/``run``, ``watch``, ``close``), with ``serve`` and ``gl_buffer`` (OpenGL drawing
+    that survives a fault); ``tick()`` returns a :class:`Frame` and
     ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index), or
     ``"cpu"``: the CPU device (docs/cpu.md), whose illegal addresses are faults like a GPU's; left out, as
     ``rxcuda.Engine()``: GPU 0, or the CPU device where there is no GPU (``RXCUDA_DEVICE`` decides as there);
@@ -107,6 +108,7 @@ class IsolatedEngine(_Distributed):
         if not cpu and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
             raise ValueError(f"'device' must be a GPU's index, an int >= 0, or 'cpu' (got {device!r})")
         self._cpu = cpu and not null
+        self._gl_side: _isogl.GLSide | None = None  # this process's CUDA side of the GL buffers (gl_buffer)
         if not null and not cpu:
             ok, why = probe()
             if not ok:  # said here, not by a GPU process that fails to start
@@ -144,6 +146,9 @@ class IsolatedEngine(_Distributed):
             env["CUDA_VISIBLE_DEVICES"] = _visible(int(self.device_index))
         opts.update(env=env, standby=self._keep_spare)
         return opts
+
+    def _split_now(self) -> _placement.Split:  # the GL buffers' ports are exported to this process too
+        return _isogl.with_exports(super()._split_now(), WORKER, self._gl_side)
 
     @property
     def pid(self) -> int | None:
@@ -305,6 +310,35 @@ class IsolatedEngine(_Distributed):
         self._check_open()
         return _isoview.serve(self, WORKER, host, port, token, params)
 
+    def gl_buffer(self, port: PortHandle, glo: int) -> _isogl.IsolatedGLBuffer:
+        """Draw ``port`` with the OpenGL buffer object named ``glo``, as :meth:`rxcuda.Engine.gl_buffer` does, in a
+        way a fault cannot break: the buffer is registered in this process (whose CUDA context the GPU process's
+        fault leaves working), the GPU process exports the port after each frame (CUDA IPC memory on a GPU, shared
+        memory on the CPU device), and ``shared.tick()`` runs the frame and copies it into the buffer (one
+        device-to-device copy on a GPU; on the CPU device one host upload). After a fault GL keeps the last good
+        frame, and the next good frames draw again. Any typed port of this engine may be shared (its memory is
+        not bound to the buffer, so a connected output works too). Tick from the thread of the GL context::
+
+            shared = iso.gl_buffer(render["vertices"], vbo.glo)     # moderngl: ctx.buffer(reserve=n * 16)
+            while drawing:
+                shared.tick()                        # the frame in the GPU process, then the copy
+                vao.render(moderngl.POINTS)          # GL draws what the frame wrote (the last good one)
+
+        Returns an :class:`~rxcuda.distributed._isogl.IsolatedGLBuffer` (``close()`` stops sharing)."""
+        self._check_open()
+        _isogl.check(self, port, glo)
+        if self._gl_side is None:
+            self._gl_side = _isogl.GLSide(self.device_index, cpu=self._cpu, null=self._null)
+        shared = _isogl.IsolatedGLBuffer(self, self._gl_side, port, glo)
+        self._dirty = True  # the GPU process exports the port from the next frame on
+        return shared
+
+    def gl_texture(self, port: PortHandle, glo: int):
+        """Refused: the isolated engine copies into GL buffers only (:meth:`gl_buffer`)."""
+        raise NotImplementedError(f"IsolatedEngine shares GL buffers, not textures: draw {port.block.name}."
+                                  f"{port.name} through a GL buffer (iso.gl_buffer(port, vbo.glo)), or copy it into "
+                                  "the texture from iso.read() (moderngl: texture.write(iso.read(port)))")
+
     def _live_source(self):
         """What the live page and the notebook controls (``rxcuda.view.widgets(iso)``) read of this engine."""
         return _isoview.IsolatedSource(self, WORKER)
@@ -389,7 +423,8 @@ class IsolatedEngine(_Distributed):
         writes = {r: a for r, a in self._writes.items() if r.block in mine}
         actor = _procs.actor_of(self._actors[WORKER])
         t0 = time.perf_counter()
-        ref = actor.call_standby("trial", (frag, writes), {}, timeout=self.deadline)
+        trial = attrs.evolve(frag, exports=())  # (a GL buffer's board stays the serving process's)
+        ref = actor.call_standby("trial", (trial, writes), {}, timeout=self.deadline)
         if ref is None:
             return  # no standby ready: the code goes in untried
         try:
@@ -514,6 +549,9 @@ class IsolatedEngine(_Distributed):
 
     def close(self) -> None:
         """Stop the frames, end the GPU process (and its standby) and remove what they left in shared memory."""
+        if self._gl_side is not None:  # (its mappings of the GPU process's memory closed before that process ends)
+            self._gl_side.close()
+            self._gl_side = None
         super().close()
         self._shared.close()
         self._iframes.close()  # completes the subscribers (a live page stops with the engine)

@@ -109,6 +109,10 @@ def pytest_collection_modifyitems(config, items):
         # the CPU device's runs come after every GPU test (docs/cpu.md, Known issues: a CPU-device engine in a
         # process that also JITs PTX for a GPU was seen to leave that JIT failing), the faulting ones before them
         faulting = [item for item in items if item.get_closest_marker("gpu_fault") and not _on_cpu(item)]
+        # the faulting GL tests first: they measure whether drawing works after their own fault, on a GPU that has
+        # not faulted yet (after one, in-process interop was seen broken machine-wide: docs/opengl.md)
+        faulting.sort(key=lambda item: getattr(item, "module", None) is None or
+                      item.module.__name__.rsplit(".", 1)[-1] != "test_gl_gpu")
         on_cpu = [item for item in items if _on_cpu(item)]
         rest = [item for item in items if not _on_cpu(item) and not item.get_closest_marker("gpu_fault")]
         items[:] = rest + faulting + on_cpu
