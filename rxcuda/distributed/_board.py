@@ -385,7 +385,7 @@ class SharedArrays:
         self._maps[path] = (size, mm)
         return mm
 
-    def put(self, name: str, arr: np.ndarray) -> tuple[str, tuple, str]:
+    def put(self, name: str, arr: np.ndarray) -> tuple[str, tuple, np.dtype]:
         """Write ``arr`` under ``name``; returns the handle :meth:`take` reads it by."""
         arr = np.ascontiguousarray(arr)
         handle, view = self.slot(name, arr.shape, arr.dtype)
@@ -393,7 +393,7 @@ class SharedArrays:
             view[...] = arr
         return handle
 
-    def slot(self, name: str, shape: tuple, dtype) -> tuple[tuple[str, tuple, str], np.ndarray]:
+    def slot(self, name: str, shape: tuple, dtype) -> tuple[tuple[str, tuple, np.dtype], np.ndarray]:
         """(the handle :meth:`take` reads it by, a writable array in the file) for an array of ``shape`` and
         ``dtype`` under ``name``, for the writer to fill in place (a device's copy straight into it). Drop the
         array before the next call for the same name: the file may be mapped anew."""
@@ -405,9 +405,9 @@ class SharedArrays:
                                                     f"{self.prefix}-{re.sub(r'[^A-Za-z0-9_]', '_', name)[:60]}")
         mm = self._map(path, count * dt.itemsize, True)
         view = np.frombuffer(mm, dt, count).reshape(shape) if count else np.empty(shape, dt)
-        return (path, tuple(shape), dt.str), view
+        return (path, tuple(shape), dt), view  # (the dtype itself: a structured one keeps its fields)
 
-    def take(self, handle: tuple[str, tuple, str], out: np.ndarray | None = None) -> np.ndarray:
+    def take(self, handle: tuple[str, tuple, np.dtype], out: np.ndarray | None = None) -> np.ndarray:
         """A copy of the array a :meth:`put` (in this or another process) wrote; into ``out`` where given (of the
         same shape and dtype)."""
         path, shape, dtype = handle

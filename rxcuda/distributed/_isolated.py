@@ -16,9 +16,10 @@ description with the last parameter values and the arrays last written, and fram
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -30,15 +31,17 @@ from ..blocks._composite import Composite, CompositeInstance
 from ..blocks._regions import Region
 from ..cuda._cpuchoice import cpu_by_default
 from ..cuda._driver import probe
+from ..engine._devices import check_position
 from ..engine._engine import Diagnostic, Frame
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError, NoDeviceError, RxcudaError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
-from . import _board, _clock, _isoview, _placement, _procs
+from . import _board, _clock, _isoview, _placement, _procs, _readback
 from ._engine import Engine as _Distributed
 from ._placement import Worker
 from ._records import DistributedFrame
+from ._worker import WORKER_DEVICES
 
 WORKER = "gpu"  # the one worker's name
 DEADLINE_S = 5.0  # a frame not finished by then is a hang: its process is ended and replaced
@@ -84,7 +87,10 @@ class IsolatedEngine(_Distributed):
     ``feed``/``observe``, ``tick``/``run``, ``watch``, ``close``); ``tick()`` returns a :class:`Frame` and
     ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index), or
     ``"cpu"``: the CPU device (docs/cpu.md), whose illegal addresses are faults like a GPU's; left out, as
-    ``rxcuda.Engine()``: GPU 0, or the CPU device where there is no GPU (``RXCUDA_DEVICE`` decides as there);
+    ``rxcuda.Engine()``: GPU 0, or the CPU device where there is no GPU (``RXCUDA_DEVICE`` decides as there).
+    ``devices``: several positions, as ``rxcuda.Engine(devices=[...])`` (docs/devices.md): GPU ordinals
+    (``[0, 0]``: two positions on one GPU) or ``["cpu", "cpu"]``; the GPU process's engine has them, and
+    ``add(block, device=k)`` places a block on position ``k`` there (a fault on any position is survived alike);
     ``null=True``: the null driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as a
     hang and the process is replaced. ``standby``: keep a spare process ready (its CUDA context made), so
     that a restart does not wait for a new interpreter. ``trial``: new code (a saved file under :meth:`watch`,
@@ -97,10 +103,14 @@ class IsolatedEngine(_Distributed):
     never read) restarts from its initial value.
     """
 
-    def __init__(self, *, device: int | str | None = None, null: bool = False, deadline: float = DEADLINE_S,
-                 standby: bool = True, trial: bool = True, max_restarts: int = 1000, max_in_flight: int = 2):
+    def __init__(self, *, device: int | str | None = None, devices=None, null: bool = False,
+                 deadline: float = DEADLINE_S, standby: bool = True, trial: bool = True, max_restarts: int = 1000,
+                 max_in_flight: int = 2):
         if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
             raise ValueError(f"'deadline' must be a positive number of seconds (got {deadline!r})")
+        self.devices = _check_devices(devices, device, null)  # the positions (None: one device)
+        if self.devices is not None:
+            device = self.devices[0]
         if device is None:  # as rxcuda.Engine(): GPU 0, else the CPU device (RXCUDA_DEVICE=cpu/cuda decides)
             device = "cpu" if not null and cpu_by_default() else 0
         cpu = isinstance(device, str) and device.lower() == "cpu"
@@ -116,6 +126,7 @@ class IsolatedEngine(_Distributed):
         self.trial = bool(trial) and standby  # new code runs once in the standby before the GPU process takes it
         self.trial_s: list[float] = []  # how long each trial run took (from the change shipped to its answer)
         self.device_index = device
+        self._positions: dict[int, int] = {}  # block id -> its position in ``devices``, where not the first
         self._keep_spare = standby
         self._null = null
         self.faults: list[Fault] = []
@@ -133,15 +144,19 @@ class IsolatedEngine(_Distributed):
         super().__init__({WORKER: Worker(null=null, max_restarts=max_restarts)}, backend="process",
                          max_in_flight=max_in_flight)
         self._shared = _board.SharedArrays(f"rxcuda-{self._session}-read")  # reads come back through memory
+        self._slabs = _readback.ReadSlabs(f"rxcuda-{self._session}-slab")  # large ones as arrays in it (no copy)
 
     # -- the child process ---------------------------------------------------------------------------------
     def _actor_options(self, name: str, w: Worker) -> dict:
         opts = super()._actor_options(name, w)
         env = dict(opts.get("env") or {})
+        gpus = list(dict.fromkeys(self.devices or (self.device_index,)))  # the GPUs, each once, in order
         if self._cpu:  # the child's engines on the CPU device (its process holds no GPU engine: docs/cpu.md)
             env["RXCUDA_DEVICE"] = "cpu"
         elif not self._null:
-            env["CUDA_VISIBLE_DEVICES"] = _visible(int(self.device_index))
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(_visible(int(g)) for g in gpus)
+        if self.devices is not None:  # the child's engine over these positions (ordinals as the child sees them)
+            env[WORKER_DEVICES] = ",".join("cpu" if self._cpu else str(gpus.index(d)) for d in self.devices)
         opts.update(env=env, standby=self._keep_spare)
         return opts
 
@@ -155,15 +170,21 @@ class IsolatedEngine(_Distributed):
         """How many GPU processes were replaced so far."""
         return _procs.actor_of(self._actors[WORKER]).restarts
 
-    def add(self, block, *, on: str | None = None):  # type: ignore[override]
+    def add(self, block, *, on: str | None = None, device: int | None = None):  # type: ignore[override]
         """Add a block, a tensor program's block (``rxcuda.tensor.block``), a region (``If``, ``While``, ...) with
         the blocks of its bodies, or a composite (``rxcuda.Composite``: a new instance of its blocks, named
         ``instance/member``, with its inner connections, as ``rxcuda.Engine.add`` makes one; returns the
         :class:`~rxcuda.CompositeInstance`) to the pipeline; it is built in the GPU process before the next frame,
         from the pipeline's description (plain blocks and connections: an instance's parameters set its blocks'
-        here)."""
+        here). ``device``: with ``devices=[...]``, the position it runs on (default 0; a region or a composite
+        as a whole)."""
+        position = 0 if device is None else check_position(device, len(self.devices or (0,)))
         if not isinstance(block, Composite) and (not isinstance(block, Block) or type(block) is Block):
-            return super().add(block, on=on or WORKER)
+            with self._lock:  # placed before a frame can ship it
+                plain = super().add(block, on=on or WORKER)
+                if position:
+                    self._positions[plain.id] = position
+            return plain
         self._check_open()
         with self._lock:
             if isinstance(block, Composite):
@@ -175,6 +196,8 @@ class IsolatedEngine(_Distributed):
                 members = _members(block)
             for b in members:
                 self._placement[b.id] = WORKER
+                if position:
+                    self._positions[b.id] = position
             self._dirty = True
         return added
 
@@ -186,6 +209,9 @@ class IsolatedEngine(_Distributed):
         with self._lock:
             self._model.remove(block)
             self._forget(inner)
+            self._slabs.forget(inner)
+            for bid in inner:
+                self._positions.pop(bid, None)
 
     def watch(self, *, debounce: float = 0.05) -> Disposable:
         """Reload kernels when their files are saved: the new code is compiled here and swapped into the GPU
@@ -359,6 +385,17 @@ class IsolatedEngine(_Distributed):
         if not self._held:
             self._rebuild(w)
 
+    def _split_now(self) -> _placement.Split:
+        """The distributed engine's split, the blocks' positions (``devices``) in the GPU process's fragment."""
+        split = super()._split_now()
+        frag = split.fragments.get(WORKER)
+        if not self._positions or frag is None:
+            return split
+        with self._lock:
+            mine = {b.id: self._positions[b.id] for b in frag.description.blocks if b.id in self._positions}
+        frag = attrs.evolve(frag, description=attrs.evolve(frag.description, placement=mine))
+        return attrs.evolve(split, fragments={**split.fragments, WORKER: frag})
+
     def _ship_locked(self) -> None:
         if self.trial and self._good and WORKER in self._built and WORKER not in self._down:
             self._try_first()
@@ -456,8 +493,10 @@ class IsolatedEngine(_Distributed):
         """The port's value after the frames submitted so far (into ``out`` where given, as
         :meth:`rxcuda.Engine.read`). While the GPU process is replaced after a fault, waits for it (up to the
         deadline plus a start) and reads the rebuilt pipeline's value; raises :class:`RestartingError` if it does
-        not come back. The GPU process copies the port into page-locked shared memory, and this one copies it
-        out: through the frame clock when it runs (no call between threads), else by a call."""
+        not come back. The GPU process copies the port into page-locked shared memory: a read of 64 KiB or more
+        without ``out`` comes back as an array in that memory, with no copy in this process (``_readback``);
+        others are copied out of it. Through the frame clock when it runs (no call between threads), else by a
+        call."""
         self._check_open()
         self.placement(port.block)
         ref = PortRef(port.block.id, port.name)
@@ -467,16 +506,17 @@ class IsolatedEngine(_Distributed):
                 self._ship()
                 self._drain(0)
                 self._wait_back(end)
-                got = self._clock_read(ref)
+                into = self._slabs.offer(ref) if out is None else None  # a large read lands in an array of yours
+                got = self._clock_read(ref, into)
             if got is not None:
                 ok, value = got
                 if not ok:
                     raise value
-                return self._shared.take(value, out)
+                return self._take(ref, value, out)
             try:
-                handle = _procs.get(self._actors[WORKER].read_shared.remote(ref),
+                handle = _procs.get(self._actors[WORKER].read_shared.remote(ref, into),
                                     timeout=max(0.0, end - time.monotonic()))
-                return self._shared.take(handle, out)
+                return self._take(ref, handle, out)
             except _procs.RayActorError:
                 continue  # it died while reading: the restart is seen by the next frame's check
             except _procs.GetTimeoutError:
@@ -484,14 +524,22 @@ class IsolatedEngine(_Distributed):
                 raise RestartingError(f"reading {port.block.name}.{port.name} took past the deadline; the GPU "
                                       "process was ended and is replaced") from None
 
-    def _clock_read(self, ref: PortRef) -> tuple | None:
+    def _clock_read(self, ref: PortRef, into: tuple[str, int] | None) -> tuple | None:
         """(ok, the handle or the error) of a read through the GPU process's clock, when nothing else is under
         way; None where the call must do it (no clock, frames in flight, a restart, or the process died)."""
         c = self._clocks.get(WORKER)
         if c is None or self._inflight or self._down or self._rebuilding or self._held:
             return None
-        got = _clock.answer(c, c.read(ref), lambda w, seconds: self._on_silence(w, self._index, seconds))
+        got = _clock.answer(c, c.read((ref, into)), lambda w, seconds: self._on_silence(w, self._index, seconds))
         return None if got == "dead" else got
+
+    def _take(self, ref: PortRef, handle: tuple, out):
+        """The array the GPU process's answer ``handle`` (path, shape, dtype) names: a slab's memory itself, else
+        copied out of its own file (into ``out`` where given)."""
+        path, shape, dtype = handle
+        self._slabs.learn(ref, math.prod(shape) * dtype.itemsize)
+        got = self._slabs.array(path, shape, dtype)
+        return self._shared.take(handle, out) if got is None else got
 
     def _wait_back(self, end: float) -> None:
         while WORKER in self._down and time.monotonic() < end:
@@ -505,6 +553,7 @@ class IsolatedEngine(_Distributed):
         """Stop the frames, end the GPU process (and its standby) and remove what they left in shared memory."""
         super().close()
         self._shared.close()
+        self._slabs.close()
         self._iframes.close()  # completes the subscribers (a live page stops with the engine)
         self._plain.close()
 
@@ -513,8 +562,34 @@ class IsolatedEngine(_Distributed):
         self._wait_back(time.monotonic() + timeout)
 
     def __repr__(self) -> str:
-        return (f"<IsolatedEngine device={self.device_index} blocks={len(self._placement)} frame={self._index} "
+        where = f"devices={list(self.devices)}" if self.devices is not None else f"device={self.device_index}"
+        return (f"<IsolatedEngine {where} blocks={len(self._placement)} frame={self._index} "
                 f"faults={len(self.faults)}>")
+
+
+def _check_devices(devices, device, null: bool) -> tuple | None:
+    """``IsolatedEngine(devices=...)`` checked as ``rxcuda.Engine``'s: a non-empty list of GPU ordinals (one may
+    repeat: two positions on one GPU) or of ``"cpu"`` (positions on the CPU device), not beside ``device``."""
+    if devices is None:
+        return None
+    if device is not None:
+        raise ValueError(f"give IsolatedEngine either device={device!r} or devices={devices!r}, not both "
+                         "(devices[0] is the engine's first device)")
+    if isinstance(devices, str | bytes) or not isinstance(devices, Sequence) or not devices:
+        raise ValueError(f"'devices' takes a non-empty list of GPU ordinals, e.g. devices=[0, 0] (two positions on "
+                         f"GPU 0), or devices=['cpu', 'cpu'] (got {devices!r})")
+    cpu = [isinstance(d, str) and d.lower() == "cpu" for d in devices]
+    if any(cpu) and (not all(cpu) or null):
+        raise ValueError(f"devices={list(devices)!r}: " + ("null=True runs on the null driver, not the CPU device: "
+                         "give positions as ordinals, devices=[0, 0]" if null else "one engine runs on one kind of "
+                         "device: give devices=['cpu', 'cpu'] or GPU ordinals, e.g. devices=[0, 0]"))
+    if all(cpu):
+        return tuple("cpu" for _ in devices)
+    bad = next((d for d in devices if isinstance(d, bool) or not isinstance(d, int) or d < 0), None)
+    if bad is not None:
+        raise ValueError(f"'devices' takes GPU ordinals (ints >= 0), or 'cpu' for positions on the CPU device; got "
+                         f"{bad!r} in {list(devices)!r}")
+    return tuple(devices)
 
 
 def _loops(blocks) -> str:
