@@ -7,7 +7,8 @@ in-process rxcuda.Engine, in one run, and what a fault or a hang costs the isola
 Prints one table with the card's name:
 - frame time of a chain of 100 small kernels (tick, waited for), in-process and isolated;
 - one parameter change: the setter on the user's thread, and what it adds to the next frame;
-- a 4 MiB read (engine.read, to a NumPy array);
+- a 4 MiB read (engine.read, to a new NumPy array; the isolated engine's comes back in shared memory its GPU
+  process copied into), and one into an array of yours (``out=``: copied out of that memory);
 - what a trial run (new code run once in the standby before the GPU process takes it) adds to a code change;
 - fault -> next good frame (a kernel writing through a null pointer), and hang -> next good frame (a kernel that
   never returns, deadline 1 s), with their phases: from the frame's launch to the fault seen here (for a hang,
@@ -74,6 +75,8 @@ def _costs(engine, frames: int) -> dict[str, float]:
     engine.write(big["x"], np.random.default_rng().standard_normal(N_READ).astype(np.float32))
     engine.tick()
     out["read"] = _median_us(lambda: engine.read(big["out"]), max(frames // 10, 20))
+    into = np.empty(N_READ, np.float32)
+    out["read_out"] = _median_us(lambda: engine.read(big["out"], out=into), max(frames // 10, 20))
     x = engine.read(big["x"])
     np.testing.assert_allclose(engine.read(big["out"]), x * np.float32(big.params["scale"].value), rtol=1e-6)
     engine.remove(big)
@@ -164,7 +167,7 @@ def main() -> None:
         print("|---|---:|---:|---:|")
         for key, label in (("frame", "100 kernels, tick (waited for)"), ("setter", "one parameter change: the setter"),
                            ("change", "one parameter change: added to the next frame"),
-                           ("read", "a 4 MiB read")):
+                           ("read", "a 4 MiB read"), ("read_out", "a 4 MiB read into out= (your array)")):
             print(f"| {label} | {base[key]:.2f} us | {mine[key]:.2f} us | {mine[key] / base[key]:.2f}x |")
         trial = _code_swaps(iso, 20)
         iso.trial = False

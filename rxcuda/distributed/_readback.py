@@ -16,7 +16,9 @@ number of references it holds itself, and every array (and every view of one) ma
 that finds them all held, a first read of a port (its size is learnt from it), a small one, or one into ``out=``
 goes the other way: into the GPU process's own page-locked file, then copied out here
 (``_board.SharedArrays.take``). An array handed out stays valid after the engine closes and after the GPU
-process is replaced: the mapping lives as long as an array of it (the files are unlinked at close).
+process is replaced: the mapping lives as long as an array of it (the files are unlinked at close). (A process
+forked from yours shares the mapping: an array it inherited is not counted here, so a slab you no longer hold
+may be written while that process still reads its copy of the array; copy such an array before forking.)
 
 >>> import numpy as np
 >>> from rxcuda.model._describe import PortRef
