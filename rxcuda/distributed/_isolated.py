@@ -508,13 +508,12 @@ class IsolatedEngine(_Distributed):
                 self._wait_back(end)
                 into = self._slabs.offer(ref) if out is None else None  # a large read lands in an array of yours
                 got = self._clock_read(ref, into)
+                if got is not None and got[0]:  # (its array made in the lock: no other read is offered its slab)
+                    return self._take(ref, got[1], out)
             if got is not None:
-                ok, value = got
-                if not ok:
-                    raise value
-                return self._take(ref, value, out)
-            try:
-                handle = _procs.get(self._actors[WORKER].read_shared.remote(ref, into),
+                raise got[1]
+            try:  # (a call, outside the lock: never into a slab)
+                handle = _procs.get(self._actors[WORKER].read_shared.remote(ref, None),
                                     timeout=max(0.0, end - time.monotonic()))
                 return self._take(ref, handle, out)
             except _procs.RayActorError:

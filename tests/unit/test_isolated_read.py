@@ -7,6 +7,7 @@ tests/gpu/test_faults_gpu.py; their cost: bench/faults.py.)"""
 import gc
 import mmap
 import os
+import threading
 import time
 
 import numpy as np
@@ -111,6 +112,43 @@ def test_a_large_read_is_yours_while_you_hold_it(iso):
     iso.remove(mul)
     assert not any(os.path.exists(p) for p in files)  # a removed block's slabs are gone
     np.testing.assert_array_equal(kept, wanted[-1])  # and an array of one stays valid
+
+
+def test_arrays_read_from_several_threads_are_whole_frames_and_never_change(iso):
+    """Two threads read a large port while a third ticks frames with new scales: each array is one frame's value,
+    whole, and stays as it was returned while its reader holds it (no other read is offered its slab)."""
+    n = 100_003
+    mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=n, scale=1.0, name="threads"))
+    x = np.random.default_rng(13).standard_normal(n).astype(np.float32)
+    iso.write(mul["x"], x)
+    assert iso.tick().state == "ok"
+    scales = [float(k) for k in range(1, 9)]
+    problems: list[str] = []
+
+    def reader():
+        kept: list = []  # (array, its copy when returned), the last three held
+        for _ in range(25):
+            a = iso.read(mul["out"])
+            if not any(np.array_equal(a, x * np.float32(s)) for s in scales):
+                problems.append("an array that is no frame's value")
+            kept.append((a, a.copy()))
+            if len(kept) > 3:
+                old, then = kept.pop(0)
+                if not np.array_equal(old, then):
+                    problems.append("an array changed while held")
+
+    def ticker():
+        for s in scales[1:]:
+            mul.params["scale"].value = s
+            iso.tick()
+
+    threads = [threading.Thread(target=reader), threading.Thread(target=reader), threading.Thread(target=ticker)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not problems, problems[:3]
+    iso.remove(mul)
 
 
 def test_read_into_out_checks_it_as_the_engine_does(iso):
