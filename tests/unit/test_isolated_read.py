@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import rxcuda
-from rxcuda.distributed import IsolatedEngine, _readback
+from rxcuda.distributed import IsolatedEngine, _board, _readback
 
 COPY = ('extern "C" __global__ void cp(const %s* x, %s* out, int n) '
         "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = x[i]; }")
@@ -221,3 +221,33 @@ def test_reads_come_back_exact_across_a_fault_and_held_arrays_stay():
         np.testing.assert_array_equal(iso.read(mul["out"], out=out), np.float32(-1.5) * x2)
         np.testing.assert_array_equal(before, np.float32(3.0) * x)  # held through the fault: untouched
     np.testing.assert_array_equal(after, np.float32(-1.5) * x2)  # and valid after the engine closed
+
+
+@pytest.mark.parametrize("nbytes", [1 << 20, (1 << 20) + 4, 5_000_012, 4 << 20])
+def test_a_large_host_copy_split_over_threads_is_exact(monkeypatch, nbytes):
+    monkeypatch.setattr(_board, "COPY_THREADS", 4)
+    rng = np.random.default_rng(nbytes)
+    src = rng.integers(0, 255, nbytes, dtype=np.uint8)
+    dst = np.zeros(nbytes, np.uint8)
+    assert _board.copy_into(dst, src) is dst
+    assert dst.tobytes() == src.tobytes()
+    vec = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4")])  # a structured dtype, 12-byte items
+    src = np.frombuffer(rng.bytes(nbytes // 12 * 12), vec)
+    dst = np.zeros_like(src)
+    assert _board.copy_into(dst, src).tobytes() == src.tobytes()
+
+
+def test_reads_copied_over_threads_are_exact(iso, monkeypatch):
+    monkeypatch.setattr(_board, "COPY_THREADS", 3)
+    n = 1_000_003
+    mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=n, scale=-3.0, name="threaded"))
+    x = np.random.default_rng(17).standard_normal(n).astype(np.float32)
+    iso.write(mul["x"], x)
+    assert iso.tick().state == "ok"
+    out = np.zeros(n, np.float32)
+    assert iso.read(mul["out"], out=out) is out
+    np.testing.assert_array_equal(out, np.float32(-3.0) * x)
+    held = [iso.read(mul["out"]) for _ in range(_readback.SLABS_PER_PORT + 2)]  # the last ones copied
+    for a in held:
+        np.testing.assert_array_equal(a, np.float32(-3.0) * x)
+    iso.remove(mul)
