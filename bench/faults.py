@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from frame import _median_us  # noqa: E402  (bench/frame.py's timing loop)
 
 import rxcuda  # noqa: E402
-from rxcuda.distributed import _procs  # noqa: E402
+from rxcuda.distributed import _board, _procs  # noqa: E402
 
 N_SMALL = 1 << 12
 N_READ = 1 << 20  # 4 MiB of float32
@@ -77,6 +77,11 @@ def _costs(engine, frames: int) -> dict[str, float]:
     out["read"] = _median_us(lambda: engine.read(big["out"]), max(frames // 10, 20))
     into = np.empty(N_READ, np.float32)
     out["read_out"] = _median_us(lambda: engine.read(big["out"], out=into), max(frames // 10, 20))
+    threads, _board.COPY_THREADS = _board.COPY_THREADS, 1  # (the isolated engine's copy out on one thread)
+    try:
+        out["read_out_1"] = _median_us(lambda: engine.read(big["out"], out=into), max(frames // 10, 20))
+    finally:
+        _board.COPY_THREADS = threads
     x = engine.read(big["x"])
     np.testing.assert_allclose(engine.read(big["out"]), x * np.float32(big.params["scale"].value), rtol=1e-6)
     engine.remove(big)
@@ -167,7 +172,10 @@ def main() -> None:
         print("|---|---:|---:|---:|")
         for key, label in (("frame", "100 kernels, tick (waited for)"), ("setter", "one parameter change: the setter"),
                            ("change", "one parameter change: added to the next frame"),
-                           ("read", "a 4 MiB read"), ("read_out", "a 4 MiB read into out= (your array)")):
+                           ("read", "a 4 MiB read"),
+                           ("read_out", f"a 4 MiB read into out= (your array; the isolated engine copies it over "
+                                        f"{_board.COPY_THREADS} thread{'s' if _board.COPY_THREADS != 1 else ''})"),
+                           ("read_out_1", "a 4 MiB read into out=, copied on one thread")):
             print(f"| {label} | {base[key]:.2f} us | {mine[key]:.2f} us | {mine[key] / base[key]:.2f}x |")
         trial = _code_swaps(iso, 20)
         iso.trial = False
