@@ -7,7 +7,8 @@ in-process rxcuda.Engine, in one run, and what a fault or a hang costs the isola
 Prints one table with the card's name:
 - frame time of a chain of 100 small kernels (tick, waited for), in-process and isolated;
 - one parameter change: the setter on the user's thread, and what it adds to the next frame;
-- a 4 MiB read (engine.read, to a NumPy array);
+- a 4 MiB read (engine.read, to a new NumPy array; the isolated engine's comes back in shared memory its GPU
+  process copied into), and one into an array of yours (``out=``: copied out of that memory);
 - what a trial run (new code run once in the standby before the GPU process takes it) adds to a code change;
 - fault -> next good frame (a kernel writing through a null pointer), and hang -> next good frame (a kernel that
   never returns, deadline 1 s), with their phases: from the frame's launch to the fault seen here (for a hang,
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from frame import _median_us  # noqa: E402  (bench/frame.py's timing loop)
 
 import rxcuda  # noqa: E402
-from rxcuda.distributed import _procs  # noqa: E402
+from rxcuda.distributed import _board, _procs  # noqa: E402
 
 N_SMALL = 1 << 12
 N_READ = 1 << 20  # 4 MiB of float32
@@ -74,6 +75,13 @@ def _costs(engine, frames: int) -> dict[str, float]:
     engine.write(big["x"], np.random.default_rng().standard_normal(N_READ).astype(np.float32))
     engine.tick()
     out["read"] = _median_us(lambda: engine.read(big["out"]), max(frames // 10, 20))
+    into = np.empty(N_READ, np.float32)
+    out["read_out"] = _median_us(lambda: engine.read(big["out"], out=into), max(frames // 10, 20))
+    threads, _board.COPY_THREADS = _board.COPY_THREADS, 1  # (the isolated engine's copy out on one thread)
+    try:
+        out["read_out_1"] = _median_us(lambda: engine.read(big["out"], out=into), max(frames // 10, 20))
+    finally:
+        _board.COPY_THREADS = threads
     x = engine.read(big["x"])
     np.testing.assert_allclose(engine.read(big["out"]), x * np.float32(big.params["scale"].value), rtol=1e-6)
     engine.remove(big)
@@ -164,7 +172,10 @@ def main() -> None:
         print("|---|---:|---:|---:|")
         for key, label in (("frame", "100 kernels, tick (waited for)"), ("setter", "one parameter change: the setter"),
                            ("change", "one parameter change: added to the next frame"),
-                           ("read", "a 4 MiB read")):
+                           ("read", "a 4 MiB read"),
+                           ("read_out", f"a 4 MiB read into out= (your array; the isolated engine copies it over "
+                                        f"{_board.COPY_THREADS} thread{'s' if _board.COPY_THREADS != 1 else ''})"),
+                           ("read_out_1", "a 4 MiB read into out=, copied on one thread")):
             print(f"| {label} | {base[key]:.2f} us | {mine[key]:.2f} us | {mine[key] / base[key]:.2f}x |")
         trial = _code_swaps(iso, 20)
         iso.trial = False

@@ -347,14 +347,41 @@ def remove_boards(session: str) -> None:
             os.unlink(os.path.join(board_dir(), n))
 
 
+# a host copy of this many bytes or more is split over COPY_THREADS threads (NumPy's copy lets go of the GIL): one
+# core copies at ~10 GB/s, short of what the memory gives; RXCUDA_COPY_THREADS=1 copies on the caller's thread
+COPY_THREADS = int(os.environ.get("RXCUDA_COPY_THREADS", "4" if (os.cpu_count() or 1) >= 8 else "1"))
+PARALLEL_MIN = 1 << 20
+_pool: list = []  # [(process id, ThreadPoolExecutor)]: made when first needed, again in a forked process
+
+
+def copy_into(dst: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """``np.copyto(dst, src)`` of two C-contiguous arrays of one shape and dtype; a large one split over
+    :data:`COPY_THREADS` threads, in page-aligned parts."""
+    n = dst.nbytes
+    if COPY_THREADS <= 1 or n < PARALLEL_MIN:
+        np.copyto(dst, src)
+        return dst
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not _pool or _pool[0][0] != os.getpid():
+        _pool[:] = [(os.getpid(), ThreadPoolExecutor(COPY_THREADS - 1, thread_name_prefix="rxcuda-copy"))]
+    d, s = dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8)
+    step = -(-n // COPY_THREADS // mmap.PAGESIZE) * mmap.PAGESIZE
+    pool = _pool[0][1]
+    parts = [pool.submit(np.copyto, d[i:i + step], s[i:i + step]) for i in range(step, n, step)]
+    np.copyto(d[:step], s[:step])
+    for p in parts:
+        p.result()
+    return dst
+
+
 def copy_out(value: np.ndarray, out) -> np.ndarray:
     """``value`` copied into ``out`` (``read(..., out=out)`` of an engine in another process; ``value`` itself
     where ``out`` is None), checked as a local engine checks it (``_dtypes.check_out``)."""
     if out is None:
         return value
     _dtypes.check_out(out, value.shape, value.dtype)
-    np.copyto(out, value)
-    return out
+    return copy_into(out, value)
 
 
 class SharedArrays:
@@ -385,7 +412,7 @@ class SharedArrays:
         self._maps[path] = (size, mm)
         return mm
 
-    def put(self, name: str, arr: np.ndarray) -> tuple[str, tuple, str]:
+    def put(self, name: str, arr: np.ndarray) -> tuple[str, tuple, np.dtype]:
         """Write ``arr`` under ``name``; returns the handle :meth:`take` reads it by."""
         arr = np.ascontiguousarray(arr)
         handle, view = self.slot(name, arr.shape, arr.dtype)
@@ -393,7 +420,7 @@ class SharedArrays:
             view[...] = arr
         return handle
 
-    def slot(self, name: str, shape: tuple, dtype) -> tuple[tuple[str, tuple, str], np.ndarray]:
+    def slot(self, name: str, shape: tuple, dtype) -> tuple[tuple[str, tuple, np.dtype], np.ndarray]:
         """(the handle :meth:`take` reads it by, a writable array in the file) for an array of ``shape`` and
         ``dtype`` under ``name``, for the writer to fill in place (a device's copy straight into it). Drop the
         array before the next call for the same name: the file may be mapped anew."""
@@ -405,9 +432,9 @@ class SharedArrays:
                                                     f"{self.prefix}-{re.sub(r'[^A-Za-z0-9_]', '_', name)[:60]}")
         mm = self._map(path, count * dt.itemsize, True)
         view = np.frombuffer(mm, dt, count).reshape(shape) if count else np.empty(shape, dt)
-        return (path, tuple(shape), dt.str), view
+        return (path, tuple(shape), dt), view  # (the dtype itself: a structured one keeps its fields)
 
-    def take(self, handle: tuple[str, tuple, str], out: np.ndarray | None = None) -> np.ndarray:
+    def take(self, handle: tuple[str, tuple, np.dtype], out: np.ndarray | None = None) -> np.ndarray:
         """A copy of the array a :meth:`put` (in this or another process) wrote; into ``out`` where given (of the
         same shape and dtype)."""
         path, shape, dtype = handle
@@ -417,7 +444,7 @@ class SharedArrays:
             return np.empty(shape, dt) if out is None else copy_out(np.empty(shape, dt), out)
         mm = self._map(path, count * dt.itemsize, False)
         src = np.frombuffer(mm, dt, count).reshape(shape)
-        return src.copy() if out is None else copy_out(src, out)
+        return copy_into(np.empty(shape, dt), src) if out is None else copy_out(src, out)
 
     def close(self) -> None:
         for _, mm in self._maps.values():

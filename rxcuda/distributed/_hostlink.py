@@ -21,6 +21,8 @@ on its node (no copy on read), which the consumer copies into its input (the dri
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 
 import numpy as np
 
@@ -167,6 +169,17 @@ class PinnedArrays(_board.SharedArrays):
             self.engine.device.make_current()
             self._pinned[path] = base if _hostmem.register(self._api, base, len(mm)) else 0
         return mm
+
+    def at(self, path: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """A writable array of ``shape`` and ``dtype`` at the start of the file ``path`` another process made (a
+        slab of ``_readback.ReadSlabs``, at least that large), mapped and pinned here once; the mappings of
+        such files since removed are dropped first."""
+        if path not in self._maps:
+            for gone in [p for p in self._maps if p not in self._paths.values() and not os.path.exists(p)]:
+                self._unpin(gone)
+                self._maps.pop(gone)[1].close()
+        count = math.prod(shape)
+        return np.frombuffer(self._map(path, count * dtype.itemsize, False), dtype, count).reshape(shape)
 
     def _unpin(self, path: str) -> None:
         base = self._pinned.pop(path, None)

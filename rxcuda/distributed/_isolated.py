@@ -16,6 +16,7 @@ description with the last parameter values and the arrays last written, and fram
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -27,45 +28,25 @@ from reactivex.disposable import Disposable
 
 from ..blocks._blocks import Block, PortHandle
 from ..blocks._composite import Composite, CompositeInstance
-from ..blocks._regions import Region
 from ..cuda._cpuchoice import cpu_by_default
 from ..cuda._driver import probe
+from ..engine._devices import check_position
 from ..engine._engine import Diagnostic, Frame
 from ..model._describe import KernelSpec, PortRef
-from ..model._errors import DeviceLostError, NoDeviceError, RxcudaError
+from ..model._errors import NoDeviceError
 from ..model._events import ParameterChanged
 from ..streams._broadcast import Broadcast
-from . import _board, _clock, _isogl, _isoview, _placement, _procs
+from . import _board, _clock, _isogl, _isoview, _placement, _procs, _readback
 from ._engine import Engine as _Distributed
+from ._isorecords import Fault, RestartingError, _check_devices, _how, _loops, _members, _said, _visible
 from ._placement import Worker
 from ._records import DistributedFrame, FragmentFrame
+from ._worker import WORKER_DEVICES
 
 WORKER = "gpu"  # the one worker's name
 DEADLINE_S = 5.0  # a frame not finished by then is a hang: its process is ended and replaced
 HOLD_AFTER = 3  # faults in a row with no good frame between them, after which frames wait for a change
 TRIAL_BUILD_S = 10.0  # what a trial run's build may take beyond the deadline of its frame
-
-
-class RestartingError(RxcudaError, RuntimeError):
-    """The GPU process is being replaced after a fault and did not come back in time to answer."""
-
-
-@attrs.frozen
-class Fault:
-    """One fault the isolated engine survived: the frame it ended, what ended it (``"fault"``: the process lost
-    its CUDA context; ``"hang"``: the frame passed its deadline; ``"crash"``: the process ended otherwise;
-    ``"trial"``: new code faulted or hung in its trial run in the standby, costing no frame), the
-    error as the GPU process reported it, the code rolled back (``block.kernel`` -> the file of the code that
-    faulted), and, once frames resumed, seconds from the fault seen to the next good frame."""
-
-    frame: int
-    kind: str
-    message: str
-    rolled_back: tuple[tuple[str, str], ...] = ()
-    seen_at: float = 0.0  # time.perf_counter() when this side saw it
-    recovered_s: float | None = None  # seen -> the next good frame
-    back_s: float | None = None  # seen -> a new GPU process serves the pipeline, built
-    build_s: float | None = None  # of which the build in the new process
 
 
 class IsolatedEngine(_Distributed):
@@ -85,7 +66,10 @@ class IsolatedEngine(_Distributed):
     that survives a fault); ``tick()`` returns a :class:`Frame` and
     ``diagnostics`` emits :class:`Diagnostic` as a local engine's do. ``device``: the GPU (its index), or
     ``"cpu"``: the CPU device (docs/cpu.md), whose illegal addresses are faults like a GPU's; left out, as
-    ``rxcuda.Engine()``: GPU 0, or the CPU device where there is no GPU (``RXCUDA_DEVICE`` decides as there);
+    ``rxcuda.Engine()``: GPU 0, or the CPU device where there is no GPU (``RXCUDA_DEVICE`` decides as there).
+    ``devices``: several positions, as ``rxcuda.Engine(devices=[...])`` (docs/devices.md): GPU ordinals
+    (``[0, 0]``: two positions on one GPU) or ``["cpu", "cpu"]``; the GPU process's engine has them, and
+    ``add(block, device=k)`` places a block on position ``k`` there (a fault on any position is survived alike);
     ``null=True``: the null driver (no GPU: tests). ``deadline``: seconds a frame may take before it counts as a
     hang and the process is replaced. ``standby``: keep a spare process ready (its CUDA context made), so
     that a restart does not wait for a new interpreter. ``trial``: new code (a saved file under :meth:`watch`,
@@ -98,10 +82,14 @@ class IsolatedEngine(_Distributed):
     never read) restarts from its initial value.
     """
 
-    def __init__(self, *, device: int | str | None = None, null: bool = False, deadline: float = DEADLINE_S,
-                 standby: bool = True, trial: bool = True, max_restarts: int = 1000, max_in_flight: int = 2):
+    def __init__(self, *, device: int | str | None = None, devices=None, null: bool = False,
+                 deadline: float = DEADLINE_S, standby: bool = True, trial: bool = True, max_restarts: int = 1000,
+                 max_in_flight: int = 2):
         if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
             raise ValueError(f"'deadline' must be a positive number of seconds (got {deadline!r})")
+        self.devices = _check_devices(devices, device, null)  # the positions (None: one device)
+        if self.devices is not None:
+            device = self.devices[0]
         if device is None:  # as rxcuda.Engine(): GPU 0, else the CPU device (RXCUDA_DEVICE=cpu/cuda decides)
             device = "cpu" if not null and cpu_by_default() else 0
         cpu = isinstance(device, str) and device.lower() == "cpu"
@@ -118,6 +106,7 @@ class IsolatedEngine(_Distributed):
         self.trial = bool(trial) and standby  # new code runs once in the standby before the GPU process takes it
         self.trial_s: list[float] = []  # how long each trial run took (from the change shipped to its answer)
         self.device_index = device
+        self._positions: dict[int, int] = {}  # block id -> its position in ``devices``, where not the first
         self._keep_spare = standby
         self._null = null
         self.faults: list[Fault] = []
@@ -135,20 +124,21 @@ class IsolatedEngine(_Distributed):
         super().__init__({WORKER: Worker(null=null, max_restarts=max_restarts)}, backend="process",
                          max_in_flight=max_in_flight)
         self._shared = _board.SharedArrays(f"rxcuda-{self._session}-read")  # reads come back through memory
+        self._slabs = _readback.ReadSlabs(f"rxcuda-{self._session}-slab")  # large ones as arrays in it (no copy)
 
     # -- the child process ---------------------------------------------------------------------------------
     def _actor_options(self, name: str, w: Worker) -> dict:
         opts = super()._actor_options(name, w)
         env = dict(opts.get("env") or {})
+        gpus = list(dict.fromkeys(self.devices or (self.device_index,)))  # the GPUs, each once, in order
         if self._cpu:  # the child's engines on the CPU device (its process holds no GPU engine: docs/cpu.md)
             env["RXCUDA_DEVICE"] = "cpu"
         elif not self._null:
-            env["CUDA_VISIBLE_DEVICES"] = _visible(int(self.device_index))
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(_visible(int(g)) for g in gpus)
+        if self.devices is not None:  # the child's engine over these positions (ordinals as the child sees them)
+            env[WORKER_DEVICES] = ",".join("cpu" if self._cpu else str(gpus.index(d)) for d in self.devices)
         opts.update(env=env, standby=self._keep_spare)
         return opts
-
-    def _split_now(self) -> _placement.Split:  # the GL buffers' ports are exported to this process too
-        return _isogl.with_exports(super()._split_now(), WORKER, self._gl_side)
 
     @property
     def pid(self) -> int | None:
@@ -160,15 +150,21 @@ class IsolatedEngine(_Distributed):
         """How many GPU processes were replaced so far."""
         return _procs.actor_of(self._actors[WORKER]).restarts
 
-    def add(self, block, *, on: str | None = None):  # type: ignore[override]
+    def add(self, block, *, on: str | None = None, device: int | None = None):  # type: ignore[override]
         """Add a block, a tensor program's block (``rxcuda.tensor.block``), a region (``If``, ``While``, ...) with
         the blocks of its bodies, or a composite (``rxcuda.Composite``: a new instance of its blocks, named
         ``instance/member``, with its inner connections, as ``rxcuda.Engine.add`` makes one; returns the
         :class:`~rxcuda.CompositeInstance`) to the pipeline; it is built in the GPU process before the next frame,
         from the pipeline's description (plain blocks and connections: an instance's parameters set its blocks'
-        here)."""
+        here). ``device``: with ``devices=[...]``, the position it runs on (default 0; a region or a composite
+        as a whole)."""
+        position = 0 if device is None else check_position(device, len(self.devices or (0,)))
         if not isinstance(block, Composite) and (not isinstance(block, Block) or type(block) is Block):
-            return super().add(block, on=on or WORKER)
+            with self._lock:  # placed before a frame can ship it
+                plain = super().add(block, on=on or WORKER)
+                if position:
+                    self._positions[plain.id] = position
+            return plain
         self._check_open()
         with self._lock:
             if isinstance(block, Composite):
@@ -180,6 +176,8 @@ class IsolatedEngine(_Distributed):
                 members = _members(block)
             for b in members:
                 self._placement[b.id] = WORKER
+                if position:
+                    self._positions[b.id] = position
             self._dirty = True
         return added
 
@@ -191,6 +189,9 @@ class IsolatedEngine(_Distributed):
         with self._lock:
             self._model.remove(block)
             self._forget(inner)
+            self._slabs.forget(inner)
+            for bid in inner:
+                self._positions.pop(bid, None)
 
     def watch(self, *, debounce: float = 0.05) -> Disposable:
         """Reload kernels when their files are saved: the new code is compiled here and swapped into the GPU
@@ -404,6 +405,18 @@ class IsolatedEngine(_Distributed):
         if not self._held:
             self._rebuild(w)
 
+    def _split_now(self) -> _placement.Split:
+        """The distributed engine's split, with the blocks' positions (``devices``) in the GPU process's fragment
+        and the GL buffers' ports exported to this process (:mod:`._isogl`)."""
+        split = _isogl.with_exports(super()._split_now(), WORKER, self._gl_side)
+        frag = split.fragments.get(WORKER)
+        if not self._positions or frag is None:
+            return split
+        with self._lock:
+            mine = {b.id: self._positions[b.id] for b in frag.description.blocks if b.id in self._positions}
+        frag = attrs.evolve(frag, description=attrs.evolve(frag.description, placement=mine))
+        return attrs.evolve(split, fragments={**split.fragments, WORKER: frag})
+
     def _ship_locked(self) -> None:
         if self.trial and self._good and WORKER in self._built and WORKER not in self._down:
             self._try_first()
@@ -502,8 +515,10 @@ class IsolatedEngine(_Distributed):
         """The port's value after the frames submitted so far (into ``out`` where given, as
         :meth:`rxcuda.Engine.read`). While the GPU process is replaced after a fault, waits for it (up to the
         deadline plus a start) and reads the rebuilt pipeline's value; raises :class:`RestartingError` if it does
-        not come back. The GPU process copies the port into page-locked shared memory, and this one copies it
-        out: through the frame clock when it runs (no call between threads), else by a call."""
+        not come back. The GPU process copies the port into page-locked shared memory: a read of 64 KiB or more
+        without ``out`` comes back as an array in that memory, with no copy in this process (``_readback``);
+        others are copied out of it. Through the frame clock when it runs (no call between threads), else by a
+        call."""
         self._check_open()
         self.placement(port.block)
         ref = PortRef(port.block.id, port.name)
@@ -513,16 +528,16 @@ class IsolatedEngine(_Distributed):
                 self._ship()
                 self._drain(0)
                 self._wait_back(end)
-                got = self._clock_read(ref)
+                into = self._slabs.offer(ref) if out is None else None  # a large read lands in an array of yours
+                got = self._clock_read(ref, into)
+                if got is not None and got[0]:  # (its array made in the lock: no other read is offered its slab)
+                    return self._take(ref, got[1], out)
             if got is not None:
-                ok, value = got
-                if not ok:
-                    raise value
-                return self._shared.take(value, out)
-            try:
-                handle = _procs.get(self._actors[WORKER].read_shared.remote(ref),
+                raise got[1]
+            try:  # (a call, outside the lock: never into a slab)
+                handle = _procs.get(self._actors[WORKER].read_shared.remote(ref, None),
                                     timeout=max(0.0, end - time.monotonic()))
-                return self._shared.take(handle, out)
+                return self._take(ref, handle, out)
             except _procs.RayActorError:
                 continue  # it died while reading: the restart is seen by the next frame's check
             except _procs.GetTimeoutError:
@@ -530,14 +545,22 @@ class IsolatedEngine(_Distributed):
                 raise RestartingError(f"reading {port.block.name}.{port.name} took past the deadline; the GPU "
                                       "process was ended and is replaced") from None
 
-    def _clock_read(self, ref: PortRef) -> tuple | None:
+    def _clock_read(self, ref: PortRef, into: tuple[str, int] | None) -> tuple | None:
         """(ok, the handle or the error) of a read through the GPU process's clock, when nothing else is under
         way; None where the call must do it (no clock, frames in flight, a restart, or the process died)."""
         c = self._clocks.get(WORKER)
         if c is None or self._inflight or self._down or self._rebuilding or self._held:
             return None
-        got = _clock.answer(c, c.read(ref), lambda w, seconds: self._on_silence(w, self._index, seconds))
+        got = _clock.answer(c, c.read((ref, into)), lambda w, seconds: self._on_silence(w, self._index, seconds))
         return None if got == "dead" else got
+
+    def _take(self, ref: PortRef, handle: tuple, out):
+        """The array the GPU process's answer ``handle`` (path, shape, dtype) names: a slab's memory itself, else
+        copied out of its own file (into ``out`` where given)."""
+        path, shape, dtype = handle
+        self._slabs.learn(ref, math.prod(shape) * dtype.itemsize)
+        got = self._slabs.array(path, shape, dtype)
+        return self._shared.take(handle, out) if got is None else got
 
     def _wait_back(self, end: float) -> None:
         while WORKER in self._down and time.monotonic() < end:
@@ -554,6 +577,7 @@ class IsolatedEngine(_Distributed):
             self._gl_side = None
         super().close()
         self._shared.close()
+        self._slabs.close()
         self._iframes.close()  # completes the subscribers (a live page stops with the engine)
         self._plain.close()
 
@@ -562,49 +586,6 @@ class IsolatedEngine(_Distributed):
         self._wait_back(time.monotonic() + timeout)
 
     def __repr__(self) -> str:
-        return (f"<IsolatedEngine device={self.device_index} blocks={len(self._placement)} frame={self._index} "
+        where = f"devices={list(self.devices)}" if self.devices is not None else f"device={self.device_index}"
+        return (f"<IsolatedEngine {where} blocks={len(self._placement)} frame={self._index} "
                 f"faults={len(self.faults)}>")
-
-
-def _loops(blocks) -> str:
-    """What a hang message says of the pipeline's loops: a While runs until its condition clears or its
-    ``max_iterations``, which may take longer than the deadline. (A loop that reaches its bound within the
-    deadline is reported by the GPU process's engine: a warning naming it, rxcuda.engine._loops.)"""
-    loops = [f"{type(b).__name__} '{b.name}' (at most {b.params['max_iterations'].value} passes)" for b in blocks
-             if isinstance(b, Region) and b.kind == "while"]
-    if not loops:
-        return ""
-    return (f" (its loops: {', '.join(loops)}; a condition that never clears runs every pass: lower "
-            "max_iterations so that a frame ends within the deadline (a loop that reaches it is then reported by a "
-            "warning naming it), or fix the condition that never clears)")
-
-
-def _said(words: str | None) -> str | None:
-    """A GPU process's last words as this side tells them: that process is gone and this one goes on, so a lost
-    context's advice to restart the process is left out."""
-    return words.replace(DeviceLostError.STICKY, "").replace(DeviceLostError.STICKY_CPU, "") if words else words
-
-
-def _members(block: Block) -> list[Block]:
-    """A block; for a region, it, the blocks of its bodies, and theirs (nested regions)."""
-    out: list[Block] = [block]
-    for b in block.members if isinstance(block, Region) else ():
-        out.extend(_members(b))
-    return out
-
-
-def _visible(device: int) -> str:
-    import os
-
-    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if seen:
-        ids = [s.strip() for s in seen.split(",") if s.strip()]
-        if device < len(ids):
-            return ids[device]
-    return str(device)
-
-
-def _how(code: int | None) -> str:
-    if code is None:
-        return "no exit status"
-    return f"killed by signal {-code}" if code < 0 else f"exit status {code}"

@@ -371,7 +371,7 @@ def structure(frag: Fragment) -> tuple:
     """What a fragment is built from, parameter values aside (those travel as hot updates)."""
     d = frag.description
     return (tuple((b.id, b.desc, tuple(sorted(b.launches.items()))) for b in d.blocks), d.connections, d.fed,
-            d.kept, tuple(sorted(d.shapes.items())), frag.imports, frag.exports)
+            d.kept, tuple(sorted(d.shapes.items())), frag.imports, frag.exports, tuple(sorted(d.placement.items())))
 
 
 def skeleton(structure: tuple) -> tuple:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import math
 import os
 import signal
 import statistics
@@ -39,6 +40,9 @@ EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost
 _F = TypeVar("_F", bound=Any)
 DRILLS = ("exit", "kill", "segfault", "frame", "context")  # the faults FragmentHost.crash(how) makes
 LINK_TIMEOUT_S = 10.0  # how long a consumer waits for its producer's frame on an ipc link before it skips it
+# set in a worker process's environment: the positions its engines run over (rxcuda.Engine(devices=[...]), as the
+# process sees the ordinals; "cpu" for the CPU device's), e.g. "0,0" (an IsolatedEngine(devices=[...])'s)
+WORKER_DEVICES = "RXCUDA_WORKER_DEVICES"
 
 
 @attrs.frozen
@@ -149,10 +153,16 @@ class FragmentHost:
         return {"state": state, "seconds": time.perf_counter() - t0}
 
     def _new_engine(self, gpu: str | None = None) -> Engine:
-        """An engine on the null driver, or on the GPU whose UUID is ``gpu`` (None: the first this process sees)."""
+        """An engine on the null driver, or on the GPU whose UUID is ``gpu`` (None: the first this process sees);
+        over several positions where :data:`WORKER_DEVICES` names them."""
         _mps.enter(self._env)  # a worker placed on a shared GPU: the engine opened the gate after placement
+        positions = [d if d == "cpu" else int(d) for d in os.environ.get(WORKER_DEVICES, "").split(",") if d]
         if self.null:
+            if positions:
+                return Engine(driver=_null_driver(len(set(positions))), devices=positions)
             return Engine(driver=_null_driver())
+        if positions:
+            return Engine(devices=positions)
         from ..cuda._device import ordinal_of
 
         return Engine(ordinal_of(gpu) if gpu else 0)
@@ -210,8 +220,8 @@ class FragmentHost:
             blocks[r.id].unroll = r.unroll  # type: ignore[attr-defined]
         inner = {m for r in regions.values() for m in r.members}
         for entry in desc.blocks:  # a region with its bodies (nested ones inside it), then the blocks outside any
-            if entry.id not in inner:
-                engine.add(blocks[entry.id])
+            if entry.id not in inner:  # (on its position, where the engine has several: a region as a whole)
+                engine.add(blocks[entry.id], device=desc.placement.get(entry.id))
         self.blocks = blocks
         self.fragment = fragment
         for c in desc.connections:
@@ -391,9 +401,11 @@ class FragmentHost:
         return self._engine().read(self.port(ref))
 
     @_locked
-    def read_shared(self, ref: PortRef) -> tuple:
+    def read_shared(self, ref: PortRef, into: tuple[str, int] | None = None) -> tuple:
         """:meth:`read` into shared memory (``_hostlink.PinnedArrays``, pinned for this engine's driver: the copy
-        from the device lands there directly): the handle the driver copies it out by."""
+        from the device lands there directly): the handle (path, shape, dtype) the driver takes it by. ``into``:
+        (path, bytes) of a file the driver made (a slab, ``_readback``) to copy it into where it fits, else this
+        process's own file."""
         engine, port = self._engine(), self.port(ref)
         shared = self._shared
         if shared is None or shared.engine is not engine:  # the first read, or a new engine (a rebuilt fragment)
@@ -404,7 +416,15 @@ class FragmentHost:
         layout = _shapes_io.read_layout(port.spec, engine.shape(port))
         if layout is None:  # an append output (as many elements as were appended): read, then copied in
             return shared.put(name, engine.read(port))
-        handle, view = shared.slot(name, *layout)
+        shape, dtype = layout
+        if into is not None and math.prod(shape) * dtype.itemsize <= into[1]:
+            view = shared.at(into[0], shape, dtype)
+            try:
+                engine.read(port, out=view)
+                return into[0], shape, dtype
+            except ValueError:
+                del view  # its shape changes with the next frame: as below
+        handle, view = shared.slot(name, shape, dtype)
         try:
             engine.read(port, out=view)
         except ValueError:  # its shape changes with the next frame (a resize not run yet): as it runs now
@@ -507,7 +527,8 @@ class FragmentHost:
         process id (the driver checks it while it waits)."""
         self.stop_clock()
         self._next, self._observed_now = ({}, {}), {}
-        self._clock = _clock.ClockHand(go, done, generation, self._clock_step, self._clock_apply, self.read_shared)
+        self._clock = _clock.ClockHand(go, done, generation, self._clock_step, self._clock_apply,
+                                       lambda what: self.read_shared(*what))
         return self.pid
 
     def post(self, generation: int, seq: int, params: Mapping, writes: Mapping, observed: Mapping | None) -> None:
@@ -600,10 +621,10 @@ def _region(desc, kind: str) -> Block:
     return region
 
 
-def _null_driver():
+def _null_driver(devices: int = 1):
     from ..cuda import NullDriver
 
-    return NullDriver()
+    return NullDriver(devices=devices)
 
 
 def _zeros(port: PortHandle):

@@ -357,3 +357,31 @@ def test_a_tensor_block_survives_a_fault_and_its_retrace_is_tried_first(session)
                                atol=1e-4)
     engine.remove(blk)
     _exact(engine, good)
+
+
+def test_a_fault_on_device_position_1():
+    """``devices=[0, 0]``: the GPU process's engine has two positions on one GPU (each its own graph and stream);
+    a kernel that faults in a block on position 1 costs frames like any other, the pipeline is rebuilt on its
+    positions, and the frames of both positions are exact after each fault. (Its own engine beside the session's,
+    in this process; on the CPU device, ``devices=["cpu", "cpu"]``: tests/unit/test_isolated_devices.py.)"""
+    engine = rxcuda.IsolatedEngine(devices=[0, 0], deadline=2.0)
+    try:
+        good0 = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="good0"))
+        good1 = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=N, name="good1"), device=1)
+        diags: list = []
+        engine.diagnostics.subscribe(diags.append)
+        for g in (good0, good1):
+            engine.write(g["x"], np.zeros(N, np.float32))
+        _exact(engine, good0)
+        _exact(engine, good1)
+        for case in ("write past a buffer", "null pointer", "trap"):
+            bad = engine.add(rxcuda.Block.from_cuda(_source(FAULTS[case]), size=N, name="bad"), device=1)
+            engine.write(bad["x"], np.random.default_rng().standard_normal(N).astype(np.float32))
+            fault = _fault_then_exact((engine, good1, diags), bad)  # position 1's frames exact after it
+            assert "lost" in fault.message and fault.recovered_s is not None
+            _exact(engine, good0)  # and position 0's
+        desc = engine._ray.get(engine.actor("gpu").describe.remote())
+        assert {b.desc.name: desc.placement.get(b.id, 0) for b in desc.blocks} == {"good0": 0, "good1": 1}
+        assert engine.restarts == 3
+    finally:
+        engine.close()
