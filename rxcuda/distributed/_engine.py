@@ -149,8 +149,8 @@ class Engine(Restarts, ClockSteps):
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
                 opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-            self._actors[name] = remote.options(**opts).remote(name, w.null, self.max_in_flight + 1,
-                                                                        self._session, env=self._worker_env)
+            self._actors[name] = remote.options(**opts).remote(name, w.null, self.max_in_flight + 1, self._session,
+                                                                        env=self._worker_env, cpu=w.cpu)
         refs = {a.where.remote(): name for name, a in self._actors.items()}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self._start_timeout)
         if pending:

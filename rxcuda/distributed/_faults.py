@@ -122,7 +122,7 @@ class Restarts:
         if not self._use_standby or spec.max_restarts == 0 or self._driver_node is None or \
                 where.get("node") != self._driver_node:
             return None
-        if spec.null:
+        if spec.gpuless:
             return (spec, None)
         return (spec, where["gpu"]) if where.get("gpu") else None
 
@@ -140,7 +140,7 @@ class Restarts:
             actor = ray.remote(FragmentHost).options(
                 num_cpus=0, num_gpus=0, max_restarts=spec.max_restarts, max_task_retries=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(str(self._driver_node), soft=False),
-            ).remote("standby", spec.null, self.max_in_flight + 1, self._session, env=self._worker_env)
+            ).remote("standby", spec.null, self.max_in_flight + 1, self._session, env=self._worker_env, cpu=spec.cpu)
             self._standbys[key] = (actor, actor.prewarm.remote(gpu))
 
     def _take_standby(self, w: str) -> tuple[Any, str | None] | None:

@@ -87,10 +87,10 @@ class MpsDaemon:
 
 
 def start_for(share_gpu: str, workers: Mapping, binary: str = BINARY) -> MpsDaemon | None:
-    """The daemon for ``Engine(share_gpu=...)``: None for ``"off"``, where every worker runs the null driver, where
+    """The daemon for ``Engine(share_gpu=...)``: None for ``"off"``, where no worker holds a GPU, where
     MPS is set up already (``CUDA_MPS_PIPE_DIRECTORY`` in this environment), or (with a warning) where the daemon
     cannot start."""
-    if check_share_gpu(share_gpu) == "off" or all(w.null for w in workers.values()):
+    if check_share_gpu(share_gpu) == "off" or all(w.gpuless for w in workers.values()):
         return None
     if os.environ.get(PIPE):
         return None  # the user's MPS: its workers inherit it

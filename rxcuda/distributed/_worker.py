@@ -37,7 +37,8 @@ log = logging.getLogger("rxcuda")
 
 EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost (EX_SOFTWARE)
 _F = TypeVar("_F", bound=Any)
-DRILLS = ("exit", "kill", "segfault", "frame", "context")  # the faults FragmentHost.crash(how) makes
+DRILLS = ("exit", "kill", "segfault", "oom", "frame", "context")  # the faults FragmentHost.crash(how) makes
+OOM_DRILL_MIB = 64  # what the "oom" drill allocates (and touches) in its step before the SIGKILL
 LINK_TIMEOUT_S = 10.0  # how long a consumer waits for its producer's frame on an ipc link before it skips it
 
 
@@ -71,26 +72,28 @@ def _locked(method: _F) -> _F:
 
 
 class FragmentHost:
-    """One worker's engine and fragment. ``null``: the null driver (no GPU). ``depth``: slots per ``ipc`` link.
+    """One worker's engine and fragment. ``null``: the null driver (no GPU); ``cpu``: the CPU device (no GPU,
+    kernels run with real numbers; the null driver's ``fail`` too). ``depth``: slots per ``ipc`` link.
     ``session``: names the boards of this distributed engine's ``ipc`` links (one per exported port, shared by
     producer and consumers on one host). ``device_slots``: whether an ``ipc`` link's slots are exported device
-    memory (CUDA IPC; the default on a GPU) or the board's shared memory (the default on the null driver, which has
+    memory (CUDA IPC; the default on a GPU) or the board's shared memory (the default without a GPU, which has
     no memory to export; True there runs the CUDA IPC calls, recorded, with no bytes moving: tests). ``env``:
     variables set in this process before it makes a CUDA context (``Engine(share_gpu="mps")``'s)."""
 
     def __init__(self, name: str, null: bool, depth: int = 3, session: str | None = None,
-                 device_slots: bool | None = None, env: Mapping[str, str] | None = None):
+                 device_slots: bool | None = None, env: Mapping[str, str] | None = None, cpu: bool = False):
         if env and all(os.path.isdir(v) for v in env.values()):  # a private MPS daemon's folders (_mps): on its host
             os.environ.update(env)  # before this process's first CUDA call, which connects to the daemon
         self.name = name
-        self.null = null
-        self.device_slots = not null if device_slots is None else device_slots
+        self.null = null or cpu  # no GPU: the null driver, or the CPU device (a null driver that runs kernels)
+        self.cpu = cpu
+        self.device_slots = not self.null if device_slots is None else device_slots
         self.depth = depth
         self.session = session or uuid.uuid4().hex[:12]
         self.link_timeout = LINK_TIMEOUT_S
         self.pid = os.getpid()
         self.started = time.time()  # when this process took the worker on (a restart's phases: bench, diagnostics)
-        self._drill: str | None = None  # a fault drill the next step runs (crash("frame"))
+        self._drill: str | None = None  # a fault drill the next step runs (crash("frame"), crash("oom"))
         self.engine: Engine | None = None
         self.fragment: Fragment | None = None
         self.blocks: dict[int, Block] = {}  # the driver's block id -> the block built here
@@ -149,6 +152,8 @@ class FragmentHost:
 
     def _new_engine(self, gpu: str | None = None) -> Engine:
         """An engine on the null driver, or on the GPU whose UUID is ``gpu`` (None: the first this process sees)."""
+        if self.cpu:
+            return Engine(device="cpu")
         if self.null:
             return Engine(driver=_null_driver())
         from ..cuda._device import ordinal_of
@@ -329,7 +334,9 @@ class FragmentHost:
     def _step(self, index: int, params, writes, observed, payloads) -> tuple[dict, StepReport]:
         engine = self._engine()
         if self._drill is not None:
-            self._drill = None
+            drill, self._drill = self._drill, None
+            if drill == "oom":
+                _out_of_memory()
             raise RuntimeError(f"fault drill: worker '{self.name}' raised in its step of frame {index}")
         if self._delay:
             time.sleep(self._delay)
@@ -469,18 +476,22 @@ class FragmentHost:
 
     def crash(self, how: str = "exit") -> None:
         """A fault drill (tests, bench): ``"exit"`` ends the process at once (``os._exit``), ``"kill"`` sends it
-        SIGKILL (what the OOM killer does), ``"segfault"`` makes it read address 0, ``"frame"`` makes its next step
-        raise in the frame thread (the process lives on), ``"context"`` makes its next launch lose the GPU context
-        (the null driver only: its launch fails with CUDA_ERROR_ILLEGAL_ADDRESS, and the worker ends as on a GPU)."""
+        SIGKILL between frames, ``"segfault"`` makes it read address 0, ``"oom"`` is host memory running out as
+        Linux ends it: in its next step (mid-frame, on the thread that steps it) the worker allocates and touches
+        host memory and is killed by SIGKILL, as the kernel's OOM killer (or a cgroup's memory limit) kills the
+        process it picks (no real OOM is made: that would starve everything else on the host), ``"frame"``
+        makes its next step raise in the frame thread (the process lives on), ``"context"`` makes its next launch
+        lose the GPU context (without a GPU only: its launch fails with CUDA_ERROR_ILLEGAL_ADDRESS, and the worker
+        ends as on a GPU)."""
         if how not in DRILLS:
             raise ValueError(f"'how' must be one of {', '.join(DRILLS)} (got {how!r})")
-        if how == "frame":
+        if how in ("frame", "oom"):
             self._drill = how
             return
         if how == "context":
             if not self.null or self.engine is None:
-                raise ValueError("the 'context' drill runs on a built worker on the null driver; on a GPU, a kernel "
-                                 "that faults loses the context")
+                raise ValueError("the 'context' drill runs on a built worker without a GPU (the null driver or the "
+                                 "CPU device); on a GPU, a kernel that faults loses the context")
             self.engine.device.api.fail("cuGraphLaunch", "CUDA_ERROR_ILLEGAL_ADDRESS", times=1_000)
             return
         if how == "kill":
@@ -596,6 +607,16 @@ def _region(desc, kind: str) -> Block:
     Block.__init__(region, desc)
     region.condition = None  # connected with the other connections
     return region
+
+
+def _out_of_memory() -> NoReturn:
+    """The "oom" drill: allocate and touch OOM_DRILL_MIB of host memory, then SIGKILL, as the OOM killer ends a
+    process that allocates when the host (or its cgroup) has no memory left."""
+    held = []
+    for _ in range(OOM_DRILL_MIB):
+        held.append(bytearray(1 << 20))  # zero-filled: its pages are touched
+    os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(1)  # not reached: SIGKILL cannot be caught
 
 
 def _null_driver():
