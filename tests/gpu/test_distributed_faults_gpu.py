@@ -1,5 +1,6 @@
 """Workers that crash for real on a GPU: two workers share one GPU (``num_gpus=0.5`` each), an ``ipc`` link,
-frames through their clocks. SIGKILL, ``os._exit`` and a segfault of the producer or the consumer are each one
+frames through their clocks. SIGKILL, ``os._exit``, a segfault and host memory running out (the "oom" drill: SIGKILL
+mid-frame while allocating) of the producer or the consumer are each one
 error diagnostic naming it and no exception from any verb; the worker is back (from the standby, whose engine was
 made on the GPU beforehand, or by Ray's restart) with the scale set and the input written while it was down; and
 every frame after is exact against NumPy on fresh data. Needs Ray (on the GPU machine:
@@ -50,7 +51,8 @@ def _standby_ready(dist) -> None:
     assert not dist._use_standby, "no standby within 120 s"
 
 
-@pytest.mark.parametrize(("how", "victim"), [("kill", "b"), ("exit", "a"), ("segfault", "b"), ("kill", "a")])
+@pytest.mark.parametrize(("how", "victim"), [("kill", "b"), ("exit", "a"), ("segfault", "b"), ("kill", "a"),
+                                            ("oom", "b"), ("oom", "a")])
 def test_a_worker_that_crashes_on_the_gpu_is_back_and_its_frames_are_exact(pair, rng, how, victim):
     dist, first, second, standby = pair
     _standby_ready(dist)
@@ -59,7 +61,10 @@ def test_a_worker_that_crashes_on_the_gpu_is_back_and_its_frames_are_exact(pair,
     diags: list[FragmentDiagnostic] = []
     sub = dist.diagnostics.subscribe(diags.append)
     try:
-        dist.actor(victim).crash.remote(how)
+        if how == "oom":  # armed (waited for): the victim dies in its next step, mid-frame
+            ray.get(dist.actor(victim).crash.remote(how))
+        else:
+            dist.actor(victim).crash.remote(how)
         s2 = float(rng.uniform(0.5, 3.0))
         x = rng.standard_normal(N).astype(np.float32)
         second.params["scale"].value = s2  # set and written while the worker is down: it gets both once back
@@ -84,3 +89,58 @@ def test_a_worker_that_crashes_on_the_gpu_is_back_and_its_frames_are_exact(pair,
         assert a["gpu"] == b["gpu"]  # the one GPU, in the standby too
     finally:
         sub.dispose()
+
+
+FAR = "((size_t)1 << 44)"  # 16 TiB past its buffer: never mapped
+POISON = 1e6  # x[0] above it makes the consumer's kernel write far past its buffer: a real fault on the GPU
+
+
+@pytest.mark.gpu_fault
+def test_a_worker_whose_kernel_loses_its_gpu_context_is_back_and_its_frames_are_exact(cluster, kernels, rng):
+    """A real lost GPU context in a worker: the consumer's kernel writes far past its buffer when its input's
+    first value is above POISON (one frame's input does; the next one written does not). The worker's process
+    ends (its CUDA errors are sticky), one error diagnostic names it, the standby takes it over with the input
+    last written, and frames are exact against NumPy again; the producer's frames went on meanwhile."""
+    src = ('extern "C" __global__ void guarded(const float* x, float* out, int n) { size_t i = blockIdx.x * '
+           "(size_t)blockDim.x + threadIdx.x; if (i < n) { out[i] = x[i] * 2.0f; if (x[0] > " + f"{POISON:.1f}f) "
+           f"out[i + {FAR} / 4] = 1.0f; }} }}")
+    spec = Worker(num_gpus=0.5, max_restarts=10)
+    with Engine({"a": spec, "b": spec}) as dist:
+        first = dist.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=N, name="first", scale=1.5),
+                         on="a")
+        second = dist.add(rxcuda.Block.from_cuda(src, size=N, name="second"), on="b")
+        dist.connect(first["out"], second["x"], transport="ipc")
+        dist.write(first["x"], np.ones(N, np.float32))
+        for _ in range(3):
+            assert dist.tick().complete
+        _standby_ready(dist)
+        old = dist.where("b")["pid"]
+        diags: list[FragmentDiagnostic] = []
+        sub = dist.diagnostics.subscribe(diags.append)
+        try:
+            poisoned = np.ones(N, np.float32)
+            poisoned[0] = 2 * POISON
+            dist.write(first["x"], poisoned)
+            dist.tick()
+            x = rng.standard_normal(N).astype(np.float32)
+            dist.write(first["x"], x)  # the input the worker is back with (the poisoned one is not replayed)
+            frames, deadline = [], time.time() + 120
+            while time.time() < deadline:
+                f = dist.tick()
+                frames.append(f)
+                if f.complete and dist.where("b")["pid"] != old:
+                    break
+            assert f.complete and dist.where("b")["pid"] != old, [str(d) for d in diags]
+            assert all(fr.fragments.get("a") is not None for fr in frames), "the producer's frames stopped"
+            errors = [d for d in diags if d.diagnostic.severity == "error"]
+            assert [d.worker for d in errors] == ["b"], [str(d) for d in diags]
+            assert "worker 'b' died" in errors[0].diagnostic.message, errors[0].diagnostic.message
+            np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(1.5)) * np.float32(2.0))
+            for i in range(5):
+                x = rng.standard_normal(N).astype(np.float32)
+                dist.write(first["x"], x)
+                assert dist.tick().complete
+                np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(1.5)) * np.float32(2.0),
+                                              err_msg=f"frame {i} after the lost context")
+        finally:
+            sub.dispose()

@@ -1,11 +1,16 @@
-"""Workers that crash for real, on a local Ray cluster whose workers run the null driver: SIGKILL (what the OOM
-killer does), ``os._exit``, a segfault, a lost GPU context (the null driver's launch made to fail with
-CUDA_ERROR_ILLEGAL_ADDRESS) and an exception in the frame thread; frames stepped through clocks and by Ray calls,
-over ``ipc`` and ``host`` links. Each is one error diagnostic naming the worker; no Ray exception reaches the caller
-of ``tick``, ``read``, ``write``, ``set``, ``bind``, ``observe`` or ``close`` (a read of a port on a worker that is
-down raises WorkerDownError); the other worker's frames go on; the worker is back (a standby takes it over, or Ray
-restarts it) with its fragment, the parameter values set and the inputs written while it was down; and frames are
-whole again."""
+"""Workers that crash for real, on a local Ray cluster whose workers run the CPU device (real numbers) or the null
+driver: SIGKILL between frames, ``os._exit``, a segfault, host memory running out (the "oom" drill: mid-frame, the
+worker allocates and touches host memory and is killed by SIGKILL, as the OOM killer does), a lost GPU context (the
+launch made to fail with CUDA_ERROR_ILLEGAL_ADDRESS, a sticky error) and an exception in the frame thread; every
+one in every combination of stepping (clocks, Ray calls) and link (``ipc``, ``host``). Each is one error diagnostic
+naming the worker; no Ray exception reaches the caller of ``tick``, ``read``, ``write``, ``set``, ``bind``,
+``observe`` or ``close`` (a read of a port on a worker that is down raises WorkerDownError); the other worker's
+frames go on; the worker is back (a standby takes it over, or Ray restarts it) with its fragment, the parameter
+values set and the inputs written while it was down; and frames are exact against NumPy again.
+
+The matrix: one engine per stepping (CPU-device workers, started once for the module) whose producer feeds the
+consumer over both links at once (first -> second over ``ipc``, first -> third over ``host``), and every death in
+each, of the producer and of the consumer in turn: every (death, stepping, link) is drilled."""
 
 from __future__ import annotations
 
@@ -22,23 +27,22 @@ from rxcuda.lowlevel import PortRef
 
 PTX = "scalar_mul"
 N = 512
+S1 = 2.0  # first's scale
+S3 = 3.0  # third's scale
 LINK = "first.out -> second.x"
-# (stepping, transport) -> the deaths drilled there: (how, the worker that dies)
-SETUPS = {
-    ("auto", "ipc"): [("kill", "b"), ("exit", "a"), ("segfault", "b"), ("context", "a"), ("frame", "b")],
-    ("ray", "ipc"): [("kill", "a"), ("frame", "b")],
-    ("ray", "host"): [("kill", "b"), ("exit", "a"), ("frame", "a")],
-}
-CASES = [(stepping, transport, how, victim) for (stepping, transport), deaths in SETUPS.items()
-         for how, victim in deaths]
+LINKS = {"ipc": LINK, "host": "first.out -> third.x"}  # the matrix engines' links, by transport
+DEATHS = ("kill", "exit", "segfault", "oom", "context", "frame")
+STEPPINGS = ("auto", "ray")
+# every death under each stepping, the producer (a) and the consumer (b) in turn: each death hits both
+CASES = [(stepping, how, "ab"[(i + j) % 2]) for j, stepping in enumerate(STEPPINGS) for i, how in enumerate(DEATHS)]
 
 
-def _linked(transport: str = "ipc", **kw) -> tuple[Engine, rxcuda.Block, rxcuda.Block]:
-    """Two null-driver workers, first (on a) -> second (on b) over ``transport``, one frame run."""
-    restarts = kw.pop("max_restarts", 3)
-    engine = Engine({"a": Worker(null=True, max_restarts=restarts), "b": Worker(null=True, max_restarts=restarts)},
-                    **kw)
-    first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
+def _linked(transport: str = "ipc", cpu: bool = False, **kw) -> tuple[Engine, rxcuda.Block, rxcuda.Block]:
+    """Two workers (the null driver, or the CPU device where ``cpu``), first (on a, scale S1) -> second (on b)
+    over ``transport``, one frame run."""
+    spec = Worker(null=not cpu, cpu=cpu, max_restarts=kw.pop("max_restarts", 3))
+    engine = Engine({"a": spec, "b": spec}, **kw)
+    first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first", scale=S1), on="a")
     second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
     engine.connect(first["out"], second["x"], transport=transport)
     engine.write(first["x"], np.ones(N, np.float32))
@@ -54,11 +58,15 @@ def engines():
         engine.close()
 
 
-def _engine(engines, stepping: str, transport: str):
-    key = (stepping, transport)
-    if key not in engines:
-        engines[key] = _linked(transport, stepping=stepping, max_restarts=10)
-    return engines[key]
+def _engine(engines, stepping: str):
+    """The matrix engine of ``stepping``: _linked's over ``ipc``, and first -> third (on b) over ``host``."""
+    if stepping not in engines:
+        engine, first, second = _linked("ipc", cpu=True, stepping=stepping, max_restarts=10)
+        third = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="third", scale=S3), on="b")
+        engine.connect(first["out"], third["x"], transport="host")
+        assert engine.describe().transports() == {LINKS["ipc"]: "ipc", LINKS["host"]: "host"}
+        engines[stepping] = (engine, first, second, third)
+    return engines[stepping]
 
 
 def _standby_ready(engine) -> None:
@@ -89,11 +97,27 @@ def _verbs_while_down(engine, first, second, scale: float, x: np.ndarray, seen: 
     return engine.observe(second["out"]).subscribe(seen.append)
 
 
-@pytest.mark.parametrize(("stepping", "transport", "how", "victim"), CASES,
-                         ids=[f"{s}-{t}-{h}-{v}" for s, t, h, v in CASES])
+def _exact(engine, first, second, third, x: np.ndarray, scale: float, when: str) -> None:
+    """second.out (over the ipc link) exactly ``x * S1 * scale``, third.out (over the host link) ``x * S1 * S3``."""
+    y = x * np.float32(S1)
+    np.testing.assert_array_equal(engine.read(second["out"]), y * np.float32(scale), err_msg=f"ipc link, {when}")
+    np.testing.assert_array_equal(engine.read(third["out"]), y * np.float32(S3), err_msg=f"host link, {when}")
+
+
+def _exact_frames(engine, first, second, third, scale: float, when: str, frames: int = 3) -> None:
+    """``frames`` frames on fresh inputs, each exact (a stale one would show)."""
+    rng = np.random.default_rng()
+    for i in range(frames):
+        x = rng.standard_normal(N).astype(np.float32)
+        engine.write(first["x"], x)
+        assert engine.tick().complete
+        _exact(engine, first, second, third, x, scale, f"frame {i} {when}")
+
+
+@pytest.mark.parametrize(("stepping", "how", "victim"), CASES, ids=[f"{s}-{h}-{v}" for s, h, v in CASES])
 def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_values_and_inputs(
-        engines, stepping, transport, how, victim):
-    engine, first, second = _engine(engines, stepping, transport)
+        engines, stepping, how, victim):
+    engine, first, second, third = _engine(engines, stepping)
     assert engine.describe().stepping == {"a": "clock" if stepping == "auto" else "ray", "b": stepping.replace(
         "auto", "clock")}
     other = "a" if victim == "b" else "b"
@@ -101,10 +125,11 @@ def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_v
     old_pid = engine.where(victim)["pid"]
     diags: list[FragmentDiagnostic] = []
     sub = engine.diagnostics.subscribe(diags.append)
-    scale = float(np.random.default_rng().integers(2, 1000))
-    x = np.full(N, scale, np.float32)
+    rng = np.random.default_rng()
+    scale = float(rng.integers(2, 1000))
+    x = rng.standard_normal(N).astype(np.float32)
     seen: list = []
-    ray.get(engine.actor(victim).crash.remote(how)) if how in ("frame", "context") else \
+    ray.get(engine.actor(victim).crash.remote(how)) if how in ("frame", "context", "oom") else \
         engine.actor(victim).crash.remote(how)
     watching = None
     try:
@@ -134,13 +159,16 @@ def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_v
             assert engine.tick().complete
         assert ray.get(engine.actor("b").describe.remote()).blocks[0].values["scale"] == scale
         np.testing.assert_array_equal(engine._writes[PortRef(first.id, "x")], x)  # what a rebuild replays
-        assert engine.read(second["out"]).shape == (N,)
+        # the input written and the value set while it was down
+        _exact(engine, first, second, third, x, scale, f"after the {how} of {victim}")
+        _exact_frames(engine, first, second, third, scale, f"after the {how} of {victim}")
         assert len(seen) >= 3  # observed since the death: the frames after it came back
         stats = ray.get(engine.actor("b").stats.remote())
         assert stats["state"] == "ok"
-        received = stats["received"].get(LINK, 0)
+        received = {link: stats["received"].get(link, 0) for link in LINKS.values()}
         engine.tick()
-        assert ray.get(engine.actor("b").stats.remote())["received"][LINK] == received + 1  # the link carries again
+        now = ray.get(engine.actor("b").stats.remote())["received"]
+        assert {link: now[link] for link in LINKS.values()} == {k: v + 1 for k, v in received.items()}  # both carry
     finally:
         sub.dispose()
         if watching is not None:
