@@ -43,7 +43,7 @@ from ._faults import Restarts
 from ._ray import backend_module, direct_transports
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
 from ._stepping import SKIPPED, ClockSteps, WorkerGone, check_options
-from ._worker import FragmentHost, _zeros
+from ._worker import _zeros
 
 _EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
 
@@ -141,7 +141,7 @@ class Engine(Restarts, ClockSteps):
         return {**w.ray_options(), "name": None} if self._backend == "ray" else _procs.options(name, w.ray_options())
 
     def _start_actors(self, ray) -> None:
-        remote = ray.remote(FragmentHost)
+        remote = self._host_class()
         for name, w in self._workers.items():
             opts = self._actor_options(name, w)
             node = opts.pop("node_id", None)

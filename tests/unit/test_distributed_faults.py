@@ -251,3 +251,27 @@ def test_a_worker_that_dies_again_before_a_new_standby_is_up_is_restarted_by_ray
         assert engine.tick().complete
     finally:
         engine.close()
+
+
+def test_the_standby_after_a_death_starts_from_the_engines_actor_class_not_a_new_one(monkeypatch):
+    """A new Ray actor class is exported to the cluster on its first actor (Ray disassembles its code: ~200 ms on
+    the driver); made again for each new standby, that sat between a worker's return and its next frame."""
+    engine, first, second = _linked()
+    try:
+        _standby_ready(engine)
+        made: list = []
+        real = ray.remote
+        monkeypatch.setattr(ray, "remote", lambda *a, **kw: made.append(a) or real(*a, **kw))
+        old = engine.where("b")["pid"]
+        engine.actor("b").crash.remote("kill")
+        deadline = time.time() + 60
+        while time.time() < deadline and not (engine.tick().complete and engine.where("b")["pid"] != old):
+            pass
+        assert engine.where("b")["pid"] != old
+        deadline = time.time() + 60
+        while time.time() < deadline and not engine._standbys:  # the next standby, started once b is back
+            engine.tick()
+        assert engine._standbys and made == []
+        assert engine.tick().complete
+    finally:
+        engine.close()
