@@ -70,8 +70,12 @@ REFUSALS = [
 
 
 class _Pipeline:
-    def __init__(self):
-        self.dist = Engine({"a": Worker(cpu=True), "b": Worker(cpu=True)})
+    """first (a, scale 2) -> second (b, scale 3) over ``ipc``, third (b) fed from the host; ``spec`` the workers'
+    (tests/gpu/test_distributed_refusals_gpu.py runs them on a GPU)."""
+
+    def __init__(self, spec: Worker | None = None):
+        spec = spec or Worker(cpu=True)
+        self.dist = Engine({"a": spec, "b": spec})
         self.first = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="first", scale=2.0), on="a")
         self.second = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="second", scale=3.0), on="b")
         self.third = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="third"), on="b")
