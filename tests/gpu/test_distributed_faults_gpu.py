@@ -8,6 +8,8 @@ every frame after is exact against NumPy on fresh data. Needs Ray (on the GPU ma
 
 from __future__ import annotations
 
+import pathlib
+import sys
 import time
 
 import numpy as np
@@ -19,6 +21,9 @@ ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip ins
 
 from conftest import KERNELS  # noqa: E402
 from test_distributed_gpu import exact_frames  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
+from test_distributed_faults import lost_context_drill  # noqa: E402
 
 from rxcuda.distributed import Engine, FragmentDiagnostic, Worker, WorkerDownError  # noqa: E402
 
@@ -91,56 +96,9 @@ def test_a_worker_that_crashes_on_the_gpu_is_back_and_its_frames_are_exact(pair,
         sub.dispose()
 
 
-FAR = "((size_t)1 << 44)"  # 16 TiB past its buffer: never mapped
-POISON = 1e6  # x[0] above it makes the consumer's kernel write far past its buffer: a real fault on the GPU
-
 
 @pytest.mark.gpu_fault
-def test_a_worker_whose_kernel_loses_its_gpu_context_is_back_and_its_frames_are_exact(cluster, kernels, rng):
-    """A real lost GPU context in a worker: the consumer's kernel writes far past its buffer when its input's
-    first value is above POISON (one frame's input does; the next one written does not). The worker's process
-    ends (its CUDA errors are sticky), one error diagnostic names it, the standby takes it over with the input
-    last written, and frames are exact against NumPy again; the producer's frames went on meanwhile."""
-    src = ('extern "C" __global__ void guarded(const float* x, float* out, int n) { size_t i = blockIdx.x * '
-           "(size_t)blockDim.x + threadIdx.x; if (i < n) { out[i] = x[i] * 2.0f; if (x[0] > " + f"{POISON:.1f}f) "
-           f"out[i + {FAR} / 4] = 1.0f; }} }}")
-    spec = Worker(num_gpus=0.5, max_restarts=10)
-    with Engine({"a": spec, "b": spec}) as dist:
-        first = dist.add(rxcuda.Block.from_kernel(KERNELS / "scalar_mul.ptx", size=N, name="first", scale=1.5),
-                         on="a")
-        second = dist.add(rxcuda.Block.from_cuda(src, size=N, name="second"), on="b")
-        dist.connect(first["out"], second["x"], transport="ipc")
-        dist.write(first["x"], np.ones(N, np.float32))
-        for _ in range(3):
-            assert dist.tick().complete
-        _standby_ready(dist)
-        old = dist.where("b")["pid"]
-        diags: list[FragmentDiagnostic] = []
-        sub = dist.diagnostics.subscribe(diags.append)
-        try:
-            poisoned = np.ones(N, np.float32)
-            poisoned[0] = 2 * POISON
-            dist.write(first["x"], poisoned)
-            dist.tick()
-            x = rng.standard_normal(N).astype(np.float32)
-            dist.write(first["x"], x)  # the input the worker is back with (the poisoned one is not replayed)
-            frames, deadline = [], time.time() + 120
-            while time.time() < deadline:
-                f = dist.tick()
-                frames.append(f)
-                if f.complete and dist.where("b")["pid"] != old:
-                    break
-            assert f.complete and dist.where("b")["pid"] != old, [str(d) for d in diags]
-            assert all(fr.fragments.get("a") is not None for fr in frames), "the producer's frames stopped"
-            errors = [d for d in diags if d.diagnostic.severity == "error"]
-            assert [d.worker for d in errors] == ["b"], [str(d) for d in diags]
-            assert "worker 'b' died" in errors[0].diagnostic.message, errors[0].diagnostic.message
-            np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(1.5)) * np.float32(2.0))
-            for i in range(5):
-                x = rng.standard_normal(N).astype(np.float32)
-                dist.write(first["x"], x)
-                assert dist.tick().complete
-                np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(1.5)) * np.float32(2.0),
-                                              err_msg=f"frame {i} after the lost context")
-        finally:
-            sub.dispose()
+def test_a_worker_whose_kernel_loses_its_gpu_context_is_back_and_its_frames_are_exact(cluster, rng):
+    """A real lost GPU context: the consumer's kernel writes far past its buffer for one frame's input (the drill
+    of tests/unit/test_distributed_faults.py, there on CPU-device workers)."""
+    lost_context_drill(Worker(num_gpus=0.5, max_restarts=10), N, KERNELS / "scalar_mul.ptx", rng)

@@ -275,3 +275,62 @@ def test_the_standby_after_a_death_starts_from_the_engines_actor_class_not_a_new
         assert engine.tick().complete
     finally:
         engine.close()
+
+
+FAR = "((size_t)1 << 44)"  # 16 TiB past its buffer: never mapped
+POISON = 1e6  # x[0] above it makes the consumer's kernel write far past its buffer: a real fault on the GPU
+
+
+def lost_context_drill(spec: Worker, n: int, kernel, rng) -> None:
+    """A real lost GPU context in a worker: the consumer's kernel writes far past its buffer when its input's
+    first value is above POISON (one frame's input does; the next one written does not). The worker's process
+    ends (its CUDA errors are sticky; the CPU device's checked accesses report the write as a GPU's illegal
+    address, with the same end), one error diagnostic names it, the standby takes it over with the input last
+    written, and frames are exact against NumPy again; the producer's frames went on meanwhile. ``spec``: the
+    two workers' (CPU device here, a shared GPU in tests/gpu/test_distributed_faults_gpu.py), ``n`` elements,
+    ``kernel`` the producer's scalar_mul."""
+    src = ('extern "C" __global__ void guarded(const float* x, float* out, int n) { size_t i = blockIdx.x * '
+           "(size_t)blockDim.x + threadIdx.x; if (i < n) { out[i] = x[i] * 2.0f; if (x[0] > " + f"{POISON:.1f}f) "
+           f"out[i + {FAR} / 4] = 1.0f; }} }}")
+    with Engine({"a": spec, "b": spec}) as dist:
+        first = dist.add(rxcuda.Block.from_kernel(kernel, size=n, name="first", scale=1.5), on="a")
+        second = dist.add(rxcuda.Block.from_cuda(src, size=n, name="second"), on="b")
+        dist.connect(first["out"], second["x"], transport="ipc")
+        dist.write(first["x"], np.ones(n, np.float32))
+        for _ in range(3):
+            assert dist.tick().complete
+        _standby_ready(dist)
+        old = dist.where("b")["pid"]
+        diags: list[FragmentDiagnostic] = []
+        sub = dist.diagnostics.subscribe(diags.append)
+        try:
+            poisoned = np.ones(n, np.float32)
+            poisoned[0] = 2 * POISON
+            dist.write(first["x"], poisoned)
+            dist.tick()
+            x = rng.standard_normal(n).astype(np.float32)
+            dist.write(first["x"], x)  # the input the worker is back with (the poisoned one is not replayed)
+            frames, deadline = [], time.time() + 120
+            while time.time() < deadline:
+                f = dist.tick()
+                frames.append(f)
+                if f.complete and dist.where("b")["pid"] != old:
+                    break
+            assert f.complete and dist.where("b")["pid"] != old, [str(d) for d in diags]
+            assert all(fr.fragments.get("a") is not None for fr in frames), "the producer's frames stopped"
+            errors = [d for d in diags if d.diagnostic.severity == "error"]
+            assert [d.worker for d in errors] == ["b"], [str(d) for d in diags]
+            assert "worker 'b' died" in errors[0].diagnostic.message, errors[0].diagnostic.message
+            np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(1.5)) * np.float32(2.0))
+            for i in range(5):
+                x = rng.standard_normal(n).astype(np.float32)
+                dist.write(first["x"], x)
+                assert dist.tick().complete
+                np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(1.5)) * np.float32(2.0),
+                                              err_msg=f"frame {i} after the lost context")
+        finally:
+            sub.dispose()
+
+
+def test_a_worker_whose_kernel_faults_loses_its_context_and_is_back_with_exact_frames():
+    lost_context_drill(Worker(cpu=True, max_restarts=10), N, PTX, np.random.default_rng())
