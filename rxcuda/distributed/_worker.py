@@ -11,6 +11,7 @@ class, and the tests run it in-process as well.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import logging
 import os
@@ -164,7 +165,9 @@ class FragmentHost:
         """Make this process's engine (its CUDA context, streams and memory pool) before any fragment is sent, on
         the GPU whose UUID is ``gpu`` (None: the first this process sees), so that a standby taking a dead worker
         over builds at once; the next :meth:`build` uses it. A first build and frame run in it beforehand, what a
-        process pays once (imports, the first module load and launch). Returns the process id."""
+        process pays once (imports, the first module load and launch), and a port's device buffer is looked up as
+        a link's end does (through a CuPy view: importing CuPy took ~150 ms of a taken-over worker's first frame).
+        Returns the process id."""
         with self._lock:
             if self.engine is None and self._warm is None:
                 probe = self._new_engine(gpu)
@@ -172,6 +175,8 @@ class FragmentHost:
                     b = probe.add(Block.from_kernel("scalar_mul", size=256, name="prewarm"))
                     probe.write(b["x"], _zeros(b["x"]))
                     probe.tick()
+                    with contextlib.suppress(ImportError):  # no CuPy: no links either, nothing to warm
+                        _links.device_pointer(probe, b["out"])
                     self._warm = self._new_engine(gpu)
                 finally:
                     probe.close()
