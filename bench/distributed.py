@@ -227,7 +227,8 @@ def _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args, card: 
     head = ("death", "how it comes back", "found", "process up", "built", "driver sees it", "next frame", "total")
     print("  ".join(f"{h:>{len(h) if i else 9}}" for i, h in enumerate(head)), flush=True)
     for standby in (True, False):
-        respec = Worker(**{**{k: getattr(spec, k) for k in ("num_gpus", "num_cpus", "null")}, "max_restarts": 20})
+        keep = ("num_gpus", "num_cpus", "null", "cpu")
+        respec = Worker(**{**{k: getattr(spec, k) for k in keep}, "max_restarts": 20})
         with DistEngine({"a": respec, "b": respec}, stepping=args.stepping, standby=standby) as dist:
             _pipeline(dist, rxcuda, np, n, ("a", "b"))
             dist.tick()
@@ -247,7 +248,8 @@ def _print_shared(shared: list, args, card: str) -> None:
         print(f"{mode:<10} {one:>11.1f} {apart:>16.1f} {linked:>14.1f} {linked - one:>10.1f}  {mps}", flush=True)
 
 
-DEATHS = ("ray.kill", "kill", "exit", "segfault")  # ray.kill (the docs' drill), SIGKILL, os._exit, a segfault
+# ray.kill (the docs' drill), SIGKILL between frames, os._exit, a segfault, SIGKILL mid-frame while allocating (oom)
+DEATHS = ("ray.kill", "kill", "exit", "segfault", "oom")
 PHASES = ("found", "up", "built", "seen", "frame", "total")
 
 
@@ -268,6 +270,8 @@ def _death(ray, dist, how: str) -> dict[str, float]:
     t0 = time.time()
     if how == "ray.kill":
         ray.kill(dist.actor("b"), no_restart=False)
+    elif how == "oom":  # armed (waited for): b dies in its next step, mid-frame
+        ray.get(dist.actor("b").crash.remote(how))
     else:
         dist.actor("b").crash.remote(how)
     while not (dist.tick().complete and dist.where("b")["pid"] != killed):

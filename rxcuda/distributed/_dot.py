@@ -27,7 +27,8 @@ def distributed_dot(d: DistributedDescription) -> str:
     lines = ["digraph distributed {", "  rankdir=LR;", '  node [shape=box, fontname="Helvetica"];',
              '  edge [fontname="Helvetica", fontsize=10];']
     for i, (w, spec) in enumerate(d.workers.items()):
-        where = "null driver" if spec.null else f"{spec.num_gpus:g} GPU" + (f" on {spec.node}" if spec.node else "")
+        where = "null driver" if spec.null else "CPU device" if spec.cpu else f"{spec.num_gpus:g} GPU" + (
+            f" on {spec.node}" if spec.node else "")
         lines.append(f"  subgraph cluster_{i} {{")
         lines.append(f"    label={quote(f'worker {w} ({where})')}; style=rounded;")
         for bid, on in d.placement.items():

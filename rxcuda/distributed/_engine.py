@@ -43,7 +43,7 @@ from ._faults import Restarts
 from ._ray import backend_module, direct_transports
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
 from ._stepping import SKIPPED, ClockSteps, WorkerGone, check_options
-from ._worker import FragmentHost, _zeros
+from ._worker import _zeros
 
 _EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
 
@@ -142,7 +142,7 @@ class Engine(Restarts, ClockSteps):
         return {**w.ray_options(), "name": None} if self._backend == "ray" else _procs.options(name, w.ray_options())
 
     def _start_actors(self, ray) -> None:
-        remote = ray.remote(FragmentHost)
+        remote = self._host_class()
         for name, w in self._workers.items():
             opts = self._actor_options(name, w)
             node = opts.pop("node_id", None)
@@ -150,8 +150,8 @@ class Engine(Restarts, ClockSteps):
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
                 opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-            self._actors[name] = remote.options(**opts).remote(name, w.null, self.max_in_flight + 1,
-                                                                        self._session, env=self._worker_env)
+            self._actors[name] = remote.options(**opts).remote(name, w.null, self.max_in_flight + 1, self._session,
+                                                                        env=self._worker_env, cpu=w.cpu)
         refs = {a.where.remote(): name for name, a in self._actors.items()}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self._start_timeout)
         if pending:

@@ -68,6 +68,15 @@ class Restarts:
     def _publish(self, worker: str, d: Diagnostic) -> None:
         raise NotImplementedError
 
+    def _host_class(self) -> Any:
+        """FragmentHost as this engine's actor class, made once: Ray exports an actor class to the cluster the
+        first time one of its actors starts (disassembling the class's code for an identifier: ~200 ms), so a class
+        made again for each standby put that export on the path from a worker's death to its next frame."""
+        cls = getattr(self, "_host_cls", None)
+        if cls is None:
+            cls = self._host_cls = self._ray.remote(FragmentHost)
+        return cls
+
     def _init_restarts(self, standby: bool) -> None:
         self._recoveries = []  # each recovery's phases, wall-clock times (bench/distributed.py)
         self._use_standby = bool(standby)
@@ -122,13 +131,12 @@ class Restarts:
         if not self._use_standby or spec.max_restarts == 0 or self._driver_node is None or \
                 where.get("node") != self._driver_node:
             return None
-        if spec.null:
+        if spec.gpuless:
             return (spec, None)
         return (spec, where["gpu"]) if where.get("gpu") else None
 
     def _keep_standbys(self) -> None:
         """Start the standbys the workers have none of (a GPU worker's once it built: its GPU is known then)."""
-        ray = self._ray
         for w in self._workers:
             key = self._standby_key(w)
             if key is None or key in self._standbys:
@@ -137,10 +145,10 @@ class Restarts:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             # no CPU or GPU of Ray's asked: it waits idle, and takes over the GPU share of the worker it replaces
-            actor = ray.remote(FragmentHost).options(
+            actor = self._host_class().options(
                 num_cpus=0, num_gpus=0, max_restarts=spec.max_restarts, max_task_retries=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(str(self._driver_node), soft=False),
-            ).remote("standby", spec.null, self.max_in_flight + 1, self._session, env=self._worker_env)
+            ).remote("standby", spec.null, self.max_in_flight + 1, self._session, env=self._worker_env, cpu=spec.cpu)
             self._standbys[key] = (actor, actor.prewarm.remote(gpu))
 
     def _take_standby(self, w: str) -> tuple[Any, str | None] | None:

@@ -48,32 +48,43 @@ class Worker:
     """What a worker asks Ray for: a share of one GPU (``num_gpus``, 1 by default; 0.5 lets two workers share
     one), CPUs, optionally a Ray node (its node id, or its IP address) to run on, and how often Ray restarts it
     when it dies (``max_restarts``). ``null=True`` runs the worker's engine on the null driver (no GPU: tests,
-    CI, trying a pipeline's wiring on a laptop).
+    CI, trying a pipeline's wiring on a laptop); ``cpu=True`` on the CPU device (docs/cpu.md: no GPU, kernels run
+    on the CPU with real numbers: tests, CI). Neither asks Ray for a GPU; their ``ipc`` links carry the bytes in
+    a shared-memory board.
 
     >>> Worker(num_gpus=0.5)
-    Worker(num_gpus=0.5, num_cpus=0, node=None, null=False, max_restarts=3)
+    Worker(num_gpus=0.5, num_cpus=0, node=None, null=False, cpu=False, max_restarts=3)
     >>> Worker(num_gpus=0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: Worker(num_gpus=0) has no GPU for its Engine; give num_gpus above 0 (0.5 shares a GPU), or ...
+    ValueError: Worker(num_gpus=0) has no GPU for its Engine; give num_gpus above 0 (0.5 shares a GPU), null=True ...
     """
 
     num_gpus: float = attrs.field(default=1, validator=_check_gpus)
     num_cpus: float = attrs.field(default=0, validator=_check_count)
     node: str | None = None
     null: bool = False
+    cpu: bool = False
     max_restarts: int = attrs.field(default=3, validator=_check_count)
 
     def __attrs_post_init__(self):
-        if not self.null and self.num_gpus == 0:
+        if self.null and self.cpu:
+            raise ValueError("Worker(null=True, cpu=True): a worker runs the null driver or the CPU device, not both; "
+                             "give one")
+        if not self.gpuless and self.num_gpus == 0:
             raise ValueError("Worker(num_gpus=0) has no GPU for its Engine; give num_gpus above 0 (0.5 shares a "
-                             "GPU), or null=True for the null driver")
+                             "GPU), null=True for the null driver, or cpu=True for the CPU device")
         if self.node is not None and (not isinstance(self.node, str) or not self.node):
             raise ValueError(f"'node' must be a Ray node id or a node's IP address (got {self.node!r})")
 
+    @property
+    def gpuless(self) -> bool:
+        """Whether the worker holds no GPU: it runs the null driver or the CPU device."""
+        return self.null or self.cpu
+
     def ray_options(self) -> dict:
         """The options of the worker's Ray actor: resources, placement on a node, restarts."""
-        opts: dict = {"num_gpus": 0 if self.null else self.num_gpus, "num_cpus": self.num_cpus,
+        opts: dict = {"num_gpus": 0 if self.gpuless else self.num_gpus, "num_cpus": self.num_cpus,
                       "max_restarts": int(self.max_restarts), "max_task_retries": 0}
         if self.node is not None:
             if _looks_like_ip(self.node):  # Ray gives every node a resource "node:<ip>"
@@ -279,13 +290,14 @@ def route(asked: str, transport: str, src: Worker, dst: Worker, src_node, dst_no
     one_host = _one_host(src, dst, src_node, dst_node)
     if transport == "ipc":
         return "board", ("asked for" if asked == "ipc" else "both workers on GPUs of one host: CUDA IPC") + (
-            "" if not (src.null or dst.null) else "; null-driver workers: the bytes in the board's shared memory")
+            "" if not (src.gpuless or dst.gpuless) else "; workers without a GPU: the bytes in the board's shared "
+            "memory")
     where = ("one host: through a shared-memory board, pinned, no Ray call" if one_host
              else "different hosts: through Ray's object store from pinned memory, the bytes never pickled")
     if asked == "host":
         return ("board" if one_host else "store"), f"asked for; {where}"
-    if src.null or dst.null:
-        return ("board" if one_host else "store"), f"a worker runs the null driver; {where}"
+    if src.gpuless or dst.gpuless:
+        return ("board" if one_host else "store"), f"a worker runs without a GPU; {where}"
     gpu = [t for t in offered if t.upper() in ("NCCL", "NIXL")]
     rdt = (f" (Ray offers {'/'.join(gpu)} between GPU actors (Ray Direct Transport); rxcuda does not carry links "
            "over it yet)" if gpu else " (Ray offers no GPU transport between actors here: Ray Direct Transport "
@@ -297,11 +309,12 @@ def _transport(asked: str, src: Worker, dst: Worker, src_node, dst_node) -> tupl
     """(transport, '') or ('', why it cannot be the one asked for)."""
     if asked not in TRANSPORTS:
         return "", f"transport must be one of {', '.join(TRANSPORTS)} (got {asked!r})"
-    gpus = not src.null and not dst.null
+    gpus = not src.gpuless and not dst.gpuless
     one_host = _one_host(src, dst, src_node, dst_node)
     if asked == "ipc":
-        if src.null != dst.null:  # two null-driver workers may: their slots are shared host memory
-            return "", "CUDA IPC needs both workers on a GPU, and one runs the null driver; use transport='host'"
+        if src.gpuless != dst.gpuless:  # two workers without a GPU may: their slots are shared host memory
+            return "", "CUDA IPC needs both workers on a GPU, and one has none (the null driver or the CPU device); " \
+                       "use transport='host'"
         if not one_host:
             return "", "CUDA IPC works between processes of one host, and these workers run on different nodes; " \
                        "use transport='host'"

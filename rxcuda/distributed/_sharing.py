@@ -41,7 +41,7 @@ def candidates(workers: Mapping, backend: str) -> tuple[str, ...]:
     ...            "ray") if not cpu_by_default() else ("b",)
     ('b',)
     """
-    gpu = {w: spec for w, spec in workers.items() if not spec.null}
+    gpu = {w: spec for w, spec in workers.items() if not spec.gpuless}
     if not gpu or cpu_by_default():
         return ()
     return tuple(w for w, spec in gpu.items() if backend == "process" or spec.num_gpus < 1)
@@ -60,7 +60,7 @@ def on_one_gpu(where: Mapping[str, Mapping], workers: Mapping, node) -> list[tup
     """
     groups: dict[tuple, list[str]] = {}
     for w, at in where.items():
-        if not workers[w].null and at.get("node") == node:
+        if not workers[w].gpuless and at.get("node") == node:
             groups.setdefault(tuple(sorted(at.get("gpus") or ())), []).append(w)
     return [tuple(sorted(ws)) for _, ws in sorted(groups.items()) if len(ws) > 1]
 

@@ -11,11 +11,11 @@ class, and the tests run it in-process as well.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import logging
 import math
 import os
-import signal
 import statistics
 import threading
 import time
@@ -31,14 +31,13 @@ from ..engine import _shapes_io
 from ..engine._engine import Diagnostic, Engine, Frame
 from ..model._describe import KernelSpec, PortRef
 from ..model._errors import DeviceLostError
-from . import _board, _clock, _hostlink, _links, _mps
+from . import _board, _clock, _drills, _hostlink, _links, _mps
 from ._placement import Fragment, RemoteLink
 
 log = logging.getLogger("rxcuda")
 
 EXIT_CONTEXT_LOST = 70  # the exit status of a worker whose GPU context was lost (EX_SOFTWARE)
 _F = TypeVar("_F", bound=Any)
-DRILLS = ("exit", "kill", "segfault", "frame", "context")  # the faults FragmentHost.crash(how) makes
 LINK_TIMEOUT_S = 10.0  # how long a consumer waits for its producer's frame on an ipc link before it skips it
 # set in a worker process's environment: the positions its engines run over (rxcuda.Engine(devices=[...]), as the
 # process sees the ordinals; "cpu" for the CPU device's), e.g. "0,0" (an IsolatedEngine(devices=[...])'s)
@@ -75,27 +74,29 @@ def _locked(method: _F) -> _F:
 
 
 class FragmentHost:
-    """One worker's engine and fragment. ``null``: the null driver (no GPU). ``depth``: slots per ``ipc`` link.
+    """One worker's engine and fragment. ``null``: the null driver (no GPU); ``cpu``: the CPU device (no GPU,
+    kernels run with real numbers; the null driver's ``fail`` too). ``depth``: slots per ``ipc`` link.
     ``session``: names the boards of this distributed engine's ``ipc`` links (one per exported port, shared by
     producer and consumers on one host). ``device_slots``: whether an ``ipc`` link's slots are exported device
-    memory (CUDA IPC; the default on a GPU) or the board's shared memory (the default on the null driver, which has
+    memory (CUDA IPC; the default on a GPU) or the board's shared memory (the default without a GPU, which has
     no memory to export; True there runs the CUDA IPC calls, recorded, with no bytes moving: tests). ``env``:
     the private MPS daemon's variables (``Engine(share_gpu=...)``, ``_mps.enter``), set in this process before it makes
     a CUDA context where the engine chose MPS."""
 
     def __init__(self, name: str, null: bool, depth: int = 3, session: str | None = None,
-                 device_slots: bool | None = None, env: Mapping[str, str] | None = None):
+                 device_slots: bool | None = None, env: Mapping[str, str] | None = None, cpu: bool = False):
         self._env = dict(env or {})
         _mps.enter(self._env)  # the daemon up and this engine's gate open: before this process's first CUDA call
         self.name = name
-        self.null = null
-        self.device_slots = not null if device_slots is None else device_slots
+        self.null = null or cpu  # no GPU: the null driver, or the CPU device (a null driver that runs kernels)
+        self.cpu = cpu
+        self.device_slots = not self.null if device_slots is None else device_slots
         self.depth = depth
         self.session = session or uuid.uuid4().hex[:12]
         self.link_timeout = LINK_TIMEOUT_S
         self.pid = os.getpid()
         self.started = time.time()  # when this process took the worker on (a restart's phases: bench, diagnostics)
-        self._drill: str | None = None  # a fault drill the next step runs (crash("frame"))
+        self._drill: str | None = None  # a fault drill the next step runs (crash("frame"), crash("oom"))
         self.engine: Engine | None = None
         self.fragment: Fragment | None = None
         self.blocks: dict[int, Block] = {}  # the driver's block id -> the block built here
@@ -153,10 +154,12 @@ class FragmentHost:
         return {"state": state, "seconds": time.perf_counter() - t0}
 
     def _new_engine(self, gpu: str | None = None) -> Engine:
-        """An engine on the null driver, or on the GPU whose UUID is ``gpu`` (None: the first this process sees);
-        over several positions where :data:`WORKER_DEVICES` names them."""
+        """An engine on the null driver, on the CPU device, or on the GPU whose UUID is ``gpu`` (None: the first this
+        process sees); over several positions where :data:`WORKER_DEVICES` names them."""
         _mps.enter(self._env)  # a worker placed on a shared GPU: the engine opened the gate after placement
         positions = [d if d == "cpu" else int(d) for d in os.environ.get(WORKER_DEVICES, "").split(",") if d]
+        if self.cpu:
+            return Engine(devices=positions) if positions else Engine(device="cpu")
         if self.null:
             if positions:
                 return Engine(driver=_null_driver(len(set(positions))), devices=positions)
@@ -171,7 +174,9 @@ class FragmentHost:
         """Make this process's engine (its CUDA context, streams and memory pool) before any fragment is sent, on
         the GPU whose UUID is ``gpu`` (None: the first this process sees), so that a standby taking a dead worker
         over builds at once; the next :meth:`build` uses it. A first build and frame run in it beforehand, what a
-        process pays once (imports, the first module load and launch). Returns the process id."""
+        process pays once (imports, the first module load and launch), and a port's device buffer is looked up as
+        a link's end does (through a CuPy view: importing CuPy took ~150 ms of a taken-over worker's first frame).
+        Returns the process id."""
         with self._lock:
             if self.engine is None and self._warm is None:
                 probe = self._new_engine(gpu)
@@ -179,6 +184,8 @@ class FragmentHost:
                     b = probe.add(Block.from_kernel("scalar_mul", size=256, name="prewarm"))
                     probe.write(b["x"], _zeros(b["x"]))
                     probe.tick()
+                    with contextlib.suppress(ImportError):  # no CuPy: no links either, nothing to warm
+                        _links.device_pointer(probe, b["out"])
                     self._warm = self._new_engine(gpu)
                 finally:
                     probe.close()
@@ -341,7 +348,9 @@ class FragmentHost:
     def _step(self, index: int, params, writes, observed, payloads) -> tuple[dict, StepReport]:
         engine = self._engine()
         if self._drill is not None:
-            self._drill = None
+            drill, self._drill = self._drill, None
+            if drill == "oom":
+                _drills.out_of_memory()
             raise RuntimeError(f"fault drill: worker '{self.name}' raised in its step of frame {index}")
         if self._delay:
             time.sleep(self._delay)
@@ -491,27 +500,14 @@ class FragmentHost:
 
     def crash(self, how: str = "exit") -> None:
         """A fault drill (tests, bench): ``"exit"`` ends the process at once (``os._exit``), ``"kill"`` sends it
-        SIGKILL (what the OOM killer does), ``"segfault"`` makes it read address 0, ``"frame"`` makes its next step
-        raise in the frame thread (the process lives on), ``"context"`` makes its next launch lose the GPU context
-        (the null driver only: its launch fails with CUDA_ERROR_ILLEGAL_ADDRESS, and the worker ends as on a GPU)."""
-        if how not in DRILLS:
-            raise ValueError(f"'how' must be one of {', '.join(DRILLS)} (got {how!r})")
-        if how == "frame":
-            self._drill = how
-            return
-        if how == "context":
-            if not self.null or self.engine is None:
-                raise ValueError("the 'context' drill runs on a built worker on the null driver; on a GPU, a kernel "
-                                 "that faults loses the context")
-            self.engine.device.api.fail("cuGraphLaunch", "CUDA_ERROR_ILLEGAL_ADDRESS", times=1_000)
-            return
-        if how == "kill":
-            os.kill(self.pid, signal.SIGKILL)
-        elif how == "segfault":
-            import ctypes
-
-            ctypes.string_at(0)
-        os._exit(1)
+        SIGKILL between frames, ``"segfault"`` makes it read address 0, ``"oom"`` is host memory running out as
+        Linux ends it: in its next step (mid-frame, on the thread that steps it) the worker allocates and touches
+        host memory and is killed by SIGKILL, as the kernel's OOM killer (or a cgroup's memory limit) kills the
+        process it picks (no real OOM is made: that would starve everything else on the host), ``"frame"``
+        makes its next step raise in the frame thread (the process lives on), ``"context"`` makes its next launch
+        lose the GPU context (without a GPU only: its launch fails with CUDA_ERROR_ILLEGAL_ADDRESS, and the worker
+        ends as on a GPU)."""
+        _drills.crash(self, how)
 
     @_locked
     def close(self) -> None:

@@ -1,5 +1,6 @@
 """Workers that crash for real on a GPU: two workers share one GPU (``num_gpus=0.5`` each), an ``ipc`` link,
-frames through their clocks. SIGKILL, ``os._exit`` and a segfault of the producer or the consumer are each one
+frames through their clocks. SIGKILL, ``os._exit``, a segfault and host memory running out (the "oom" drill: SIGKILL
+mid-frame while allocating) of the producer or the consumer are each one
 error diagnostic naming it and no exception from any verb; the worker is back (from the standby, whose engine was
 made on the GPU beforehand, or by Ray's restart) with the scale set and the input written while it was down; and
 every frame after is exact against NumPy on fresh data. Needs Ray (on the GPU machine:
@@ -7,6 +8,8 @@ every frame after is exact against NumPy on fresh data. Needs Ray (on the GPU ma
 
 from __future__ import annotations
 
+import pathlib
+import sys
 import time
 
 import numpy as np
@@ -18,6 +21,9 @@ ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip ins
 
 from conftest import KERNELS  # noqa: E402
 from test_distributed_gpu import exact_frames  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
+from test_distributed_faults import lost_context_drill  # noqa: E402
 
 from rxcuda.distributed import Engine, FragmentDiagnostic, Worker, WorkerDownError  # noqa: E402
 
@@ -50,7 +56,8 @@ def _standby_ready(dist) -> None:
     assert not dist._use_standby, "no standby within 120 s"
 
 
-@pytest.mark.parametrize(("how", "victim"), [("kill", "b"), ("exit", "a"), ("segfault", "b"), ("kill", "a")])
+@pytest.mark.parametrize(("how", "victim"), [("kill", "b"), ("exit", "a"), ("segfault", "b"), ("kill", "a"),
+                                            ("oom", "b"), ("oom", "a")])
 def test_a_worker_that_crashes_on_the_gpu_is_back_and_its_frames_are_exact(pair, rng, how, victim):
     dist, first, second, standby = pair
     _standby_ready(dist)
@@ -59,7 +66,10 @@ def test_a_worker_that_crashes_on_the_gpu_is_back_and_its_frames_are_exact(pair,
     diags: list[FragmentDiagnostic] = []
     sub = dist.diagnostics.subscribe(diags.append)
     try:
-        dist.actor(victim).crash.remote(how)
+        if how == "oom":  # armed (waited for): the victim dies in its next step, mid-frame
+            ray.get(dist.actor(victim).crash.remote(how))
+        else:
+            dist.actor(victim).crash.remote(how)
         s2 = float(rng.uniform(0.5, 3.0))
         x = rng.standard_normal(N).astype(np.float32)
         second.params["scale"].value = s2  # set and written while the worker is down: it gets both once back
@@ -84,3 +94,11 @@ def test_a_worker_that_crashes_on_the_gpu_is_back_and_its_frames_are_exact(pair,
         assert a["gpu"] == b["gpu"]  # the one GPU, in the standby too
     finally:
         sub.dispose()
+
+
+
+@pytest.mark.gpu_fault
+def test_a_worker_whose_kernel_loses_its_gpu_context_is_back_and_its_frames_are_exact(cluster, rng):
+    """A real lost GPU context: the consumer's kernel writes far past its buffer for one frame's input (the drill
+    of tests/unit/test_distributed_faults.py, there on CPU-device workers)."""
+    lost_context_drill(Worker(num_gpus=0.5, max_restarts=10), N, KERNELS / "scalar_mul.ptx", rng)

@@ -1,11 +1,16 @@
-"""Workers that crash for real, on a local Ray cluster whose workers run the null driver: SIGKILL (what the OOM
-killer does), ``os._exit``, a segfault, a lost GPU context (the null driver's launch made to fail with
-CUDA_ERROR_ILLEGAL_ADDRESS) and an exception in the frame thread; frames stepped through clocks and by Ray calls,
-over ``ipc`` and ``host`` links. Each is one error diagnostic naming the worker; no Ray exception reaches the caller
-of ``tick``, ``read``, ``write``, ``set``, ``bind``, ``observe`` or ``close`` (a read of a port on a worker that is
-down raises WorkerDownError); the other worker's frames go on; the worker is back (a standby takes it over, or Ray
-restarts it) with its fragment, the parameter values set and the inputs written while it was down; and frames are
-whole again."""
+"""Workers that crash for real, on a local Ray cluster whose workers run the CPU device (real numbers) or the null
+driver: SIGKILL between frames, ``os._exit``, a segfault, host memory running out (the "oom" drill: mid-frame, the
+worker allocates and touches host memory and is killed by SIGKILL, as the OOM killer does), a lost GPU context (the
+launch made to fail with CUDA_ERROR_ILLEGAL_ADDRESS, a sticky error) and an exception in the frame thread; every
+one in every combination of stepping (clocks, Ray calls) and link (``ipc``, ``host``). Each is one error diagnostic
+naming the worker; no Ray exception reaches the caller of ``tick``, ``read``, ``write``, ``set``, ``bind``,
+``observe`` or ``close`` (a read of a port on a worker that is down raises WorkerDownError); the other worker's
+frames go on; the worker is back (a standby takes it over, or Ray restarts it) with its fragment, the parameter
+values set and the inputs written while it was down; and frames are exact against NumPy again.
+
+The matrix: one engine per stepping (CPU-device workers, started once for the module) whose producer feeds the
+consumer over both links at once (first -> second over ``ipc``, first -> third over ``host``), and every death in
+each, of the producer and of the consumer in turn: every (death, stepping, link) is drilled."""
 
 from __future__ import annotations
 
@@ -22,23 +27,22 @@ from rxcuda.lowlevel import PortRef
 
 PTX = "scalar_mul"
 N = 512
+S1 = 2.0  # first's scale
+S3 = 3.0  # third's scale
 LINK = "first.out -> second.x"
-# (stepping, transport) -> the deaths drilled there: (how, the worker that dies)
-SETUPS = {
-    ("auto", "ipc"): [("kill", "b"), ("exit", "a"), ("segfault", "b"), ("context", "a"), ("frame", "b")],
-    ("ray", "ipc"): [("kill", "a"), ("frame", "b")],
-    ("ray", "host"): [("kill", "b"), ("exit", "a"), ("frame", "a")],
-}
-CASES = [(stepping, transport, how, victim) for (stepping, transport), deaths in SETUPS.items()
-         for how, victim in deaths]
+LINKS = {"ipc": LINK, "host": "first.out -> third.x"}  # the matrix engines' links, by transport
+DEATHS = ("kill", "exit", "segfault", "oom", "context", "frame")
+STEPPINGS = ("auto", "ray")
+# every death under each stepping, the producer (a) and the consumer (b) in turn: each death hits both
+CASES = [(stepping, how, "ab"[(i + j) % 2]) for j, stepping in enumerate(STEPPINGS) for i, how in enumerate(DEATHS)]
 
 
-def _linked(transport: str = "ipc", **kw) -> tuple[Engine, rxcuda.Block, rxcuda.Block]:
-    """Two null-driver workers, first (on a) -> second (on b) over ``transport``, one frame run."""
-    restarts = kw.pop("max_restarts", 3)
-    engine = Engine({"a": Worker(null=True, max_restarts=restarts), "b": Worker(null=True, max_restarts=restarts)},
-                    **kw)
-    first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first"), on="a")
+def _linked(transport: str = "ipc", cpu: bool = False, **kw) -> tuple[Engine, rxcuda.Block, rxcuda.Block]:
+    """Two workers (the null driver, or the CPU device where ``cpu``), first (on a, scale S1) -> second (on b)
+    over ``transport``, one frame run."""
+    spec = Worker(null=not cpu, cpu=cpu, max_restarts=kw.pop("max_restarts", 3))
+    engine = Engine({"a": spec, "b": spec}, **kw)
+    first = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="first", scale=S1), on="a")
     second = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="second"), on="b")
     engine.connect(first["out"], second["x"], transport=transport)
     engine.write(first["x"], np.ones(N, np.float32))
@@ -54,11 +58,15 @@ def engines():
         engine.close()
 
 
-def _engine(engines, stepping: str, transport: str):
-    key = (stepping, transport)
-    if key not in engines:
-        engines[key] = _linked(transport, stepping=stepping, max_restarts=10)
-    return engines[key]
+def _engine(engines, stepping: str):
+    """The matrix engine of ``stepping``: _linked's over ``ipc``, and first -> third (on b) over ``host``."""
+    if stepping not in engines:
+        engine, first, second = _linked("ipc", cpu=True, stepping=stepping, max_restarts=10)
+        third = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="third", scale=S3), on="b")
+        engine.connect(first["out"], third["x"], transport="host")
+        assert engine.describe().transports() == {LINKS["ipc"]: "ipc", LINKS["host"]: "host"}
+        engines[stepping] = (engine, first, second, third)
+    return engines[stepping]
 
 
 def _standby_ready(engine) -> None:
@@ -89,11 +97,27 @@ def _verbs_while_down(engine, first, second, scale: float, x: np.ndarray, seen: 
     return engine.observe(second["out"]).subscribe(seen.append)
 
 
-@pytest.mark.parametrize(("stepping", "transport", "how", "victim"), CASES,
-                         ids=[f"{s}-{t}-{h}-{v}" for s, t, h, v in CASES])
+def _exact(engine, first, second, third, x: np.ndarray, scale: float, when: str) -> None:
+    """second.out (over the ipc link) exactly ``x * S1 * scale``, third.out (over the host link) ``x * S1 * S3``."""
+    y = x * np.float32(S1)
+    np.testing.assert_array_equal(engine.read(second["out"]), y * np.float32(scale), err_msg=f"ipc link, {when}")
+    np.testing.assert_array_equal(engine.read(third["out"]), y * np.float32(S3), err_msg=f"host link, {when}")
+
+
+def _exact_frames(engine, first, second, third, scale: float, when: str, frames: int = 3) -> None:
+    """``frames`` frames on fresh inputs, each exact (a stale one would show)."""
+    rng = np.random.default_rng()
+    for i in range(frames):
+        x = rng.standard_normal(N).astype(np.float32)
+        engine.write(first["x"], x)
+        assert engine.tick().complete
+        _exact(engine, first, second, third, x, scale, f"frame {i} {when}")
+
+
+@pytest.mark.parametrize(("stepping", "how", "victim"), CASES, ids=[f"{s}-{h}-{v}" for s, h, v in CASES])
 def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_values_and_inputs(
-        engines, stepping, transport, how, victim):
-    engine, first, second = _engine(engines, stepping, transport)
+        engines, stepping, how, victim):
+    engine, first, second, third = _engine(engines, stepping)
     assert engine.describe().stepping == {"a": "clock" if stepping == "auto" else "ray", "b": stepping.replace(
         "auto", "clock")}
     other = "a" if victim == "b" else "b"
@@ -101,10 +125,11 @@ def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_v
     old_pid = engine.where(victim)["pid"]
     diags: list[FragmentDiagnostic] = []
     sub = engine.diagnostics.subscribe(diags.append)
-    scale = float(np.random.default_rng().integers(2, 1000))
-    x = np.full(N, scale, np.float32)
+    rng = np.random.default_rng()
+    scale = float(rng.integers(2, 1000))
+    x = rng.standard_normal(N).astype(np.float32)
     seen: list = []
-    ray.get(engine.actor(victim).crash.remote(how)) if how in ("frame", "context") else \
+    ray.get(engine.actor(victim).crash.remote(how)) if how in ("frame", "context", "oom") else \
         engine.actor(victim).crash.remote(how)
     watching = None
     try:
@@ -134,13 +159,16 @@ def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_v
             assert engine.tick().complete
         assert ray.get(engine.actor("b").describe.remote()).blocks[0].values["scale"] == scale
         np.testing.assert_array_equal(engine._writes[PortRef(first.id, "x")], x)  # what a rebuild replays
-        assert engine.read(second["out"]).shape == (N,)
+        # the input written and the value set while it was down
+        _exact(engine, first, second, third, x, scale, f"after the {how} of {victim}")
+        _exact_frames(engine, first, second, third, scale, f"after the {how} of {victim}")
         assert len(seen) >= 3  # observed since the death: the frames after it came back
         stats = ray.get(engine.actor("b").stats.remote())
         assert stats["state"] == "ok"
-        received = stats["received"].get(LINK, 0)
+        received = {link: stats["received"].get(link, 0) for link in LINKS.values()}
         engine.tick()
-        assert ray.get(engine.actor("b").stats.remote())["received"][LINK] == received + 1  # the link carries again
+        now = ray.get(engine.actor("b").stats.remote())["received"]
+        assert {link: now[link] for link in LINKS.values()} == {k: v + 1 for k, v in received.items()}  # both carry
     finally:
         sub.dispose()
         if watching is not None:
@@ -223,3 +251,86 @@ def test_a_worker_that_dies_again_before_a_new_standby_is_up_is_restarted_by_ray
         assert engine.tick().complete
     finally:
         engine.close()
+
+
+def test_the_standby_after_a_death_starts_from_the_engines_actor_class_not_a_new_one(monkeypatch):
+    """A new Ray actor class is exported to the cluster on its first actor (Ray disassembles its code: ~200 ms on
+    the driver); made again for each new standby, that sat between a worker's return and its next frame."""
+    engine, first, second = _linked()
+    try:
+        _standby_ready(engine)
+        made: list = []
+        real = ray.remote
+        monkeypatch.setattr(ray, "remote", lambda *a, **kw: made.append(a) or real(*a, **kw))
+        old = engine.where("b")["pid"]
+        engine.actor("b").crash.remote("kill")
+        deadline = time.time() + 60
+        while time.time() < deadline and not (engine.tick().complete and engine.where("b")["pid"] != old):
+            pass
+        assert engine.where("b")["pid"] != old
+        deadline = time.time() + 60
+        while time.time() < deadline and not engine._standbys:  # the next standby, started once b is back
+            engine.tick()
+        assert engine._standbys and made == []
+        assert engine.tick().complete
+    finally:
+        engine.close()
+
+
+FAR = "((size_t)1 << 44)"  # 16 TiB past its buffer: never mapped
+POISON = 1e6  # x[0] above it makes the consumer's kernel write far past its buffer: a real fault on the GPU
+
+
+def lost_context_drill(spec: Worker, n: int, kernel, rng) -> None:
+    """A real lost GPU context in a worker: the consumer's kernel writes far past its buffer when its input's
+    first value is above POISON (one frame's input does; the next one written does not). The worker's process
+    ends (its CUDA errors are sticky; the CPU device's checked accesses report the write as a GPU's illegal
+    address, with the same end), one error diagnostic names it, the standby takes it over with the input last
+    written, and frames are exact against NumPy again; the producer's frames went on meanwhile. ``spec``: the
+    two workers' (CPU device here, a shared GPU in tests/gpu/test_distributed_faults_gpu.py), ``n`` elements,
+    ``kernel`` the producer's scalar_mul."""
+    src = ('extern "C" __global__ void guarded(const float* x, float* out, int n) { size_t i = blockIdx.x * '
+           "(size_t)blockDim.x + threadIdx.x; if (i < n) { out[i] = x[i] * 2.0f; if (x[0] > " + f"{POISON:.1f}f) "
+           f"out[i + {FAR} / 4] = 1.0f; }} }}")
+    with Engine({"a": spec, "b": spec}) as dist:
+        first = dist.add(rxcuda.Block.from_kernel(kernel, size=n, name="first", scale=1.5), on="a")
+        second = dist.add(rxcuda.Block.from_cuda(src, size=n, name="second"), on="b")
+        dist.connect(first["out"], second["x"], transport="ipc")
+        dist.write(first["x"], np.ones(n, np.float32))
+        for _ in range(3):
+            assert dist.tick().complete
+        _standby_ready(dist)
+        old = dist.where("b")["pid"]
+        diags: list[FragmentDiagnostic] = []
+        sub = dist.diagnostics.subscribe(diags.append)
+        try:
+            poisoned = np.ones(n, np.float32)
+            poisoned[0] = 2 * POISON
+            dist.write(first["x"], poisoned)
+            dist.tick()
+            x = rng.standard_normal(n).astype(np.float32)
+            dist.write(first["x"], x)  # the input the worker is back with (the poisoned one is not replayed)
+            frames, deadline = [], time.time() + 120
+            while time.time() < deadline:
+                f = dist.tick()
+                frames.append(f)
+                if f.complete and dist.where("b")["pid"] != old:
+                    break
+            assert f.complete and dist.where("b")["pid"] != old, [str(d) for d in diags]
+            assert all(fr.fragments.get("a") is not None for fr in frames), "the producer's frames stopped"
+            errors = [d for d in diags if d.diagnostic.severity == "error"]
+            assert [d.worker for d in errors] == ["b"], [str(d) for d in diags]
+            assert "worker 'b' died" in errors[0].diagnostic.message, errors[0].diagnostic.message
+            np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(1.5)) * np.float32(2.0))
+            for i in range(5):
+                x = rng.standard_normal(n).astype(np.float32)
+                dist.write(first["x"], x)
+                assert dist.tick().complete
+                np.testing.assert_array_equal(dist.read(second["out"]), (x * np.float32(1.5)) * np.float32(2.0),
+                                              err_msg=f"frame {i} after the lost context")
+        finally:
+            sub.dispose()
+
+
+def test_a_worker_whose_kernel_faults_loses_its_context_and_is_back_with_exact_frames():
+    lost_context_drill(Worker(cpu=True, max_restarts=10), N, PTX, np.random.default_rng())

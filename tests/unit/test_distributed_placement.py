@@ -36,10 +36,25 @@ def test_a_worker_is_placed_on_a_node_by_ip_or_by_node_id():
     ({"num_cpus": -1}, r"'num_cpus' must be a non-negative number \(got -1\)"),
     ({"max_restarts": -2}, r"'max_restarts' must be a non-negative number"),
     ({"node": ""}, r"'node' must be a Ray node id or a node's IP address"),
+    ({"null": True, "cpu": True}, r"a worker runs the null driver or the CPU device, not both"),
 ])
 def test_a_bad_worker_is_refused_naming_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Worker(**kwargs)
+
+
+def test_a_cpu_device_worker_asks_ray_for_no_gpu_and_its_links_go_through_the_board():
+    from rxcuda.distributed._placement import _transport, route
+
+    cpu, gpu = Worker(cpu=True), Worker()
+    assert cpu.gpuless and Worker(null=True).gpuless and not gpu.gpuless
+    assert cpu.ray_options()["num_gpus"] == 0 and Worker(num_gpus=0, cpu=True).ray_options()["num_gpus"] == 0
+    assert _transport("auto", cpu, cpu, "n", "n") == ("host", "")
+    assert _transport("ipc", cpu, cpu, "n", "n") == ("ipc", "")
+    assert "one has none (the null driver or the CPU device); use transport='host'" in _transport(
+        "ipc", cpu, gpu, "n", "n")[1]
+    assert route("ipc", "ipc", cpu, cpu, "n", "n") == (
+        "board", "asked for; workers without a GPU: the bytes in the board's shared memory")
 
 
 def test_workers_by_count_names_or_mapping():
@@ -129,7 +144,7 @@ def test_each_link_says_where_its_ends_meet_and_why_its_transport_was_chosen(cha
     assert link(gpus, one) == ("ipc", "board", "both workers on GPUs of one host: CUDA IPC")
     assert link(gpus, one, transports=asked) == (
         "host", "board", "asked for; one host: through a shared-memory board, pinned, no Ray call")
-    assert link(nulls, one)[:2] == ("host", "board") and link(nulls, one)[2].startswith("a worker runs the null")
+    assert link(nulls, one)[:2] == ("host", "board") and link(nulls, one)[2].startswith("a worker runs without a GPU")
     assert link(nulls, two)[:2] == ("host", "store")
     transport, via, why = link(gpus, two)
     assert (transport, via) == ("host", "store") and "Ray offers no GPU transport between actors here" in why
@@ -139,7 +154,8 @@ def test_each_link_says_where_its_ends_meet_and_why_its_transport_was_chosen(cha
 
 @pytest.mark.parametrize("workers, nodes, match", [
     ({"a": Worker(null=True), "b": Worker(num_gpus=1)}, {"a": "n", "b": "n"},
-     r"first.out -> second.x: CUDA IPC needs both workers on a GPU, and one runs the null driver; use "
+     r"first.out -> second.x: CUDA IPC needs both workers on a GPU, and one has none \(the null driver or the CPU "
+     r"device\); use "
      r"transport='host'"),
     ({"a": Worker(), "b": Worker()}, {"a": "n1", "b": "n2"},
      r"CUDA IPC works between processes of one host, and these workers run on different nodes"),

@@ -1,7 +1,7 @@
-"""Every refused call on a distributed engine leaves it as it was (on a local Ray cluster, null-driver workers,
-frames through clocks over an ``ipc`` link): the pipeline as data with its placement and transports, the values
-and writes waiting for the next frame; then the workers build and run a whole frame. The local engines' list is
-tests/unit/_refusals.py (test_refusals.py)."""
+"""Every refused call on a distributed engine leaves it as it was (on a local Ray cluster, workers on the CPU
+device, frames through clocks over an ``ipc`` link): the pipeline as data with its placement and transports, the
+values and writes waiting for the next frame; then the workers build and run a whole frame, its numbers exact
+against NumPy. The local engines' list is tests/unit/_refusals.py (test_refusals.py)."""
 
 from __future__ import annotations
 
@@ -70,15 +70,28 @@ REFUSALS = [
 
 
 class _Pipeline:
-    def __init__(self):
-        self.dist = Engine({"a": Worker(null=True), "b": Worker(null=True)})
+    """first (a, scale 2) -> second (b, scale 3) over ``ipc``, third (b) fed from the host; ``spec`` the workers'
+    (tests/gpu/test_distributed_refusals_gpu.py runs them on a GPU)."""
+
+    def __init__(self, spec: Worker | None = None):
+        spec = spec or Worker(cpu=True)
+        self.dist = Engine({"a": spec, "b": spec})
         self.first = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="first", scale=2.0), on="a")
         self.second = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="second", scale=3.0), on="b")
         self.third = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="third"), on="b")
         self.dist.connect(self.first["out"], self.second["x"], transport="ipc")
-        self.dist.write(self.first["x"], np.ones(N, np.float32))
+        self.x = np.random.default_rng().standard_normal(N).astype(np.float32)
+        self.dist.write(self.first["x"], self.x)
         self.dist.write(self.third["x"], np.ones(N, np.float32))
         self.dist.tick()
+
+    def computes(self, third_scale: float = 1.0) -> None:
+        """second.out and third.out exact against NumPy after the frames in flight."""
+        for _ in range(2):
+            assert self.dist.tick().complete
+        np.testing.assert_array_equal(self.dist.read(self.second["out"]),
+                                      (self.x * np.float32(2.0)) * np.float32(3.0))
+        np.testing.assert_array_equal(self.dist.read(self.third["out"]), np.full(N, third_scale, np.float32))
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +116,7 @@ def test_a_refused_call_leaves_the_distributed_engine_as_it_was(pipeline, label,
     pipeline.dist.rebuild()
     frame = pipeline.dist.tick()
     assert frame.complete and all(f.state == "ok" for f in frame.fragments.values()), frame
+    pipeline.computes()
 
 
 def test_after_every_refusal_a_change_is_shipped_built_and_run(pipeline):
@@ -117,3 +131,5 @@ def test_after_every_refusal_a_change_is_shipped_built_and_run(pipeline):
     assert frame.complete and all(f.state == "ok" for f in frame.fragments.values()), frame
     assert dist.describe().transports()["first.out -> fourth.x"] == "ipc"
     assert ray.get(dist.actor("b").describe.remote()).blocks[1].values["scale"] == 5.0
+    pipeline.computes(third_scale=5.0)
+    np.testing.assert_array_equal(dist.read(fourth["out"]), pipeline.x * np.float32(2.0))

@@ -442,3 +442,17 @@ def test_a_worker_that_loses_its_gpu_context_ends_its_process_for_ray_to_restart
     err = caplog.text
     assert "rxcuda worker 'a'" in err and "lost its GPU context and exits for Ray to restart it" in err
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in err
+
+
+@pytest.mark.parametrize("cpu", [False, True], ids=["null driver", "cpu device"])
+def test_a_prewarmed_standby_has_done_what_a_links_first_frame_does(cpu):
+    """A standby's prewarm runs a frame and looks a port's buffer up as a link's end does, so that the first
+    frame of the worker it takes over imports nothing (CuPy's import took ~150 ms of it); in a fresh process."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from rxcuda.distributed._worker import FragmentHost; "
+            f"host = FragmentHost('standby', null=True, cpu={cpu}); before = 'cupy' in sys.modules; "
+            "host.prewarm(); print(before, 'cupy' in sys.modules, host._warm is not None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", "True", "True"], out.stdout + out.stderr
