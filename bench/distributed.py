@@ -38,7 +38,7 @@ against NumPy on random inputs (on a GPU):
   between sizes (GB/s: target >= 5; and <= 1 ms added for 4 MiB);
 - the same over Ray's object store: two Ray nodes started on this machine (``ray.cluster_utils.Cluster``, each
   declaring the one GPU), a worker on each, so the link crosses "hosts" (``--no-store`` leaves it out);
-- the ``ipc`` link with ``Engine(share_gpu="off")``, ``"auto"`` (the default: a private MPS daemon where two workers
+- the ``ipc`` link with ``Engine(share_gpu="off")``, ``"auto"`` (a private MPS daemon where two workers
   share a GPU) and ``"mps"`` (a GPU only): one worker, two workers not connected, two workers linked, at ``--mib``.
 Every measurement is warm (frames for at least ``WARM_S`` before it, and the sweep's first pipeline run once
 before the sweep), and every part's header names the GPU.
@@ -241,7 +241,7 @@ def _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args, card: 
 
 def _print_shared(shared: list, args, card: str) -> None:
     print(f"\nthe ipc link ({args.mib:g} MiB) with the workers' GPU shared ({card}), us / frame (results checked "
-          "against NumPy; auto: the default, which chooses MPS for two workers on one GPU):")
+          "against NumPy; off: the default; auto chooses MPS for two workers on one GPU):")
     print(f"{'share_gpu':<10} {'one worker':>11} {'two, not linked':>16} {'two, ipc link':>14} "
           f"{'link adds':>10}  MPS")
     for mode, one, apart, linked, mps in shared:
@@ -418,7 +418,7 @@ def _print_sweep(sweep: dict, gpu: bool, card: str) -> None:
 
 def _share_gpu_rows(DistEngine, rxcuda, np, n: int, args, spec) -> list[tuple]:  # noqa: N803
     """(share_gpu, one worker us, two workers not connected us, two workers over an ipc link us, whether MPS served
-    the workers' GPU) with ``share_gpu`` off, "auto" (the default) and "mps"; the linked result checked against
+    the workers' GPU) with ``share_gpu`` off, "auto" and "mps" (the default is off); the linked result checked against
     NumPy."""
     rows = []
     for mode in ("off", "auto", "mps"):

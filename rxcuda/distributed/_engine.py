@@ -75,14 +75,14 @@ class Engine(Restarts, ClockSteps):
     always by Ray calls. ``standby``: keep a standby actor on the driver's host (one per worker spec and GPU, its
     engine made beforehand) that takes a dead worker over at once, instead of waiting for Ray to restart it.
     ``backend``: ``"ray"``, or ``"process"`` (workers are child processes of this one with standbys of their own,
-    on this host and without Ray: what :class:`IsolatedEngine` runs on). ``share_gpu``: ``"auto"`` (the default)
-    runs a private NVIDIA MPS daemon where two or more workers share a GPU of this host, so their frames run at once
-    instead of taking turns (``_mps``; ``describe().share_gpu`` says what it chose and why); ``"mps"``, ``"off"``.
+    on this host and without Ray: what :class:`IsolatedEngine` runs on). ``share_gpu``: ``"off"`` (the default: a GPU
+    fault in one worker ends only its context); ``"auto"``: a private MPS daemon where two or more workers share a GPU
+    of this host, their frames at once instead of taking turns, a fault in one ending all (``_mps``); ``"mps"``.
     """
 
     def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2,
                  start_timeout: float = 120.0, stepping: str = "auto", standby: bool = True, backend: str = "ray",
-                 share_gpu: str = "auto"):
+                 share_gpu: str = "off"):
         check_options(max_in_flight, start_timeout, stepping, _mps.check_share_gpu(share_gpu))
         self._start_timeout = float(start_timeout)
         self._stepping = stepping

@@ -2,10 +2,12 @@
 
 Two workers on one GPU are two processes with a context each; without MPS the GPU time-slices between the
 contexts, and each frame of one waits for the other's slice (``_sharing``). Under MPS their kernels and copies run
-at once. ``share_gpu="auto"`` (the default) uses MPS exactly where it pays: when two or more of the engine's GPU
-workers are placed on one GPU of the driver's host, ``nvidia-cuda-mps-control`` is on PATH and no MPS serves the
-user already (``CUDA_MPS_PIPE_DIRECTORY`` set: then the workers inherit theirs); otherwise it is ``"off"``.
-``"mps"`` asks for the daemon wherever a GPU worker runs on the driver's host; ``"off"`` never starts one.
+at once, but a fatal fault in one client's kernel ends every client on that GPU (NVIDIA's MPS documentation: the
+server then refuses new clients until all of them have exited), so MPS is not the default: ``share_gpu="off"`` (the
+default) keeps the workers' faults apart. ``share_gpu="auto"`` uses MPS exactly where it pays: when two or more of
+the engine's GPU workers are placed on one GPU of the driver's host, ``nvidia-cuda-mps-control`` is on PATH and no
+MPS serves the user already (``CUDA_MPS_PIPE_DIRECTORY`` set: then the workers inherit theirs); otherwise it is
+``"off"``. ``"mps"`` asks for the daemon wherever a GPU worker runs on the driver's host; ``"off"`` never starts one.
 :func:`choose` makes that choice from its inputs, and says why (``describe().share_gpu``, ``where(w)``, one info
 diagnostic).
 

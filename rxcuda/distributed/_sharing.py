@@ -89,8 +89,9 @@ def advice(node, gpu: str, workers: tuple[str, ...], choice=None) -> str:
     chosen = f" ({choice})" if choice is not None else ""
     return (f"workers {', '.join(repr(w) for w in workers)} share one GPU ({gpu[:8]}… on node {node}) without "
             "NVIDIA's Multi-Process Service: their contexts take turns on the GPU, and each frame waits for the "
-            f"others' time slices (on an H200, two workers took ~5x one worker's frame time){chosen}. Put "
-            "nvidia-cuda-mps-control on the driver's PATH (share_gpu='auto', the default, then starts a private MPS "
-            "daemon on the driver's host), or start MPS on the workers' host before Ray starts its workers "
+            f"others' time slices (on an H200, two workers took ~5x one worker's frame time){chosen}. Pass "
+            "share_gpu='auto' (a private MPS daemon on the driver's host, where nvidia-cuda-mps-control is on PATH; "
+            "a GPU fault in one worker then ends the others on that GPU too), or start MPS on the workers' host "
+            "before Ray starts its workers "
             "(nvidia-cuda-mps-control -d; see docs/distributed.md, 'Several workers on one GPU'), or give each "
             "worker a GPU of its own")

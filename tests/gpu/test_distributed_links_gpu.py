@@ -106,12 +106,12 @@ def test_share_gpu_mps_runs_the_workers_under_a_private_daemon_exactly_and_close
 
 @pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None, reason="nvidia-cuda-mps-control is not here")
 @pytest.mark.skipif(bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")), reason="MPS is set up already (the user's)")
-def test_the_default_runs_two_workers_placed_on_one_gpu_under_a_private_daemon_and_one_worker_without(cluster, kernels,
-                                                                                                      rng):
+def test_share_gpu_auto_runs_two_workers_placed_on_one_gpu_under_a_private_daemon_and_one_worker_without(cluster,
+                                                                                                         kernels, rng):
     n = (4 << 20) // 4
     s1, s2 = (float(v) for v in rng.uniform(0.5, 3.0, 2))
     placement: list = []
-    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}) as dist:  # the docs' first example, on a GPU
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}, share_gpu="auto") as dist:
         dist.diagnostics.subscribe(lambda d: placement.append(d) if d.diagnostic.subject == "placement" else None)
         assert dist.where("a")["gpus"] == dist.where("b")["gpus"]  # Ray put both on one GPU
         root = os.path.dirname(dist._share.env["CUDA_MPS_PIPE_DIRECTORY"])
@@ -122,7 +122,7 @@ def test_the_default_runs_two_workers_placed_on_one_gpu_under_a_private_daemon_a
         (said,) = placement  # one info, no warning
         assert said.severity == "info" and said.message == dist.describe().share_gpu
     assert not os.path.exists(root)
-    with Engine({"a": Worker(num_gpus=0.5)}) as one:  # nothing shared: no daemon
+    with Engine({"a": Worker(num_gpus=0.5)}, share_gpu="auto") as one:  # nothing shared: no daemon
         k = one.add(rxcuda.Block.from_kernel(kernels / "scalar_mul.ptx", size=n, name="k", scale=s1), on="a")
         x = rng.standard_normal(n).astype(np.float32)
         one.write(k["x"], x)

@@ -191,7 +191,7 @@ def test_a_failing_daemon_is_off_with_a_warning_when_asked_for_and_quietly_under
     (call,) = fake()
     assert not os.path.exists(os.path.dirname(call["pipe"]))  # its folder removed
     share.close()
-    share = _mps.Share("auto", ("a", "b"), placed_first=False)  # the default: no warning, the why kept
+    share = _mps.Share("auto", ("a", "b"), placed_first=False)  # asked for where it pays: no warning, the why kept
     assert share.mode == "off" and "did not start" in share.choice.why
     share.close()
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-cuda-mps-control anywhere
@@ -218,7 +218,7 @@ def test_an_engine_starts_its_daemon_before_its_workers_which_run_as_its_clients
 
     monkeypatch.setenv("RXCUDA_DEVICE", "cpu")  # the workers' engines on the CPU device: no GPU here
     monkeypatch.setattr(_sharing, "cpu_by_default", lambda: False)  # the driver judges them GPU workers
-    dist = Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}, backend="process")  # share_gpu="auto"
+    dist = Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}, backend="process", share_gpu="auto")
     try:
         (started,) = fake()
         assert dist.where("a")["mps_pipe"] == started["pipe"]  # set in the worker before its first CUDA call
@@ -244,7 +244,17 @@ def test_cpu_device_workers_never_start_a_daemon(fake, monkeypatch):
     from rxcuda.distributed import Engine
 
     monkeypatch.setenv("RXCUDA_DEVICE", "cpu")
-    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}, backend="process") as dist:
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}, backend="process", share_gpu="auto") as dist:
         assert dist.where("a")["share_gpu"] == "off" and dist.where("a")["mps_pipe"] is None
         assert "CPU device" in dist.describe().share_gpu
     assert fake() == []
+
+
+def test_the_default_is_off_so_that_a_gpu_fault_in_one_worker_ends_only_its_own_context(fake):
+    import inspect
+
+    from rxcuda.distributed import Engine
+
+    assert inspect.signature(Engine).parameters["share_gpu"].default == "off"
+    share = _mps.Share("off", ("a", "b"), placed_first=True)  # two workers that could share: no daemon
+    assert share.mode == "off" and share.env == {} and fake() == []

@@ -29,7 +29,7 @@ def test_the_advice_is_given_once_per_gpu_and_names_the_workers_and_the_fix():
     warned: set = set()
     assert _sharing.placed(where, warned, "a", {"gpu": "ab" * 16, "mps": False, "blocks": 1}) == []
     ((severity, advice),) = _sharing.placed(where, warned, "b", {"gpu": "ab" * 16, "mps": False, "blocks": 1})
-    assert severity == "warning" and "share_gpu='auto', the default" in advice
+    assert severity == "warning" and "Pass share_gpu='auto'" in advice and "ends the others on that GPU too" in advice
     assert "workers 'a', 'b' share one GPU (abababab… on node n1)" in advice
     assert "nvidia-cuda-mps-control -d" in advice and "a GPU of its own" in advice
     assert where["b"]["gpu"] == "ab" * 16 and where["b"]["pid"] == 2
