@@ -8,8 +8,8 @@ GPU host.
 
 It starts a local Ray cluster. With a GPU each worker takes half of it; without one the workers run on the CPU
 device (docs/cpu.md; `RXCUDA_DEVICE=cpu`, which the workers inherit), each taking half of a GPU Ray is told the
-machine has. Either way the output is checked against NumPy every frame. To use a cluster you already run, call
-`ray.init(address="auto")` (or set RAY_ADDRESS) before making the engine.
+machine has. Either way the output is checked against NumPy every frame. To use a cluster you already run, set
+RAY_ADDRESS (`RAY_ADDRESS=auto` for the one `ray start` made on this machine).
 """
 
 import os
@@ -37,7 +37,10 @@ if not gpu:
     print(f"no CUDA device ({why}): the workers run on the CPU device")
     os.environ["RXCUDA_DEVICE"] = "cpu"  # before Ray starts: its worker processes inherit it
 
-ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)  # (without a GPU: Ray's count only)
+if os.environ.get("RAY_ADDRESS"):  # a cluster you run: its resources
+    ray.init(include_dashboard=False, log_to_driver=False)
+else:  # a new local cluster, even where another one runs on this machine (Ray would join that one otherwise)
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)  # (no GPU: a count)
 spec = Worker(num_gpus=0.5)
 rng = np.random.default_rng()
 try:
