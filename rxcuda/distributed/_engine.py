@@ -40,7 +40,7 @@ from ..streams._broadcast import Broadcast
 from ..streams._scheduler import FrameLoop
 from . import _board, _mps, _placement, _procs, _sharing
 from ._faults import Restarts
-from ._ray import backend_module, direct_transports
+from ._ray import backend_module, cluster_address, direct_transports
 from ._records import DistributedDescription, DistributedFrame, FragmentDiagnostic, FragmentFrame
 from ._stepping import SKIPPED, ClockSteps, WorkerGone, check_options
 from ._worker import _zeros
@@ -93,7 +93,7 @@ class Engine(Restarts, ClockSteps):
         self._worker_env = self._share.env  # every worker process's: the daemon's variables, behind this engine's gate
         self._owns_ray = False
         if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False)
+            ray.init(address=cluster_address(address), include_dashboard=False)
             self._owns_ray = True
         self.max_in_flight = max_in_flight
         self._lock = threading.RLock()  # the model and what waits for the next frame (any thread)

@@ -33,6 +33,19 @@ def backend_module(backend: str):
     raise ValueError(f"'backend' must be 'ray' or 'process' (got {backend!r})")
 
 
+def cluster_address(address: str | None, environ=None) -> str:
+    """Where a distributed engine that finds Ray not initialised starts it: ``address`` when given, else
+    ``RAY_ADDRESS``, else a new local cluster (``"local"``: plain ``ray.init()`` would join the latest cluster started
+    on this machine instead, another process's included).
+
+    >>> cluster_address(None, {}), cluster_address(None, {"RAY_ADDRESS": "auto"}), cluster_address("ray://h:1", {})
+    ('local', 'auto', 'ray://h:1')
+    """
+    import os
+
+    return address or (os.environ if environ is None else environ).get("RAY_ADDRESS") or "local"
+
+
 def names_actor(err, actor) -> bool:
     """Whether a Ray error is about ``actor`` (or names no actor)."""
     aid = getattr(err, "actor_id", None)

@@ -146,7 +146,7 @@ def cluster():
     ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip install '.[ray]'")
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield
     if started:
         ray.shutdown()

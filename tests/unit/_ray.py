@@ -13,7 +13,7 @@ ray = pytest.importorskip("ray", reason="rxcuda.distributed runs on Ray: pip ins
 def cluster():
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     if started:
         ray.shutdown()
