@@ -13,12 +13,8 @@ JIT (nothing happens for cubins), only on glibc, and not at all where ``RXCUDA_K
 environment or the user already tuned glibc through its ``MALLOC_TRIM_THRESHOLD_``/``MALLOC_TOP_PAD_``
 variables (theirs win).
 
-Nor where NVRTC's library is loaded in the process when the first PTX JIT comes (the CPU device compiles with
-it, and a GPU's JIT may follow in the same process): measured on an H100 and an H200 (driver 580.159), the
-driver's JIT then failed every generated tensor kernel's PTX with ``CUDA_ERROR_INVALID_PTX`` (its parser saw
-``.f32rx_group_param_1`` where the text says ``.f32 rx_group_param_1``) with the heap kept, and never with
-``RXCUDA_KEEP_HEAP=0``, with cubins, or where the driver's first JIT came before NVRTC was loaded. The cause is in
-the libraries, not found; :func:`_nvrtc_loaded` keeps such a process on glibc's defaults.
+>>> wanted({"RXCUDA_KEEP_HEAP": "0"}), wanted({"MALLOC_TOP_PAD_": "0"}), wanted({})
+(False, False, True)
 """
 
 from __future__ import annotations
@@ -48,17 +44,8 @@ def keep_jit_heap() -> bool:
     if not _DONE:
         with _LOCK:
             if not _DONE:
-                _DONE.append(wanted(os.environ) and not _nvrtc_loaded() and _mallopt())
+                _DONE.append(wanted(os.environ) and _mallopt())
     return _DONE[0]
-
-
-def _nvrtc_loaded() -> bool:
-    """Whether NVRTC's library is mapped into this process (see the module's note)."""
-    try:
-        with open("/proc/self/maps", "rb") as maps:
-            return any(b"libnvrtc" in line for line in maps)
-    except OSError:
-        return False
 
 
 def _mallopt() -> bool:

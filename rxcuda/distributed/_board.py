@@ -347,9 +347,10 @@ def remove_boards(session: str) -> None:
             os.unlink(os.path.join(board_dir(), n))
 
 
-# a host copy of this many bytes or more is split over COPY_THREADS threads (NumPy's copy lets go of the GIL): one
-# core copies at ~10 GB/s, short of what the memory gives; RXCUDA_COPY_THREADS=1 copies on the caller's thread
-COPY_THREADS = int(os.environ.get("RXCUDA_COPY_THREADS", "4" if (os.cpu_count() or 1) >= 8 else "1"))
+# a host copy of this many bytes or more is split over COPY_THREADS threads (NumPy's copy lets go of the GIL) where
+# RXCUDA_COPY_THREADS asks for it; by default one thread: on an H100 host (16 cores) a 4 MiB read into out= took
+# 809 us over 4 threads and 458 us on one (bench/faults.py, 99366b3)
+COPY_THREADS = int(os.environ.get("RXCUDA_COPY_THREADS", "1"))
 PARALLEL_MIN = 1 << 20
 _pool: list = []  # [(process id, ThreadPoolExecutor)]: made when first needed, again in a forked process
 

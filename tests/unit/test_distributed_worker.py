@@ -456,3 +456,15 @@ def test_a_prewarmed_standby_has_done_what_a_links_first_frame_does(cpu):
             "host.prewarm(); print(before, 'cupy' in sys.modules, host._warm is not None)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False", "True", "True"], out.stdout + out.stderr
+
+
+def test_where_in_a_process_without_ray_does_not_import_it():
+    """A child process of the driver's (_procs, the isolated engine's GPU process) has no Ray loaded: where() asks
+    Ray only where it is, since importing it took ~600 ms of a replaced GPU process's build (H100, Ray 2.60)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from rxcuda.distributed._worker import FragmentHost; h = FragmentHost('w', True); "
+            "w = h.where(); print('ray' in sys.modules, w['gpus'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", "[]"], out.stdout + out.stderr

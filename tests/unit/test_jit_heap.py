@@ -15,10 +15,7 @@ from rxcuda.cuda._kernels import load_module
 _TRIM = textwrap.dedent("""
     import ctypes, sys
     from rxcuda.cuda._heap import keep_jit_heap
-    if sys.argv[1] == "nvrtc-first":  # NVRTC's library loaded before the first driver JIT: the heap is left alone
-        from rxcuda.sources._nvrtc import nvrtc_version
-        nvrtc_version()
-    kept = keep_jit_heap() if sys.argv[1] != "default" else None
+    kept = keep_jit_heap() if sys.argv[1] == "keep" else None
     libc = ctypes.CDLL(None)
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
     libc.free.argtypes, libc.sbrk.restype, libc.sbrk.argtypes = (ctypes.c_void_p,), ctypes.c_void_p, (ctypes.c_long,)
@@ -42,12 +39,6 @@ def test_the_kept_heap_is_not_trimmed_when_freed_and_the_default_one_is():
     assert kept == "True" and back == 0
     kept, back = _trimmed("default")
     assert kept == "None" and back >= 4 << 20  # glibc's default trims the freed top of the heap
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
-def test_a_process_that_loaded_nvrtc_before_the_first_jit_keeps_glibcs_default():
-    kept, _ = _trimmed("nvrtc-first")  # (NVRTC's own frees raise glibc's dynamic thresholds: no trim to check)
-    assert kept == "False"
 
 
 def test_rxcuda_keep_heap_0_and_glibcs_own_variables_leave_the_heap_alone():
