@@ -12,6 +12,7 @@ or leaves files behind.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import pathlib
 import subprocess
@@ -74,6 +75,18 @@ def _missing(extras) -> str:
     return ""
 
 
+@functools.cache
+def _no_gl_context() -> str:
+    """Why no standalone EGL context can be made here ("" where one can), asked in a child process once: moderngl
+    installed on a machine without libGL raises inside the snippet, which is the machine, not the page."""
+    probe = "import moderngl; moderngl.create_context(standalone=True, backend='egl').release()"
+    proc = subprocess.run([sys.executable, "-c", probe], env=gpu_subprocess_env(), capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode == 0:
+        return ""
+    return (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+
+
 def test_the_pages_have_blocks_that_need_a_gpu():
     assert sum(not s.no_gpu for s in SNIPPETS) >= 10
 
@@ -92,6 +105,9 @@ def test_docs_snippet_runs(snippet, how, tmp_path):
     if missing:
         pytest.skip(f"{snippet.id} needs {missing}, which this Python lacks (tools/check_wheel.sh runs it with the "
                     "extras it names)")
+    if "gl" in snippet.extras and (why := _no_gl_context()):
+        pytest.skip(f"{snippet.id} draws through OpenGL, and this machine makes no EGL context: {why} "
+                    "(docs/opengl.md says what it needs; tests/gpu/test_gl_gpu.py skips the same way)")
     work = tmp_path / "work"
     work.mkdir()
     source = tmp_path / "block.py"
