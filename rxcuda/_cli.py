@@ -131,15 +131,21 @@ def _parser() -> argparse.ArgumentParser:
                       "shows each block's state")
     live = demo.add_argument_group("live view (needs aiohttp: pip install '.[view]')")
     live.add_argument("--serve", action="store_true",
-                      help="run the pipeline at 60 Hz and serve it as a live web page (print its address); with "
-                      "--plan or without a GPU, the planned pipeline runs on the null driver")
+                      help="run the pipeline at 60 Hz and serve it as a live web page (print its address); "
+                      "without a GPU on the CPU device, with --plan on the null driver")
     live.add_argument("--host", default=None,
                       help="interface for --serve (default 127.0.0.1; any other needs the token printed)")
     live.add_argument("--port", type=_port, default=None, help="port for --serve (default 0: a free one)")
     live.add_argument("--seconds", type=_positive_float, default=None, metavar="N",
                       help="stop serving after N seconds (default: until Ctrl-C)")
     live.add_argument("--profile", default=None, metavar="LEVEL",
-                      help="profiling level while serving (none, summary, per_block, ...; default per_block)")
+                      help="profiling level while serving in-process (none, summary, per_block, ...; default "
+                      "per_block); needs --in-process")
+    live.add_argument("--in-process", dest="in_process", action="store_true", default=None,
+                      help="serve from rxcuda.Engine in this process instead of an IsolatedEngine (the default with "
+                      "a device: its GPU side runs in a child process, so a kernel that faults costs frames, not "
+                      "the session); in-process, the page shows per-block GPU times, and a fault ends this "
+                      "process's GPU")
     demo.set_defaults(func=_cmd_demo, command=demo.prog)
 
     plot = sub.add_parser(
@@ -439,7 +445,7 @@ _BUFFER_KINDS = {
 }
 
 
-SERVE_DEFAULTS = {"host": "127.0.0.1", "port": 0, "seconds": None, "profile": "per_block"}
+SERVE_DEFAULTS = {"host": "127.0.0.1", "port": 0, "seconds": None, "profile": "per_block", "in_process": False}
 
 
 def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None = None) -> int:
@@ -450,6 +456,11 @@ def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None =
         if given:
             raise ValueError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} with --serve; add "
                              f"--serve, or leave {'it' if len(given) == 1 else 'them'} out (see 'rxcuda demo --help')")
+    if getattr(args, "serve", False) and getattr(args, "profile", None) is not None and not getattr(
+            args, "in_process", None) and not args.plan:
+        raise ValueError("--profile needs --in-process: 'demo --serve' runs the pipeline in an IsolatedEngine, "
+                         "whose GPU process profiles nothing (docs/faults.md); add --in-process, or leave "
+                         "--profile out")
     for k, default in SERVE_DEFAULTS.items():
         if getattr(args, k, None) is None:
             setattr(args, k, default)
@@ -462,7 +473,7 @@ def _cmd_demo(args, out: TextIO | None = None, engine_factory: Callable | None =
 
         ok, why = probe()
         if getattr(args, "serve", False):
-            return serve_demo(kernels, args, null=args.plan or not ok, why=why, out=out)
+            return serve_demo(kernels, args, null=args.plan, why="" if ok else why, out=out)
         if args.plan:
             blocks, desc, gp = plan_demo(kernels, args.size)
             print(f"The quickstart pipeline, {args.size} float32 elements per buffer, as the planner builds it:",
@@ -579,8 +590,11 @@ def demo_inputs(size: int) -> tuple[np.ndarray, np.ndarray]:
 def serve_demo(kernels: Path, args, *, null: bool, why: str = "", out: TextIO | None = None,
                engine_factory: Callable | None = None) -> int:
     """``rxcuda demo --serve``: the quickstart pipeline at 60 Hz, served as a live web page until Ctrl-C or
-    ``--seconds``. ``null``: on the null driver (``--plan``, or no GPU), so the page and its controls work
-    without a device. The address is printed (with its token on a non-local ``--host``)."""
+    ``--seconds``. ``null``: on the null driver (``--plan``), so the page and its controls work without a device;
+    ``why``: why there is no GPU (then the CPU device computes). On a device the pipeline runs in an
+    :class:`~rxcuda.IsolatedEngine` (a kernel that faults costs frames, not the session), or with ``--in-process``
+    in :class:`~rxcuda.Engine` (per-block GPU times on the page; a fault ends this process's GPU). The address is
+    printed (with its token on a non-local ``--host``)."""
     import secrets
     import time
 
@@ -595,13 +609,20 @@ def serve_demo(kernels: Path, args, *, null: bool, why: str = "", out: TextIO | 
 
             def engine_factory():
                 return Engine(driver=NullDriver(), profile=args.profile)
-        else:
+        elif getattr(args, "in_process", False):
             def engine_factory():
-                return Engine(profile=args.profile)
+                return Engine(device="cpu" if why else None, profile=args.profile)
+        else:
+            from .distributed._isolated import IsolatedEngine
+
+            def engine_factory():
+                return IsolatedEngine(device="cpu" if why else None)
     token = None if args.host in LOCAL_HOSTS else secrets.token_urlsafe(24)
     a, b = demo_inputs(args.size)
     (add, mul, above), connections = demo_blocks(kernels, args.size)
     with engine_factory() as engine:
+        frames = [0]
+        counting = engine.frames.subscribe(lambda f: frames.__setitem__(0, frames[0] + (f.state == "ok")))
         for blk in (add, mul, above):
             engine.add(blk)
         for src, dst in connections:
@@ -609,11 +630,18 @@ def serve_demo(kernels: Path, args, *, null: bool, why: str = "", out: TextIO | 
         engine.write(add["a"], a)
         engine.write(add["b"], b)
         with engine.serve(host=args.host, port=args.port, token=token) as view:
-            where = "the planned pipeline on the null driver (no GPU work)" if null else engine.device.name
+            if null:
+                where = "the planned pipeline on the null driver (no GPU work)"
+            elif hasattr(engine, "faults"):  # an IsolatedEngine
+                where = (f"{'the CPU device' if engine.device_index == 'cpu' else f'GPU {engine.device_index}'} "
+                         "in a child process (a kernel that faults costs frames, not this session; --in-process "
+                         "serves from this process)")
+            else:
+                where = engine.device.name
             print(f"rxcuda demo --serve: vector_add -> scalar_mul -> append_above, {args.size} elements, "
                   f"60 Hz on {where}", file=out)
-            if null and why:
-                print(f"(no CUDA device: {why})", file=out)
+            if why:
+                print(f"(no CUDA device: {why}; the CPU device computes)", file=out)
             print(f"live view: {view.url}", file=out, flush=True)
             if token:
                 print("the address carries the token: share it only with whom may drive this engine", file=out)
@@ -624,7 +652,8 @@ def serve_demo(kernels: Path, args, *, null: bool, why: str = "", out: TextIO | 
                     time.sleep(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic())))
             finally:
                 running.dispose()
-        print(f"served {counted(engine.frame, 'frame')}; scale ended at {mul.params['scale'].value}", file=out)
+        counting.dispose()
+        print(f"served {counted(frames[0], 'frame')}; scale ended at {mul.params['scale'].value}", file=out)
     return 0
 
 

@@ -28,7 +28,8 @@ MOVES = 50
 def served():
     """``rxcuda demo --serve`` in a child process: (its page's address, the process)."""
     proc = subprocess.Popen([sys.executable, "-m", "rxcuda", "demo", "--serve", "--seconds", "240", "--size",
-                             str(SIZE), "--profile", "per_block"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             str(SIZE), "--in-process", "--profile", "per_block"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, cwd="/", env=gpu_subprocess_env())
     seen = []
     try:
@@ -157,3 +158,13 @@ def test_a_slider_message_changes_the_output_within_two_frames_and_quickly(serve
     assert counts.get("frames", 0) / seconds <= 32 and counts.get("params", 0) / seconds <= 32
     assert "scalar_mul" in page.blocks  # per-block GPU time, from the per_block profiling level
     assert proc.poll() is None, "demo --serve ended early"
+
+
+def test_demo_serve_runs_its_pipeline_isolated_on_the_gpu_by_default():
+    """Without --in-process, ``rxcuda demo --serve`` runs the pipeline in an IsolatedEngine on GPU 0: the frames
+    are the child process's, and they run (each checked there by the engine, counted here)."""
+    proc = subprocess.run([sys.executable, "-m", "rxcuda", "demo", "--serve", "--seconds", "3", "--size", str(SIZE)],
+                          capture_output=True, text=True, cwd="/", env=gpu_subprocess_env(), timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "on GPU 0 in a child process" in proc.stdout, proc.stdout
+    assert int(proc.stdout.split("served ")[1].split()[0]) > 30, proc.stdout

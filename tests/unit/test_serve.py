@@ -613,6 +613,30 @@ def test_demo_plan_serve_runs_the_planned_pipeline_on_the_null_driver(capsys):
     assert "live view: http://127.0.0.1:" in out and "null driver" in out and "served" in out
 
 
+def test_demo_serve_runs_isolated_by_default_and_in_process_on_request(capsys):
+    """Where people watch and edit live, the pipeline runs in an IsolatedEngine (here on the CPU device: real
+    numbers, a child process); --in-process serves from rxcuda.Engine, which profiles."""
+    from rxcuda import _cli
+
+    assert _cli.main(["demo", "--serve", "--seconds", "1.5", "--size", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "in a child process" in out and "live view: http://127.0.0.1:" in out, out
+    served = int(out.split("served ")[1].split()[0])
+    assert served > 0, out
+    assert _cli.main(["demo", "--serve", "--in-process", "--profile", "none", "--seconds", "0.5", "--size",
+                      "256"]) == 0
+    out = capsys.readouterr().out
+    assert "child process" not in out and int(out.split("served ")[1].split()[0]) > 0, out
+
+
+def test_demo_serve_refuses_profile_without_in_process(capsys):
+    from rxcuda import _cli
+
+    assert _cli.main(["demo", "--serve", "--profile", "per_block", "--seconds", "0.1"]) != 0
+    err = capsys.readouterr().err
+    assert "--profile needs --in-process" in err and "add --in-process" in err, err
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["--port", "70000"], "must be a port number, 0 to 65535"),
     (["--seconds", "0"], "must be a positive number of seconds"),
