@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import mmap
 import os
 import pickle
 import queue
@@ -66,32 +67,73 @@ def _frame(index, host_us, tiers, state, launched, gpu_us, frames) -> Frame:
     return Frame(index, host_us, tuple(Tier(t) for t in tiers), state, launched, gpu_us, frames)
 
 
+_TIER_CODE = {t: k + 1 for k, t in enumerate(_TIERS)}
+_STATE_CODE = {s: k for k, s in enumerate(_STATES)}
+_new = tuple.__new__  # a Frame made from its 11 fields without NamedTuple's keyword handling (the frame path)
+
+
 def encode(index: int, status: int, flags: int, frame: Frame | None) -> bytes:
-    """One worker's answer for frame ``index``; a frame that does not fit (profiling, an unknown state) sets
-    ``MORE`` and travels whole through ``collect``."""
+    """One worker's answer for frame ``index``; a frame that does not fit (profiling, an unknown state, loops at
+    their bound) sets ``MORE`` and travels whole through ``collect`` (the record's flags: ``record[16] & MORE``)."""
     if frame is None:
         return RECORD.pack(index, status, flags | MORE, 0, 0, 0, 0.0, math.nan)
     tiers = 0
-    for k, t in enumerate(frame.tiers):
-        tiers |= (_TIERS.index(t) + 1) << (4 * k)
-    fits = frame.state in _STATES and len(frame.tiers) <= 8 and frame.blocks is None and frame.kernels is None \
-        and frame.phases is None
-    state = (_STATES.index(frame.state) if frame.state in _STATES else 0) | int(frame.launched) << 8 | \
-        frame.frames << 16
-    return RECORD.pack(index, status, flags | (0 if fits else MORE), frame.index, tiers, state, frame.host_us,
-                       math.nan if frame.gpu_us is None else frame.gpu_us)
+    if frame.tiers:
+        for k, t in enumerate(frame.tiers):
+            tiers |= _TIER_CODE[t] << (4 * k)
+    state = _STATE_CODE.get(frame.state)
+    fits = state is not None and len(frame.tiers) <= 8 and frame.blocks is None and frame.kernels is None \
+        and frame.phases is None and not frame.loops_at_bound
+    gpu_us = frame.gpu_us
+    return RECORD.pack(index, status, flags if fits else flags | MORE, frame.index, tiers,
+                       (state or 0) | int(frame.launched) << 8 | frame.frames << 16, frame.host_us,
+                       math.nan if gpu_us is None else gpu_us)
+
+
+def _fields(fidx: int, tiers: int, state: int, host_us: float, gpu_us: float) -> Frame:
+    """The Frame a record holds (its index ``fidx``)."""
+    ts: tuple = ()
+    if tiers:
+        ts_list = []
+        while tiers:
+            ts_list.append(_TIERS[(tiers & 15) - 1])
+            tiers >>= 4
+        ts = tuple(ts_list)
+    return _new(Frame, (fidx, host_us, ts, _STATES[state & 255], bool(state >> 8 & 255),
+                        None if gpu_us != gpu_us else gpu_us, state >> 16, None, None, None, ()))
 
 
 def decode(raw: bytes) -> tuple[int, str, int, Frame]:
     """(index, status, flags, the frame as far as the record holds it)."""
     index, status, flags, fidx, tiers, state, host_us, gpu_us = RECORD.unpack(raw)
-    ts = []
-    while tiers:
-        ts.append(_TIERS[(tiers & 15) - 1])
-        tiers >>= 4
-    frame = Frame(fidx, host_us, tuple(ts), _STATES[state & 255], bool(state >> 8 & 255), None if math.isnan(gpu_us)
-                  else gpu_us, state >> 16)
-    return index, STATUS[status], flags, frame
+    return index, STATUS[status], flags, _fields(fidx, tiers, state, host_us, gpu_us)
+
+
+def reindexed(frame: Frame, index: int) -> Frame:
+    """``frame`` with ``index`` (``frame._replace(index=index)`` at a quarter of its cost: the frame path)."""
+    return _new(Frame, (index, *frame[1:]))
+
+
+# each clock's doorbell: two counters in a small shared file beside its pipes, bumped by the writer after each
+# record it writes into the go (GO) or done (DONE) pipe; a reader that spins polls its counter (a load from memory)
+# instead of failing reads of its pipe (a system call and an exception each), and reads the pipe once it moved.
+# The pipes still carry every record and wake a reader that sleeps: the bell only makes the spin cheaper.
+BELL = struct.Struct("<qq")
+GO_BELL, DONE_BELL = 0, 1
+
+
+def _map_bell(path: str, create: bool) -> tuple[mmap.mmap, memoryview] | None:
+    try:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+    except OSError:
+        return None  # (a clock made by other code, without a bell: its ends poll their pipes as before)
+    try:
+        if create:
+            os.ftruncate(fd, mmap.PAGESIZE)
+        m = mmap.mmap(fd, mmap.PAGESIZE)
+    finally:
+        os.close(fd)
+    return m, memoryview(m).cast("q")
 
 
 # -- the driver's end --------------------------------------------------------------------------------------------
@@ -103,8 +145,10 @@ class Clock:
         self.worker, self.pid = worker, pid
         self.generation = next(_count)
         base = os.path.join(board_dir(), f"rxcuda-{session}-clock-{os.getpid()}-{self.generation}")
-        self.go_path, self.done_path = f"{base}-go", f"{base}-done"
+        self.go_path, self.done_path, self.bell_path = f"{base}-go", f"{base}-done", f"{base}-bell"
         self.go = self.done = -1
+        self._bell: tuple[mmap.mmap, memoryview] | None = None
+        self.bell: memoryview | None = None  # the doorbell's counters (GO_BELL bumped here, DONE_BELL by the worker)
         self.seq = 0  # control messages posted
         self.observed: object = None  # the observed-ports table last posted (tables are replaced, never changed)
         self.reads = 0  # reads asked through this clock
@@ -113,6 +157,8 @@ class Clock:
             os.mkfifo(self.done_path, 0o600)
             self.go = os.open(self.go_path, os.O_RDWR)  # never blocks, and a dead reader is no EPIPE here
             self.done = os.open(self.done_path, os.O_RDONLY | os.O_NONBLOCK)  # hangs up when the worker's end dies
+            self._bell = _map_bell(self.bell_path, create=True)
+            self.bell = self._bell[1] if self._bell is not None else None
         except BaseException:
             self.close()
             raise
@@ -120,6 +166,8 @@ class Clock:
     def step(self, index: int, inline: bytes = b"") -> None:
         """Request frame ``index``; ``inline``: the control message numbered ``seq`` (pickled), sent with it."""
         os.write(self.go, REQUEST.pack(index, self.seq, len(inline)) + inline)
+        if self.bell is not None:
+            self.bell[GO_BELL] += 1
 
     def read(self, what) -> int:
         """Ask the frame thread for ``read(what)`` between frames (after the frames requested so far); returns the
@@ -127,6 +175,8 @@ class Clock:
         self.reads += 1
         payload = pickle.dumps(what, pickle.HIGHEST_PROTOCOL)
         os.write(self.go, REQUEST.pack(READ - self.reads, self.seq, len(payload)) + payload)
+        if self.bell is not None:
+            self.bell[GO_BELL] += 1
         return READ - self.reads
 
     def close(self) -> None:
@@ -139,7 +189,8 @@ class Clock:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.go = self.done = -1
-        for p in (self.go_path, self.done_path):
+        self.bell = self._bell = None  # unmapped once no thread still waiting on it holds it (not here: no races)
+        for p in (self.go_path, self.done_path, self.bell_path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
 
@@ -191,11 +242,18 @@ def answer(clock: Clock, index: int, on_silence: Callable[[str, float], None] | 
     start = time.monotonic()
     spin = start + SPIN_S
     poller = None  # made once the spin is over (most answers come before)
+    bell = clock.bell
     while True:
+        mark = bell[DONE_BELL] if bell is not None else 0
         got = _read(clock.done, index)
         if got is not None:
             return got
-        if time.monotonic() < spin:
+        if bell is not None:  # the spin: a load from shared memory until the worker has written another record
+            while bell[DONE_BELL] == mark and time.monotonic() < spin:
+                pass
+            if bell[DONE_BELL] != mark:
+                continue
+        elif time.monotonic() < spin:
             continue
         if poller is None:
             poller = select.poll()
@@ -220,7 +278,7 @@ def _read(fd: int, index: int) -> tuple | None:
             return None
         if len(raw) < RECORD.size:
             return None  # hung up (nothing), or a writer died mid-record: the caller sees the hang-up
-        i, _status, _flags, length = RECORD.unpack(raw)[:4]
+        i, status, flags, length, tiers, state, host_us, gpu_us = RECORD.unpack(raw)
         if i <= READ:  # a read's answer: its pickled (ok, value) follows the record (written with it; length)
             payload = _read_exact(fd, length)
             if payload is None:
@@ -233,9 +291,8 @@ def _read(fd: int, index: int) -> tuple | None:
                 return False, RuntimeError(f"the worker's answer could not be read here: {type(e).__name__}: {e}")
         if index <= READ:
             continue  # a frame's answer nobody waits for any more
-        i, status, flags, frame = decode(raw)
         if i == index:
-            return status, flags, frame
+            return STATUS[status], flags, _fields(length, tiers, state, host_us, gpu_us)
         if i > index:
             raise RuntimeError(f"clock pipe {fd}: frame {i} answered while frame {index} was awaited")
 
@@ -257,6 +314,8 @@ class ClockHand:
         self.frames = 0  # frames stepped through this clock
         self._go = os.open(go_path, os.O_RDONLY | os.O_NONBLOCK)  # the driver holds it open: no wait
         self._done = os.open(done_path, os.O_WRONLY)
+        self._bell = _map_bell(go_path[:-3] + "-bell", create=False) if go_path.endswith("-go") else None
+        self.bell = self._bell[1] if self._bell is not None else None
         self.thread = threading.Thread(target=self._run, name=f"rxcuda-clock-{generation}", daemon=True)
         self.thread.start()
 
@@ -287,8 +346,9 @@ class ClockHand:
             self._apply(messages)
 
     def _run(self) -> None:
+        bell = self.bell
         while True:
-            raw = _read_exact(self._go, REQUEST.size, SPIN_S)
+            raw = _read_exact(self._go, REQUEST.size, SPIN_S, bell)
             if raw is None:
                 break  # the driver's end is gone
             index, upto, nbytes = REQUEST.unpack(raw)
@@ -312,7 +372,7 @@ class ClockHand:
             except BaseException as e:  # the answer says so; the error is collected
                 frame, status, more = None, FAILED, (None, {}, (), f"{type(e).__name__}: {e}")
             rec = encode(index, status, MORE if more is not None else 0, frame)
-            if RECORD.unpack(rec)[2] & MORE:
+            if rec[16] & MORE:  # (the flags' lowest byte)
                 self.more[index] = more if more is not None else (frame, {}, (), None)
                 for old in [i for i in self.more if i < index - 64]:  # never collected: the driver is gone
                     del self.more[old]
@@ -320,6 +380,8 @@ class ClockHand:
                 os.write(self._done, rec)
             except OSError:
                 break
+            if bell is not None:
+                bell[DONE_BELL] += 1
         for fd in (self._go, self._done):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -344,6 +406,8 @@ class ClockHand:
             os.write(self._done, RECORD.pack(index, DONE, 0, len(data), 0, 0, 0.0, math.nan) + data)
         except OSError:
             return False
+        if self.bell is not None:
+            self.bell[DONE_BELL] += 1
         return True
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -356,15 +420,22 @@ class ClockHand:
                 os.close(fd)
 
 
-def _read_exact(fd: int, n: int, spin: float = 0.0) -> bytes | None:
+def _read_exact(fd: int, n: int, spin: float = 0.0, bell: memoryview | None = None) -> bytes | None:
     """``n`` bytes from the (non-blocking) pipe ``fd``, polling it for ``spin`` seconds before sleeping in
-    ``select``; None once the other end is gone."""
+    ``select`` (with the clock's ``bell``, polling its GO_BELL counter instead of the pipe); None once the other
+    end is gone."""
     buf = b""
     end = time.monotonic() + spin
     while len(buf) < n:
+        mark = bell[GO_BELL] if bell is not None else 0
         try:
             part = os.read(fd, n - len(buf))
         except BlockingIOError:
+            if bell is not None:
+                while bell[GO_BELL] == mark and time.monotonic() < end:
+                    pass
+                if bell[GO_BELL] != mark:
+                    continue
             if time.monotonic() >= end:
                 select.select([fd], [], [])
             continue

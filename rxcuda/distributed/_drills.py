@@ -26,7 +26,7 @@ def crash(host, how: str) -> None:
         host._drill = how
         return
     if how == "context":
-        if not host.null or host.engine is None:
+        if not host.gpuless or host.engine is None:
             raise ValueError("the 'context' drill runs on a built worker without a GPU (the null driver or the "
                              "CPU device); on a GPU, a kernel that faults loses the context")
         host.engine.device.api.fail("cuGraphLaunch", "CUDA_ERROR_ILLEGAL_ADDRESS", times=1_000)

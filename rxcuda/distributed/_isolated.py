@@ -235,16 +235,10 @@ class IsolatedEngine(_Distributed):
         self._clock_step(WORKER, index, params, writes, observed)
         got = _clock.answer(c, index, lambda w, seconds: self._on_silence(w, index, seconds))
         if type(got) is tuple and got[0] == "done" and not got[1] & _clock.MORE:  # a frame and nothing more to
-            frame = got[2]  # collect (no diagnostics, no observed values): what _report and _frame_of do, inline
+            frame = got[2]  # collect (no diagnostics, no observed values): _report's one job that is left here
             if self._frames.observers:
                 self._frames.emit(FragmentFrame(WORKER, index, frame))
-            frame = frame._replace(index=index)
-            if frame.state == "ok":
-                self._good_frame()
-                self.last_good = max(self.last_good, index)
-            if self._iframes.observers:
-                self._iframes.emit(frame)
-            return frame
+            return self._worker_frame(index, frame)
         rep = self._clock_answer(WORKER, index, got, c)
         frames: dict = {WORKER: None}
         if isinstance(rep, tuple):
@@ -269,15 +263,20 @@ class IsolatedEngine(_Distributed):
         return done
 
     def _frame_of(self, index: int, df: DistributedFrame | None, emit: bool = True) -> Frame:
-        """The Frame of distributed frame ``index``; with ``emit`` (off where its drain did it already) a good one
-        moves the last good code on, and it is emitted on :attr:`frames`."""
-        f = df.fragments.get(WORKER) if df is not None else None
+        """The Frame of distributed frame ``index`` (:meth:`_worker_frame` of the GPU process's)."""
+        return self._worker_frame(index, df.fragments.get(WORKER) if df is not None else None, emit)
+
+    def _worker_frame(self, index: int, f: Frame | None, emit: bool = True) -> Frame:
+        """Frame ``index`` as this engine gives it, from the GPU process's frame ``f`` (None: no GPU process ran
+        it); with ``emit`` (off where its drain did it already) a good one moves the last good code on, and it is
+        emitted on :attr:`frames`."""
         if f is not None:
-            if emit and f.state == "ok":
-                self._good_frame()
             if f.state == "ok":
-                self.last_good = max(self.last_good, index)
-            frame = f._replace(index=index)
+                if emit:
+                    self._good_frame()
+                if index > self.last_good:
+                    self.last_good = index
+            frame = _clock.reindexed(f, index)
         else:
             frame = Frame(index, 0.0, (), "error" if index in self._faulted else "idle", False)
         if emit and self._iframes.observers:

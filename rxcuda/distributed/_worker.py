@@ -89,9 +89,9 @@ class FragmentHost:
         self._env = dict(env or {})
         _mps.enter(self._env)  # the daemon up and this engine's gate open: before this process's first CUDA call
         self.name = name
-        self.null = null or cpu  # no GPU: the null driver, or the CPU device (a null driver that runs kernels)
-        self.cpu = cpu
-        self.device_slots = not self.null if device_slots is None else device_slots
+        self.null, self.cpu = null and not cpu, cpu  # the null driver; the CPU device (a null driver that computes)
+        self.gpuless = null or cpu  # no GPU (as Worker.gpuless)
+        self.device_slots = not self.gpuless if device_slots is None else device_slots
         self.depth = depth
         self.session = session or uuid.uuid4().hex[:12]
         self.link_timeout = LINK_TIMEOUT_S
@@ -555,12 +555,15 @@ class FragmentHost:
 
     def _clock_step(self, index: int):
         with self._lock:
-            (params, writes), self._next = self._next, ({}, {})
+            params, writes = self._next
+            if params or writes:  # (else the two empty dicts stay this clock's: none made for the common frame)
+                self._next = ({}, {})
             frag, engine = self.fragment, self.engine
             if (engine is not None and frag is not None and not (self._observed_now or self._delay or self._drill)
                     and not frag.imports and not frag.exports):  # no links, nothing observed: step()'s general path
                 try:  # skipped (the parameters and writes since the last frame, then the frame)
-                    self._apply(engine, params, writes)
+                    if params or writes:
+                        self._apply(engine, params, writes)
                     frame = engine.tick()
                 except DeviceLostError as e:
                     self._lost(e)
@@ -568,6 +571,8 @@ class FragmentHost:
                     return frame, None
                 diags, self._diagnostics = tuple(self._diagnostics), []
                 return frame, ({}, diags)
+            if not (params or writes):
+                params, writes = {}, {}  # not the clock's own (the general step may keep them)
             _out, rep = self.step(index, params, writes, self._observed_now)
         return rep.frame, (rep.observed, rep.diagnostics) if rep.observed or rep.diagnostics else None
 

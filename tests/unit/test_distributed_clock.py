@@ -34,6 +34,37 @@ def test_a_frame_crosses_in_one_record_and_one_that_does_not_fit_asks_for_more()
     assert _clock.decode(_clock.encode(9, _clock.FAILED, 0, None))[1:3] == ("failed", _clock.MORE)
 
 
+def test_loops_at_their_bound_ask_for_more_and_reindexed_is_replace():
+    """A frame naming loops at their bound does not fit the record (the driver collects it whole); reindexed()
+    is _replace(index=...) on the frame path."""
+    frame = Frame(41, 17.25, (), "ok", True, None, 1, loops_at_bound=("check",))
+    assert _clock.encode(9, _clock.DONE, 0, frame)[16] & _clock.MORE
+    assert _clock.decode(_clock.encode(9, _clock.DONE, 0, frame._replace(loops_at_bound=())))[2] == 0
+    got = _clock.reindexed(frame, 7)
+    assert got == frame._replace(index=7) and type(got) is Frame and got.loops_at_bound == ("check",)
+
+
+def test_the_doorbell_counts_each_record_both_ways(monkeypatch):
+    """Each request and each answer bumps its counter in the clock's shared doorbell, which a spinning end polls
+    (with a spin, as on hosts of 8 cores or more) instead of its pipe; the answers are the same; the bell's file
+    is removed with the pipes."""
+    monkeypatch.setattr(_clock, "SPIN_S", 0.05)
+    h = _Hand()
+    try:
+        assert h.clock.bell is not None and h.hand.bell is not None
+        for i in range(1, 6):
+            h.clock.step(i)
+            status, _flags, frame = _clock.answer(h.clock, i)
+            assert (status, frame.index) == ("done", i)
+        assert (h.clock.bell[_clock.GO_BELL], h.clock.bell[_clock.DONE_BELL]) == (5, 5)
+        assert h.hand.bell[_clock.DONE_BELL] == 5  # one file, mapped by both ends
+        assert [e for e in h.log if e[0] == "step"] == [("step", i) for i in range(1, 6)]
+    finally:
+        bell = h.clock.bell_path
+        h.close()
+    assert not os.path.exists(bell)
+
+
 class _Hand:
     """A clock with both ends in this process: the steps it ran and the messages it applied, in order."""
 

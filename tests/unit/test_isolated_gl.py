@@ -13,6 +13,7 @@ import uuid
 import numpy as np
 import pytest
 from _gldraw import draw, egl_context, pixel_centres, points
+from test_isolated import _until_ok
 
 import rxcuda
 from rxcuda.cuda import NullDriver, _ipc
@@ -46,18 +47,6 @@ def _frame(iso, shared, mul, ctx, vao, vbo, rng, scale):
     np.testing.assert_array_equal(np.frombuffer(vbo.read(), np.float32).reshape(M, 2), xy)
     assert draw(ctx, vao) == want
     return want, xy
-
-
-def _until_ok(shared, seconds=60.0):
-    end = time.monotonic() + seconds
-    seen = []
-    while time.monotonic() < end:
-        f = shared.tick()
-        seen.append(f)
-        if f.state == "ok":
-            return seen
-        time.sleep(0.005)
-    raise AssertionError(f"no good frame within {seconds} s: {seen[-3:]}")
 
 
 def test_on_the_cpu_device_gl_draws_each_frame_and_again_after_the_gpu_process_faulted(ctx):
@@ -117,6 +106,28 @@ def test_on_the_cpu_device_new_code_tried_in_the_standby_leaves_the_drawing_to_t
         for scale in (4.0, -1.0):
             _frame(iso, shared, mul, ctx, vao, vbo, rng, scale)
         assert shared.missed == 0
+
+
+def test_on_two_cpu_positions_a_port_on_position_1_is_drawn_every_frame(ctx):
+    """With devices=[...], the pipeline is split by position before it is shipped: the GL buffer's port (on position
+    1 here) must still be exported by the GPU process (a second split that dropped the exports once went unseen)."""
+    rng = np.random.default_rng()
+    with IsolatedEngine(devices=["cpu", "cpu"], deadline=30.0, standby=False) as iso:
+        first = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=2 * M, scale=1.0, name="first"))
+        mul = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=2 * M, scale=2.0, name="mul"), device=1)
+        iso.connect(first["out"], mul["x"])
+        vbo = ctx.buffer(reserve=2 * M * 4)
+        vao = points(ctx, vbo)
+        shared = iso.gl_buffer(mul["out"], vbo.glo)
+        for scale in (2.0, -0.5, 4.0):
+            want, xy = pixel_centres(rng, M)
+            iso.write(first["x"], (xy / np.float32(scale)).reshape(-1))
+            mul.params["scale"].value = scale
+            assert shared.tick().state == "ok", iso.faults[-1:]
+            np.testing.assert_array_equal(np.frombuffer(vbo.read(), np.float32).reshape(M, 2), xy)
+            assert draw(ctx, vao) == want
+        assert shared.copied == 3 and shared.missed == 0
+        shared.close()
 
 
 def test_what_it_refuses_it_names_with_the_fix():
