@@ -32,6 +32,7 @@ import math
 import mmap
 import os
 import pickle
+import platform
 import queue
 import select
 import struct
@@ -114,12 +115,34 @@ def reindexed(frame: Frame, index: int) -> Frame:
     return _new(Frame, (index, *frame[1:]))
 
 
-# each clock's doorbell: two counters in a small shared file beside its pipes, bumped by the writer after each
-# record it writes into the go (GO) or done (DONE) pipe; a reader that spins polls its counter (a load from memory)
-# instead of failing reads of its pipe (a system call and an exception each), and reads the pipe once it moved.
-# The pipes still carry every record and wake a reader that sleeps: the bell only makes the spin cheaper.
+# each clock's doorbell: a small shared file beside its pipes. Its first two counters are bumped by the writer
+# after each record it writes into the go (GO_BELL) or done (DONE_BELL) pipe; a reader that spins polls its counter
+# (a load from memory) instead of failing reads of its pipe (a system call and an exception each).
+#
+# Beyond them, the *mailbox*: the common frame's request (no control message with it) and its answer travel in the
+# page itself, with no system call, when nothing else is awaited of the worker (IsolatedEngine's frame when idle):
+# the driver writes the request slot, then bumps M_GO; the worker writes the answer record, then bumps M_DONE. A side
+# about to sleep in its pipe (after its spin) raises its *_SLEEPS flag, fences, and looks again; a side that posts
+# fences after its post and, seeing the other's flag, writes a WAKE record into the pipe: one of the two sees the
+# other (Dekker's handshake), so no post is missed. Used where the ends spin (SPIN_S) on x86-64, whose stores are seen
+# in program order (the slot before its counter); elsewhere every request and answer takes the pipes.
 BELL = struct.Struct("<qq")
 GO_BELL, DONE_BELL = 0, 1
+M_GO, M_DONE, CHILD_SLEEPS, DRIVER_SLEEPS = 2, 3, 4, 5  # (int64 indices)
+M_REQUEST = 8  # the request slot: frame index, control messages to apply first, bytes of the last one inline
+M_ANSWER_AT = 128  # the answer record's byte offset
+M_INLINE_AT = 256  # a mailed request's control message (pickled), when it has one
+MAIL_INLINE_MAX = 3 << 10  # a control message this small goes in the mailbox with its request
+WAKE = -(1 << 62)  # a request or record that only wakes a sleeping reader (dropped)
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
+_fence_lock = threading.Lock()
+
+
+def _fence() -> None:
+    """A full memory barrier between this thread's store before and load after (a locked instruction: a lock taken
+    and given back)."""
+    _fence_lock.acquire()
+    _fence_lock.release()
 
 
 def _map_bell(path: str, create: bool) -> tuple[mmap.mmap, memoryview] | None:
@@ -152,6 +175,7 @@ class Clock:
         self.seq = 0  # control messages posted
         self.observed: object = None  # the observed-ports table last posted (tables are replaced, never changed)
         self.reads = 0  # reads asked through this clock
+        self.mailed = 0  # requests sent through the mailbox
         try:
             os.mkfifo(self.go_path, 0o600)
             os.mkfifo(self.done_path, 0o600)
@@ -168,6 +192,28 @@ class Clock:
         os.write(self.go, REQUEST.pack(index, self.seq, len(inline)) + inline)
         if self.bell is not None:
             self.bell[GO_BELL] += 1
+
+    @property
+    def can_mail(self) -> bool:
+        """Whether :meth:`mail` may carry a request: the ends spin (``SPIN_S``) on x86-64, with a bell."""
+        return self.bell is not None and SPIN_S > 0 and _X86
+
+    def mail(self, index: int, inline: bytes = b"") -> None:
+        """Request frame ``index`` through the mailbox, with ``inline`` (the control message numbered ``seq``, at
+        most ``MAIL_INLINE_MAX`` bytes) where there is one; only when no other request of this clock is unanswered,
+        and only where :attr:`can_mail`. :func:`answer_mail` waits for its answer."""
+        b, mm = self.bell, self._bell
+        assert b is not None and mm is not None and len(inline) <= MAIL_INLINE_MAX
+        if inline:
+            mm[0][M_INLINE_AT:M_INLINE_AT + len(inline)] = inline
+        b[M_REQUEST] = index
+        b[M_REQUEST + 1] = self.seq
+        b[M_REQUEST + 2] = len(inline)
+        self.mailed += 1
+        b[M_GO] = self.mailed
+        _fence()
+        if b[CHILD_SLEEPS]:
+            os.write(self.go, REQUEST.pack(WAKE, 0, 0))
 
     def read(self, what) -> int:
         """Ask the frame thread for ``read(what)`` between frames (after the frames requested so far); returns the
@@ -268,6 +314,47 @@ def answer(clock: Clock, index: int, on_silence: Callable[[str, float], None] | 
             return "dead"
 
 
+def answer_mail(clock: Clock, index: int, on_silence: Callable[[str, float], None] | None = None):
+    """The answer to frame ``index``, requested by :meth:`Clock.mail`, as :func:`answer` gives it: (status, flags,
+    frame), or "dead". Spins on the mailbox for ``SPIN_S``, then sleeps in the done pipe (a WAKE record, the worker's
+    hang-up, or each ``CHECK_S`` to check its process)."""
+    b, mm = clock.bell, clock._bell
+    assert b is not None and mm is not None
+    want = clock.mailed
+    if b[M_DONE] != want:
+        spin = time.monotonic() + SPIN_S
+        while b[M_DONE] != want and time.monotonic() < spin:
+            pass
+    start = time.monotonic()
+    poller = None
+    while b[M_DONE] != want:
+        b[DRIVER_SLEEPS] = 1
+        _fence()
+        if b[M_DONE] == want:
+            break
+        if poller is None:
+            poller = select.poll()
+            poller.register(clock.done, select.POLLIN)
+        events = poller.poll(CHECK_S * 1000)
+        if events:
+            if events[0][1] & select.POLLIN:
+                _read(clock.done, WAKE)  # drops the wake-ups (and any answer nobody waits for)
+            elif b[M_DONE] != want:  # hung up, nothing left to read
+                b[DRIVER_SLEEPS] = 0
+                return "dead"
+        elif not _alive(clock.pid):
+            b[DRIVER_SLEEPS] = 0
+            return "dead"
+        elif on_silence is not None:
+            on_silence(clock.worker, time.monotonic() - start)
+    b[DRIVER_SLEEPS] = 0
+    i, status, flags, fidx, tiers, state, host_us, gpu_us = RECORD.unpack_from(mm[0], M_ANSWER_AT)
+    if i != index:
+        raise RuntimeError(f"clock {clock.generation}: frame {i} answered in the mailbox while frame {index} was "
+                           "awaited")
+    return STATUS[status], flags, _fields(fidx, tiers, state, host_us, gpu_us)
+
+
 def _read(fd: int, index: int) -> tuple | None:
     """The answer for frame ``index`` (or read request ``index``) from a done pipe, dropping older ones; None if
     it is not there yet."""
@@ -279,6 +366,8 @@ def _read(fd: int, index: int) -> tuple | None:
         if len(raw) < RECORD.size:
             return None  # hung up (nothing), or a writer died mid-record: the caller sees the hang-up
         i, status, flags, length, tiers, state, host_us, gpu_us = RECORD.unpack(raw)
+        if i == WAKE:
+            continue  # (a wake-up of a mailbox's answer: nothing to read)
         if i <= READ:  # a read's answer: its pickled (ok, value) follows the record (written with it; length)
             payload = _read_exact(fd, length)
             if payload is None:
@@ -316,6 +405,7 @@ class ClockHand:
         self._done = os.open(done_path, os.O_WRONLY)
         self._bell = _map_bell(go_path[:-3] + "-bell", create=False) if go_path.endswith("-go") else None
         self.bell = self._bell[1] if self._bell is not None else None
+        self._mail_seen = 0  # mailbox requests taken
         self.thread = threading.Thread(target=self._run, name=f"rxcuda-clock-{generation}", daemon=True)
         self.thread.start()
 
@@ -348,10 +438,10 @@ class ClockHand:
     def _run(self) -> None:
         bell = self.bell
         while True:
-            raw = _read_exact(self._go, REQUEST.size, SPIN_S, bell)
-            if raw is None:
+            got = self._next_request()
+            if got is None:
                 break  # the driver's end is gone
-            index, upto, nbytes = REQUEST.unpack(raw)
+            index, upto, nbytes, mailed = got
             if index == STOP:
                 break
             if index <= READ:
@@ -359,7 +449,10 @@ class ClockHand:
                     break
                 continue
             inline = None
-            if nbytes:
+            if nbytes and mailed:  # (the driver writes the mailbox again only once this request is answered)
+                assert self._bell is not None
+                inline = pickle.loads(self._bell[0][M_INLINE_AT:M_INLINE_AT + nbytes])
+            elif nbytes:
                 payload = _read_exact(self._go, nbytes)
                 if payload is None:
                     break
@@ -376,6 +469,14 @@ class ClockHand:
                 self.more[index] = more if more is not None else (frame, {}, (), None)
                 for old in [i for i in self.more if i < index - 64]:  # never collected: the driver is gone
                     del self.more[old]
+            if mailed:  # the answer in the mailbox; a WAKE record where the driver sleeps
+                assert bell is not None and self._bell is not None
+                self._bell[0][M_ANSWER_AT:M_ANSWER_AT + RECORD.size] = rec
+                bell[M_DONE] += 1
+                _fence()
+                if not bell[DRIVER_SLEEPS]:
+                    continue
+                rec = RECORD.pack(WAKE, DONE, 0, 0, 0, 0, 0.0, math.nan)
             try:
                 os.write(self._done, rec)
             except OSError:
@@ -385,6 +486,49 @@ class ClockHand:
         for fd in (self._go, self._done):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def _next_request(self) -> tuple[int, int, int, bool] | None:
+        """The next request (index, control messages to apply first, bytes following inline, whether it came by
+        the mailbox): the mailbox first, then the go pipe; spins ``SPIN_S`` on the bell's counters, then sleeps in
+        the pipe (raising CHILD_SLEEPS so that a mailed request writes a WAKE record). None once the driver's end
+        is gone."""
+        b = self.bell
+        if b is None:
+            raw = _read_exact(self._go, REQUEST.size, SPIN_S)
+            return None if raw is None else (*REQUEST.unpack(raw), False)
+        end = time.monotonic() + SPIN_S
+        while True:
+            if b[M_GO] != self._mail_seen:
+                self._mail_seen += 1
+                return b[M_REQUEST], b[M_REQUEST + 1], b[M_REQUEST + 2], True
+            mark = b[GO_BELL]
+            try:
+                part = os.read(self._go, REQUEST.size)
+            except BlockingIOError:
+                part = None
+            except OSError:
+                return None
+            if part is not None:
+                if not part:
+                    return None  # hung up
+                raw = part if len(part) == REQUEST.size else _read_exact(self._go, REQUEST.size - len(part))
+                if raw is None:
+                    return None
+                if len(part) < REQUEST.size:
+                    raw = part + raw
+                index, upto, nbytes = REQUEST.unpack(raw)
+                if index == WAKE:
+                    continue
+                return index, upto, nbytes, False
+            while b[M_GO] == self._mail_seen and b[GO_BELL] == mark and time.monotonic() < end:
+                pass
+            if b[M_GO] != self._mail_seen or b[GO_BELL] != mark:
+                continue
+            b[CHILD_SLEEPS] = 1
+            _fence()
+            if b[M_GO] == self._mail_seen:
+                select.select([self._go], [], [])
+            b[CHILD_SLEEPS] = 0
 
     def _answer_read(self, index: int, nbytes: int) -> bool:
         """Run read request ``index`` (its argument follows in the go pipe) and write its answer; False once
@@ -420,22 +564,15 @@ class ClockHand:
                 os.close(fd)
 
 
-def _read_exact(fd: int, n: int, spin: float = 0.0, bell: memoryview | None = None) -> bytes | None:
+def _read_exact(fd: int, n: int, spin: float = 0.0) -> bytes | None:
     """``n`` bytes from the (non-blocking) pipe ``fd``, polling it for ``spin`` seconds before sleeping in
-    ``select`` (with the clock's ``bell``, polling its GO_BELL counter instead of the pipe); None once the other
-    end is gone."""
+    ``select``; None once the other end is gone."""
     buf = b""
     end = time.monotonic() + spin
     while len(buf) < n:
-        mark = bell[GO_BELL] if bell is not None else 0
         try:
             part = os.read(fd, n - len(buf))
         except BlockingIOError:
-            if bell is not None:
-                while bell[GO_BELL] == mark and time.monotonic() < end:
-                    pass
-                if bell[GO_BELL] != mark:
-                    continue
             if time.monotonic() >= end:
                 select.select([fd], [], [])
             continue

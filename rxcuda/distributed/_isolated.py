@@ -232,8 +232,13 @@ class IsolatedEngine(_Distributed):
             observed = self._observed[WORKER]
             self._index += 1
             index = self._index
-        self._clock_step(WORKER, index, params, writes, observed)
-        got = _clock.answer(c, index, lambda w, seconds: self._on_silence(w, index, seconds))
+        inline = self._clock_message(WORKER, c, params, writes, observed)
+        if c.can_mail and len(inline) <= _clock.MAIL_INLINE_MAX:  # the request in shared memory: no system call
+            c.mail(index, inline)
+            got = _clock.answer_mail(c, index, lambda w, seconds: self._on_silence(w, index, seconds))
+        else:
+            c.step(index, inline)
+            got = _clock.answer(c, index, lambda w, seconds: self._on_silence(w, index, seconds))
         if type(got) is tuple and got[0] == "done" and not got[1] & _clock.MORE:  # a frame and nothing more to
             frame = got[2]  # collect (no diagnostics, no observed values): _report's one job that is left here
             if self._frames.observers:

@@ -106,16 +106,21 @@ class ClockSteps:
         c = self._clocks.get(w)
         if c is None:
             return  # gone: its answer is "dead"
-        inline = b""
-        if params or writes or observed is not c.observed:
-            c.seq += 1
-            message = (params, writes, None if observed is c.observed else observed)
-            inline = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
-            if len(inline) > _clock.INLINE_MAX:  # large writes: by a call the driver does not wait for
-                self._actors[w].post.remote(c.generation, c.seq, *message)
-                inline = b""
-            c.observed = observed
-        c.step(index, inline)
+        c.step(index, self._clock_message(w, c, params, writes, observed))
+
+    def _clock_message(self, w: str, c: _clock.Clock, params: dict, writes: dict, observed: dict) -> bytes:
+        """What changed since the last frame, as the control message that goes with the next request (pickled;
+        b"" where nothing did, or where it is large and went ahead by a Ray call not waited for)."""
+        if not (params or writes or observed is not c.observed):
+            return b""
+        c.seq += 1
+        message = (params, writes, None if observed is c.observed else observed)
+        inline = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        if len(inline) > _clock.INLINE_MAX:  # large writes: by a call the driver does not wait for
+            self._actors[w].post.remote(c.generation, c.seq, *message)
+            inline = b""
+        c.observed = observed
+        return inline
 
     def _on_silence(self, w: str, index: int, seconds: float) -> None:
         """Worker ``w``, alive, has not answered frame ``index`` for ``seconds`` (called each ``_clock.CHECK_S``)."""

@@ -88,6 +88,82 @@ class _Hand:
         self.hand.stop()
 
 
+def _mailing(monkeypatch, spin_s):
+    monkeypatch.setattr(_clock, "SPIN_S", spin_s)
+    monkeypatch.setattr(_clock, "_X86", True)  # (the mailbox's order argument is x86's; the test's is the GIL's)
+
+
+def test_the_mailbox_carries_the_common_frame_both_ways_and_keeps_order_with_the_pipe(monkeypatch):
+    """Frames requested through the mailbox are answered there, in order with the requests and reads that take
+    the pipe (a control message inline, a read between frames); the pipes carry none of the mailed ones."""
+    _mailing(monkeypatch, 0.05)
+    h = _Hand(read=lambda what: ("value", what))
+    try:
+        assert h.clock.can_mail
+        for i in range(1, 31):
+            if i % 10 == 5:  # a control message with the request: the pipe
+                h.clock.seq += 1
+                h.clock.step(i, _clock.pickle.dumps(("m", i)))
+                got = _clock.answer(h.clock, i)
+            elif i % 10 == 9:  # a small one: in the mailbox with its request
+                h.clock.seq += 1
+                h.clock.mail(i, _clock.pickle.dumps(("small", i)))
+                got = _clock.answer_mail(h.clock, i)
+            else:
+                h.clock.mail(i)
+                got = _clock.answer_mail(h.clock, i)
+            assert got[0] == "done" and got[2].index == i, got
+            if i % 10 == 7:
+                assert _clock.answer(h.clock, h.clock.read(("r", i))) == (True, ("value", ("r", i)))
+        assert h.clock.mailed == 27 and h.clock.bell[_clock.M_DONE] == 27
+        assert h.clock.bell[_clock.GO_BELL] == 3 + 3  # three inline requests, three reads: the rest were mailed
+        assert [e[1] for e in h.log if e[0] == "step"] == list(range(1, 31))
+        assert [e[1] for e in h.log if e[0] == "apply"] == [[("m", 5)], [("small", 9)], [("m", 15)], [("small", 19)],
+                                                            [("m", 25)], [("small", 29)]]
+    finally:
+        h.close()
+
+
+def test_a_sleeping_end_is_woken_either_way(monkeypatch):
+    """A worker asleep in its pipe (the requests come slower than its spin) is woken by a WAKE request; a driver
+    asleep (the frame takes longer than its spin) by a WAKE record; the wake-ups are dropped, the frames exact."""
+    _mailing(monkeypatch, 2e-4)
+    slow = threading.Event()
+
+    def step(index):
+        if slow.is_set():
+            threading.Event().wait(0.02)  # longer than the driver's spin
+        return Frame(index, 1.0, (), "ok", True, None, 1), None
+
+    h = _Hand(step=step)
+    try:
+        for i in range(1, 6):
+            threading.Event().wait(0.02)  # the worker's spin is over: it sleeps in its pipe
+            assert h.hand.bell[_clock.CHILD_SLEEPS] == 1
+            h.clock.mail(i)
+            assert _clock.answer_mail(h.clock, i)[2].index == i
+        slow.set()
+        for i in range(6, 11):
+            h.clock.mail(i)
+            assert _clock.answer_mail(h.clock, i)[2].index == i
+            assert h.clock.bell[_clock.DRIVER_SLEEPS] == 0
+        assert h.clock.bell[_clock.GO_BELL] == 0 and h.clock.bell[_clock.DONE_BELL] >= 5  # wakes only in the pipes
+        h.clock.step(11)  # the pipe after the mailbox: the wake-ups left in it are dropped, not taken as answers
+        assert _clock.answer(h.clock, 11)[2].index == 11
+    finally:
+        h.close()
+
+
+def test_a_mailed_frame_of_a_worker_that_died_is_dead_not_waited_for(monkeypatch):
+    _mailing(monkeypatch, 1e-3)
+    h = _Hand()
+    h.clock.step(_clock.STOP)  # the frame thread ends and closes its end of the pipes
+    h.hand.stop()
+    h.clock.mail(1)
+    assert _clock.answer_mail(h.clock, 1) == "dead"
+    h.clock.close()
+
+
 def test_a_frame_waits_for_the_control_messages_its_request_names():
     h = _Hand()
     try:

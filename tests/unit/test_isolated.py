@@ -409,3 +409,44 @@ def test_on_the_cpu_device_a_tensor_block_survives_a_fault_and_its_retrace_is_tr
         assert blk.retrace(lambda x, s: rt.exp(x * s) + 2.0) is not None and blk.last_change == "code of k0"
         assert iso.tick().state == "ok" and len(iso.trial_s) == 1   # ran clean in the standby first
         np.testing.assert_allclose(iso.read(b["out"]), np.exp(x * -0.25) + 2, rtol=1e-5)
+
+
+def test_with_spinning_ends_the_common_frame_goes_through_the_mailbox_and_stays_exact(monkeypatch):
+    """On a host whose clock ends spin (8 cores or more; forced here), an idle engine's plain frame travels in the
+    clock's shared page (no system call), a frame with a parameter change or a write in its pipe; both exact on the
+    CPU device, through a fault and the process that replaces it."""
+    from rxcuda.distributed import _clock
+
+    monkeypatch.setattr(_clock, "SPIN_S", 300e-6)
+    monkeypatch.setenv("RXCUDA_CLOCK_SPIN_US", "300")  # the GPU processes' ends spin too
+    if not _clock._X86:
+        pytest.skip("the mailbox is used on x86-64 only (its ordering argument is x86's)")
+    rng = np.random.default_rng()
+    with IsolatedEngine(device="cpu", deadline=30.0) as iso:
+        a = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=N, scale=2.0, name="a"))
+        b = iso.add(rxcuda.Block.from_kernel("scalar_mul", size=N, scale=3.0, name="b"))
+        iso.connect(a["out"], b["x"])
+
+        def frames(k):
+            x = rng.standard_normal(N).astype(np.float32)
+            iso.write(a["x"], x)  # (a write: that frame takes the pipe)
+            for i in range(k):
+                if i % 4 == 3:
+                    b.params["scale"].value = float(rng.integers(-4, 5))  # (a change: the pipe)
+                assert iso.tick().state == "ok", iso.faults[-1:]
+            want = x * np.float32(2.0) * np.float32(b.params["scale"].value)
+            np.testing.assert_allclose(iso.read(b["out"]), want, rtol=1e-6)
+
+        for _ in range(3):
+            frames(12)
+        clock = iso._clocks["gpu"]
+        assert clock.mailed >= 20, clock.mailed  # most frames were mailed
+        oops = iso.add(rxcuda.Block.from_cuda(BAD, size=N))
+        iso.write(oops["x"], np.ones(N, np.float32))
+        assert iso.tick().state == "error"
+        iso.remove(oops)
+        _until_ok(iso)
+        mailed = iso._clocks["gpu"].mailed  # the new process's clock
+        for _ in range(3):
+            frames(12)
+        assert iso._clocks["gpu"].mailed > mailed
