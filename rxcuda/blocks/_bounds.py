@@ -72,8 +72,9 @@ def bounded(param, check: Callable, counts: tuple[str, ...]) -> Callable:
         if cached[0] is not desc:
             cached[0], cached[1] = desc, min(_declared(desc, counts).values(), default=-1)
         cap = cached[1]
-        rt = getattr(block._engine, "_rt", None)
-        if rt is not None:
+        engine = block._engine
+        if engine is not None:
+            rt = engine._side.resizes  # (side_of, inline: EngineSide's attributes, read without a call)
             g = rt.graph
             if rt.shapes or (g is not None and g.plan.shapes):  # something was resized: the counts now
                 cap = min(capacities(block, counts).values(), default=-1)

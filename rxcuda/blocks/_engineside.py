@@ -4,11 +4,23 @@ docs/architecture.md). The engine implements it (rxcuda.engine._blockside.BlockS
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
+
+
+class Resizes(Protocol):
+    """Where an engine keeps the shapes its inputs were resized to, read by a count parameter's setter at every set
+    to tell whether its limit is the declared size (attribute reads, no call: the setter is the hottest call a user
+    makes, and nothing but a resize moves the limit)."""
+
+    shapes: Mapping[Any, tuple]  # inputs resized for the next frame (empty: none)
+    graph: Any  # the running graph, whose ``plan.shapes`` are the shapes it runs with (empty: declared), or None
 
 
 class EngineSide(Protocol):
     """The engine's answers to a block, a port or a composite instance of it."""
+
+    resizes: Resizes  # (an attribute, not a method: a count parameter's setter reads it on every set)
 
     def port_text(self, port: Any) -> str:
         """``str(port)`` for a port of a block in the engine: type, shape, bytes, pool class, whose memory."""
@@ -42,4 +54,4 @@ def side_of(engine: Any) -> EngineSide | None:
     return None if engine is None else engine._side
 
 
-__all__ = ["EngineSide", "side_of"]
+__all__ = ["EngineSide", "Resizes", "side_of"]

@@ -1,7 +1,8 @@
 """Seeing inside the engine: its picture, its trace, its live view, its GL interop and how a notebook shows it. A
 mixin of :class:`rxcuda.Engine` (``_engine``): each method is the engine's own, and the work is done in
 ``rxcuda.view`` (above the engine, which never imports it), whose functions it calls through
-:mod:`rxcuda.model._provided`."""
+:mod:`rxcuda.model._provided` -- but for the driver's picture of the running graph (``save_driver_graph``), which
+the CUDA layer draws here."""
 
 from __future__ import annotations
 
@@ -14,7 +15,16 @@ from ..model._provided import provided
 
 
 class EngineViews:
-    """What an Engine shows of itself (see :class:`rxcuda.Engine`); done by ``rxcuda.view``."""
+    """What an Engine shows of itself (see :class:`rxcuda.Engine`); done by ``rxcuda.view``, but for the driver's
+    own picture (``save_driver_graph``), which the CUDA layer draws."""
+
+    _updater: Any  # (the Engine's)
+
+    def _check_open(self) -> None:  # the Engine's own check (it raises EngineClosedError once closed)
+        raise NotImplementedError
+
+    def _gpu(self, fn, *args):  # the Engine's: run fn where the GPU may be touched
+        raise NotImplementedError
 
     def to_dot(self) -> str:
         """DOT text of the pipeline: blocks with their ports and states, connections, regions and composites
@@ -31,12 +41,27 @@ class EngineViews:
         return provided("save_graph")(self, path, format)
 
     def save_driver_graph(self, path: str | os.PathLike, *, verbose: bool = False) -> pathlib.Path:
-        """Write the CUDA driver's own DOT picture of the running graph (cuGraphDebugDotPrint); returns the path
-        (:func:`rxcuda.view.save_driver_graph`).
+        """Write the CUDA driver's own DOT picture of the graph the engine runs (``cuGraphDebugDotPrint``) to
+        ``path``; returns the path. It shows what the driver built -- node types, kernel names, memset and copy
+        nodes, conditional nodes -- for debugging the build itself; ``verbose=True`` adds every node's parameters
+        and handles. Pending changes are applied first (the graph is built if it was not yet). On the null driver
+        the file says it is the null driver's. (The engine's own work, no extra needed;
+        :func:`rxcuda.view.save_driver_graph` calls it.)
 
         >>> engine.save_driver_graph("driver.dot")           # doctest: +SKIP
         """
-        return provided("save_driver_graph")(self, path, verbose=verbose)
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"'path' is a file name or a path (got {path!r})")
+        path = pathlib.Path(path)
+        if not path.parent.is_dir():
+            raise FileNotFoundError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+        self._check_open()
+
+        def write() -> None:
+            self._updater.ensure_built().debug_dot(path, verbose=bool(verbose))
+
+        self._gpu(write)
+        return path
 
     def trace(self, path: str | os.PathLike, frames: int | None = None) -> Any:
         """Record a Chrome/Perfetto trace of this engine into ``path``: per frame the host time (and phases),

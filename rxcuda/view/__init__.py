@@ -16,12 +16,13 @@ GPU time per frame, updates with their tiers, reloads, diagnostics, parameter va
 ``read_trace`` / ``summarize`` read one back; ``plot_frames(trace, "frames.png")`` draws its frame times
 (matplotlib, optional). NVTX ranges for Nsight live in the CUDA layer (``rxcuda.cuda._nvtx``).
 
-The engine's own methods ``engine.to_dot()``, ``engine.save_graph(path)``, ``engine.save_driver_graph(path)``,
-``engine.trace(path)``, ``engine.serve()`` (the live view in a browser, ``_serve``; needs aiohttp),
-``engine._repr_html_()`` (how Jupyter shows an engine, ``_notebook``), ``engine.gl_buffer(port, glo)``,
-``engine.gl_texture(port, glo)`` (rxcuda.engine._views) and ``plan.to_dot()`` call this package's functions, which
-it provides when imported (``import rxcuda`` imports it; rxcuda.model._provided): the engine never imports this
-package (docs/architecture.md, "Layout": view sits above engine).
+The engine's own methods ``engine.to_dot()``, ``engine.save_graph(path)``, ``engine.trace(path)``,
+``engine.serve()`` (the live view in a browser, ``_serve``; needs aiohttp), ``engine._repr_html_()`` (how Jupyter
+shows an engine, ``_notebook``), ``engine.gl_buffer(port, glo)``, ``engine.gl_texture(port, glo)``
+(rxcuda.engine._views) and ``plan.to_dot()`` call this package's functions, which it provides when imported
+(``import rxcuda`` imports it; rxcuda.model._provided): the engine never imports this package (docs/architecture.md,
+"Layout": view sits above engine). ``engine.save_driver_graph(path)`` is the engine's own work (the CUDA layer
+draws it); ``save_driver_graph(engine, path)`` here calls it.
 
 >>> import rxcuda
 >>> with rxcuda.Engine(driver=rxcuda.cuda.NullDriver()) as engine:
@@ -40,8 +41,8 @@ from ._trace import Trace, TraceData, TraceSummary, read_trace, summarize, trace
 from ._widgets import Widgets, WidgetsNotFoundError, widgets
 
 # the work of the methods the engine and the plan declare (rxcuda.engine._views.EngineViews, GraphPlan.to_dot)
-provide(to_dot=to_dot, save_graph=save_graph, save_driver_graph=save_driver_graph, trace=trace, serve=serve,
-        gl_buffer=GLBuffer, gl_texture=GLTexture, engine_html=engine_html)
+provide(to_dot=to_dot, save_graph=save_graph, trace=trace, serve=serve, gl_buffer=GLBuffer, gl_texture=GLTexture,
+        engine_html=engine_html)
 
 __all__ = ["GraphvizNotFoundError", "save_driver_graph", "save_graph", "to_dot"]
 __all__ += ["MatplotlibNotFoundError", "Trace", "TraceData", "TraceSummary", "plot_frames", "read_trace", "summarize",

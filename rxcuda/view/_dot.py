@@ -17,7 +17,8 @@
 The text is deterministic (blocks, connections and regions in the pipeline's order), so it can be compared
 and diffed. ``save_graph`` renders it through Graphviz (the ``graphviz`` Python package and the system ``dot``
 program, both optional) or writes the text itself for ``.dot``. ``save_driver_graph`` asks the CUDA driver for
-its own picture of the graph it runs (``cuGraphDebugDotPrint``), for debugging the build itself.
+its own picture of the graph it runs (``cuGraphDebugDotPrint``), for debugging the build itself: the engine's own
+method (``engine.save_driver_graph``, rxcuda.engine._views), which needs nothing from here.
 
 >>> import rxcuda
 >>> from rxcuda.cuda import NullDriver
@@ -476,27 +477,13 @@ def save_graph(x, path, format: str | None = None, *, plan: GraphPlan | None = N
 
 def save_driver_graph(engine: Engine, path, *, verbose: bool = False) -> pathlib.Path:
     """Write the CUDA driver's own DOT picture of the graph the engine runs (``cuGraphDebugDotPrint``) to
-    ``path``; returns the path. It shows what the driver built -- node types, kernel names, memset and copy
-    nodes, conditional nodes -- for debugging the build itself; ``verbose=True`` adds every node's parameters
-    and handles. Pending changes are applied first (the graph is built if it was not yet). On the null driver
-    the file says it is the null driver's.
+    ``path``; returns the path: :meth:`rxcuda.Engine.save_driver_graph`, which says more.
 
-    >>> engine.save_driver_graph("driver.dot")           # doctest: +SKIP
+    >>> rxcuda.view.save_driver_graph(engine, "driver.dot")           # doctest: +SKIP
     """
     if not isinstance(engine, Engine):
         raise TypeError(f"save_driver_graph takes an Engine (got {type(engine).__name__})")
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"'path' is a file name or a path (got {path!r})")
-    path = pathlib.Path(path)
-    if not path.parent.is_dir():
-        raise FileNotFoundError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
-    engine._check_open()
-
-    def write() -> None:
-        engine._updater.ensure_built().debug_dot(path, verbose=bool(verbose))
-
-    engine._gpu(write)
-    return path
+    return engine.save_driver_graph(path, verbose=verbose)
 
 
 __all__ = ["GraphvizNotFoundError", "render", "save_driver_graph", "save_graph", "to_dot"]

@@ -727,6 +727,24 @@ def test_save_driver_graph_errors_say_what_is_wrong(engine, api, tmp_path):
         engine.save_driver_graph(tmp_path / "driver.dot")
 
 
+def test_the_driver_graph_is_the_engines_own_work(engine, api, tmp_path, monkeypatch):
+    """The CUDA layer draws it (rxcuda.engine._views): nothing rxcuda.view provides is needed, and
+    rxcuda.view.save_driver_graph(engine, path) is the engine's method."""
+    from rxcuda.model import _provided
+
+    feed(engine, engine.add(mul()))
+    monkeypatch.setattr(_provided, "_functions", {})  # as if rxcuda.view had not been loaded
+    assert "NullDriver" in engine.save_driver_graph(tmp_path / "own.dot").read_text()
+    with pytest.raises(ImportError, match="to_dot is done by rxcuda.view"):
+        engine.to_dot()
+    out = rxcuda.view.save_driver_graph(engine, tmp_path / "view.dot", verbose=True)
+    assert out == tmp_path / "view.dot" and out.read_text() == (tmp_path / "own.dot").read_text()
+    from cuda.bindings import driver
+
+    flags = [args[2] for name, args in api.calls if name == "cuGraphDebugDotPrint"]
+    assert flags == [0, int(driver.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE)]
+
+
 def test_a_closed_compiled_graph_has_nothing_to_describe(engine, tmp_path):
     feed(engine, engine.add(mul()))
     engine.tick()

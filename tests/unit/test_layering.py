@@ -258,3 +258,50 @@ def test_the_driver_check_sees_a_raw_call(tmp_path):
     clean = tmp_path / "clean.py"
     clean.write_text("from ..cuda import _stream\ndef f(api, s):\n    _stream.synchronize(s, api=api)\n")
     assert _driver_uses(clean) == []
+
+
+# -- blocks ask their engine through one interface ------------------------------------------------------------
+def _engine_privates(path: pathlib.Path) -> list[str]:
+    """The lines (``"12: ._rt"``) where a file reads a private field of the engine a block is in, past the interface
+    blocks use (rxcuda/blocks/_engineside.py's EngineSide, reached as ``engine._side``): ``block._engine._rt``,
+    ``getattr(block._engine, "_rt", None)``, or ``e._rt`` where ``e`` is ``block._engine`` or a parameter named
+    ``engine``."""
+    tree = ast.parse(path.read_text())
+    engines = {"engine"}  # names holding an engine: parameters called so, and what ``x._engine`` was assigned to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute) and node.value.attr == "_engine":
+            engines |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+
+    def is_engine(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "_engine") or (
+            isinstance(node, ast.Name) and node.id in engines)
+
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and is_engine(node.value) and node.attr.startswith("_")
+                and node.attr != "_side"):
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and is_engine(node.args[0]) and isinstance(node.args[1], ast.Constant)
+              and str(node.args[1].value).startswith("_")):
+            found.append(f"{node.lineno}: getattr(..., {node.args[1].value!r})")
+    return found
+
+
+def test_blocks_read_no_private_field_of_their_engine():
+    """docs/architecture.md: blocks ask the engine they are in through EngineSide (rxcuda/blocks/_engineside.py),
+    which the engine implements (rxcuda/engine/_blockside.py); they touch none of its private fields."""
+    found = [f"{_name(p)}:{f}" for p in sorted((ROOT / "blocks").glob("*.py")) for f in _engine_privates(p)]
+    assert found == [], f"blocks/ reads the engine's private fields: {found}; add what it needs to EngineSide"
+
+
+def test_the_engine_privates_check_finds_the_old_reaches(tmp_path):
+    """The check itself, on the reaches blocks/ made before EngineSide (issue 39)."""
+    path = tmp_path / "old.py"
+    path.write_text("def f(block, engine):\n"
+                    "    rt = getattr(block._engine, '_rt', None)\n"
+                    "    e = block._engine\n"
+                    "    a = e._profiler.last, block._engine._port_text(x), engine._rt.occupancy\n"
+                    "    return block._engine._side.resizes.shapes, e.profile\n")
+    got = [f.split(": ", 1)[1] for f in _engine_privates(path)]
+    assert sorted(got) == sorted(["getattr(..., '_rt')", "._profiler", "._port_text", "._rt"])
