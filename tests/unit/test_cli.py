@@ -288,9 +288,10 @@ def printing_calls(path: pathlib.Path) -> list[tuple[str, int]]:
 
 def test_only_the_command_line_prints():
     """Library code logs through logging.getLogger("rxcuda") and returns what it did (issues 8 and 18): only
-    _cli.py prints (the commands `kernels build` and `cache` too)."""
+    the command line prints (_cli.py, and _cli_serve.py for demo --serve; the commands `kernels build` and `cache`
+    too)."""
     offenders = [f"{path.relative_to(ROOT)}:{line} (in {func})"
-                 for path in sorted((ROOT / "rxcuda").rglob("*.py")) if path.name != "_cli.py"
+                 for path in sorted((ROOT / "rxcuda").rglob("*.py")) if path.name not in ("_cli.py", "_cli_serve.py")
                  for func, line in printing_calls(path)]
     assert not offenders, "print in library code; log through logging.getLogger('rxcuda'): " + ", ".join(offenders)
 

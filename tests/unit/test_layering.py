@@ -31,7 +31,8 @@ ALLOWED = {
     # fragments of a pipeline on Ray actors: the top, beside view
     "distributed": {"model", "cuda", "streams", "sources", "libraries", "plan", "blocks", "engine", "tensor", "view"},
 }
-FACADE = {"__init__.py", "__main__.py", "_cli.py", "lang.py", "lowlevel.py"}
+# the facade; the command line (_cli, and _cli_serve for demo --serve)
+FACADE = {"__init__.py", "__main__.py", "_cli.py", "_cli_serve.py", "lang.py", "lowlevel.py"}
 
 # Import circles known when the folders were split (issue 18), each module with its circle: the test is xfailed
 # for them, not strictly, so it passes once the circle is gone; then remove the entry.
