@@ -1,13 +1,16 @@
 # `make demo` and `make test` work from a fresh clone: each creates .venv if it is missing and installs
-# rxcuda into it (editable) whenever pyproject.toml (or this file) is newer than the last install. `make demo`
-# installs only what the demo runs (rxcuda's own requirements: pip install -e .); `make test` installs the dev
-# extra (the docs, view, notebook, media, ray and gl extras and the test tools, well over a GB). The install is
-# editable: edits and new modules need no reinstall.
+# rxcuda into it (editable) whenever one of INSTALL_INPUTS is newer than the last install: pyproject.toml,
+# setup.py, the compiled parameter path's C source (the editable install builds it in place, and
+# rxcuda/cuda/_native.py refuses a module built from another source) or this file. `make demo` installs only what
+# the demo runs (rxcuda's own requirements: pip install -e .); `make test` installs the dev extra (the docs, view,
+# notebook, media, ray and gl extras and the test tools, well over a GB). The install is editable: edits and new
+# Python modules need no reinstall.
 
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 CORE_STAMP := $(VENV)/.installed-core
+INSTALL_INPUTS := pyproject.toml setup.py rxcuda/cuda/_hotpath.c Makefile
 
 # Every module's docstring examples run with the tests (examples that need a device are marked
 # `# doctest: +SKIP` where they stand).
@@ -72,13 +75,13 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 # the demo's environment: rxcuda and its own requirements (the dev install below holds them too)
-$(CORE_STAMP): pyproject.toml Makefile | $(VENV)/bin/python
+$(CORE_STAMP): $(INSTALL_INPUTS) | $(VENV)/bin/python
 	@echo "installing rxcuda into $(VENV) (pip install -e .; log in $(VENV)/install.log)"
 	@$(VENV)/bin/python -m pip install -q -e . > $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; echo "pip install failed; see above"; exit 1; }
 	@touch $@
 
-$(STAMP): pyproject.toml Makefile | $(VENV)/bin/python
+$(STAMP): $(INSTALL_INPUTS) | $(VENV)/bin/python
 	@echo "installing rxcuda into $(VENV) (pip install -e '.[dev]'; log in $(VENV)/install.log)"
 	@$(VENV)/bin/python -m pip install -q -e '.[dev]' > $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; echo "pip install failed; see above"; exit 1; }

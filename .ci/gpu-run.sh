@@ -6,6 +6,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/card.txt"
+# the compiled parameter path (setup.py's one extension module), built in place for this machine's Python: the tree
+# runs from PYTHONPATH, not installed, and nothing compiles it at import. Where it does not build (no compiler, no
+# Python headers, a setuptools older than pyproject.toml asks for) the Python path runs; card.txt says which
+python3 setup.py -q build_ext --inplace > "$OUT/build-ext.log" 2>&1 || echo "build_ext failed: see build-ext.log"
+python3 -c 'from rxcuda.cuda import _native; print("rxcuda parameter path:", _native.describe())' 2>&1 \
+  | tee -a "$OUT/card.txt"
 what=${1:-all}
 if [[ $what == all || $what == tests ]]; then
   timeout 540 python3 -m pytest -q -rfE tests/gpu 2>&1 | tee "$OUT/gpu-tests.log" | tail -40

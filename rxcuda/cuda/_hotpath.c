@@ -35,6 +35,10 @@
    converts it or raises); then, where the block is in an engine (its sink not None), the sink's fold method with
    ((block id, name), value) -- PendingBase's in C.
 
+   SOURCE: the SHA-256 (hex) of this file as setup.py read it when it built the module (RXCUDA_HOTPATH_SOURCE; absent
+   from a module built otherwise). rxcuda/cuda/_native.py takes a module only where no _hotpath.c lies beside it (an
+   installed wheel) or that file has this digest: a module built in place from an older source is not used.
+
    Everything runs with the GIL held; no Python object outlives a call except what Apply keeps. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1071,5 +1075,11 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
         Py_DECREF(m);
         return NULL;
     }
+#ifdef RXCUDA_HOTPATH_SOURCE
+    if (PyModule_AddStringConstant(m, "SOURCE", RXCUDA_HOTPATH_SOURCE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
     return m;
 }

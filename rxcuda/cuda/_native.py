@@ -12,17 +12,21 @@ its own names over when its base is made (``param_base``, from rxcuda.blocks._pa
 rxcuda.engine._runtime with rxcuda.streams.PendingPlan's ``HOT_FIELDS``).
 
 Importing rxcuda compiles nothing. Where the module was not built (the install had no C compiler or no Python
-headers: the extension is optional) or ``RXCUDA_NATIVE=0`` is set, :func:`hotpath` returns None and rxcuda keeps
-its Python path: the same results, at twice the host's instructions per change (~1 µs more on an H200 host). The
-first time it is missing is logged once, with the reason and the fix.
+headers: the extension is optional), was built from another ``_hotpath.c`` than the one beside it (a checkout that
+changed the C file since its last ``pip install -e .``: the module's ``SOURCE`` digest, from setup.py, says which
+source it was built from), or ``RXCUDA_NATIVE=0`` is set, :func:`hotpath` returns None and rxcuda keeps its Python
+path: the same results, at twice the host's instructions per change (~1 µs more on an H200 host). The first time
+it is missing is logged once, with the reason and the fix.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 import os
 import threading
+from pathlib import Path
 from types import ModuleType
 
 log = logging.getLogger("rxcuda")
@@ -49,8 +53,11 @@ def hotpath() -> ModuleType | None:
         else:
             try:
                 _loaded = importlib.import_module(MODULE)
+                why_not = stale(_loaded)
             except ImportError as e:  # built without a compiler, or for another interpreter
                 why_not = f"{type(e).__name__}: {e}"
+            if why_not:
+                _loaded = None
                 log.warning("rxcuda: the compiled parameter path is not available (%s); parameter changes take the "
                             "Python path, ~1 us slower each. It is built when rxcuda is installed on a machine with "
                             "a C compiler and the Python headers (e.g. apt install gcc python3-dev, then install "
@@ -58,6 +65,27 @@ def hotpath() -> ModuleType | None:
                             "set %s=0 to silence this", why_not, ENV)
         _tried = True
         return _loaded
+
+
+def stale(module: ModuleType) -> str:
+    """Why ``module`` (the compiled ``_hotpath``) must not be used: it was built from another ``_hotpath.c`` than the
+    one beside it (its ``SOURCE``, the digest setup.py gave it, differs from that file's); "" where it may (no source
+    beside it, as in an installed wheel, which carries the module built with it, or the same digest)."""
+    source = Path(module.__file__ or "").with_name("_hotpath.c")
+    if not source.is_file():
+        return ""
+    built = getattr(module, "SOURCE", None)
+    if built == hashlib.sha256(source.read_bytes()).hexdigest():
+        return ""
+    return (f"{Path(module.__file__ or '').name} was built from "
+            f"{'another' if built else 'an older'} {source.name} than the one beside it, {source}; build it again")
+
+
+def describe() -> str:
+    """Which parameter path runs, in one line: the compiled module's file, or "Python" and why (the test run's summary
+    and the GPU batch's log say it, since the tests of the compiled path skip where it is missing)."""
+    module = hotpath()
+    return f"compiled ({module.__file__})" if module is not None else f"Python ({why_not})"
 
 
 def reset() -> None:

@@ -12,10 +12,16 @@ size (``spares(default_min=True)``: only in graphs of ``SPARES_MIN`` nodes or mo
 import pytest
 
 import rxcuda
-from rxcuda.cuda import NullDriver
+from rxcuda.cuda import NullDriver, _native
 from rxcuda.cuda._graph import CompiledGraph
 
 SPARES = CompiledGraph.SPARES  # the engine's default
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say which parameter path ran (before pytest's summary line): the tests of the compiled one skip where it was
+    not built (rxcuda/cuda/_native.py), so a run without it says so here, with the reason."""
+    terminalreporter.write_line(f"rxcuda parameter path: {_native.describe()}")
 
 
 @pytest.fixture(autouse=True)

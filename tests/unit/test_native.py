@@ -311,6 +311,7 @@ def test_an_install_without_the_compiled_module_says_so_once_and_keeps_the_pytho
     """The extension is optional (setup.py): built without a compiler, the module is missing, and rxcuda says so
     once, with the fix, and takes the Python path."""
     monkeypatch.setattr(_native, "MODULE", "rxcuda.cuda._hotpath_not_built")
+    monkeypatch.delenv(_native.ENV, raising=False)  # (a run with RXCUDA_NATIVE=0 asks for the Python path itself)
     _native.reset()
     try:
         with caplog.at_level(logging.WARNING, logger="rxcuda"):
@@ -324,8 +325,11 @@ def test_an_install_without_the_compiled_module_says_so_once_and_keeps_the_pytho
 
 
 _COMPILES_NOTHING_SCRIPT = """
+import json
 import os
+import shutil
 import subprocess
+import sys
 
 started = subprocess.Popen.__init__
 
@@ -340,14 +344,48 @@ import numpy as np
 import rxcuda
 from rxcuda.cuda import NullDriver, _native
 
+value = float(sys.argv[1])
 with rxcuda.Engine(driver=NullDriver()) as engine:
     blk = engine.add(rxcuda.Block.from_kernel("scalar_mul", size=64, scale=1.0))
     engine.write(blk["x"], np.ones(64, np.float32))
     engine.tick()
-    blk.params["scale"].value = 2.0
+    blk.params["scale"].value = value
     assert engine.tick().tiers == ("parameters",)
-    print("native:", engine._updater.native is not None, _native.hotpath().__file__)
+    words = engine._rt.graph.nodes[0].storage.words  # (x, out, scale, n): the scale in the third word's low half
+    module = _native.hotpath()
+    print(json.dumps({"native": engine._updater.native is not None, "file": module and module.__file__,
+                      "why_not": _native.why_not, "base": rxcuda.Parameter.__mro__[1].__name__,
+                      "scale": float(words.view(np.float32)[4]), "rxcuda": rxcuda.__file__,
+                      "cc": [c for c in ("cc", "gcc", "clang") if shutil.which(c)]}))
 """
+
+
+def _run_compiling_nothing(env: dict | None = None, cwd=None) -> tuple[dict, float]:
+    """_COMPILES_NOTHING_SCRIPT in a new process (no compiler may start in it): what it saw, and the value it set."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    value = float(np.float32(np.random.default_rng().uniform(-8, 8)))
+    env = {k: v for k, v in (env if env is not None else os.environ).items() if k != _native.ENV}
+    done = subprocess.run([sys.executable, "-c", _COMPILES_NOTHING_SCRIPT, repr(value)], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), value
+
+
+def _checkout_copy(tmp_path, module: bool):
+    """This checkout's rxcuda (with its compiled module where ``module``, else without any) and kernels/, copied
+    into ``tmp_path``: a checkout used from PYTHONPATH."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(_native.__file__).resolve().parents[2]
+    skip = ["__pycache__"] + ([] if module else ["*.so", "*.pyd"])
+    shutil.copytree(root / "rxcuda", tmp_path / "rxcuda", ignore=shutil.ignore_patterns(*skip))
+    shutil.copytree(root / "kernels", tmp_path / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
 
 
 @needs_native
@@ -355,17 +393,61 @@ def test_importing_rxcuda_compiles_nothing_and_loads_the_module_built_with_the_p
     """The compiled path is an extension module built with the package (pip install ., pip install -e .): an
     engine's first parameter change starts no compiler, and the module loaded is the one beside _hotpath.c."""
     import importlib.machinery
-    import os
-    import subprocess
-    import sys
     from pathlib import Path
 
-    env = {k: v for k, v in os.environ.items() if k != _native.ENV}
-    done = subprocess.run([sys.executable, "-c", _COMPILES_NOTHING_SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    said, where = done.stdout.strip().split()[1:]
-    assert said == "True"
-    where = Path(where)
+    seen, value = _run_compiling_nothing()
+    assert seen["native"] is True and seen["base"] == "ParamBase" and seen["scale"] == value
+    where = Path(seen["file"])
     assert where.parent == Path(_native.__file__).parent
     assert any(where.name == "_hotpath" + suffix for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def test_a_checkout_with_no_built_module_and_no_compiler_takes_the_python_path_and_starts_no_compiler(tmp_path):
+    """A checkout used from PYTHONPATH where the module was never built, on a machine with no C compiler on PATH:
+    rxcuda imports, says why the compiled path is missing, and sets parameters on the Python path; nothing tries to
+    compile _hotpath.c (as rxcuda once did with cc at the first import)."""
+    import os
+
+    tree = _checkout_copy(tmp_path / "tree", module=False)
+    bare = tmp_path / "bin"  # PATH: a folder with no compiler in it
+    bare.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(tree), PATH=str(bare))
+    seen, value = _run_compiling_nothing(env, cwd=tmp_path)
+    assert seen["rxcuda"] == str(tree / "rxcuda" / "__init__.py") and seen["cc"] == []
+    assert seen["native"] is False and seen["file"] is None and seen["base"] == "_Fields"
+    assert "No module named 'rxcuda.cuda._hotpath'" in seen["why_not"]
+    assert seen["scale"] == value  # the value reached the kernel's argument on the Python path
+    assert not list((tree / "rxcuda" / "cuda").glob("_hotpath*.so")), "something built the module"
+
+
+@needs_native
+def test_a_module_built_from_another_source_is_not_used(tmp_path):
+    """A checkout whose _hotpath.c changed since its module was built in place (a pull without pip install -e .)
+    takes the Python path and says why, instead of running the old C against the new Python."""
+    import os
+
+    tree = _checkout_copy(tmp_path / "tree", module=True)
+    source = tree / "rxcuda" / "cuda" / "_hotpath.c"
+    source.write_text(source.read_text() + "/* changed since the build */\n")
+    seen, value = _run_compiling_nothing(dict(os.environ, PYTHONPATH=str(tree)), cwd=tmp_path)
+    assert seen["rxcuda"] == str(tree / "rxcuda" / "__init__.py")
+    assert seen["native"] is False and seen["base"] == "_Fields" and seen["scale"] == value
+    assert "was built from another _hotpath.c" in seen["why_not"] and "build it again" in seen["why_not"]
+
+
+def test_stale_compares_the_modules_source_digest_with_the_source_beside_it(tmp_path):
+    """_native.stale: "" for the digest of the _hotpath.c beside the module, or where none lies beside it (an
+    installed wheel); the reason otherwise, a module without a digest (built before modules carried one) included."""
+    import hashlib
+    from types import SimpleNamespace
+
+    module = SimpleNamespace(__file__=str(tmp_path / "_hotpath.cpython-311-x86_64-linux-gnu.so"))
+    assert _native.stale(module) == ""  # no source beside it
+    source = tmp_path / "_hotpath.c"
+    source.write_bytes(b"/* one */\n")
+    module.SOURCE = hashlib.sha256(b"/* one */\n").hexdigest()
+    assert _native.stale(module) == ""
+    source.write_bytes(b"/* two */\n")
+    assert "was built from another _hotpath.c than the one beside it" in _native.stale(module)
+    del module.SOURCE
+    assert "was built from an older _hotpath.c" in _native.stale(module)

@@ -285,3 +285,61 @@ def test_the_compiled_drain_publishes_nothing_for_a_value_it_did_not_apply():
     assert got == (None, {(1, "scale"): 2.0}, 1) and seen == []
     with pytest.raises(TypeError, match="drain_one"):
         native.drain_one(pending, {}, ("not", "five"))
+
+
+_OTHER_NAMES_SCRIPT = """
+import importlib.util
+import sys
+import threading
+
+spec = importlib.util.spec_from_file_location("_hotpath", sys.argv[1])  # the module alone: no rxcuda imported
+hp = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hp)
+assert "rxcuda" not in sys.modules
+
+fields = ("nm", "dt", "val_", "owner_", "conv_", "mn", "mx", "st", "exact_", "low_", "high_")
+Param = hp.param_base(fields, ("v", "target_", "key_", "take"))
+Pending = hp.pending_base(("mutex_", "vals_", "n_", "m_", "ever_", "watchers_", "kind_"), ("say_", "bcast_"))
+for name in (*fields, "v"):
+    assert name in Param.__dict__, name
+
+class Owner:
+    def __init__(self, target):
+        self.target_, self.key_ = target, 41
+
+class Other:  # any other sink: its fold method is the one named
+    def __init__(self):
+        self.seen = []
+
+    def take(self, key, value):
+        self.seen.append((key, value))
+
+pending = Pending()
+pending.mutex_, pending.vals_, pending.watchers_, pending.n_, pending.ever_ = threading.Lock(), {}, (), 0, 0
+p, q = Param(), Param()
+other = Other()
+for param, sink in ((p, pending), (q, other)):
+    param.nm, param.owner_, param.exact_, param.low_, param.high_ = "gain", Owner(sink), float, 0.0, 10.0
+    param.conv_ = lambda v: float(v) * 2  # (the full check: what the fast test does not pass)
+p.v = 2.5
+p.v = 11  # not exactly a float: through the check
+q.v = 3.5
+assert (p.v, p.val_, q.v) == (22.0, 22.0, 3.5)
+assert pending.vals_ == {(41, "gain"): 22.0} and (pending.n_, pending.ever_) == (2, 2)
+assert other.seen == [((41, "gain"), 3.5)]
+out = hp.drain_one(pending, {(41, "gain"): (lambda v: v == 22.0, ("gain's block",))})
+assert out == (("gain's block",), None, 2) and pending.n_ == 0 and pending.vals_ == {}
+print("other names ok")
+"""
+
+
+def test_the_compiled_steps_take_every_name_from_the_classes_that_hand_them_over():
+    """The contract is the names: made with other names than Parameter's and PendingPlan's (in a process where
+    rxcuda's classes did not make them first), the compiled setter, fold and drain work on those names alone."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _OTHER_NAMES_SCRIPT, native.__file__], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "other names ok" in done.stdout

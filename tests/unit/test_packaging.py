@@ -9,6 +9,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 import zipfile
 
@@ -151,13 +152,24 @@ def test_the_wheel_carries_the_compiled_parameter_path_built_with_it(wheel):
 
 def test_the_compiled_parameter_path_is_an_optional_extension_of_the_build():
     """An install without a C compiler still works (the Python path, rxcuda/cuda/_native.py): the extension is
-    marked optional, so its failed build is a warning, and nothing else of the package is compiled."""
-    import ast
+    marked optional, so its failed build is a warning, and nothing else of the package is compiled. The module is
+    told the SHA-256 of the source it is built from (rxcuda/cuda/_native.py refuses one built from another)."""
+    import hashlib
+    import runpy
 
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    (ext,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Extension"]
-    assert [ast.literal_eval(a) for a in ext.args] == ["rxcuda.cuda._hotpath", ["rxcuda/cuda/_hotpath.c"]]
-    assert {k.arg: ast.literal_eval(k.value) for k in ext.keywords}["optional"] is True
+    import setuptools
+
+    asked: dict = {}
+    setup = setuptools.setup
+    setuptools.setup = lambda **kwargs: asked.update(kwargs)
+    try:
+        runpy.run_path(str(ROOT / "setup.py"))
+    finally:
+        setuptools.setup = setup
+    (ext,) = asked["ext_modules"]
+    assert (ext.name, ext.sources, ext.optional) == ("rxcuda.cuda._hotpath", ["rxcuda/cuda/_hotpath.c"], True)
+    digest = hashlib.sha256((ROOT / "rxcuda" / "cuda" / "_hotpath.c").read_bytes()).hexdigest()
+    assert ext.define_macros == [("RXCUDA_HOTPATH_SOURCE", f'"{digest}"')]
     pyproject = PYPROJECT["tool"]["setuptools"]
     assert "_hotpath.c" not in pyproject["package-data"]["rxcuda.cuda"]  # (the sdist carries it as the source)
 
@@ -205,13 +217,21 @@ def test_make_test_checks_the_installed_wheel_from_another_directory():
         assert step in script, step
 
 
+def _install_inputs() -> list[str]:
+    """The files whose change makes `make demo`/`make test` install rxcuda again (the Makefile's INSTALL_INPUTS)."""
+    (line,) = [ln for ln in (ROOT / "Makefile").read_text().splitlines() if ln.startswith("INSTALL_INPUTS :=")]
+    return line.split(":=", 1)[1].split()
+
+
 def _dry_run(target: str, tmp_path: pathlib.Path) -> str:
-    """What `make TARGET` would run in a fresh clone (no .venv): make -n in a folder with the Makefile and
-    pyproject.toml only."""
+    """What `make TARGET` would run in a fresh clone (no .venv): make -n in a folder with the Makefile and the
+    other files the install depends on only."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    for name in ("Makefile", "pyproject.toml"):
-        shutil.copy(ROOT / name, tmp_path / name)
+    for name in _install_inputs():
+        if not (tmp_path / name).exists():  # (a second run keeps the copies, and their times)
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / name, tmp_path / name)
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under make test
     proc = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, env=env)
@@ -225,3 +245,26 @@ def test_make_demo_installs_only_what_the_demo_runs_and_make_test_the_dev_tools(
     # the demo needs nothing of an extra: the quickstart's plan runs with rxcuda's own requirements
     # (tools/check_wheel.sh runs rxcuda demo --plan in an environment with exactly those)
     assert "make_env \"$tmp/venv\"\n" in (ROOT / "tools" / "check_wheel.sh").read_text()
+
+
+def test_make_installs_again_when_setup_py_or_the_compiled_paths_source_changes(tmp_path):
+    """The editable install builds rxcuda/cuda/_hotpath.c in place (setup.py); a checkout that pulls a new one must
+    build it again, so `make demo` and `make test` install again when setup.py or the C source is newer than the
+    last install, as they do for pyproject.toml (rxcuda/cuda/_native.py refuses a module built from another source,
+    so a stale one would only cost the Python path)."""
+    assert {"pyproject.toml", "setup.py", "rxcuda/cuda/_hotpath.c", "Makefile"} <= set(_install_inputs())
+    _dry_run("demo", tmp_path)  # (copies the inputs)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").touch()
+    later = time.time() + 10
+    for stamp in (".installed", ".installed-core"):
+        (tmp_path / ".venv" / stamp).touch()
+        os.utime(tmp_path / ".venv" / stamp, (later, later))
+    assert "pip install" not in _dry_run("demo", tmp_path)
+    for changed in ("setup.py", "rxcuda/cuda/_hotpath.c"):
+        os.utime(tmp_path / changed, (later + 10, later + 10))
+        assert "pip install -q -e . " in _dry_run("demo", tmp_path), changed
+        assert "pip install -q -e '.[dev]'" in _dry_run("test", tmp_path), changed
+        later += 20
+        for stamp in (".installed", ".installed-core"):
+            os.utime(tmp_path / ".venv" / stamp, (later, later))
