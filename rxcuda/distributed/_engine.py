@@ -5,13 +5,14 @@ connection and write as a local engine would, and ``describe()`` gives the pipel
 a changed structure is cut into fragments (``_placement.split``) and shipped: each worker builds its own.
 Parameter changes are folded per worker (the latest value wins) and travel with the next frame's step.
 
-A frame is one step per worker, all started at once: through each worker's clock (``_clock``: named pipes, no Ray
-call per frame) when every worker runs on the driver's host, else a Ray call each (``_stepping``). Over a link
+A frame is one step per worker, all started at once (but for workers that share a device in turns,
+``share_gpu="turns"``: one after another, see ``_stepping``): through each worker's clock (``_clock``: named
+pipes, no Ray call per frame) when every worker runs on the driver's host, else a Ray call each. Over a link
 whose ends meet on a board (``ipc``; ``host`` on one host: ``_board``, ``_hostlink``) the consumer's step waits for
 the producer's frame there; over a ``host`` link across hosts the producer's step returns a Ray object reference.
-The driver never waits inside a frame. At most ``max_in_flight`` frames are outstanding (the driver waits for the
-oldest first: nothing queues without bound, and a board's slot, one of ``max_in_flight + 1``, is never written
-while read).
+The driver never waits inside a frame (but in turns). At most ``max_in_flight`` frames are outstanding (the
+driver waits for the oldest first: nothing queues without bound, and a board's slot, one of ``max_in_flight + 1``,
+is never written while read).
 """
 
 from __future__ import annotations
