@@ -39,7 +39,8 @@ against NumPy on random inputs (on a GPU):
 - the same over Ray's object store: two Ray nodes started on this machine (``ray.cluster_utils.Cluster``, each
   declaring the one GPU), a worker on each, so the link crosses "hosts" (``--no-store`` leaves it out);
 - the ``ipc`` link with ``Engine(share_gpu="off")``, ``"auto"`` (a private MPS daemon where two workers
-  share a GPU) and ``"mps"`` (a GPU only): one worker, two workers not connected, two workers linked, at ``--mib``.
+  share a GPU), ``"mps"`` and ``"turns"`` (no MPS: the driver steps the two workers one after the other, the
+  producer first) (a GPU only): one worker, two workers not connected, two workers linked, at ``--mib``.
 Every measurement is warm (frames for at least ``WARM_S`` before it, and the sweep's first pipeline run once
 before the sweep), and every part's header names the GPU.
 """
@@ -99,8 +100,8 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"the parts to run, comma-separated, each printed when it is done: {', '.join(SECTIONS)} "
                          "(frames: the per-frame rows and frames per second; sweep: the host link over --sizes on "
-                         "one host; mps: the ipc link with share_gpu off, auto and mps, a GPU only; deaths: a worker's "
-                         "death to its next frame; store: the host link between two Ray nodes)")
+                         "one host; mps: the ipc link with share_gpu off, auto, mps and turns, a GPU only; deaths: a "
+                         "worker's death to its next frame; store: the host link between two Ray nodes)")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # each line out as it is printed (a run cut short keeps its parts)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
@@ -241,7 +242,8 @@ def _deaths_part(ray, DistEngine, Worker, rxcuda, np, gpu, spec, n, args, card: 
 
 def _print_shared(shared: list, args, card: str) -> None:
     print(f"\nthe ipc link ({args.mib:g} MiB) with the workers' GPU shared ({card}), us / frame (results checked "
-          "against NumPy; off: the default; auto chooses MPS for two workers on one GPU):")
+          "against NumPy; off: the default; auto chooses MPS for two workers on one GPU; turns: no MPS, the two "
+          "workers stepped one after the other):")
     print(f"{'share_gpu':<10} {'one worker':>11} {'two, not linked':>16} {'two, ipc link':>14} "
           f"{'link adds':>10}  MPS")
     for mode, one, apart, linked, mps in shared:
@@ -418,10 +420,10 @@ def _print_sweep(sweep: dict, gpu: bool, card: str) -> None:
 
 def _share_gpu_rows(DistEngine, rxcuda, np, n: int, args, spec) -> list[tuple]:  # noqa: N803
     """(share_gpu, one worker us, two workers not connected us, two workers over an ipc link us, whether MPS served
-    the workers' GPU) with ``share_gpu`` off, "auto" and "mps" (the default is off); the linked result checked against
-    NumPy."""
+    the workers' GPU) with ``share_gpu`` off, "auto", "mps" and "turns" (the default is off); the linked result
+    checked against NumPy, and in turns, that the two workers took turns."""
     rows = []
-    for mode in ("off", "auto", "mps"):
+    for mode in ("off", "auto", "mps", "turns"):
         def Engine(workers, mode=mode):  # noqa: N802
             return DistEngine(workers, stepping=args.stepping, standby=False, share_gpu=mode)
 
@@ -441,6 +443,8 @@ def _share_gpu_rows(DistEngine, rxcuda, np, n: int, args, spec) -> list[tuple]: 
             _checked(dist, np, True, x, second["out"])
             dist.tick()
             mps = "on" if dist.where("a").get("mps") else "off"
+            if mode == "turns" and dist.where("b")["turns"] != ("a", "b"):
+                mps += f" (no turns taken: {dist.where('b')['turns']})"
         rows.append((mode, one, apart, linked, mps))
     return rows
 

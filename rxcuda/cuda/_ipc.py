@@ -67,6 +67,10 @@ class ExportedEvent:
     def record(self, stream: int) -> None:
         check(self.api.cuEventRecord(self.event, stream), "cuEventRecord")
 
+    def synchronize(self) -> None:
+        """Wait on the host until the work before the event's latest record has run."""
+        check(self.api.cuEventSynchronize(self.event), "cuEventSynchronize")
+
     def close(self) -> None:
         if self.event is not None:
             check(self.api.cuEventDestroy(self.event), "cuEventDestroy")

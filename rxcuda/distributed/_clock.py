@@ -241,11 +241,12 @@ class Clock:
                 os.unlink(p)
 
 
-def wait(clocks: Mapping[str, Clock], index: int, on_silence: Callable[[str, float], None] | None = None
-         ) -> dict[str, tuple | str]:
+def wait(clocks: Mapping[str, Clock], index: int, on_silence: Callable[[str, float], None] | None = None,
+         first: bool = False) -> dict[str, tuple | str]:
     """Each clock's answer for frame ``index``: (status, flags, frame) as :func:`decode` gives them, or "dead"
     (its pipe hung up, or its process is gone). Waits as long as a worker lives; ``on_silence(worker, seconds)``
-    is called each ``CHECK_S`` a live worker stays silent."""
+    is called each ``CHECK_S`` a live worker stays silent. ``first``: return once one or more answered (the others'
+    answers stay in their pipes for a later wait)."""
     got: dict[str, tuple | str] = {}
     left = {c.done: (w, c) for w, c in clocks.items()}
     poller = select.poll()
@@ -253,14 +254,14 @@ def wait(clocks: Mapping[str, Clock], index: int, on_silence: Callable[[str, flo
         poller.register(fd, select.POLLIN)
     start = time.monotonic()
     spin = start + SPIN_S
-    while left and time.monotonic() < spin:  # a frame often ends within microseconds: no sleep and wake-up then
+    while left and not (first and got) and time.monotonic() < spin:  # often within microseconds: no sleep then
         for fd, (w, _c) in list(left.items()):
             answer = _read(fd, index)
             if answer is not None:
                 got[w] = answer
                 poller.unregister(fd)
                 del left[fd]
-    while left:
+    while left and not (first and got):
         events = poller.poll(CHECK_S * 1000)
         for fd, ev in events:
             w, c = left[fd]

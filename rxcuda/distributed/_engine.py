@@ -5,13 +5,14 @@ connection and write as a local engine would, and ``describe()`` gives the pipel
 a changed structure is cut into fragments (``_placement.split``) and shipped: each worker builds its own.
 Parameter changes are folded per worker (the latest value wins) and travel with the next frame's step.
 
-A frame is one step per worker, all started at once: through each worker's clock (``_clock``: named pipes, no Ray
-call per frame) when every worker runs on the driver's host, else a Ray call each (``_stepping``). Over a link
+A frame is one step per worker, all started at once (but for workers that share a device in turns,
+``share_gpu="turns"``: one after another, see ``_stepping``): through each worker's clock (``_clock``: named
+pipes, no Ray call per frame) when every worker runs on the driver's host, else a Ray call each. Over a link
 whose ends meet on a board (``ipc``; ``host`` on one host: ``_board``, ``_hostlink``) the consumer's step waits for
 the producer's frame there; over a ``host`` link across hosts the producer's step returns a Ray object reference.
-The driver never waits inside a frame. At most ``max_in_flight`` frames are outstanding (the driver waits for the
-oldest first: nothing queues without bound, and a board's slot, one of ``max_in_flight + 1``, is never written
-while read).
+The driver never waits inside a frame (but in turns). At most ``max_in_flight`` frames are outstanding (the
+driver waits for the oldest first: nothing queues without bound, and a board's slot, one of ``max_in_flight + 1``,
+is never written while read).
 """
 
 from __future__ import annotations
@@ -45,8 +46,6 @@ from ._records import DistributedDescription, DistributedFrame, FragmentDiagnost
 from ._stepping import SKIPPED, ClockSteps, WorkerGone, check_options
 from ._worker import _zeros
 
-_EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
-
 
 class Engine(Restarts, ClockSteps):
     """A pipeline whose blocks run on several workers: Ray actors holding one rxcuda Engine each, on a GPU (or a
@@ -77,7 +76,9 @@ class Engine(Restarts, ClockSteps):
     ``backend``: ``"ray"``, or ``"process"`` (workers are child processes of this one with standbys of their own,
     on this host and without Ray: what :class:`IsolatedEngine` runs on). ``share_gpu``: ``"off"`` (the default: a GPU
     fault in one worker ends only its context); ``"auto"``: a private MPS daemon where two or more workers share a GPU
-    of this host, their frames at once instead of taking turns, a fault in one ending all (``_mps``); ``"mps"``.
+    of this host, their frames at once instead of taking turns, a fault in one ending all (``_mps``); ``"mps"``;
+    ``"turns"``: workers sharing a device stepped one after another, producers first, each fault its own (no MPS;
+    ``_stepping``).
     """
 
     def __init__(self, workers=2, *, address: str | None = None, max_in_flight: int = 2,
@@ -128,6 +129,7 @@ class Engine(Restarts, ClockSteps):
         self._warned: set[tuple] = set()  # the GPUs shared without MPS already warned of
         self._session = uuid.uuid4().hex[:12]  # names the boards of this engine's ipc links and its clocks
         self._clocks: dict = {}  # worker -> its clock, when frames step through clocks
+        self._answered: dict = {}  # frame -> clock answers read while stepping in turns (_stepping)
         self._silent: set = set()
         self._driver_node = ray.get_runtime_context().get_node_id()
         try:
@@ -174,8 +176,11 @@ class Engine(Restarts, ClockSteps):
 
     def where(self, worker: str) -> dict:
         """Where ``worker`` runs: its Ray node id, process id and GPU ids; once built, its GPU's UUID (``gpu``)
-        and whether MPS serves that GPU (``mps``); what ``share_gpu`` came to (``share_gpu``: mps, theirs, off)."""
-        return {**self._where[_placement.check_worker(worker, self._workers)], "share_gpu": self._share.mode}
+        and whether MPS serves that GPU (``mps``); what ``share_gpu`` came to (``share_gpu``: mps, theirs, turns,
+        off); the workers it takes turns with on its device, itself included, in the order stepped (``turns``:
+        ``share_gpu="turns"``, as the latest frame stepped them; () before the first frame, or where it takes none)."""
+        w = _placement.check_worker(worker, self._workers)
+        return {**self._where[w], "share_gpu": self._share.mode, "turns": next((g for g in self._turns if w in g), ())}
 
     def add(self, block: Block, *, on: str | None = None) -> Block:
         """Place ``block`` on worker ``on`` (may be left out when there is one worker); returns the block. Its
@@ -404,43 +409,13 @@ class Engine(Restarts, ClockSteps):
             for w in writes:
                 pending_writes[w] = {}
             observed = self._observed  # its dicts are replaced, never changed, when a port is observed
-        outs: dict[str, object] = {}
-        reports: dict[str, object] = {}
         for w in skipped:  # restarting, or fed by a worker that is: what it was to get waits for its next frame
             if w in params or w in writes:
                 self._requeue(w, params.get(w, {}), writes.get(w, {}))
-        for w, method, producers, pair in steps:
-            if method is None:
-                self._clock_step(w, index, params.get(w, _EMPTY), writes.get(w, _EMPTY), observed[w])
-                reports[w] = None
-                continue
-            got = method.remote(index, params.get(w, _EMPTY), writes.get(w, _EMPTY), observed[w],
-                                *(outs[p] for p in producers))
-            if pair:  # (what its host exports carry, report): consumers over host links take the first
-                outs[w], reports[w] = got
-            else:  # one object, (out, report): fewer objects for Ray to track
-                reports[w] = got
+        outs, reports = self._step_frame(index, steps, params, writes, observed)  # at once, or in turns
         self._inflight.append((index, steps, skipped, reports, outs, params, writes))
         self._drain(self.max_in_flight)
         return index
-
-    def _frame_plan(self) -> tuple[tuple, tuple[str, ...]]:
-        """``_placement.frame_plan`` with each step's Ray method, made again only when the fragments or the
-        workers down change: ((worker, method, producers, two results), ...), and the workers not stepped."""
-        split = self._split
-        assert split is not None
-        down = frozenset(self._down) | frozenset(self._gone)
-        if self._plan is None or self._plan[0] is not split or self._plan[1] != down:
-            steps, skipped = _placement.frame_plan(split, down)
-            clocked = self._clock_applies(split)
-            if clocked:  # a step's method None: through the worker's clock
-                self._clock_ready([w for w, *_ in steps])
-            else:
-                self._clocks_close()
-            made = tuple((w, None if clocked else self._actors[w].step.options(num_returns=2) if pair
-                          else self._actors[w].step, producers, pair) for w, producers, pair in steps)
-            self._plan = (split, down, (made, skipped))
-        return self._plan[2]
 
     def _drain(self, keep: int) -> dict[int, DistributedFrame]:
         """Wait until at most ``keep`` frames are in flight; publish what the finished ones reported."""

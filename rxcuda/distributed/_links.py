@@ -46,14 +46,17 @@ class PortPointer:
 
 class IpcSender:
     """The producer's end of an ``ipc`` link: ``depth`` exported slots, each with an interprocess event, fed from
-    one port of one engine."""
+    one port of one engine. ``settle``: each frame's copy is waited for (its event synchronized) before ``send``
+    returns, so the step answers with no work of this context left on the GPU: what stepping in turns needs
+    (``share_gpu="turns"``: the consumer's stream wait for the event is then satisfied already)."""
 
-    def __init__(self, engine, port, nbytes: int, depth: int):
+    def __init__(self, engine, port, nbytes: int, depth: int, settle: bool = False):
         engine.device.make_current()
         api = engine.device.api
         self._api = api
         self._device = engine.device
         self._stream = int(engine.stream)  # an engine's stream lives as long as it does
+        self._settle = settle
         self._src = PortPointer(engine, port)
         self.nbytes = int(nbytes)
         self._slots: list[_ipc.ExportedMemory] = []
@@ -73,13 +76,15 @@ class IpcSender:
 
     def send(self, frame: int) -> int:
         """Queue this frame's copy of the port into its slot and record the slot's event (after the frame, on
-        the engine's stream); returns the bytes copied."""
+        the engine's stream), and where ``settle``, wait for it; returns the bytes copied."""
         self._device.make_current()
         src, nbytes = self._src.get()
         nbytes = min(nbytes, self.nbytes)
         s = frame % len(self._ptrs)
         _ipc.copy_after(self._api, self._stream, None, self._ptrs[s], src, nbytes)
         self._events[s].record(self._stream)
+        if self._settle:
+            self._events[s].synchronize()
         return nbytes
 
     def close(self) -> None:

@@ -8,8 +8,11 @@ default) keeps the workers' faults apart. ``share_gpu="auto"`` uses MPS exactly 
 the engine's GPU workers are placed on one GPU of the driver's host, ``nvidia-cuda-mps-control`` is on PATH and no
 MPS serves the user already (``CUDA_MPS_PIPE_DIRECTORY`` set: then the workers inherit theirs); otherwise it is
 ``"off"``. ``"mps"`` asks for the daemon wherever a GPU worker runs on the driver's host; ``"off"`` never starts one.
-:func:`choose` makes that choice from its inputs, and says why (``describe().share_gpu``, ``where(w)``, one info
-diagnostic).
+``"turns"`` starts none either: the driver steps the workers that share a device one after another, in the links'
+order (``_stepping``, ``_sharing.turn_groups``), so only one context has work on the GPU at a time and each
+worker's faults stay its own; its workers get :data:`TURNS` (their ``ipc`` exports wait for their copies before
+they answer). :func:`choose` makes that choice from its inputs, and says why (``describe().share_gpu``,
+``where(w)``, one info diagnostic).
 
 **Before any CUDA context.** The daemon serves a process whose first CUDA call sees ``CUDA_MPS_PIPE_DIRECTORY``
 and ``CUDA_MPS_LOG_DIRECTORY`` naming its folders, so the choice precedes every worker's context: the engine
@@ -51,9 +54,10 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-SHARE_GPU = ("auto", "off", "mps")
+SHARE_GPU = ("auto", "off", "mps", "turns")
 BINARY = "nvidia-cuda-mps-control"
 PIPE, LOG, GATE = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "RXCUDA_MPS_GATE"
+TURNS = "RXCUDA_TURNS"  # in a worker's env (not its process's): the driver steps it in turns (``share_gpu="turns"``)
 START_S = 10.0  # how long the daemon may take to make its control pipe
 
 
@@ -66,8 +70,9 @@ def check_share_gpu(value) -> str:
 @attrs.frozen
 class Choice:
     """What ``share_gpu`` came to: ``mode`` ``"mps"`` (this engine's private daemon), ``"theirs"`` (the user's MPS,
-    inherited) or ``"off"``; ``why``, in words; ``warn``: whether it is a problem worth a warning (``"mps"`` asked
-    for and not possible) rather than information."""
+    inherited), ``"turns"`` (workers sharing a device stepped one after another) or ``"off"``; ``why``, in words;
+    ``warn``: whether it is a problem worth a warning (``"mps"`` asked for and not possible) rather than
+    information."""
 
     asked: str
     mode: str
@@ -87,6 +92,11 @@ def choose(share_gpu: str, shared: Sequence[Sequence[str]] | None, *, candidates
     asked = check_share_gpu(share_gpu)
     if asked == "off":
         return Choice(asked, "off", "asked for")
+    if asked == "turns":
+        return Choice(asked, "turns", "asked for: the driver steps the workers that share a device one after another, "
+                                      "producers first (one context with work on a GPU at a time, no MPS: each "
+                                      "worker's faults stay its own); workers on other devices, or served by an MPS "
+                                      "the user set up, at once")
     if not candidates:
         return Choice(asked, "off", "no worker of this engine uses a GPU of the driver's host (null driver, CPU "
                                     "device or another host)")
@@ -216,6 +226,7 @@ class Share:
         first = choose(self.asked, None, candidates=self.candidates, user_pipe=os.environ.get(PIPE),
                        binary=self.binary)
         if first.mode != "mps":
+            self.env = {TURNS: "1"} if first.mode == "turns" else {}
             self._settle(first)
             return
         found = self.binary or BINARY  # on PATH: the choice was "mps"
@@ -260,9 +271,9 @@ class Share:
 
     @property
     def news(self) -> Choice | None:
-        """The choice, where it is worth an info diagnostic: two or more workers could share a GPU, or MPS was asked
-        for (an engine of one GPU worker, or of null-driver or CPU-device workers, says nothing)."""
-        return self.choice if len(self.candidates) > 1 or self.asked == "mps" else None
+        """The choice, where it is worth an info diagnostic: two or more workers could share a GPU, or MPS or turns
+        were asked for (an engine of one GPU worker, or of null-driver or CPU-device workers, says nothing)."""
+        return self.choice if len(self.candidates) > 1 or self.asked in ("mps", "turns") else None
 
     @property
     def mode(self) -> str:

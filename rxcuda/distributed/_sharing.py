@@ -4,7 +4,10 @@ Two processes on one GPU each have their own context; the GPU time-slices betwee
 worker waits for the other's slice. On an H200 host (bench/distributed.py, 4 MiB ``ipc`` link) two workers took
 339-374 us a frame against 57 us for one; under MPS, where the processes' work runs at once, 65-137 us, and a
 frame loop of two workers ran at 9976 frames per second instead of 3442. The driver engine says so once per
-shared GPU (:func:`shared_without_mps`, a warning in ``diagnostics``), with the fix.
+shared GPU (:func:`shared_without_mps`, a warning in ``diagnostics``), with the fix. The hypothesis behind
+``share_gpu="turns"``: the cost is the time-slicing between contexts that have work at the same time, so stepping
+the workers of one GPU one after another (:func:`turn_groups`; ``_stepping``) should cost about the sum of their
+frames and a context switch, with each worker's faults its own (no MPS); bench/distributed.py measures it.
 
 >>> where = {"a": {"node": "n1", "gpu": "ab12", "mps": False}, "b": {"node": "n1", "gpu": "ab12", "mps": False},
 ...          "c": {"node": "n1", "gpu": "cd34", "mps": False}}
@@ -28,6 +31,32 @@ def shared_without_mps(where: Mapping[str, Mapping]) -> list[tuple[object, str, 
             groups.setdefault((at.get("node"), at["gpu"]), []).append(w)
     return [(node, gpu, tuple(sorted(ws))) for (node, gpu), ws in sorted(groups.items(), key=str)
             if len(ws) > 1 and not all(where[w].get("mps") for w in ws)]
+
+
+def turn_groups(where: Mapping[str, Mapping], workers: Mapping, order) -> tuple[tuple[str, ...], ...]:
+    """The workers of ``order`` (a frame's steps, producers first) that ``share_gpu="turns"`` steps one after
+    another: for each device two or more of them compute on without MPS, those workers in ``order``'s order. A GPU
+    worker's device is its GPU (``gpu``: its UUID, on its ``node``), known once it built; one that MPS serves, or
+    whose GPU is not known yet, takes no turns. A worker without a GPU computes on its node's CPU device or null
+    driver: those of one kind on one node take turns too (so the mode runs, and is tested, without a GPU).
+
+    >>> from rxcuda.distributed import Worker
+    >>> where = {"a": {"node": "n", "gpu": "g1", "mps": False}, "b": {"node": "n", "gpu": "g1", "mps": False},
+    ...          "c": {"node": "n", "gpu": "g2", "mps": False}, "d": {"node": "n", "gpu": "g1", "mps": True}}
+    >>> turn_groups(where, {w: Worker(num_gpus=0.5) for w in "abcd"}, ["b", "c", "a", "d"])
+    (('b', 'a'),)
+    """
+    groups: dict[tuple, list[str]] = {}
+    for w in order:
+        at, spec = where.get(w, {}), workers[w]
+        if spec.gpuless:
+            key: tuple = (at.get("node"), "cpu" if spec.cpu else "null")
+        elif at.get("gpu") and not at.get("mps"):
+            key = (at.get("node"), at["gpu"])
+        else:
+            continue
+        groups.setdefault(key, []).append(w)
+    return tuple(tuple(ws) for ws in groups.values() if len(ws) > 1)
 
 
 def candidates(workers: Mapping, backend: str) -> tuple[str, ...]:
@@ -68,8 +97,8 @@ def on_one_gpu(where: Mapping[str, Mapping], workers: Mapping, node) -> list[tup
 def placed(where: dict[str, dict], warned: set, worker: str, built, choice=None) -> list[tuple[str, str]]:
     """Record in ``where`` the GPU ``worker`` built its fragment on (``built``: its build's answer; a retune's
     is not a dict and changes nothing), and return (severity, message) to say: what ``share_gpu`` came to (``choice``,
-    an info, once) and the advice for each GPU newly found shared without MPS (a warning; ``warned`` keeps what was
-    said already, so each is said once)."""
+    an info, once) and the advice for each GPU newly found shared without MPS (a warning, unless the workers take
+    turns on it: ``share_gpu="turns"``; ``warned`` keeps what was said already, so each is said once)."""
     if isinstance(built, dict):
         where[worker] = {**where.get(worker, {}), "gpu": built.get("gpu"), "mps": built.get("mps"),
                          "mps_pipe": built.get("mps_pipe")}
@@ -78,7 +107,7 @@ def placed(where: dict[str, dict], warned: set, worker: str, built, choice=None)
         warned.add("choice")
         out.append(("info", str(choice)))
     for node, gpu, ws in shared_without_mps(where):
-        if (gpu, ws) not in warned:
+        if (gpu, ws) not in warned and getattr(choice, "mode", None) != "turns":
             warned.add((gpu, ws))
             out.append(("warning", advice(node, gpu, ws, choice)))
     return out
@@ -91,7 +120,8 @@ def advice(node, gpu: str, workers: tuple[str, ...], choice=None) -> str:
             "NVIDIA's Multi-Process Service: their contexts take turns on the GPU, and each frame waits for the "
             f"others' time slices (on an H200, two workers took ~5x one worker's frame time){chosen}. Pass "
             "share_gpu='auto' (a private MPS daemon on the driver's host, where nvidia-cuda-mps-control is on PATH; "
-            "a GPU fault in one worker then ends the others on that GPU too), or start MPS on the workers' host "
-            "before Ray starts its workers "
+            "a GPU fault in one worker then ends the others on that GPU too), or share_gpu='turns' (the driver steps "
+            "them one after another, each fault its own; docs/distributed.md has its cost), or start MPS on the "
+            "workers' host before Ray starts its workers "
             "(nvidia-cuda-mps-control -d; see docs/distributed.md, 'Several workers on one GPU'), or give each "
             "worker a GPU of its own")

@@ -1,7 +1,15 @@
 """How a distributed engine steps its workers each frame: a Ray call per worker (``ray``: across hosts, or
 asked for), or, when every worker runs on the driver's host, their clocks (``clock``: ``_clock``'s pipes, no Ray
 call per frame). A part of :class:`~rxcuda.distributed.Engine` (its base class), kept apart to keep each module
-small."""
+small.
+
+A frame's steps start all at once, except in turns (``share_gpu="turns"``): workers that share a device
+(``_sharing.turn_groups``) are stepped one after another in the links' order, each once the one before answered,
+while the groups on other devices and the workers alone on theirs go on at once. A worker answers once its frame
+ran on the GPU (its tick waits for it) and, in turns, once its ``ipc`` exports' copies ran (the consumer's wait on
+the GPU for the producer's event is then satisfied already): so only one context at a time has work on a shared
+GPU. The driver waits for a group's last worker too before the next frame, so that frame's first worker does not
+overlap it."""
 
 from __future__ import annotations
 
@@ -11,7 +19,7 @@ import pickle
 from typing import Any
 
 from ..engine._engine import Diagnostic
-from . import _clock, _placement
+from . import _clock, _placement, _sharing
 from ._board import _alive
 from ._worker import StepReport
 
@@ -37,6 +45,7 @@ class WorkerGone(RuntimeError):
 
 
 SKIPPED = object()  # a step not waited for: its producer's process ended in this frame (its Ray call will fail)
+_EMPTY: dict = {}  # no parameters or writes for a worker this frame (never changed)
 
 
 class ClockSteps:
@@ -52,6 +61,13 @@ class ClockSteps:
     _clocks: dict[str, _clock.Clock]
     _silent: set
     _index: int
+    _split: _placement.Split | None
+    _plan: tuple | None
+    _down: dict[str, float]
+    _gone: set[str]
+    _share: Any  # _mps.Share
+    _turns: tuple[tuple[str, ...], ...] = ()  # the workers stepped in turns, a group per shared device (the plan's)
+    _answered: dict[int, dict]  # frame -> the clock answers read while stepping it in turns (worker -> report)
 
     def _publish(self, worker: str, d: Diagnostic) -> None:
         raise NotImplementedError
@@ -71,6 +87,90 @@ class ClockSteps:
     def _steppings(self, split: _placement.Split | None) -> dict[str, str]:
         mode = "clock" if split is not None and self._clock_applies(split) else "ray"
         return {w: mode for w in self._workers}
+
+    def _frame_plan(self) -> tuple[tuple, tuple[str, ...]]:
+        """``_placement.frame_plan`` with each step's Ray method, made again only when the fragments or the
+        workers down change: ((worker, method, producers, two results), ...), and the workers not stepped; with it
+        the workers that take turns (:attr:`_turns`, from where each built)."""
+        split = self._split
+        assert split is not None
+        down = frozenset(self._down) | frozenset(self._gone)
+        if self._plan is None or self._plan[0] is not split or self._plan[1] != down:
+            steps, skipped = _placement.frame_plan(split, down)
+            clocked = self._clock_applies(split)
+            if clocked:  # a step's method None: through the worker's clock
+                self._clock_ready([w for w, *_ in steps])
+            else:
+                self._clocks_close()
+            made = tuple((w, None if clocked else self._actors[w].step.options(num_returns=2) if pair
+                          else self._actors[w].step, producers, pair) for w, producers, pair in steps)
+            self._turns = _sharing.turn_groups(self._where, self._workers, [w for w, *_ in steps]) \
+                if self._share.mode == "turns" else ()
+            self._plan = (split, down, (made, skipped))
+        return self._plan[2]
+
+    def _step_frame(self, index: int, steps: tuple, params: dict, writes: dict, observed: dict
+                    ) -> tuple[dict[str, object], dict[str, object]]:
+        """Step frame ``index``'s workers (``steps``: :meth:`_frame_plan`'s, producers first): each through its
+        clock or by a Ray call, all at once, but for the workers in turns (:attr:`_turns`): the first of each group
+        starts with the others, each next one once the one before answered (:meth:`_take_turns`). A step that takes
+        a producer's Ray result starts once that producer's step is made. Returns (each producer's result for its
+        consumers over Ray, each worker's report: its ObjectRef, or None through its clock)."""
+        outs: dict[str, object] = {}
+        reports: dict[str, object] = {}
+        todo = list(steps)
+        due = {w for w, *_ in steps} - {w for g in self._turns for w in g[1:]}  # may start now
+
+        def step_due() -> None:
+            for s in list(todo):
+                w, method, producers, pair = s
+                if w not in due or any(p not in reports for p in producers):
+                    continue
+                todo.remove(s)
+                if method is None:
+                    self._clock_step(w, index, params.get(w, _EMPTY), writes.get(w, _EMPTY), observed[w])
+                    reports[w] = None
+                    continue
+                got = method.remote(index, params.get(w, _EMPTY), writes.get(w, _EMPTY), observed[w],
+                                    *(outs[p] for p in producers))
+                if pair:  # (what its host exports carry, report): consumers over host links take the first
+                    outs[w], reports[w] = got
+                else:  # one object, (out, report): fewer objects for Ray to track
+                    reports[w] = got
+
+        step_due()
+        if self._turns:
+            self._take_turns(index, steps, reports, due, step_due)
+        return outs, reports
+
+    def _take_turns(self, index: int, steps: tuple, reports: dict, due: set, step_due) -> None:
+        """Wait for the workers in turns, each next one of a group stepped (``due``, then ``step_due()``) as soon
+        as the one before answered, until every group's last one answered. A clock's answer is kept for the frame's
+        gather (:attr:`_answered`); a Ray step's result stays with Ray. A worker whose process ended, or that is
+        gone, counts as answered: the next one's frame goes on (its ``ipc`` input keeps its last value)."""
+        ray = self._ray
+        after = {g[k]: g[k + 1] for g in self._turns for k in range(len(g) - 1)}
+        waits = {w for g in self._turns for w in g} & {w for w, *_ in steps}
+        answered = self._answered.setdefault(index, {})
+        while waits & set(reports):
+            running = [w for w in reports if w in waits]
+            if reports[running[0]] is None:  # clocks (every worker of a frame is stepped alike)
+                clocks = {w: self._clocks[w] for w in running if w in self._clocks}
+                got = _clock.wait(clocks, index, lambda w, seconds: self._on_silence(w, index, seconds), first=True)
+                done = [w for w in running if w in got or w not in clocks]
+                for w in done:
+                    answered[w] = self._clock_answer(w, index, got.get(w, "dead"), clocks.get(w))
+            else:
+                refs = {reports[w]: w for w in running}
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=DEAD_CHECK_S)
+                done = [refs[r] for r in ready] + [w for w in running if self._driver_node is not None and
+                                                   self._where.get(w, {}).get("node") == self._driver_node and
+                                                   "pid" in self._where[w] and not _alive(self._where[w]["pid"])]
+            for w in done:
+                waits.discard(w)
+                if w in after:
+                    due.add(after[w])
+            step_due()
 
     def _clock_ready(self, workers) -> None:
         """A clock for each of ``workers`` (made again for a restarted one: a new process, new pipes)."""
@@ -135,8 +235,10 @@ class ClockSteps:
         clocked steps' (:meth:`_clock_wait`, ``reports`` worker -> None), waited for together."""
         refs = {w: ref for w, ref in reports.items() if ref is not None}
         got = self._ray_wait(refs, steps) if refs else {}
-        if len(refs) < len(reports):
-            got.update(self._clock_wait(index, [w for w in reports if w not in refs]))
+        early = self._answered.pop(index, {})  # clocks answered while stepping in turns
+        got.update(early)
+        if len(refs) + len(early) < len(reports):
+            got.update(self._clock_wait(index, [w for w in reports if w not in refs and w not in early]))
         return got
 
     def _ray_wait(self, refs: dict[str, Any], steps: tuple) -> dict[str, Any]:

@@ -82,7 +82,8 @@ class FragmentHost:
     memory (CUDA IPC; the default on a GPU) or the board's shared memory (the default without a GPU, which has
     no memory to export; True there runs the CUDA IPC calls, recorded, with no bytes moving: tests). ``env``:
     the private MPS daemon's variables (``Engine(share_gpu=...)``, ``_mps.enter``), set in this process before it makes
-    a CUDA context where the engine chose MPS."""
+    a CUDA context where the engine chose MPS; ``_mps.TURNS`` in it: the driver steps it in turns, so its ``ipc``
+    exports wait for their copies before it answers."""
 
     def __init__(self, name: str, null: bool, depth: int = 3, session: str | None = None,
                  device_slots: bool | None = None, env: Mapping[str, str] | None = None, cpu: bool = False):
@@ -281,7 +282,8 @@ class FragmentHost:
                 board.close(unlink=True)
                 raise
             return board
-        sender = self._senders[key] = _links.IpcSender(engine, port, ln.nbytes, self.depth)
+        sender = self._senders[key] = _links.IpcSender(engine, port, ln.nbytes, self.depth,
+                                                       settle=_mps.TURNS in self._env)  # stepped in turns
         return _board.LinkBoard.create(path, depth=self.depth, nbytes=ln.nbytes, data=False, since=since,
                                        handles=sender.handles())
 

@@ -1,7 +1,8 @@
 """Links at the hardware's pace on one GPU host (two workers, ``num_gpus=0.5`` each): the ``host`` link through the
 link's pinned shared-memory board (no Ray call, DMA copies) at several sizes, frame by frame and under ``run()``
-with frames in flight, and the ``ipc`` link under a private MPS daemon (``share_gpu="mps"``, and the default
-``"auto"``, which chooses it for two workers on one GPU), every result
+with frames in flight, the ``ipc`` link under a private MPS daemon (``share_gpu="mps"``, and the default
+``"auto"``, which chooses it for two workers on one GPU), and with the two workers stepped in turns
+(``share_gpu="turns"``: no MPS, the consumer stepped once the producer answered), every result
 exact against NumPy on fresh random inputs. Needs Ray (../shared/tools/device-prep.sh --ray)."""
 
 from __future__ import annotations
@@ -129,3 +130,26 @@ def test_share_gpu_auto_runs_two_workers_placed_on_one_gpu_under_a_private_daemo
         assert one.tick().complete
         np.testing.assert_array_equal(one.read(k["out"]), x * np.float32(s1))
         assert one.where("a")["share_gpu"] == "off" and one.where("a")["mps"] is False and one._share.env == {}
+
+
+@pytest.mark.skipif(bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")), reason="MPS is set up already (the user's)")
+@pytest.mark.parametrize("stepping", ["auto", "ray"])
+def test_share_gpu_turns_steps_two_workers_on_one_gpu_one_after_the_other_exactly_without_mps(cluster, kernels, rng,
+                                                                                              stepping):
+    """Two workers on the one GPU without MPS, stepped in turns over a 4 MiB ``ipc`` link: the consumer is stepped
+    once the producer answered (its frame and its copy into the exported slot done: the consumer's stream wait on
+    the producer's event is satisfied already), so it never waits on the board; every frame exact."""
+    n = (4 << 20) // 4
+    s1, s2 = (float(v) for v in rng.uniform(0.5, 3.0, 2))
+    placement: list = []
+    with Engine({"a": Worker(num_gpus=0.5), "b": Worker(num_gpus=0.5)}, share_gpu="turns", stepping=stepping) as dist:
+        dist.diagnostics.subscribe(lambda d: placement.append(d) if d.diagnostic.subject == "placement" else None)
+        first, second = _linked(dist, kernels, n, "ipc", s1, s2)
+        _frames_exact(dist, first, second, s1, s2, rng, n, 20)
+        assert dist.where("a")["gpu"] == dist.where("b")["gpu"] and dist.where("a")["mps"] is False
+        assert dist.where("a")["share_gpu"] == "turns" and dist.where("b")["turns"] == ("a", "b")
+        assert dist.describe().share_gpu.startswith("share_gpu='turns' -> turns") and dist._share.env.get(
+            "CUDA_MPS_PIPE_DIRECTORY") is None
+        assert [d.severity for d in placement] == ["info"]  # what was chosen; no warning of a GPU shared without MPS
+        stats = ray.get(dist.actor("b").stats.remote())
+        assert stats["received"][LINK] == 20 and stats["skipped"] == {} and stats["waited"] == 0

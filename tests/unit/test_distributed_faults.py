@@ -34,7 +34,11 @@ LINKS = {"ipc": LINK, "host": "first.out -> third.x"}  # the matrix engines' lin
 DEATHS = ("kill", "exit", "segfault", "oom", "context", "frame")
 STEPPINGS = ("auto", "ray")
 # every death under each stepping, the producer (a) and the consumer (b) in turn: each death hits both
-CASES = [(stepping, how, "ab"[(i + j) % 2]) for j, stepping in enumerate(STEPPINGS) for i, how in enumerate(DEATHS)]
+CASES = [(stepping, how, "ab"[(i + j) % 2], "off") for j, stepping in enumerate(STEPPINGS)
+         for i, how in enumerate(DEATHS)]
+# a part of it again with a and b (one CPU device) stepped in turns (share_gpu="turns"): each death, each stepping
+CASES += [("auto", "kill", "a", "turns"), ("auto", "context", "b", "turns"), ("auto", "frame", "a", "turns"),
+          ("ray", "exit", "b", "turns"), ("ray", "segfault", "a", "turns"), ("ray", "oom", "b", "turns")]
 
 
 def _linked(transport: str = "ipc", cpu: bool = False, **kw) -> tuple[Engine, rxcuda.Block, rxcuda.Block]:
@@ -58,15 +62,16 @@ def engines():
         engine.close()
 
 
-def _engine(engines, stepping: str):
-    """The matrix engine of ``stepping``: _linked's over ``ipc``, and first -> third (on b) over ``host``."""
-    if stepping not in engines:
-        engine, first, second = _linked("ipc", cpu=True, stepping=stepping, max_restarts=10)
+def _engine(engines, stepping: str, share_gpu: str = "off"):
+    """The matrix engine of ``stepping`` (and ``share_gpu``): _linked's over ``ipc``, and first -> third (on b) over
+    ``host``."""
+    if (stepping, share_gpu) not in engines:
+        engine, first, second = _linked("ipc", cpu=True, stepping=stepping, max_restarts=10, share_gpu=share_gpu)
         third = engine.add(rxcuda.Block.from_kernel(PTX, size=N, name="third", scale=S3), on="b")
         engine.connect(first["out"], third["x"], transport="host")
         assert engine.describe().transports() == {LINKS["ipc"]: "ipc", LINKS["host"]: "host"}
-        engines[stepping] = (engine, first, second, third)
-    return engines[stepping]
+        engines[stepping, share_gpu] = (engine, first, second, third)
+    return engines[stepping, share_gpu]
 
 
 def _standby_ready(engine) -> None:
@@ -114,12 +119,14 @@ def _exact_frames(engine, first, second, third, scale: float, when: str, frames:
         _exact(engine, first, second, third, x, scale, f"frame {i} {when}")
 
 
-@pytest.mark.parametrize(("stepping", "how", "victim"), CASES, ids=[f"{s}-{h}-{v}" for s, h, v in CASES])
+@pytest.mark.parametrize(("stepping", "how", "victim", "share_gpu"), CASES,
+                         ids=[f"{s}-{h}-{v}" + ("-turns" if t == "turns" else "") for s, h, v, t in CASES])
 def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_values_and_inputs(
-        engines, stepping, how, victim):
-    engine, first, second, third = _engine(engines, stepping)
+        engines, stepping, how, victim, share_gpu):
+    engine, first, second, third = _engine(engines, stepping, share_gpu)
     assert engine.describe().stepping == {"a": "clock" if stepping == "auto" else "ray", "b": stepping.replace(
         "auto", "clock")}
+    assert engine.where("a")["share_gpu"] == share_gpu
     other = "a" if victim == "b" else "b"
     _standby_ready(engine)
     old_pid = engine.where(victim)["pid"]
@@ -162,6 +169,7 @@ def test_a_worker_that_crashes_is_one_diagnostic_and_is_back_with_its_fragment_v
         # the input written and the value set while it was down
         _exact(engine, first, second, third, x, scale, f"after the {how} of {victim}")
         _exact_frames(engine, first, second, third, scale, f"after the {how} of {victim}")
+        assert engine.where("b")["turns"] == (("a", "b") if share_gpu == "turns" else ())  # in turns again
         assert len(seen) >= 3  # observed since the death: the frames after it came back
         stats = ray.get(engine.actor("b").stats.remote())
         assert stats["state"] == "ok"

@@ -87,7 +87,7 @@ def test_the_users_mps_is_theirs_a_missing_binary_is_off_and_a_warning_only_when
     c = choose("mps", [("a",), ("b",)])  # asked for: even where nothing is shared
     assert (c.mode, c.why.split(":")[0]) == ("mps", "asked for")
     assert choose("off", [("a", "b")]).mode == "off"
-    with pytest.raises(ValueError, match=r"'share_gpu' must be one of auto, off, mps \(got 'yes'\)"):
+    with pytest.raises(ValueError, match=r"'share_gpu' must be one of auto, off, mps, turns \(got 'yes'\)"):
         choose("yes")
 
 

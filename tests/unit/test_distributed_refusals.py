@@ -73,9 +73,9 @@ class _Pipeline:
     """first (a, scale 2) -> second (b, scale 3) over ``ipc``, third (b) fed from the host; ``spec`` the workers'
     (tests/gpu/test_distributed_refusals_gpu.py runs them on a GPU)."""
 
-    def __init__(self, spec: Worker | None = None):
+    def __init__(self, spec: Worker | None = None, share_gpu: str = "off"):
         spec = spec or Worker(cpu=True)
-        self.dist = Engine({"a": spec, "b": spec})
+        self.dist = Engine({"a": spec, "b": spec}, share_gpu=share_gpu)
         self.first = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="first", scale=2.0), on="a")
         self.second = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="second", scale=3.0), on="b")
         self.third = self.dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="third"), on="b")
@@ -123,6 +123,27 @@ def test_after_every_refusal_a_change_is_shipped_built_and_run(pipeline):
     for _label, call, error in REFUSALS:
         with pytest.raises(error):
             call(pipeline)
+    _a_change_is_shipped_built_and_run(pipeline)
+
+
+def test_in_turns_every_refusal_leaves_the_engine_as_it_was_and_a_change_is_shipped_built_and_run():
+    """The same with a and b (one CPU device) stepped in turns (``share_gpu="turns"``)."""
+    p = _Pipeline(share_gpu="turns")
+    try:
+        assert p.dist.where("b")["share_gpu"] == "turns" and p.dist.where("b")["turns"] == ("a", "b")
+        for label, call, error in REFUSALS:
+            before = _snapshot(p.dist)
+            with pytest.raises(error):
+                call(p)
+            assert _snapshot(p.dist) == before, label
+        p.computes()
+        _a_change_is_shipped_built_and_run(p)
+        assert p.dist.where("b")["turns"] == ("a", "b")
+    finally:
+        p.dist.close()
+
+
+def _a_change_is_shipped_built_and_run(pipeline) -> None:
     dist = pipeline.dist
     fourth = dist.add(rxcuda.Block.from_kernel(PTX, size=N, name="fourth"), on="b")
     dist.connect(pipeline.first["out"], fourth["x"], transport="ipc")  # a second link from a to b
