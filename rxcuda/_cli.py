@@ -381,6 +381,19 @@ def demo_blocks(kernels: Path, size: int):
     return (add, mul, above), connections
 
 
+def build_demo(engine, kernels: Path, size: int, a: np.ndarray, b: np.ndarray):
+    """The quickstart pipeline added to ``engine``, connected, its inputs ``a`` and ``b`` written: (add, mul,
+    above)."""
+    (add, mul, above), connections = demo_blocks(kernels, size)
+    for blk in (add, mul, above):
+        engine.add(blk)
+    for src, dst in connections:
+        engine.connect(src, dst)
+    engine.write(add["a"], a)
+    engine.write(add["b"], b)
+    return add, mul, above
+
+
 def plan_demo(kernels: Path, size: int):
     """The demo pipeline as the planner sees it: (blocks, PipelineDescription, GraphPlan).
 
@@ -524,15 +537,9 @@ def run_demo(kernels: Path, frames: int, size: int, engine_factory: Callable, ou
     frame of each segment against NumPy. Returns 0 when every check passed, 1 otherwise. ``dot``: write a
     picture of the pipeline there at the end (``--dot FILE``), with each block's state."""
     a, b = demo_inputs(size)
-    (add, mul, above), connections = demo_blocks(kernels, size)
     ticks, hot_ticks, hot_tiers, worst, failures = [], [], set(), 0.0, []
     with engine_factory() as engine:
-        for blk in (add, mul, above):
-            engine.add(blk)
-        for src, dst in connections:
-            engine.connect(src, dst)
-        engine.write(add["a"], a)
-        engine.write(add["b"], b)
+        add, mul, above = build_demo(engine, kernels, size, a, b)
         print(f"rxcuda demo on {engine.device.name}: vector_add -> scalar_mul -> append_above(> {THRESHOLD}), "
               f"{size} elements, {counted(frames, 'frame')}, scale changes every {SEGMENT} frames", file=out)
         for i in range(frames):

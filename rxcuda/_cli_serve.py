@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from ._cli import demo_blocks, demo_inputs
+from ._cli import build_demo, demo_inputs
 from .model._words import counted
 
 
@@ -44,16 +44,10 @@ def serve_demo(kernels: Path, args, *, null: bool, why: str = "", out: TextIO | 
                 return IsolatedEngine(device="cpu" if why else None)
     token = None if args.host in LOCAL_HOSTS else secrets.token_urlsafe(24)
     a, b = demo_inputs(args.size)
-    (add, mul, above), connections = demo_blocks(kernels, args.size)
     with engine_factory() as engine:
         frames = [0]
         counting = engine.frames.subscribe(lambda f: frames.__setitem__(0, frames[0] + (f.state == "ok")))
-        for blk in (add, mul, above):
-            engine.add(blk)
-        for src, dst in connections:
-            engine.connect(src, dst)
-        engine.write(add["a"], a)
-        engine.write(add["b"], b)
+        _add, mul, _above = build_demo(engine, kernels, args.size, a, b)
         with engine.serve(host=args.host, port=args.port, token=token) as view:
             if null:
                 where = "the planned pipeline on the null driver (no GPU work)"
